@@ -1,0 +1,386 @@
+"""The asyncio API: the same names and arguments as the sync API, every I/O method a coroutine.
+
+    store = sessionstore.aio.connect("redis://localhost:6379/0", namespace="run-42")
+    async with store:
+        s = store.session("BTCUSDT", strategy="llm-momentum", exchange="binance", frame="1h")
+        await s.set_data({"lastLlmSignal": "buy"}, when)
+        await s.get_data(when)
+
+``connect`` is a plain call and does no I/O. Redis runs on ``redis.asyncio``; the local
+backends (memory, files, SQLite) run their blocking calls in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
+from typing import Any
+
+from .connection import AsyncBackends, Backends, open_backends, resolve_url
+from .core import (
+    REPAIR_ATTEMPTS,
+    UPDATE_ATTEMPTS,
+    Lifecycle,
+    LoadedSession,
+    PendingSessions,
+    SessionState,
+    backoff,
+    check_from_seq,
+    check_max_versions,
+    check_namespace,
+    value_key,
+)
+from .errors import (
+    ConcurrentModificationError,
+    SeqConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreClosedError,
+)
+from .eventlog import check_session_id, closers, decode_events, encode_batch
+from .models import SessionEvent, SessionHeader
+from .when import to_epoch_ms
+from .writer import WriterBuffer
+
+DEFAULT_NAMESPACE = "default"
+
+
+def connect(
+    url: str | os.PathLike[str] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    *,
+    timeout: float | None = None,
+    durability: str | None = None,
+) -> AsyncStore:
+    """Like :func:`sessionstore.connect`, for asyncio. No I/O until first use."""
+    resolved = resolve_url(url)
+    options: dict[str, Any] = {"timeout": timeout, "durability": durability}
+    return AsyncStore(open_backends(resolved, check_namespace(namespace), options), namespace)
+
+
+class _Offload:
+    """Async view of a blocking backend: each method runs in a worker thread."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self._target, name)
+
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
+
+
+def _async_backends(backends: Backends) -> AsyncBackends:
+    if backends.make_async is not None:
+        return backends.make_async()
+
+    async def aclose() -> None:
+        await asyncio.to_thread(backends.close)
+
+    return AsyncBackends(_Offload(backends.values), _Offload(backends.events), aclose)
+
+
+class _Done:
+    """An already-finished awaitable, so ``dispose()`` works with or without ``await``."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+
+class AsyncSession:
+    """Async twin of :class:`sessionstore.Session`."""
+
+    def __init__(self, backend: Any, state: SessionState, lifecycle: Lifecycle) -> None:
+        self._backend = backend
+        self._state = state
+        self._lifecycle = lifecycle
+
+    async def _ready(self) -> SessionState:
+        self._state.check_alive()
+        self._lifecycle.check_open()
+        if not self._state.initialised:
+            await self._backend.prepare(self._state.key)
+            self._state.initialised = True
+        return self._state
+
+    async def wait_for_init(self, initial: bool = True) -> None:
+        """Prepare the backend for this key. Idempotent and optional."""
+        await self._ready()
+
+    async def get_data(self, when: Any) -> Any:
+        """The stored value, or None if there is none or it was written for a later time."""
+        ms = to_epoch_ms(when)
+        state = await self._ready()
+        if state.history:
+            found = await self._backend.read_as_of(state.key, ms)
+        else:
+            found = await self._backend.read(state.key)
+        return state.visible(found, ms)
+
+    async def set_data(self, value: Any, when: Any) -> None:
+        """Store ``value`` for logical time ``when``; ``None`` clears."""
+        ms = to_epoch_ms(when)
+        state = await self._ready()
+        payload = state.encode(value)
+        if state.history:
+            await self._backend.write_version(state.key, payload, ms, state.max_versions)
+        else:
+            await self._backend.write(state.key, payload, ms)
+
+    async def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
+        """Atomically replace the value visible at ``when`` by ``fn(value)`` (which may be
+        a coroutine function) and return what was stored."""
+        ms = to_epoch_ms(when)
+        state = await self._ready()
+        backend = self._backend
+        for attempt in range(UPDATE_ATTEMPTS):
+            await asyncio.sleep(backoff(attempt))
+            if state.history:
+                found = await backend.read_as_of(state.key, ms)
+            else:
+                found = await backend.read(state.key)
+            result = fn(state.visible(found, ms))
+            if inspect.isawaitable(result):
+                result = await result
+            payload = state.encode(result)
+            if state.history:
+                swapped = await backend.swap_version(
+                    state.key, found, payload, ms, state.max_versions
+                )
+            else:
+                swapped = await backend.swap(state.key, found, payload, ms)
+            if swapped:
+                return state.stored_value(payload)
+        raise ConcurrentModificationError(
+            f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
+        )
+
+    def dispose(self) -> _Done:
+        """Release the handle (at once; awaiting the result is optional). Data stays."""
+        self._state.disposed = True
+        return _Done()
+
+
+class AsyncEventLog:
+    """Async twin of :class:`sessionstore.EventLog`."""
+
+    def __init__(self, backend: Any, lifecycle: Lifecycle) -> None:
+        self._backend = backend
+        self._lifecycle = lifecycle
+        self._pending = PendingSessions()
+
+    def _open(self) -> Any:
+        self._lifecycle.check_open()
+        return self._backend
+
+    async def locate(self, header: SessionHeader | str) -> str | None:
+        """Absolute path of the session's own file, or None."""
+        session_id = header.id if isinstance(header, SessionHeader) else header
+        return await self._open().locate(check_session_id(session_id))
+
+    async def create(self, header: SessionHeader) -> None:
+        """Register a new session. Nothing is written until its first append."""
+        checked = self._pending.check_new(header)
+        if await self._open().exists(checked.id):
+            raise SessionExistsError(checked.id)
+        self._pending.add(checked)
+
+    async def append(
+        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
+    ) -> int:
+        """Durably append a contiguous batch; see :meth:`sessionstore.EventLog.append`."""
+        backend = self._open()
+        header = self._pending.get(session_id)
+        batch = encode_batch(session_id, events)
+        if not batch:
+            if header is not None:
+                return 0
+            _, stored = await backend.read(session_id, 0)
+            return len(stored)
+        next_seq: int = await backend.append(session_id, batch, header)
+        if header is not None:
+            self._pending.materialised(header)
+        return next_seq
+
+    async def load(self, session_id: str) -> LoadedSession:
+        """The header and a balanced log (torn tail cut, interrupted turn closed)."""
+        backend = self._open()
+        check_session_id(session_id)
+        for _ in range(REPAIR_ATTEMPTS):
+            header, stored = await backend.read(session_id, 0, repair=True)
+            events = decode_events(stored)
+            extra = closers(events)
+            if not extra:
+                return LoadedSession(header, events)
+            try:
+                await backend.append(session_id, encode_batch(session_id, extra), None)
+            except SeqConflictError:
+                continue
+            return LoadedSession(header, events + extra)
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing during load")
+
+    async def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
+        """Committed events with seq >= ``seq``; no repair, no writes."""
+        check_from_seq(seq)
+        _, stored = await self._open().read(check_session_id(session_id), seq)
+        return decode_events(stored)
+
+    async def iter_events(self, session_id: str, batch: int = 1000) -> AsyncIterator[SessionEvent]:
+        """Stream the committed events ``batch`` at a time, without repair."""
+        check_from_seq(batch - 1)
+        backend = self._open()
+        seq = 0
+        while True:
+            _, stored = await backend.read(check_session_id(session_id), seq, limit=batch)
+            for event in decode_events(stored):
+                yield event
+            if len(stored) < batch:
+                return
+            seq = stored[-1].seq + 1
+
+    async def list(self) -> list[SessionHeader]:
+        """Headers of the materialised sessions, by ``created_at`` then id."""
+        headers = await self._open().list()
+        return sorted(headers, key=lambda h: (h.created_at, h.id))
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
+        backend = self._open()
+        check_session_id(session_id)
+        if self._pending.discard(session_id) and not await backend.exists(session_id):
+            return
+        await backend.delete(session_id)
+
+    async def writer(self, header: SessionHeader, *, window: float = 0.2) -> AsyncSessionWriter:
+        """A write-behind writer for ``header``'s session (created here if new)."""
+        try:
+            loaded = await self.load(header.id)
+            last = loaded.events[-1] if loaded.events else None
+            start = (last.seq + 1, last.time) if last else (0, 0)
+        except SessionNotFoundError:
+            await self.create(header)
+            start = (0, 0)
+        return AsyncSessionWriter(self, WriterBuffer(header.id, *start), window)
+
+
+class AsyncSessionWriter:
+    """Async twin of :class:`sessionstore.SessionWriter`; ``emit`` does no I/O."""
+
+    def __init__(self, log: AsyncEventLog, buffer: WriterBuffer, window: float) -> None:
+        self._log = log
+        self._buffer = buffer
+        self._window = window
+        self._drain_lock = asyncio.Lock()
+        self._timer: asyncio.Task[None] | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self._buffer.session_id
+
+    @property
+    def next_seq(self) -> int:
+        return self._buffer.next_seq
+
+    def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
+        """Queue one event (seq and time assigned here) and return it."""
+        if self._buffer.closed:
+            raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
+        event = self._buffer.make(type, data)
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._drain_later())
+        return event
+
+    async def flush(self) -> None:
+        """Return once every event emitted before this call is durable."""
+        error = self._buffer.take_error()
+        if error is not None:
+            raise error
+        await self._drain()
+
+    async def close(self) -> None:
+        """Flush and stop."""
+        self._buffer.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        await self.flush()
+
+    async def __aenter__(self) -> AsyncSessionWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _drain(self) -> None:
+        async with self._drain_lock:
+            batch = list(self._buffer.pending)
+            if not batch:
+                return
+            await self._log.append(self.session_id, batch)
+            del self._buffer.pending[: len(batch)]
+
+    async def _drain_later(self) -> None:
+        await asyncio.sleep(self._window)
+        if self._buffer.error is not None:
+            return
+        try:
+            await self._drain()
+        except Exception as exc:  # noqa: BLE001 - surfaced by the next flush
+            self._buffer.error = exc
+
+
+class AsyncStore:
+    """Async twin of :class:`sessionstore.Store`."""
+
+    def __init__(self, backends: Backends, namespace: str) -> None:
+        self._backends = backends
+        self._async = _async_backends(backends)
+        self.namespace = namespace
+        self._lifecycle = Lifecycle()
+        self.events = AsyncEventLog(self._async.events, self._lifecycle)
+
+    @property
+    def url(self) -> str:
+        """The store's URL with any password masked."""
+        return self._backends.display_url
+
+    def session(
+        self,
+        symbol: str,
+        strategy: str,
+        exchange: str,
+        frame: str,
+        *,
+        mode: str = "backtest",
+        history: bool = False,
+        max_versions: int | None = None,
+    ) -> AsyncSession:
+        """A handle on the value of (symbol, strategy, exchange, frame, mode). No I/O."""
+        self._lifecycle.check_open()
+        key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
+        state = SessionState(key, bool(history), check_max_versions(history, max_versions))
+        return AsyncSession(self._async.values, state, self._lifecycle)
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+        if not self._lifecycle.closed:
+            self._lifecycle.closed = True
+            await self._async.aclose()
+            if self._backends.make_async is not None:
+                await asyncio.to_thread(self._backends.close)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncStore({self.url!r}, namespace={self.namespace!r})"

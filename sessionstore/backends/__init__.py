@@ -1,0 +1,1 @@
+"""Storage backends. Each implements :mod:`sessionstore.contracts`; none makes decisions."""

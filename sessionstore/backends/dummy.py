@@ -1,0 +1,68 @@
+"""``dummy://``: accepts everything, stores nothing, every read is empty."""
+
+from __future__ import annotations
+
+from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
+from ..errors import SessionNotFoundError
+from ..keys import ValueKey
+from ..models import SessionHeader
+
+
+class DummyValues(ValueBackend):
+    def read(self, key: ValueKey) -> Stored | None:
+        return None
+
+    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+        return None
+
+    def swap(self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int) -> bool:
+        return True
+
+    def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
+        return None
+
+    def write_version(
+        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+    ) -> None:
+        return None
+
+    def swap_version(
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+    ) -> bool:
+        return True
+
+
+class DummyEvents(EventBackend):
+    """Appends are accepted (any seq, any session) and forgotten; nothing is ever found."""
+
+    def locate(self, session_id: str) -> str | None:
+        return None
+
+    def exists(self, session_id: str) -> bool:
+        return False
+
+    def append(
+        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+    ) -> int:
+        return events[-1].seq + 1 if events else 0
+
+    def read(
+        self,
+        session_id: str,
+        from_seq: int = 0,
+        *,
+        repair: bool = False,
+        limit: int | None = None,
+    ) -> tuple[SessionHeader, list[StoredEvent]]:
+        raise SessionNotFoundError(session_id)
+
+    def list(self) -> list[SessionHeader]:
+        return []
+
+    def delete(self, session_id: str) -> None:
+        raise SessionNotFoundError(session_id)

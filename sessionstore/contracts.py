@@ -1,0 +1,136 @@
+"""What a backend must do. The facades (:mod:`sessionstore.store`, :mod:`sessionstore.aio`)
+hold every decision; a backend only stores and fetches, atomically where stated.
+
+A backend implements :class:`ValueBackend` and :class:`EventBackend` synchronously;
+the async API runs a blocking backend in a worker thread, or uses the backend's own
+``async_backend()`` where it has a native one (Redis). The conformance suites in
+``tests/conformance`` prove each backend against these contracts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from .keys import ValueKey
+from .models import SessionHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One stored version of a value: msgpack ``payload`` (None for a clear) and its ``when``."""
+
+    payload: bytes | None
+    when: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as stored: ``data`` is canonical JSON text (see :mod:`sessionstore.jsondata`)."""
+
+    seq: int
+    type: str
+    time: int
+    data: str
+    id: str | None = None
+
+
+class ValueBackend(ABC):
+    """Storage of session values. ``when`` is always int epoch ms."""
+
+    def prepare(self, key: ValueKey) -> None:  # noqa: B027 - optional hook
+        """Get ready to serve ``key`` (idempotent); e.g. create folders, clean leftovers."""
+
+    @abstractmethod
+    def read(self, key: ValueKey) -> Stored | None:
+        """The one stored record of a plain value, or None; look-ahead is the caller's job."""
+
+    @abstractmethod
+    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+        """Replace the record unconditionally; ``payload=None`` removes it. Never torn."""
+
+    @abstractmethod
+    def swap(
+        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+    ) -> bool:
+        """Atomically: if the record equals ``expected``, :meth:`write` and return True."""
+
+    @abstractmethod
+    def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
+        """History: the newest version at or before ``when`` (a clear has payload None)."""
+
+    @abstractmethod
+    def write_version(
+        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+    ) -> None:
+        """History, atomically: drop every version at or after ``when``, record this one
+        (``payload=None`` records a clear), then keep only the newest ``max_versions``."""
+
+    @abstractmethod
+    def swap_version(
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+    ) -> bool:
+        """Atomically: if :meth:`read_as_of` ``(when)`` equals ``expected``,
+        :meth:`write_version` and return True."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and handles."""
+
+
+class EventBackend(ABC):
+    """Storage of session event logs: contiguous seqs from 0, all-or-nothing batches."""
+
+    @abstractmethod
+    def locate(self, session_id: str) -> str | None:
+        """Absolute path of the session's own artifact, or None. No I/O."""
+
+    @abstractmethod
+    def exists(self, session_id: str) -> bool:
+        """True once the session is materialised (its first batch appended)."""
+
+    @abstractmethod
+    def append(
+        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+    ) -> int:
+        """Durably append a contiguous batch and return the new next seq.
+
+        ``header`` is given when this store created the session and may have to
+        materialise it. Atomically, before any write: the session must exist or
+        ``header`` be given (else ``SessionNotFoundError``); a stored header that
+        differs from ``header`` raises ``SessionExistsError``; ``events[0].seq`` must
+        equal the stored next seq (else ``SeqConflictError``), unless every event of
+        the batch is already stored identically, which is an applied replay: nothing is
+        written. A torn tail is cut off durably before writing.
+        """
+
+    @abstractmethod
+    def read(
+        self,
+        session_id: str,
+        from_seq: int = 0,
+        *,
+        repair: bool = False,
+        limit: int | None = None,
+    ) -> tuple[SessionHeader, list[StoredEvent]]:
+        """The header and the committed events with ``seq >= from_seq`` (at most ``limit``).
+
+        A torn tail is left out; with ``repair=True`` it is also cut off durably.
+        Damage before the end raises ``CorruptLogError`` and rewrites nothing; an
+        unknown header version raises ``UnsupportedVersionError``.
+        """
+
+    @abstractmethod
+    def list(self) -> list[SessionHeader]:
+        """Headers of every materialised session, from metadata only (unsorted)."""
+
+    @abstractmethod
+    def delete(self, session_id: str) -> None:
+        """Remove the session entirely; ``SessionNotFoundError`` if it is not there."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and handles."""

@@ -1,0 +1,129 @@
+"""The Redis key layout: the single place where sessionstore builds a Redis key name.
+
+Every key of a namespace starts with ``ss:<namespace>:``, so one ACL key pattern
+(``~ss:<namespace>:*``) confines a user to one namespace. Each key part is written as
+is, except that ``% : { } * ? [ ] \\``, whitespace and control characters are
+percent-escaped (``a:b`` -> ``a%3Ab``); so parts can never collide, never open a
+second hash tag and never act as glob characters in an ACL pattern or a ``--scan``.
+The braces ``{...}`` are the Cluster hash tag: all keys of one value or one log
+session live in one slot, so every script touches a single slot.
+
+======================================================  ======  ===================================  ==============  ====
+key                                                     type    fields / members                     written by      TTL
+======================================================  ======  ===================================  ==============  ====
+``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET,            none
+                                                                                                     value_swap.lua
+``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   none
+``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   none
+                                                                 for a clear
+``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua  none
+                                                                 parent_id fork_seq`` (absent = None),
+                                                                 ``next_seq``, ``last_time``
+``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_append.lua  none
+                                                                 ``type`` ``time`` ``data`` (JSON)
+                                                                 and ``id`` when the event has one
+======================================================  ======  ===================================  ==============  ====
+
+``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
+a torn tail, never part of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+from dataclasses import dataclass
+
+PREFIX = "ss"
+VALUE_KIND = "val"
+HISTORY_KIND = "hist"
+LOG_KIND = "log"
+
+_ESCAPED = re.compile(r"[%:{}*?\[\]\\\s\x00-\x1f\x7f]")
+
+
+def escape(part: str) -> str:
+    """Percent-escape the characters that carry meaning in a key name (see module doc)."""
+    return _ESCAPED.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), part)
+
+
+def unescape(part: str) -> str:
+    """Invert :func:`escape`."""
+    return unquote(part, errors="strict")
+
+
+def namespace_prefix(namespace: str) -> str:
+    """``ss:<namespace>:`` -- every key of the namespace starts with it."""
+    return f"{PREFIX}:{escape(namespace)}:"
+
+
+def namespace_pattern(namespace: str) -> str:
+    """The ACL / SCAN pattern matching every key of ``namespace``."""
+    return namespace_prefix(namespace) + "*"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueKey:
+    """Identity of one session value: the namespace plus the five key parts."""
+
+    namespace: str
+    symbol: str
+    strategy: str
+    exchange: str
+    frame: str
+    mode: str
+
+    @property
+    def parts(self) -> tuple[str, str, str, str, str]:
+        return (self.symbol, self.strategy, self.exchange, self.frame, self.mode)
+
+    def label(self) -> str:
+        """A human-readable name for messages: ``symbol/strategy/exchange/frame/mode``."""
+        return "/".join(self.parts)
+
+
+def _tag(key: ValueKey) -> str:
+    return "{" + ":".join(escape(part) for part in key.parts) + "}"
+
+
+def value_key(key: ValueKey) -> str:
+    """The hash holding one plain session value and its ``when``."""
+    return f"{namespace_prefix(key.namespace)}{VALUE_KIND}:{_tag(key)}"
+
+
+def history_keys(key: ValueKey) -> tuple[str, str]:
+    """(versions zset, values hash) of one as-of-history session value."""
+    base = f"{namespace_prefix(key.namespace)}{HISTORY_KIND}:{_tag(key)}"
+    return f"{base}:at", f"{base}:v"
+
+
+def value_pattern(namespace: str) -> str:
+    """SCAN pattern for the plain value hashes of ``namespace``."""
+    return f"{namespace_prefix(namespace)}{VALUE_KIND}:*"
+
+
+def parse_value_key(name: str, namespace: str) -> ValueKey | None:
+    """Invert :func:`value_key`; None when ``name`` is not a value key of ``namespace``."""
+    head = f"{namespace_prefix(namespace)}{VALUE_KIND}:{{"
+    if not (name.startswith(head) and name.endswith("}")):
+        return None
+    parts = name[len(head) : -1].split(":")
+    if len(parts) != 5:
+        return None
+    return ValueKey(namespace, *(unescape(part) for part in parts))
+
+
+def log_keys(namespace: str, session_id: str) -> tuple[str, str]:
+    """(meta hash, events stream) of one event-log session."""
+    base = f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}"
+    return f"{base}:meta", f"{base}:events"
+
+
+def log_meta_pattern(namespace: str) -> str:
+    """SCAN pattern for every session's meta hash in ``namespace``."""
+    return f"{namespace_prefix(namespace)}{LOG_KIND}:*:meta"
+
+
+def stream_id(seq: int) -> str:
+    """The stream entry id of event ``seq``."""
+    return f"{seq}-1"

@@ -1,0 +1,518 @@
+"""EventLogContract: every event-log backend, through the sync and the async API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+
+import pytest
+from support import artifacts
+
+from sessionstore import (
+    CorruptLogError,
+    InvalidArgumentError,
+    NotJSONSerializableError,
+    SeqConflictError,
+    SessionEvent,
+    SessionExistsError,
+    SessionHeader,
+    SessionNotFoundError,
+    SessionStoreError,
+    UnsupportedVersionError,
+)
+
+T = 1_718_000_000_000
+
+
+def ev(seq: int, type: str = "note", data: dict | None = None, time: int = T, **extra):
+    return SessionEvent(seq=seq, type=type, time=time + seq, data={} if data is None else data,
+                        **extra)
+
+
+def header(session_id: str = "s-1", **fields) -> SessionHeader:
+    return SessionHeader(id=session_id, cwd="/home/me/project", **fields)
+
+
+def started(store, session_id: str = "s-1", count: int = 3, **fields) -> SessionHeader:
+    h = header(session_id, **fields)
+    store.events.create(h)
+    if count:
+        store.events.append(session_id, [ev(i) for i in range(count)])
+    return h
+
+
+def seqs(events) -> list[int]:
+    return [e.seq for e in events]
+
+
+# --- create ----------------------------------------------------------------------------
+
+
+def test_create_is_lazy_and_leaves_nothing_behind(store, backend, store_url, namespace):
+    log = store.events
+    log.create(header("lazy"))
+    assert [h.id for h in log.list()] == []
+    with pytest.raises(SessionNotFoundError):
+        log.load("lazy")
+    assert artifacts.footprint(backend, store_url, namespace) == []
+
+
+def test_the_first_append_materialises_the_created_session(store):
+    h = header("s-1", parent_id="p-0", fork_seq=7)
+    store.events.create(h)
+    store.events.append("s-1", [ev(0)])
+    loaded = store.events.load("s-1")
+    assert loaded.header == h
+    assert seqs(loaded.events) == [0]
+
+
+def test_header_defaults(store):
+    h = SessionHeader(id="d")
+    assert h.version == 1 and h.parent_id is None and h.fork_seq is None
+    assert abs(h.created_at - time.time() * 1000) < 60_000
+
+
+def test_creating_an_existing_id_raises(store, open_store, backend):
+    log = store.events
+    log.create(header("dup"))
+    with pytest.raises(SessionExistsError):
+        log.create(header("dup"))
+    log.append("dup", [ev(0)])
+    with pytest.raises(SessionExistsError):
+        log.create(header("dup"))
+    if backend != "memory":
+        with pytest.raises(SessionExistsError):
+            open_store().events.create(header("dup"))
+
+
+def test_a_header_of_an_unknown_version_cannot_be_created(store):
+    with pytest.raises(UnsupportedVersionError):
+        store.events.create(SessionHeader(id="v", version=99))
+
+
+@pytest.mark.parametrize("call", ["load", "delete", "read_from"])
+def test_unknown_ids_raise_session_not_found(store, call):
+    args = ("nope", 0) if call == "read_from" else ("nope",)
+    with pytest.raises(SessionNotFoundError) as caught:
+        getattr(store.events, call)(*args)
+    assert "nope" in str(caught.value)
+    assert isinstance(caught.value, SessionStoreError)
+
+
+def test_append_to_a_session_never_created_raises_not_found(store):
+    with pytest.raises(SessionNotFoundError):
+        store.events.append("ghost", [ev(0)])
+
+
+def test_append_by_another_store_to_a_materialised_session(store, open_store, shared):
+    started(store, "s-1", 2)
+    other = open_store()
+    assert other.events.append("s-1", [ev(2)]) == 3
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2]
+
+
+# --- append ----------------------------------------------------------------------------
+
+
+def test_seq_starts_at_zero_and_is_contiguous_across_batches(store):
+    store.events.create(header())
+    assert store.events.append("s-1", [ev(0), ev(1)]) == 2
+    assert store.events.append("s-1", [ev(2)]) == 3
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2]
+
+
+def test_the_first_batch_must_start_at_zero(store):
+    store.events.create(header())
+    with pytest.raises(SeqConflictError) as caught:
+        store.events.append("s-1", [ev(1)])
+    assert (caught.value.session_id, caught.value.expected, caught.value.got) == ("s-1", 0, 1)
+    with pytest.raises(SessionNotFoundError):
+        store.events.load("s-1")
+
+
+@pytest.mark.parametrize("first", [3, 5])
+def test_a_batch_past_the_next_seq_conflicts_and_writes_nothing(store, first):
+    started(store, "s-1", 2)
+    with pytest.raises(SeqConflictError) as caught:
+        store.events.append("s-1", [ev(first), ev(first + 1)])
+    assert (caught.value.expected, caught.value.got) == (2, first)
+    assert seqs(store.events.load("s-1").events) == [0, 1]
+
+
+def test_a_batch_with_a_gap_conflicts_and_writes_nothing(store):
+    started(store, "s-1", 2)
+    with pytest.raises(SeqConflictError):
+        store.events.append("s-1", [ev(2), ev(4)])
+    assert seqs(store.events.load("s-1").events) == [0, 1]
+
+
+def test_append_takes_plain_dicts(store):
+    store.events.create(header())
+    store.events.append("s-1", [{"seq": 0, "type": "turn/start", "time": T, "data": {"turn": 1}}])
+    event = store.events.load("s-1").events[0]
+    assert (event.type, event.data) == ("turn/start", {"turn": 1})
+
+
+def test_events_round_trip_every_field(store):
+    store.events.create(header())
+    data = {"text": "héllo ✓", "n": 2**63 - 1, "f": -0.5, "nested": {"list": [1, None, True]}}
+    store.events.append("s-1", [SessionEvent(seq=0, type="custom/x", time=T, data=data, id="e-0")])
+    [event] = store.events.load("s-1").events
+    assert event == SessionEvent(seq=0, type="custom/x", time=T, data=data, id="e-0")
+
+
+@pytest.mark.parametrize("bad", [{"seq": -1, "type": "x", "time": T}, {"type": "x", "time": T},
+                                 {"seq": 0, "type": "x", "time": "soon"}, "not an event"])
+def test_a_malformed_event_raises_invalid_argument(store, bad):
+    store.events.create(header())
+    with pytest.raises(InvalidArgumentError):
+        store.events.append("s-1", [bad])
+
+
+# --- idempotent replay -----------------------------------------------------------------
+
+
+def test_an_identical_batch_is_an_applied_replay(store, backend, store_url, namespace):
+    h = started(store, "s-1", 0)
+    batch = [ev(0, "note", {"turn": 1}), ev(1, "note", {"x": [1, 2]}, id="n1")]
+    assert store.events.append("s-1", batch) == 2
+    before = artifacts.footprint(backend, store_url, namespace)
+    store.events.append("s-1", batch)
+    store.events.append("s-1", batch[1:])
+    assert artifacts.footprint(backend, store_url, namespace) == before
+    loaded = store.events.load("s-1")
+    assert loaded.header == h and seqs(loaded.events) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "replay",
+    [
+        [ev(0, "turn/start", {"turn": 2})],
+        [ev(0, "turn/start", {"turn": 1}, time=T + 5)],
+        [ev(0, "turn/start", {"turn": 1}, id="other")],
+        [ev(0, "turn/end", {"turn": 1})],
+        [ev(1, "note"), ev(2, "note")],
+    ],
+    ids=["data", "time", "id", "type", "runs-past-the-end"],
+)
+def test_a_batch_that_differs_from_the_stored_events_conflicts(store, replay):
+    store.events.create(header())
+    store.events.append("s-1", [ev(0, "turn/start", {"turn": 1}), ev(1, "note")])
+    with pytest.raises(SeqConflictError) as caught:
+        store.events.append("s-1", replay)
+    assert caught.value.expected == 2
+    stored = store.events.read_from("s-1", 0)
+    assert [(e.seq, e.type, e.data) for e in stored] == [(0, "turn/start", {"turn": 1}),
+                                                         (1, "note", {})]
+
+
+# --- lossless JSON ---------------------------------------------------------------------
+
+
+class Thing:
+    pass
+
+
+def _cycle() -> dict:
+    data: dict = {"a": {}}
+    data["a"]["self"] = data["a"]
+    return data
+
+
+LOSSY = [
+    ({"x": math.nan}, "$.x"),
+    ({"x": math.inf}, "$.x"),
+    ({"args": {"tags": {"a", "b"}}}, "$.args.tags"),
+    ({"blob": b"bytes"}, "$.blob"),
+    ({"pair": (1, 2)}, "$.pair"),
+    ({"at": dt.datetime(2024, 1, 1)}, "$.at"),
+    ({"m": {1: "int key"}}, "$.m"),
+    ({"list": [1, Thing()]}, "$.list[1]"),
+    ({"n": 2**70}, "$.n"),
+    (_cycle(), "$.a.self"),
+    ({"s": "\ud800"}, "$.s"),
+]
+
+
+@pytest.mark.parametrize(("data", "path"), LOSSY, ids=[p for _, p in LOSSY])
+def test_lossy_data_is_rejected_naming_type_seq_and_path(store, data, path):
+    started(store, "s-1", 1)
+    event = SessionEvent(seq=2, type="tool/call", time=T, data=data)
+    with pytest.raises(NotJSONSerializableError) as caught:
+        store.events.append("s-1", [ev(1), event])
+    error = caught.value
+    assert (error.event_type, error.seq, error.path) == ("tool/call", 2, path)
+    assert "tool/call" in str(error) and "2" in str(error) and path in str(error)
+    assert isinstance(error, InvalidArgumentError)
+    assert seqs(store.events.load("s-1").events) == [0]
+
+
+def test_building_an_event_never_rejects_its_data():
+    event = SessionEvent(seq=0, type="x", time=T, data={"tags": {1, 2}})
+    assert event.data == {"tags": {1, 2}}
+
+
+def test_data_must_be_an_object(store):
+    store.events.create(header())
+    with pytest.raises(NotJSONSerializableError) as caught:
+        store.events.append("s-1", [SessionEvent(seq=0, type="x", time=T, data=[1, 2])])
+    assert caught.value.path == "$"
+
+
+# --- load: interrupted turns -----------------------------------------------------------
+
+
+def turn_events(*specs):
+    return [SessionEvent(seq=i, type=t, time=T + i, data=d) for i, (t, d) in enumerate(specs)]
+
+
+def test_a_balanced_log_loads_unchanged(store):
+    store.events.create(header())
+    events = turn_events(
+        ("turn/start", {"turn": 1}),
+        ("step/start", {"turn": 1, "step": 1}),
+        ("step/end", {"turn": 1, "step": 1}),
+        ("turn/end", {"turn": 1, "reason": {"kind": "done"}}),
+    )
+    store.events.append("s-1", events)
+    assert store.events.load("s-1").events == events
+
+
+def test_an_interrupted_turn_is_closed_with_both_error_codes(store):
+    store.events.create(header())
+    store.events.append("s-1", turn_events(
+        ("turn/start", {"turn": 3}),
+        ("step/start", {"turn": 3, "step": 1}),
+        ("assistant/message", {"turn": 3, "step": 1, "tool_calls": [
+            {"id": "c-ran", "name": "bash", "arguments": {"cmd": "ls"}},
+            {"id": "c-never", "name": "read", "arguments": {}},
+            {"id": "c-done", "name": "read", "arguments": {}},
+        ]}),
+        ("tool/call", {"turn": 3, "step": 1, "call_id": "c-done", "name": "read", "arguments": {}}),
+        ("tool/result", {"turn": 3, "step": 1, "call_id": "c-done", "is_error": False,
+                         "content": "ok"}),
+        ("tool/call", {"turn": 3, "step": 1, "call_id": "c-ran", "name": "bash",
+                       "arguments": {"cmd": "ls"}}),
+    ))
+    events = store.events.load("s-1").events
+    assert seqs(events) == list(range(10))
+    closers = events[6:]
+    assert [e.type for e in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    by_call = {e.data["call_id"]: e.data for e in closers[:2]}
+    assert by_call["c-ran"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert by_call["c-never"]["error"]["code"] == "TOOL_NOT_STARTED"
+    assert all(d["is_error"] is True and d["turn"] == 3 for d in by_call.values())
+    assert closers[2].data == {"turn": 3, "step": 1}
+    assert closers[3].data == {"turn": 3, "reason": {"kind": "interrupted"}}
+    assert {e.time for e in closers} == {events[5].time}
+
+
+def test_closers_are_durable_and_a_second_load_writes_nothing(
+    store, open_store, backend, store_url, namespace
+):
+    store.events.create(header())
+    store.events.append("s-1", turn_events(("turn/start", {"turn": 1})))
+    first = store.events.load("s-1")
+    assert [e.type for e in first.events] == ["turn/start", "turn/end"]
+    before = artifacts.footprint(backend, store_url, namespace)
+    assert store.events.load("s-1") == first
+    assert artifacts.footprint(backend, store_url, namespace) == before
+    assert store.events.read_from("s-1", 0) == first.events
+    if backend != "memory":
+        assert open_store().events.load("s-1") == first
+
+
+def test_two_repairers_end_with_one_set_of_closers(store, open_store, shared):
+    store.events.create(header())
+    store.events.append("s-1", turn_events(("turn/start", {"turn": 1}),
+                                           ("step/start", {"turn": 1, "step": 1})))
+    a, b = store.events.read_from("s-1", 0), None
+    other = open_store()
+    first, second = store.events.load("s-1"), other.events.load("s-1")
+    b = store.events.read_from("s-1", 0)
+    assert first == second
+    assert seqs(b) == [0, 1, 2, 3] and len(a) == 2
+
+
+def test_a_new_turn_continues_after_the_closers(store):
+    store.events.create(header())
+    store.events.append("s-1", turn_events(("turn/start", {"turn": 1})))
+    loaded = store.events.load("s-1")
+    store.events.append("s-1", [ev(len(loaded.events), "turn/start", {"turn": 2})])
+    assert seqs(store.events.load("s-1").events)[-1] == 3
+
+
+# --- torn tail and corruption ----------------------------------------------------------
+
+
+def _damageable(backend):
+    if backend == "memory":
+        pytest.skip("memory:// keeps nothing that can tear")
+
+
+def test_a_torn_final_batch_is_dropped_and_cut_off(store, backend, store_url, namespace):
+    _damageable(backend)
+    h = started(store, "s-1", 3)
+    path = store.events.locate(h)
+    artifacts.tear_tail(backend, store_url, namespace, "s-1", path, 3)
+    assert seqs(store.events.read_from("s-1", 0)) == [0, 1, 2]
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2]
+    assert store.events.append("s-1", [ev(3)]) == 4
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2, 3]
+
+
+def test_damage_before_the_end_is_refused_and_nothing_rewritten(
+    store, backend, store_url, namespace
+):
+    _damageable(backend)
+    h = started(store, "s-1", 4)
+    path = store.events.locate(h)
+    artifacts.remove_event(backend, store_url, namespace, "s-1", path, 1)
+    before = artifacts.snapshot(backend, store_url, namespace, "s-1", path)
+    with pytest.raises(CorruptLogError) as caught:
+        store.events.load("s-1")
+    assert "s-1" in str(caught.value)
+    with pytest.raises(CorruptLogError):
+        store.events.append("s-1", [ev(4)])
+    assert artifacts.snapshot(backend, store_url, namespace, "s-1", path) == before
+
+
+def test_an_unknown_stored_version_is_refused(store, backend, store_url, namespace):
+    _damageable(backend)
+    h = started(store, "s-1", 2)
+    artifacts.set_stored_version(backend, store_url, namespace, "s-1", store.events.locate(h), 99)
+    with pytest.raises(UnsupportedVersionError) as caught:
+        store.events.load("s-1")
+    assert "99" in str(caught.value) and "1" in str(caught.value)
+
+
+# --- list, read_from, iter_events, delete, locate --------------------------------------
+
+
+def test_list_orders_by_created_at_then_id(store):
+    for session_id, created in [("b", 2), ("a", 2), ("c", 1)]:
+        started(store, session_id, 1, created_at=created)
+    store.events.create(header("never-appended"))
+    assert [h.id for h in store.events.list()] == ["c", "a", "b"]
+
+
+def test_read_from_returns_events_from_seq(store):
+    started(store, "s-1", 5)
+    assert seqs(store.events.read_from("s-1", 3)) == [3, 4]
+    assert store.events.read_from("s-1", 9) == []
+
+
+def test_read_from_rejects_a_negative_seq(store):
+    started(store, "s-1", 1)
+    with pytest.raises(InvalidArgumentError):
+        store.events.read_from("s-1", -1)
+
+
+def test_iter_events_streams_the_whole_log_in_batches(store):
+    started(store, "s-1", 0)
+    store.events.append("s-1", [ev(i) for i in range(25)])
+    assert seqs(store.events.iter_events("s-1", batch=7)) == list(range(25))
+
+
+def test_delete_removes_the_session_entirely(store, backend, store_url, namespace):
+    started(store, "s-1", 3)
+    store.events.delete("s-1")
+    assert artifacts.footprint(backend, store_url, namespace) == []
+    with pytest.raises(SessionNotFoundError):
+        store.events.load("s-1")
+    with pytest.raises(SessionNotFoundError):
+        store.events.delete("s-1")
+    started(store, "s-1", 1)
+    assert seqs(store.events.load("s-1").events) == [0]
+
+
+def test_locate_names_an_absolute_path_or_none(store, backend):
+    h = header("where")
+    located = store.events.locate(h)
+    if backend == "file":
+        assert located is not None and located.startswith("/")
+    else:
+        assert located is None
+
+
+def test_namespaces_isolate_logs(open_store, shared):
+    a, b = open_store("ns-a"), open_store("ns-b")
+    started(a, "s-1", 2)
+    assert b.events.list() == []
+    with pytest.raises(SessionNotFoundError):
+        b.events.load("s-1")
+    started(b, "s-1", 1)
+    assert seqs(a.events.load("s-1").events) == [0, 1]
+
+
+@pytest.mark.parametrize("session_id", ["../../etc/passwd", "a:b", "{x}", "日本語", "*", "a b"])
+def test_hostile_session_ids_work_and_stay_apart(store, session_id):
+    started(store, session_id, 2)
+    started(store, session_id + "-2", 1)
+    assert seqs(store.events.load(session_id).events) == [0, 1]
+    assert {h.id for h in store.events.list()} == {session_id, session_id + "-2"}
+
+
+# --- the write-behind writer -----------------------------------------------------------
+
+
+def test_writer_assigns_seq_and_time_and_flush_makes_events_durable(store, open_store, backend):
+    w = store.events.writer(header("w"))
+    first = w.emit("turn/start", {"turn": 1})
+    second = w.emit("turn/end", {"turn": 1, "reason": {"kind": "done"}})
+    assert (first.seq, second.seq) == (0, 1) and second.time >= first.time
+    w.flush()
+    reader = store if backend == "memory" else open_store()
+    assert seqs(reader.events.read_from("w", 0)) == [0, 1]
+    w.close()
+
+
+def test_writer_drains_in_the_background(store):
+    w = store.events.writer(header("w"), window=0.05)
+    w.emit("note", {"n": 1})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _exists(store, "w"):
+        time.sleep(0.02)
+    assert seqs(store.events.read_from("w", 0)) == [0]
+    w.close()
+
+
+def _exists(store, session_id):
+    try:
+        return bool(store.events.read_from(session_id, 0))
+    except SessionNotFoundError:
+        return False
+
+
+def test_writer_close_flushes_and_resumes_after_the_stored_log(store):
+    w = store.events.writer(header("w"))
+    w.emit("turn/start", {"turn": 1})
+    w.close()
+    resumed = store.events.writer(header("w"))
+    event = resumed.emit("note", {})
+    resumed.close()
+    assert event.seq == 2
+    assert [e.type for e in store.events.load("w").events] == ["turn/start", "turn/end", "note"]
+
+
+def test_writer_rejects_lossy_data_at_emit(store):
+    w = store.events.writer(header("w"))
+    with pytest.raises(NotJSONSerializableError):
+        w.emit("note", {"bad": {1, 2}})
+    assert w.emit("note", {}).seq == 0
+    w.close()
+
+
+def test_a_background_failure_keeps_the_batch_and_surfaces_on_flush(store, open_store, shared):
+    w = store.events.writer(header("w"), window=0.01)
+    w.emit("note", {"n": 0})
+    w.flush()
+    open_store().events.append("w", [ev(1, "intruder")])
+    w.emit("note", {"n": 1})
+    with pytest.raises(SeqConflictError):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            w.flush()
+            time.sleep(0.02)
+    assert [e.type for e in store.events.read_from("w", 0)] == ["note", "intruder"]

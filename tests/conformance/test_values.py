@@ -1,0 +1,418 @@
+"""ValueStoreContract: every value backend, through the sync and the async API."""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from sessionstore import (
+    InvalidArgumentError,
+    NotSerializableError,
+    SessionDisposedError,
+    SessionStoreError,
+    StoreClosedError,
+)
+
+T0 = 1_718_000_000_000
+KEY = ("BTCUSDT", "llm-momentum", "binance", "1h")
+
+
+def open_session(store, *parts: str, **options):
+    return store.session(*(parts or KEY), **options)
+
+
+# --- reads and look-ahead -------------------------------------------------------------
+
+
+def test_get_returns_none_when_nothing_is_stored(store):
+    assert open_session(store).get_data(T0) is None
+
+
+def test_get_sees_a_value_written_for_the_same_or_an_earlier_time(store):
+    s = open_session(store)
+    s.set_data({"lastLlmSignal": "buy", "confirmedAt": T0}, T0)
+    assert s.get_data(T0) == {"lastLlmSignal": "buy", "confirmedAt": T0}
+    assert s.get_data(T0 + 3_600_000) == {"lastLlmSignal": "buy", "confirmedAt": T0}
+
+
+def test_get_never_sees_a_value_written_for_a_later_time(store):
+    s = open_session(store)
+    s.set_data("future", T0 + 1)
+    assert s.get_data(T0) is None
+
+
+def test_a_later_write_replaces_the_record(store):
+    s = open_session(store)
+    s.set_data("first", T0)
+    s.set_data("second", T0 + 10)
+    assert s.get_data(T0 + 10) == "second"
+    assert s.get_data(T0 + 5) is None
+
+
+def test_an_earlier_write_replaces_what_a_previous_run_left(store):
+    s = open_session(store)
+    s.set_data("live run", T0 + 1_000)
+    s.set_data("restarted backtest", T0)
+    assert s.get_data(T0) == "restarted backtest"
+    assert s.get_data(T0 + 1_000) == "restarted backtest"
+
+
+def test_set_none_clears_the_value(store):
+    s = open_session(store)
+    s.set_data("x", T0)
+    s.set_data(None, T0 + 1)
+    assert s.get_data(T0 + 1) is None
+    assert s.get_data(T0 + 100) is None
+
+
+# --- when ------------------------------------------------------------------------------
+
+
+def test_when_accepts_aware_datetimes_in_any_zone(store):
+    s = open_session(store)
+    aware = datetime(2024, 6, 10, 6, 13, 20, tzinfo=timezone(timedelta(hours=2)))
+    s.set_data("v", aware)
+    ms = int(aware.timestamp() * 1000)
+    assert s.get_data(ms) == "v"
+    assert s.get_data(ms - 1) is None
+
+
+def test_when_takes_naive_datetimes_as_utc(store):
+    s = open_session(store)
+    s.set_data("v", datetime(2024, 6, 10, 4, 13, 20))
+    ms = int(datetime(2024, 6, 10, 4, 13, 20, tzinfo=UTC).timestamp() * 1000)
+    assert s.get_data(ms) == "v"
+    assert s.get_data(ms - 1) is None
+
+
+def test_when_keeps_milliseconds_of_a_datetime(store):
+    s = open_session(store)
+    s.set_data("v", datetime(2024, 1, 1, 0, 0, 0, 123_456, tzinfo=UTC))
+    ms = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000) + 123
+    assert s.get_data(ms) == "v"
+    assert s.get_data(ms - 1) is None
+
+
+@pytest.mark.parametrize("bad", [True, False, "1718000000000", math.nan, 1.5, None, [T0], 2**80])
+def test_a_bad_when_raises_and_writes_nothing(store, bad):
+    s = open_session(store)
+    s.set_data("kept", T0)
+    with pytest.raises(InvalidArgumentError) as caught:
+        s.set_data("replacement", bad)
+    assert "when" in str(caught.value)
+    with pytest.raises(InvalidArgumentError):
+        s.get_data(bad)
+    with pytest.raises(InvalidArgumentError):
+        s.update(lambda v: "replacement", bad)
+    assert s.get_data(T0) == "kept"
+
+
+def test_invalid_argument_error_is_a_value_error_and_a_session_store_error():
+    assert issubclass(InvalidArgumentError, ValueError)
+    assert issubclass(InvalidArgumentError, SessionStoreError)
+
+
+# --- values ----------------------------------------------------------------------------
+
+ROUND_TRIPS = [
+    0,
+    -(2**63),
+    2**64 - 1,
+    3.25,
+    "unicode ✓ 日本",
+    b"\x00\xffbytes",
+    [1, [2, [3, {"deep": None}]]],
+    {"lastLlmSignal": "buy", "confirmedAt": T0, "scores": [0.1, 0.2], "ok": True},
+    {1: "int keys", 2: {"nested": []}},
+    "",
+    {},
+    [],
+    False,
+]
+
+
+@pytest.mark.parametrize("value", ROUND_TRIPS, ids=repr)
+def test_values_round_trip_equal(store, value):
+    s = open_session(store)
+    s.set_data(value, T0)
+    got = s.get_data(T0)
+    assert got == value
+    assert type(got) is type(value)
+
+
+def test_tuples_come_back_as_lists(store):
+    s = open_session(store)
+    s.set_data({"pair": (1, 2)}, T0)
+    assert s.get_data(T0) == {"pair": [1, 2]}
+
+
+class Opaque:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "type_name"),
+    [({"tags": {1, 2}}, "set"), ([Opaque()], "Opaque"), ({"n": 2**70}, "64-bit"),
+     ({(1, 2): "tuple key"}, "tuple")],
+)
+def test_an_unserialisable_value_raises_naming_key_and_type_and_keeps_the_record(
+    store, value, type_name
+):
+    s = open_session(store)
+    s.set_data({"kept": True}, T0)
+    with pytest.raises(NotSerializableError) as caught:
+        s.set_data(value, T0 + 1)
+    message = str(caught.value)
+    assert "BTCUSDT" in message and "llm-momentum" in message
+    assert type_name in message
+    assert isinstance(caught.value, InvalidArgumentError)
+    assert s.get_data(T0 + 1) == {"kept": True}
+
+
+# --- keys ------------------------------------------------------------------------------
+
+
+def test_every_key_part_and_the_mode_isolate_records(store):
+    variants = [
+        ("BTCUSDT", "llm-momentum", "binance", "1h"),
+        ("ETHUSDT", "llm-momentum", "binance", "1h"),
+        ("BTCUSDT", "other", "binance", "1h"),
+        ("BTCUSDT", "llm-momentum", "bybit", "1h"),
+        ("BTCUSDT", "llm-momentum", "binance", "4h"),
+    ]
+    for index, parts in enumerate(variants):
+        open_session(store, *parts).set_data(index, T0)
+        open_session(store, *parts, mode="live").set_data(f"live {index}", T0)
+    for index, parts in enumerate(variants):
+        assert open_session(store, *parts).get_data(T0) == index
+        assert open_session(store, *parts, mode="live").get_data(T0) == f"live {index}"
+
+
+def test_namespaces_isolate_records(open_store, shared):
+    a, b = open_store("ns-a"), open_store("ns-b")
+    open_session(a).set_data("a", T0)
+    assert open_session(b).get_data(T0) is None
+    open_session(b).set_data("b", T0)
+    assert open_session(a).get_data(T0) == "a"
+
+
+HOSTILE = ["../../etc", "a:b", "{x}", "日本語", "", ".", "..", "a/b", "*", "a b\n", "%3A", "x" * 300]
+
+
+def test_hostile_key_parts_neither_collide_nor_escape(store):
+    handles = {}
+    for index, part in enumerate(HOSTILE):
+        handles[(part, "s")] = open_session(store, part, "s", "e", "f")
+        handles[("s", part)] = open_session(store, "s", part, "e", "f")
+        handles[(part, "s")].set_data(f"first {index}", T0)
+        handles[("s", part)].set_data(f"second {index}", T0)
+    for index, part in enumerate(HOSTILE):
+        assert handles[(part, "s")].get_data(T0) == f"first {index}"
+        assert handles[("s", part)].get_data(T0) == f"second {index}"
+
+
+def test_separators_inside_parts_do_not_merge_keys(store):
+    open_session(store, "a:b", "c", "e", "f").set_data("left", T0)
+    open_session(store, "a", "b:c", "e", "f").set_data("right", T0)
+    assert open_session(store, "a:b", "c", "e", "f").get_data(T0) == "left"
+    assert open_session(store, "a", "b:c", "e", "f").get_data(T0) == "right"
+
+
+@pytest.mark.parametrize("bad", [None, 1, b"bytes", "\ud800"])
+def test_a_bad_key_part_raises_invalid_argument(store, bad):
+    with pytest.raises(InvalidArgumentError):
+        store.session(bad, "s", "e", "f")
+
+
+def test_an_unknown_mode_is_refused(store):
+    with pytest.raises(InvalidArgumentError):
+        store.session("BTCUSDT", "s", "e", "f", mode="paper")
+
+
+# --- handle lifecycle ------------------------------------------------------------------
+
+
+def test_wait_for_init_is_idempotent_and_optional(store):
+    s = open_session(store)
+    s.wait_for_init(initial=True)
+    s.wait_for_init(initial=True)
+    s.wait_for_init(initial=False)
+    s.set_data(1, T0)
+    fresh = open_session(store)
+    assert fresh.get_data(T0) == 1
+
+
+def test_dispose_refuses_further_use_and_keeps_the_data(store):
+    s = open_session(store)
+    s.set_data("kept", T0)
+    s.dispose()
+    for call in (
+        lambda: s.get_data(T0),
+        lambda: s.set_data(1, T0),
+        lambda: s.update(lambda v: v, T0),
+        lambda: s.wait_for_init(),
+    ):
+        with pytest.raises(SessionDisposedError):
+            call()
+    assert open_session(store).get_data(T0) == "kept"
+
+
+def test_a_closed_store_refuses_use(open_store):
+    store = open_store()
+    s = open_session(store)
+    store.close()
+    store.close()
+    with pytest.raises(StoreClosedError):
+        s.get_data(T0)
+    with pytest.raises(StoreClosedError):
+        store.session(*KEY)
+
+
+def test_two_stores_on_one_url_share_values(open_store, shared):
+    writer, reader = open_store(), open_store()
+    open_session(writer).set_data({"signal": "sell"}, T0)
+    assert open_session(reader).get_data(T0) == {"signal": "sell"}
+    open_session(reader).set_data(None, T0)
+    assert open_session(writer).get_data(T0) is None
+
+
+# --- update ----------------------------------------------------------------------------
+
+
+def test_update_applies_fn_to_the_visible_value_and_returns_what_was_stored(store):
+    s = open_session(store)
+    assert s.update(lambda v: (v or 0) + 1, T0) == 1
+    assert s.update(lambda v: (v or 0) + 1, T0) == 2
+    assert s.get_data(T0) == 2
+
+
+def test_update_does_not_see_the_future(store):
+    s = open_session(store)
+    s.set_data(100, T0 + 10)
+    seen = []
+    assert s.update(lambda v: seen.append(v) or 1, T0) == 1
+    assert seen[-1] is None
+    assert s.get_data(T0) == 1
+
+
+def test_update_returns_the_stored_form(store):
+    s = open_session(store)
+    assert s.update(lambda v: (1, 2), T0) == [1, 2]
+
+
+def test_update_to_none_clears(store):
+    s = open_session(store)
+    s.set_data(5, T0)
+    assert s.update(lambda v: None, T0) is None
+    assert s.get_data(T0) is None
+
+
+def test_update_with_an_unserialisable_result_keeps_the_record(store):
+    s = open_session(store)
+    s.set_data(1, T0)
+    with pytest.raises(NotSerializableError):
+        s.update(lambda v: {v}, T0)
+    assert s.get_data(T0) == 1
+
+
+def test_update_propagates_errors_raised_by_fn(store):
+    s = open_session(store)
+    s.set_data(1, T0)
+
+    def boom(value):
+        raise LookupError("from fn")
+
+    with pytest.raises(LookupError):
+        s.update(boom, T0)
+    assert s.get_data(T0) == 1
+
+
+def test_threads_sharing_one_store_lose_no_update(store):
+    s = open_session(store)
+
+    def work():
+        for _ in range(50):
+            s.update(lambda v: (v or 0) + 1, T0)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert s.get_data(T0) == 200
+
+
+# --- as-of history ---------------------------------------------------------------------
+
+
+def test_history_reads_the_newest_value_at_or_before_when(store):
+    s = open_session(store, history=True)
+    s.set_data("a", T0)
+    s.set_data("b", T0 + 10)
+    s.set_data("c", T0 + 20)
+    assert s.get_data(T0 - 1) is None
+    assert s.get_data(T0) == "a"
+    assert s.get_data(T0 + 15) == "b"
+    assert s.get_data(T0 + 20) == "c"
+    assert s.get_data(T0 + 99) == "c"
+
+
+def test_history_write_discards_versions_at_or_after_when(store):
+    s = open_session(store, history=True)
+    for offset, value in [(0, "a"), (10, "b"), (20, "c")]:
+        s.set_data(value, T0 + offset)
+    s.set_data("b2", T0 + 10)
+    assert s.get_data(T0 + 25) == "b2"
+    assert s.get_data(T0 + 5) == "a"
+    s.set_data("restart", T0 - 5)
+    assert s.get_data(T0 + 25) == "restart"
+    assert s.get_data(T0 - 6) is None
+
+
+def test_history_records_a_clear_at_when(store):
+    s = open_session(store, history=True)
+    s.set_data("a", T0)
+    s.set_data(None, T0 + 10)
+    s.set_data("b", T0 + 20)
+    assert s.get_data(T0 + 5) == "a"
+    assert s.get_data(T0 + 10) is None
+    assert s.get_data(T0 + 15) is None
+    assert s.get_data(T0 + 20) == "b"
+
+
+def test_history_max_versions_bounds_the_history(store):
+    s = open_session(store, history=True, max_versions=2)
+    for offset in range(5):
+        s.set_data(offset, T0 + offset)
+    assert s.get_data(T0 + 4) == 4
+    assert s.get_data(T0 + 3) == 3
+    assert s.get_data(T0 + 2) is None
+    assert s.get_data(T0) is None
+
+
+def test_history_and_plain_sessions_do_not_share_records(store):
+    open_session(store, history=True).set_data("history", T0)
+    assert open_session(store).get_data(T0) is None
+
+
+def test_history_update_works_on_the_as_of_value(store):
+    s = open_session(store, history=True)
+    s.set_data(10, T0)
+    s.set_data(1000, T0 + 100)
+    assert s.update(lambda v: v + 1, T0 + 50) == 11
+    assert s.get_data(T0 + 200) == 11
+    assert s.get_data(T0 + 10) == 10
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3"])
+def test_max_versions_must_be_a_positive_int(store, bad):
+    with pytest.raises(InvalidArgumentError):
+        store.session(*KEY, history=True, max_versions=bad)
+
+
+def test_max_versions_needs_history(store):
+    with pytest.raises(InvalidArgumentError):
+        store.session(*KEY, max_versions=3)

@@ -1,0 +1,151 @@
+"""Look at, and damage, what a backend stored: raw files, SQLite rows, Redis keys.
+
+The conformance suites use this to prove "nothing was written" and to inject torn
+tails and corruption the way a crash or a bad disk would.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+
+from sessionstore import keys
+from sessionstore.connection import file_root
+
+
+def _sqlite_path(url: str) -> str:
+    return url[len("sqlite:///") :]
+
+
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def footprint(backend: str, url: str, namespace: str) -> list[str]:
+    """Everything stored for ``namespace``: file paths, SQLite rows or Redis keys."""
+    if backend == "file":
+        root = file_root(url)
+        return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+    if backend == "sqlite":
+        if not Path(_sqlite_path(url)).exists():
+            return []
+        with sqlite3.connect(_sqlite_path(url)) as db:
+            rows: list[str] = []
+            for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+                columns = [c[1] for c in db.execute(f"PRAGMA table_info({table})")]
+                if "namespace" in columns:
+                    found = db.execute(f"SELECT * FROM {table} WHERE namespace=?", (namespace,))
+                    rows += [f"{table}:{row}" for row in found]
+            return rows
+    if backend == "redis":
+        client = _redis(url)
+        try:
+            return sorted(
+                k.decode() for k in client.scan_iter(match=keys.namespace_pattern(namespace))
+            )
+        finally:
+            client.close()
+    return []
+
+
+def tear_tail(backend: str, url: str, namespace: str, session_id: str, log_path: str | None,
+              next_seq: int) -> None:
+    """Leave a partly written final batch behind, as a crash mid-append would."""
+    if backend == "file":
+        assert log_path is not None
+        line = json.dumps({"seq": next_seq, "type": "x", "time": 1, "data": {}, "batch_end": next_seq + 1})
+        with open(log_path, "a") as file:
+            file.write(line + "\n" + line[:9])
+    elif backend == "sqlite":
+        with sqlite3.connect(_sqlite_path(url)) as db:
+            db.execute(
+                "INSERT INTO log_events (namespace, session_id, seq, type, time, data, event_id)"
+                " VALUES (?, ?, ?, 'x', 1, '{}', NULL)",
+                (namespace, session_id, next_seq),
+            )
+    elif backend == "redis":
+        _, stream = keys.log_keys(namespace, session_id)
+        client = _redis(url)
+        client.xadd(stream, {"seq": next_seq, "type": "x", "time": 1, "data": "{}"},
+                    id=keys.stream_id(next_seq))
+        client.close()
+    else:
+        raise AssertionError(f"{backend} cannot tear")
+
+
+def remove_event(backend: str, url: str, namespace: str, session_id: str, log_path: str | None,
+                 seq: int) -> None:
+    """Lose event ``seq`` from the middle of a log (corruption, not a torn tail)."""
+    if backend == "file":
+        assert log_path is not None
+        lines = Path(log_path).read_bytes().splitlines(keepends=True)
+        del lines[seq + 1]
+        Path(log_path).write_bytes(b"".join(lines))
+    elif backend == "sqlite":
+        with sqlite3.connect(_sqlite_path(url)) as db:
+            db.execute(
+                "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq=?",
+                (namespace, session_id, seq),
+            )
+    elif backend == "redis":
+        _, stream = keys.log_keys(namespace, session_id)
+        client = _redis(url)
+        client.xdel(stream, keys.stream_id(seq))
+        client.close()
+    else:
+        raise AssertionError(f"{backend} cannot be damaged")
+
+
+def set_stored_version(backend: str, url: str, namespace: str, session_id: str,
+                       log_path: str | None, version: int) -> None:
+    """Rewrite the stored header's format version."""
+    if backend == "file":
+        assert log_path is not None
+        lines = Path(log_path).read_bytes().splitlines(keepends=True)
+        header = json.loads(lines[0])
+        header["version"] = version
+        lines[0] = json.dumps(header).encode() + b"\n"
+        Path(log_path).write_bytes(b"".join(lines))
+    elif backend == "sqlite":
+        with sqlite3.connect(_sqlite_path(url)) as db:
+            db.execute(
+                "UPDATE log_sessions SET version=? WHERE namespace=? AND id=?",
+                (version, namespace, session_id),
+            )
+    elif backend == "redis":
+        meta, _ = keys.log_keys(namespace, session_id)
+        client = _redis(url)
+        client.hset(meta, "version", version)
+        client.close()
+    else:
+        raise AssertionError(f"{backend} has no stored header")
+
+
+def snapshot(backend: str, url: str, namespace: str, session_id: str, log_path: str | None) -> object:
+    """A byte-exact picture of one stored log, to prove nothing was rewritten."""
+    if backend == "file":
+        assert log_path is not None
+        return Path(log_path).read_bytes()
+    if backend == "sqlite":
+        with sqlite3.connect(_sqlite_path(url)) as db:
+            return (
+                db.execute("SELECT * FROM log_sessions WHERE namespace=? AND id=?",
+                           (namespace, session_id)).fetchall(),
+                db.execute("SELECT * FROM log_events WHERE namespace=? AND session_id=? ORDER BY seq",
+                           (namespace, session_id)).fetchall(),
+            )
+    if backend == "redis":
+        meta, stream = keys.log_keys(namespace, session_id)
+        client = _redis(url)
+        try:
+            return client.hgetall(meta), client.xrange(stream)
+        finally:
+            client.close()
+    raise AssertionError(backend)
+
+
+__all__ = ["footprint", "remove_event", "set_stored_version", "snapshot", "tear_tail", "urlsplit"]

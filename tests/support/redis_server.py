@@ -1,0 +1,110 @@
+"""Real ``redis-server`` processes for the tests: each on a free port in its own temp dir.
+
+Tests never touch a Redis they did not start. When no ``redis-server`` binary is on PATH
+the Redis tests are skipped with a loud reason, except under ``CI``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+BINARY = shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def require_binary() -> str:
+    if BINARY:
+        return BINARY
+    reason = "redis-server is not on PATH: the Redis tests cannot run (apt-get install redis-server)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class RedisServer:
+    """One ``redis-server`` with AOF ``appendfsync always`` unless told otherwise."""
+
+    def __init__(self, *extra: str, port: int | None = None, data_dir: Path | None = None,
+                 durable: bool = True) -> None:
+        self.binary = require_binary()
+        self.port = port or free_port()
+        self._own_dir = data_dir is None
+        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="sessionstore-redis-"))
+        self.extra = list(extra)
+        self.durable = durable
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def args(self) -> list[str]:
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.durable
+            else ["--appendonly", "no"]
+        )
+        return [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--save", "",
+            *persistence,
+            "--logfile", str(self.dir / "redis.log"),
+            *self.extra,
+        ]
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {self.process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"redis-server on port {self.port} did not answer in 10 s")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, like a crash."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()

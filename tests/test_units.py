@@ -1,0 +1,147 @@
+"""Pure pieces: key layout, time normalisation, lossless JSON, closers, URL handling."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sessionstore import InvalidArgumentError, keys
+from sessionstore.connection import mask_url, resolve_url
+from sessionstore.eventlog import closers
+from sessionstore.jsondata import JSONLossError, dump_lossless
+from sessionstore.models import SessionEvent
+from sessionstore.when import to_epoch_ms
+
+NS = "run-42"
+
+
+def vkey(*parts: str, namespace: str = NS) -> keys.ValueKey:
+    return keys.ValueKey(namespace, *parts)
+
+
+def test_value_keys_are_readable_and_start_with_the_namespace_prefix():
+    name = keys.value_key(vkey("BTCUSDT", "llm-momentum", "binance", "1h", "backtest"))
+    assert name == "ss:run-42:val:{BTCUSDT:llm-momentum:binance:1h:backtest}"
+    assert name.startswith(keys.namespace_prefix(NS))
+
+
+def test_all_keys_of_one_log_session_share_one_hash_tag():
+    meta, stream = keys.log_keys(NS, "s-1")
+    assert meta == "ss:run-42:log:{s-1}:meta" and stream == "ss:run-42:log:{s-1}:events"
+
+
+@given(st.text(), st.text())
+def test_escaped_parts_round_trip_and_never_open_a_second_tag(a, b):
+    name = keys.value_key(vkey(a, b, "x", "y", "live"))
+    assert name.count("{") == 1 and name.count("}") == 1
+    assert keys.parse_value_key(name, NS) == vkey(a, b, "x", "y", "live")
+
+
+@given(st.text(min_size=1), st.text(min_size=1))
+def test_a_namespace_prefix_never_matches_another_namespace(a, b):
+    if a != b:
+        assert not keys.namespace_prefix(b).startswith(keys.namespace_prefix(a))
+
+
+def test_glob_characters_are_escaped_in_namespaces():
+    assert keys.namespace_pattern("a*") == "ss:a%2A:*"
+
+
+@pytest.mark.parametrize(
+    ("when", "ms"),
+    [
+        (0, 0),
+        (1_718_000_000_123, 1_718_000_000_123),
+        (datetime(1970, 1, 1, tzinfo=UTC), 0),
+        (datetime(2024, 6, 10, 6, 13, 20, 999_999), 1_717_999_999_999 + 1_000 * 0 + 1),
+    ],
+)
+def test_when_normalises_to_epoch_ms(when, ms):
+    if isinstance(when, datetime) and when.tzinfo is None:
+        ms = int(when.replace(tzinfo=UTC).timestamp() * 1000)
+    assert to_epoch_ms(when) == ms
+
+
+@pytest.mark.parametrize("bad", [True, "1", 1.0, float("nan"), None, 2**60])
+def test_when_rejects_everything_else(bad):
+    with pytest.raises(InvalidArgumentError):
+        to_epoch_ms(bad)
+
+
+def test_lossless_json_keeps_key_order_and_compact_form():
+    assert dump_lossless({"b": 1, "a": [1.5, None, True, "x"]}) == '{"b":1,"a":[1.5,null,true,"x"]}'
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [({"a": [1, {"b": float("nan")}]}, "$.a[1].b"), ({"odd key": {1}}, "$['odd key']")],
+)
+def test_lossless_json_names_the_path(data, path):
+    with pytest.raises(JSONLossError) as caught:
+        dump_lossless(data)
+    assert caught.value.path == path
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(), json_values, max_size=5))
+def test_lossless_json_round_trips_whatever_it_accepts(data):
+    import orjson
+
+    assert orjson.loads(dump_lossless(data)) == data
+
+
+def event(seq, type, **data):
+    return SessionEvent(seq=seq, type=type, time=100 + seq, data=data)
+
+
+def test_no_closers_for_a_balanced_log_or_one_without_turns():
+    assert closers([]) == []
+    assert closers([event(0, "note")]) == []
+    assert closers([event(0, "turn/start", turn=1), event(1, "turn/end", turn=1)]) == []
+
+
+def test_closers_continue_seq_and_reuse_the_last_time():
+    out = closers([event(0, "turn/start", turn=1), event(1, "step/start", turn=1, step=2)])
+    assert [(e.seq, e.type, e.time) for e in out] == [(2, "step/end", 101), (3, "turn/end", 101)]
+
+
+def test_only_the_final_turn_is_closed():
+    log = [
+        event(0, "turn/start", turn=1),
+        event(1, "tool/call", turn=1, step=1, call_id="old", name="x", arguments={}),
+        event(2, "turn/end", turn=1, reason={"kind": "done"}),
+        event(3, "turn/start", turn=2),
+    ]
+    assert [e.type for e in closers(log)] == ["turn/end"]
+
+
+def test_mask_url_hides_the_password():
+    assert mask_url("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
+    assert "s3cret" not in mask_url("rediss://:s3cret@host/0")
+    assert mask_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_resolve_url_prefers_the_argument_then_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SESSIONSTORE_URL", "memory://")
+    assert resolve_url("dummy://") == "dummy://"
+    assert resolve_url(None) == "memory://"
+    monkeypatch.delenv("SESSIONSTORE_URL")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_url(None) == (tmp_path / ".sessionstore").as_uri()
+
+
+def test_unknown_schemes_are_refused():
+    import sessionstore
+
+    with pytest.raises(InvalidArgumentError, match="unknown URL scheme"):
+        sessionstore.connect("mongodb://x")
