@@ -115,7 +115,7 @@ def open_backends(url: str, namespace: str, options: dict[str, Any]) -> Backends
     if scheme == "sqlite":
         from .backends.sqlite import open_sqlite
 
-        return open_sqlite(url, namespace)
+        return open_sqlite(url, namespace, timeout=options.get("timeout"))
     if scheme in ("", "file"):
         from .backends.files import open_files
 

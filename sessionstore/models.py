@@ -10,6 +10,8 @@ from .when import now_ms
 
 #: The log format version this library writes and reads.
 FORMAT_VERSION = 1
+#: Integers in headers and events stay within 64 bits, so every backend stores them alike.
+INT64_MAX = 2**63 - 1
 
 
 class SessionHeader(BaseModel):
@@ -19,10 +21,10 @@ class SessionHeader(BaseModel):
 
     id: str = Field(min_length=1)
     version: int = FORMAT_VERSION
-    created_at: int = Field(default_factory=now_ms)
+    created_at: int = Field(default_factory=now_ms, ge=-INT64_MAX, le=INT64_MAX)
     cwd: str | None = None
     parent_id: str | None = None
-    fork_seq: int | None = Field(default=None, ge=0)
+    fork_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 class SessionEvent(BaseModel):
@@ -30,8 +32,8 @@ class SessionEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq: int = Field(ge=0)
+    seq: int = Field(ge=0, le=INT64_MAX)
     type: str
-    time: int
+    time: int = Field(ge=-INT64_MAX, le=INT64_MAX)
     data: Any = Field(default_factory=dict)
     id: str | None = None

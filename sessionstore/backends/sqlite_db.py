@@ -1,0 +1,314 @@
+"""The SQLite file behind ``sqlite://`` stores: URL, schema, connections and error mapping.
+
+One database file holds the values and the event logs of every namespace; each table
+has a ``namespace`` column and every statement filters on it. The file runs in WAL
+mode with ``synchronous=FULL``, so a committed transaction survives a power loss.
+
+========================  =================================================================
+table                     rows
+========================  =================================================================
+``kv_values``             one plain value per key: ``when_ms``, msgpack ``payload``
+``kv_history``            one version per (key, ``when_ms``); ``payload`` NULL = a clear
+``log_sessions``          one header per session, and ``next_seq`` (committed last)
+``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
+========================  =================================================================
+
+An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from ..errors import (
+    AccessDeniedError,
+    CorruptLogError,
+    DurabilityError,
+    InvalidArgumentError,
+    SessionStoreError,
+    StoreUnavailableError,
+)
+
+#: Written to ``PRAGMA user_version`` when the tables are created.
+SCHEMA_VERSION = 1
+#: Seconds a statement waits for another process's write lock before giving up.
+DEFAULT_TIMEOUT = 10.0
+
+_KEY_COLUMNS = """
+    namespace TEXT NOT NULL,
+    symbol TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    exchange TEXT NOT NULL,
+    frame TEXT NOT NULL,
+    mode TEXT NOT NULL"""
+
+# The log columns carry no NOT NULL / type constraints on purpose: a damaged row must
+# still be readable so that it is reported as CorruptLogError, not as a driver error.
+# log_events keeps its rowid so that its primary key is a separate, narrow index:
+# every append counts a session's rows through it to detect a lost event.
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS kv_values ({_KEY_COLUMNS},
+    when_ms INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kv_history ({_KEY_COLUMNS},
+    when_ms INTEGER NOT NULL,
+    payload BLOB,
+    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode, when_ms)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_sessions (
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    version INTEGER,
+    created_at INTEGER,
+    cwd TEXT,
+    parent_id TEXT,
+    fork_seq INTEGER,
+    next_seq INTEGER,
+    PRIMARY KEY (namespace, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_events (
+    namespace TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT,
+    time INTEGER,
+    data TEXT,
+    event_id TEXT,
+    PRIMARY KEY (namespace, session_id, seq)
+);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+_USAGE = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+
+
+def database_path(url: str) -> Path:
+    """The absolute database path of a ``sqlite:///...`` URL.
+
+    Raises :class:`InvalidArgumentError` for a URL with a host, a query string, no path
+    or an in-memory database (which other processes could not share).
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != "sqlite" or not rest.startswith("/"):
+        raise InvalidArgumentError(f"not a local SQLite URL: {url!r}; {_USAGE}")
+    raw = rest[1:]
+    if "?" in raw:
+        raise InvalidArgumentError(f"SQLite URLs take no query string: {url!r}")
+    if not raw or raw == ":memory:" or raw.startswith("file:"):
+        raise InvalidArgumentError(
+            f"{url!r} names no database file (an in-memory database cannot be shared); " + _USAGE
+        )
+    return Path(raw).expanduser().resolve()
+
+
+# Connections a forked child inherited: SQLite must neither use nor close them there,
+# so they are kept referenced until the process ends.
+_INHERITED: list[sqlite3.Connection] = []
+_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+class Database:
+    """One SQLite database file shared by a store's value and event backends.
+
+    Every thread gets its own connection and a forked child opens fresh ones; no
+    connection ever crosses a thread boundary mid-use or a process boundary at all.
+    The directory, the file and the tables are created on first use.
+    """
+
+    def __init__(self, path: Path, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._pid = os.getpid()
+        self._generation = 0
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        _DATABASES.add(self)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened (and the schema created) on first use."""
+        local = self._local
+        pid = os.getpid()
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.owner == (pid, self._generation):
+            return conn
+        with self._lock:
+            if self._pid != pid:
+                _INHERITED.extend(c for _, c in self._connections)
+                self._connections, self._pid = [], pid
+            self._close_orphans()
+            conn = self._connect()
+            self._connections.append((threading.current_thread(), conn))
+            local.conn, local.owner = conn, (pid, self._generation)
+        return conn
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended (they are idle for good)."""
+        alive = []
+        for thread, conn in self._connections:
+            if thread.is_alive():
+                alive.append((thread, conn))
+            else:
+                with suppress(sqlite3.Error):
+                    conn.close()
+        self._connections = alive
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE);
+        # check_same_thread=False only so close() may close other threads' connections.
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            if str(mode).lower() != "wal":
+                raise DurabilityError(
+                    f"SQLite database {self.path} cannot use WAL journaling (got {mode!r})"
+                )
+            conn.execute("PRAGMA synchronous=FULL")
+            self._ensure_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailableError(
+                f"SQLite database {self.path} has schema version {version}; "
+                f"this sessionstore reads version {SCHEMA_VERSION}"
+            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # executescript would COMMIT first; run the statements one by one instead.
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    @contextmanager
+    def guard(self, subject: str) -> Iterator[sqlite3.Connection]:
+        """This thread's connection (autocommit: each statement is its own transaction),
+        with every driver error translated; ``subject`` names what a CorruptLogError is about."""
+        try:
+            yield self.connection()
+        except (sqlite3.Error, OSError, OverflowError) as exc:
+            raise translate(exc, subject, self.path) from exc
+
+    @contextmanager
+    def transaction(self, subject: str, *, immediate: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction, committed when the block ends and rolled back if it raises.
+
+        ``immediate=True`` takes the write lock up front, so read-compare-write blocks of
+        concurrent processes run one after the other (waiting up to ``timeout``).
+        """
+        with self.guard(subject) as conn:
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    def close_idle_before_fork(self) -> None:
+        """Close this thread's connection unless it is in a transaction, so that a
+        forked child starts without any SQLite state for this file."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None or local.owner != (os.getpid(), self._generation):
+            return
+        if conn.in_transaction:
+            return
+        with self._lock:
+            self._connections = [(t, c) for t, c in self._connections if c is not conn]
+        with suppress(sqlite3.Error):
+            conn.close()
+        local.conn = None
+
+    def reset_lock(self) -> None:
+        """Replace the lock; only for a forked child, where no other thread exists."""
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close every connection this process opened; later use opens new ones."""
+        with self._lock:
+            if self._pid == os.getpid():
+                for _, conn in self._connections:
+                    with suppress(sqlite3.Error):
+                        conn.close()
+            else:
+                _INHERITED.extend(c for _, c in self._connections)
+            self._connections = []
+            self._generation += 1
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        # A failed ROLLBACK must not hide the error that made it necessary.
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _before_fork() -> None:
+    for database in list(_DATABASES):
+        database.close_idle_before_fork()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread may have held a lock at the fork; in the child nobody will release it.
+    for database in list(_DATABASES):
+        database.reset_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
+_DENIED = {sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_AUTH}
+
+
+def translate(exc: BaseException, subject: str, path: Path) -> SessionStoreError:
+    """The sessionstore error for a driver error raised while serving ``subject``."""
+    if isinstance(exc, OverflowError):
+        return InvalidArgumentError(f"{subject}: a number does not fit SQLite's 64 bits: {exc}")
+    if isinstance(exc, PermissionError):
+        return AccessDeniedError(f"SQLite database {path}: {exc}")
+    if isinstance(exc, OSError):
+        return StoreUnavailableError(f"SQLite database {path} is unreachable: {exc}")
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    if primary in _CORRUPT:
+        return CorruptLogError(subject, f"SQLite database {path} is damaged: {exc}")
+    if primary == sqlite3.SQLITE_ERROR:
+        # Our statements are fixed, so a plain SQL error means the tables are not ours.
+        return CorruptLogError(
+            subject, f"SQLite database {path} does not have the sessionstore schema: {exc}"
+        )
+    if primary in _DENIED or (primary == sqlite3.SQLITE_CANTOPEN and _denied(path)):
+        return AccessDeniedError(f"SQLite database {path}: {exc}")
+    return StoreUnavailableError(f"SQLite database {path} is unavailable: {exc}")
+
+
+def _denied(path: Path) -> bool:
+    """Whether a failed open is explained by file permissions."""
+    if path.exists():
+        return not os.access(path, os.R_OK | os.W_OK)
+    parent = path.parent
+    return parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK)

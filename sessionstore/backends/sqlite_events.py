@@ -1,0 +1,236 @@
+"""Event logs of the SQLite backend: ``log_sessions`` (header, ``next_seq``) and
+``log_events`` (one row per event), in the database described in :mod:`.sqlite_db`.
+
+``next_seq`` is committed in the same transaction as the events, so a row at or past
+it can only come from outside damage; it is treated as a torn tail.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from ..contracts import EventBackend, StoredEvent
+from ..errors import CorruptLogError, SessionExistsError, SessionNotFoundError
+from ..eventlog import check_stored_version, plan_append
+from ..models import SessionHeader
+from .sqlite_db import Database
+
+_SESSION_COLUMNS = "version, created_at, cwd, parent_id, fork_seq, next_seq"
+_EVENT_COLUMNS = "seq, type, time, data, event_id"
+
+
+class SqliteEvents(EventBackend):
+    """Session event logs of one namespace: ``log_sessions`` and ``log_events``."""
+
+    def __init__(self, database: Database, namespace: str) -> None:
+        self._db = database
+        self._ns = namespace
+
+    def locate(self, session_id: str) -> str | None:
+        return None
+
+    def exists(self, session_id: str) -> bool:
+        with self._db.guard(session_id) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM log_sessions WHERE namespace=? AND id=?", (self._ns, session_id)
+            ).fetchone()
+        return row is not None
+
+    def append(
+        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+    ) -> int:
+        with self._db.transaction(session_id, immediate=True) as conn:
+            found = self._session(conn, session_id)
+            if found is not None:
+                stored, next_seq = found
+                if header is not None and header != stored:
+                    raise SessionExistsError(session_id)
+                self._check_complete(conn, session_id, next_seq)
+            elif header is not None:
+                stored, next_seq = header, 0
+            else:
+                raise SessionNotFoundError(session_id)
+
+            def stored_range(first: int, last: int) -> list[StoredEvent]:
+                return self._events(conn, session_id, first, last - first + 1)
+
+            if not plan_append(session_id, next_seq, events, stored_range):
+                return next_seq
+            self._cut_tail(conn, session_id, next_seq)
+            conn.executemany(
+                "INSERT INTO log_events (namespace, session_id, seq, type, time, data,"
+                " event_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(self._ns, session_id, e.seq, e.type, e.time, e.data, e.id) for e in events],
+            )
+            new_next = next_seq + len(events)
+            if found is None:
+                conn.execute(
+                    f"INSERT INTO log_sessions (namespace, id, {_SESSION_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        self._ns,
+                        session_id,
+                        stored.version,
+                        stored.created_at,
+                        stored.cwd,
+                        stored.parent_id,
+                        stored.fork_seq,
+                        new_next,
+                    ),
+                )
+            else:
+                conn.execute(
+                    "UPDATE log_sessions SET next_seq=? WHERE namespace=? AND id=?",
+                    (new_next, self._ns, session_id),
+                )
+            return new_next
+
+    def read(
+        self,
+        session_id: str,
+        from_seq: int = 0,
+        *,
+        repair: bool = False,
+        limit: int | None = None,
+    ) -> tuple[SessionHeader, list[StoredEvent]]:
+        # A repairing read takes the write lock from the start, so the tail it cuts is
+        # judged against a next_seq no other process can move meanwhile.
+        with self._db.transaction(session_id, immediate=repair) as conn:
+            found = self._session(conn, session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+            header, next_seq = found
+            wanted = max(0, next_seq - from_seq)
+            if limit is not None:
+                wanted = min(wanted, limit)
+            events = self._events(conn, session_id, from_seq, wanted)
+            if repair:
+                self._cut_tail(conn, session_id, next_seq)
+            return header, events
+
+    def _session(
+        self, conn: sqlite3.Connection, session_id: str
+    ) -> tuple[SessionHeader, int] | None:
+        """The stored header and next seq of ``session_id``, or None if it has no row."""
+        row = conn.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=? AND id=?",
+            (self._ns, session_id),
+        ).fetchone()
+        if row is None:
+            return None
+        check_stored_version(session_id, row[0])
+        header = _header(session_id, row[:5])
+        next_seq = row[5]
+        if type(next_seq) is not int or next_seq < 0:
+            raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
+        return header, next_seq
+
+    def _events(
+        self, conn: sqlite3.Connection, session_id: str, first: int, count: int
+    ) -> list[StoredEvent]:
+        """Exactly the ``count`` committed events from seq ``first``; a missing or
+        malformed one raises :class:`CorruptLogError`."""
+        if count <= 0:
+            return []
+        rows = conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM log_events WHERE namespace=? AND session_id=?"
+            " AND seq >= ? AND seq < ? ORDER BY seq",
+            (self._ns, session_id, first, first + count),
+        ).fetchall()
+        events = []
+        for expected, row in enumerate(rows, start=first):
+            if row[0] != expected:
+                break
+            events.append(_event(session_id, row))
+        if len(events) < count:
+            raise CorruptLogError(
+                session_id, "an event below the next seq is missing", seq=first + len(events)
+            )
+        return events
+
+    def _check_complete(self, conn: sqlite3.Connection, session_id: str, next_seq: int) -> None:
+        """Raise :class:`CorruptLogError` unless every seq below ``next_seq`` has a row."""
+        where = "namespace=? AND session_id=? AND seq >= 0 AND seq < ?"
+        params = (self._ns, session_id, next_seq)
+        (count,) = conn.execute(f"SELECT COUNT(*) FROM log_events WHERE {where}", params).fetchone()
+        if count == next_seq:
+            return
+        rows = conn.execute(f"SELECT seq FROM log_events WHERE {where} ORDER BY seq", params)
+        missing = next((expected for expected, (seq,) in enumerate(rows) if seq != expected), count)
+        raise CorruptLogError(session_id, "an event below the next seq is missing", seq=missing)
+
+    def _cut_tail(self, conn: sqlite3.Connection, session_id: str, next_seq: int) -> None:
+        """Delete the torn tail: rows at or past the committed next seq."""
+        conn.execute(
+            "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq >= ?",
+            (self._ns, session_id, next_seq),
+        )
+
+    # Defined after the helpers: inside the class body, ``list`` then names this method.
+    def list(self) -> list[SessionHeader]:
+        with self._db.guard("(list)") as conn:
+            rows = conn.execute(
+                f"SELECT id, {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=?", (self._ns,)
+            ).fetchall()
+        return [_header(row[0], row[1:6]) for row in rows]
+
+    def delete(self, session_id: str) -> None:
+        with self._db.transaction(session_id, immediate=True) as conn:
+            gone = conn.execute(
+                "DELETE FROM log_sessions WHERE namespace=? AND id=?", (self._ns, session_id)
+            ).rowcount
+            if not gone:
+                raise SessionNotFoundError(session_id)
+            conn.execute(
+                "DELETE FROM log_events WHERE namespace=? AND session_id=?",
+                (self._ns, session_id),
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _header(session_id: str, row: Sequence[Any]) -> SessionHeader:
+    """A log_sessions (version, created_at, cwd, parent_id, fork_seq) row as a header."""
+    version, created_at, cwd, parent_id, fork_seq = row
+    try:
+        return SessionHeader.model_validate(
+            {
+                "id": session_id,
+                "version": version,
+                "created_at": created_at,
+                "cwd": cwd,
+                "parent_id": parent_id,
+                "fork_seq": fork_seq,
+            },
+            strict=True,
+        )
+    except ValidationError as exc:
+        raise CorruptLogError(
+            session_id, f"stored header is malformed: {exc.errors(include_url=False)}"
+        ) from None
+
+
+def _event(session_id: str, row: Sequence[Any]) -> StoredEvent:
+    """A log_events row as a :class:`StoredEvent`, after checking every column."""
+    seq, kind, time, data, event_id = row
+    if not isinstance(kind, str):
+        raise CorruptLogError(session_id, f"event type is {kind!r:.40}", seq=seq)
+    if type(time) is not int:
+        raise CorruptLogError(session_id, f"event time is {time!r:.40}", seq=seq)
+    if event_id is not None and not isinstance(event_id, str):
+        raise CorruptLogError(session_id, f"event id is {event_id!r:.40}", seq=seq)
+    if not isinstance(data, str):
+        raise CorruptLogError(session_id, f"event data is {type(data).__name__}", seq=seq)
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptLogError(session_id, f"event data is not JSON: {exc}", seq=seq) from None
+    if not isinstance(parsed, dict):
+        raise CorruptLogError(session_id, "event data is not a JSON object", seq=seq)
+    return StoredEvent(seq, kind, time, data, event_id)
