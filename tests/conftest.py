@@ -12,7 +12,7 @@ from support.redis_server import RedisServer
 import sessionstore
 
 #: Every backend the conformance suites run against (dummy has its own small contract).
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "file", "sqlite"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,216 @@
+"""File-system helpers shared by the file backends: filename-safe names, durable atomic
+writes, directory fsync, ``flock`` locks, leftover temp files and ``OSError`` translation.
+
+POSIX only: locking relies on ``fcntl.flock``, which holds per open file description, so
+two threads of one process exclude each other just like two processes do.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import secrets
+import string
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from ..errors import AccessDeniedError, SessionStoreError, StoreUnavailableError
+
+#: Encoded names longer than this (in UTF-8 bytes) are shortened to a prefix plus a digest.
+MAX_NAME_BYTES = 150
+#: Name of an empty string: a lone ``%`` is never produced by escaping.
+EMPTY_NAME = "%"
+#: Separates a shortened prefix from its digest; ``~`` is always escaped, so it is unambiguous.
+DIGEST_MARK = "~"
+#: Leftover temp files older than this many seconds are removed whoever created them.
+TEMP_MAX_AGE = 3600.0
+TEMP_PREFIX = ".tmp."
+
+_KEPT_ASCII = frozenset(string.ascii_letters + string.digits + "_-")
+_READ_CHUNK = 1 << 20
+
+
+def encode_name(text: str) -> str:
+    """A file name for ``text``: distinct texts give distinct names, and no name is
+    ``""``, ``"."``, ``".."`` or contains ``/``.
+
+    ASCII letters, digits, ``_``, ``-`` and non-ASCII letters stay readable; every other
+    character (``.``, ``%`` and ``/`` included) is percent-escaped as UTF-8 bytes. A name
+    over :data:`MAX_NAME_BYTES` becomes a readable prefix, ``~`` and the sha256 of ``text``.
+    """
+    tokens = [_encode_char(char) for char in text]
+    name = "".join(tokens)
+    if not name:
+        return EMPTY_NAME
+    if len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    budget = MAX_NAME_BYTES - len(DIGEST_MARK) - len(digest)
+    prefix: list[str] = []
+    for token in tokens:
+        budget -= len(token.encode())
+        if budget < 0:
+            break
+        prefix.append(token)
+    return "".join(prefix) + DIGEST_MARK + digest
+
+
+def _encode_char(char: str) -> str:
+    if char in _KEPT_ASCII or (not char.isascii() and char.isalpha()):
+        return char
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+
+
+def store_error(exc: OSError, path: str | os.PathLike[str]) -> SessionStoreError:
+    """The library error for ``exc``: refused permission is :class:`AccessDeniedError`,
+    anything else (missing folder, full disk, I/O error, ...) :class:`StoreUnavailableError`."""
+    where = os.fsdecode(exc.filename) if exc.filename else os.fspath(path)
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return AccessDeniedError(f"file store access denied at {where}: {reason}")
+    return StoreUnavailableError(f"file store unavailable at {where}: {reason}")
+
+
+@contextmanager
+def os_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Translate any ``OSError`` raised inside into :func:`store_error`, chained."""
+    try:
+        yield
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (creations, renames, unlinks) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents durably (each new entry's parent is
+    fsynced); concurrent creation by another process is fine."""
+    missing: list[Path] = []
+    current = directory
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        with suppress(FileExistsError):
+            os.mkdir(path)
+        fsync_dir(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (a short write continues; a full disk raises)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_all(fd: int) -> bytes:
+    """Everything in the file open as ``fd``, from offset 0, whatever its position."""
+    chunks: list[bytes] = []
+    offset = 0
+    while chunk := os.pread(fd, max(_READ_CHUNK, os.fstat(fd).st_size - offset), offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh temp file name next to ``path``, carrying this process's pid."""
+    return path.with_name(f"{TEMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new content, never
+    a mix, and the new content survives a crash once this returns."""
+    temp = temp_path(path)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_durably(path: Path) -> None:
+    """Unlink ``path`` and fsync its directory; nothing to do when it is absent."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created, with its folders,
+    if missing). Lock files are never removed, so every holder locks the same inode."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except FileNotFoundError:
+        make_dirs(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Remove the temp files in ``directory`` left by crashed writers: those whose
+    creating process is gone, and any older than :data:`TEMP_MAX_AGE`."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    cutoff = time.time() - TEMP_MAX_AGE
+    for entry in entries:
+        pid = temp_owner(entry.name)
+        if pid is None:
+            continue
+        try:
+            stale = not _alive(pid) or entry.stat(follow_symlinks=False).st_mtime < cutoff
+            if stale:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            continue
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in a name made by :func:`temp_path`, or None for any other name."""
+    if not name.startswith(TEMP_PREFIX):
+        return None
+    pid = name[len(TEMP_PREFIX) :].partition(".")[0]
+    return int(pid) if pid.isdigit() and pid.isascii() else None
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        # Signalling pid 0 would address our whole process group: never a real owner.
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,436 @@
+"""The JSONL backend for session event logs (``file://``): file format, lazy
+materialisation, torn tails versus corruption, headers, listing and cross-process appends."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sessionstore
+from sessionstore import (
+    CorruptLogError,
+    SeqConflictError,
+    SessionEvent,
+    SessionExistsError,
+    SessionHeader,
+    SessionNotFoundError,
+    UnsupportedVersionError,
+)
+from sessionstore.backends.jsonl import JsonlEvents
+from sessionstore.eventlog import encode_batch
+from sessionstore.store import Store
+
+SID = "session-1"
+HEADER = SessionHeader(id=SID, created_at=1_700_000_000_000, cwd="/work", parent_id="p", fork_seq=3)
+BATCHES = [(0, 3), (3, 5), (5, 8)]
+
+
+def connect(tmp_path: Path, namespace: str = "ns") -> Store:
+    return sessionstore.connect((tmp_path / "store").as_uri(), namespace=namespace)
+
+
+def event(seq: int, **data: Any) -> SessionEvent:
+    return SessionEvent(seq=seq, type="note", time=1000 + seq, data=data)
+
+
+def events(first: int, stop: int) -> list[SessionEvent]:
+    return [
+        SessionEvent(
+            seq=seq,
+            type="note",
+            time=1000 + seq,
+            data={"n": seq, "text": f'ünïcode \u2028 "quoted" {seq}', "f": seq / 3},
+            id=f"e{seq}" if seq % 2 else None,
+        )
+        for seq in range(first, stop)
+    ]
+
+
+def three_batch_log(store: Store) -> tuple[Path, list[int]]:
+    """A log of three batches; returns its path and the file size after each batch."""
+    store.events.create(HEADER)
+    path = Path(store.events.locate(SID) or "")
+    sizes = []
+    for first, stop in BATCHES:
+        store.events.append(SID, events(first, stop))
+        sizes.append(path.stat().st_size)
+    return path, sizes
+
+
+def line_of(raw: bytes, offset: int) -> int:
+    return raw.count(b"\n", 0, offset) + 1
+
+
+# --- format and layout ----------------------------------------------------------------
+
+
+def test_nothing_exists_on_disk_before_the_first_append(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        store.events.create(HEADER)
+        path = Path(store.events.locate(SID) or "")
+        assert path.is_absolute()
+        assert path == tmp_path / "store" / "ns" / "logs" / f"{SID}.jsonl"
+        assert not (tmp_path / "store").exists()
+        assert store.events.list() == []
+        store.events.append(SID, events(0, 2))
+        assert path.exists()
+        assert store.events.list() == [HEADER]
+
+
+def test_file_is_a_header_line_then_one_line_per_event(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.split(b"\n")[:-1]
+    assert orjson.loads(lines[0]) == {
+        "id": SID,
+        "version": 1,
+        "created_at": 1_700_000_000_000,
+        "cwd": "/work",
+        "parent_id": "p",
+        "fork_seq": 3,
+    }
+    records = [orjson.loads(line) for line in lines[1:]]
+    assert [r["seq"] for r in records] == list(range(8))
+    assert [r["batch_end"] for r in records] == [2, 2, 2, 4, 4, 7, 7, 7]
+    assert list(records[1]) == ["seq", "type", "time", "data", "id", "batch_end"]
+    assert list(records[0]) == ["seq", "type", "time", "data", "batch_end"]
+    assert records[1]["data"] == events(1, 2)[0].data
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.text(), json_values, max_size=5))
+def test_data_comes_back_as_the_same_canonical_text(tmp_path: Path, data: dict[str, Any]) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    session_id = uuid.uuid4().hex
+    [stored] = encode_batch(session_id, [SessionEvent(seq=0, type="t", time=1, data=data)])
+    backend.append(session_id, [stored], SessionHeader(id=session_id))
+    _, [read] = backend.read(session_id)
+    assert read == stored
+    line = Path(backend.locate(session_id) or "").read_bytes().split(b"\n")[1]
+    assert orjson.dumps(orjson.loads(line)) == line
+
+
+@pytest.mark.parametrize(
+    "session_id", ["../../etc/passwd", "a/b", ".", "..", "%2E", "\n", "日本", "x" * 1000]
+)
+def test_hostile_session_ids_stay_in_the_logs_folder(tmp_path: Path, session_id: str) -> None:
+    logs = tmp_path / "store" / "ns" / "logs"
+    with connect(tmp_path) as store:
+        store.events.create(SessionHeader(id=session_id))
+        store.events.append(session_id, events(0, 1))
+        path = Path(store.events.locate(session_id) or "")
+        assert path.parent == logs
+        assert len(path.name.encode()) <= 255
+        assert [p for p in (tmp_path / "store").rglob("*") if p.is_file()] == [path]
+        assert store.events.load(session_id).header.id == session_id
+
+
+def test_namespaces_are_isolated(tmp_path: Path) -> None:
+    with connect(tmp_path, "a") as first, connect(tmp_path, "b") as second:
+        first.events.create(HEADER)
+        first.events.append(SID, events(0, 1))
+        assert second.events.list() == []
+        with pytest.raises(SessionNotFoundError):
+            second.events.load(SID)
+        assert first.events.locate(SID) != second.events.locate(SID)
+
+
+# --- append rules -----------------------------------------------------------------------
+
+
+def test_an_identical_replay_writes_nothing_and_a_different_one_conflicts(
+    tmp_path: Path,
+) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+        before = path.read_bytes()
+        assert store.events.append(SID, events(3, 5)) == 8
+        assert path.read_bytes() == before
+        with pytest.raises(SeqConflictError):
+            store.events.append(SID, [event(3, other=True)])
+        with pytest.raises(SeqConflictError):
+            store.events.append(SID, [event(9)])
+        assert path.read_bytes() == before
+        assert store.events.append(SID, [event(8)]) == 9
+
+
+def test_header_rules_of_the_backend(tmp_path: Path) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    path = Path(backend.locate(SID) or "")
+    first = encode_batch(SID, events(0, 2))
+    with pytest.raises(SessionNotFoundError):
+        backend.append(SID, first, None)
+    with pytest.raises(SeqConflictError):
+        backend.append(SID, encode_batch(SID, events(1, 2)), HEADER)
+    assert not path.exists()
+    assert backend.append(SID, first, HEADER) == 2
+    with pytest.raises(SessionExistsError):
+        backend.append(SID, encode_batch(SID, events(2, 3)), SessionHeader(id=SID))
+    assert backend.append(SID, encode_batch(SID, events(2, 3)), HEADER) == 3
+    assert backend.append(SID, encode_batch(SID, events(3, 4)), None) == 4
+
+
+def test_read_honours_from_seq_and_limit(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        three_batch_log(store)
+        backend = JsonlEvents(tmp_path / "store", "ns")
+        header, found = backend.read(SID, 2, limit=3)
+        assert header == HEADER
+        assert [e.seq for e in found] == [2, 3, 4]
+        assert backend.read(SID, 7, limit=5)[1] == encode_batch(SID, events(7, 8))
+        assert backend.read(SID, 9)[1] == []
+        assert [e.seq for e in store.events.iter_events(SID, batch=3)] == list(range(8))
+
+
+# --- torn tails -------------------------------------------------------------------------
+
+
+def test_a_torn_final_batch_is_left_out_and_cut_off_at_every_byte_offset(
+    tmp_path: Path,
+) -> None:
+    with connect(tmp_path) as store:
+        path, sizes = three_batch_log(store)
+        full = path.read_bytes()
+        committed = full[: sizes[1]]
+        expected = events(0, 5)
+        for cut in range(sizes[1], sizes[2]):
+            path.write_bytes(full[:cut])
+            assert store.events.read_from(SID, 0) == expected
+            assert path.read_bytes() == full[:cut], "a read without repair wrote"
+            assert store.events.load(SID).events == expected
+            assert path.read_bytes() == committed, f"not cut back at offset {cut}"
+        assert store.events.append(SID, events(5, 8)) == 8
+        assert path.read_bytes() == full
+
+
+def test_an_append_cuts_a_torn_tail_off_before_writing(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, sizes = three_batch_log(store)
+        full = path.read_bytes()
+        path.write_bytes(full[: sizes[2] - 10])
+        with pytest.raises(SeqConflictError):
+            store.events.append(SID, [event(8)])
+        assert store.events.append(SID, events(5, 8)) == 8
+        assert path.read_bytes() == full
+
+
+def test_a_torn_first_append(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        store.events.create(HEADER)
+        store.events.append(SID, events(0, 3))
+        path = Path(store.events.locate(SID) or "")
+        full = path.read_bytes()
+    header_end = full.index(b"\n") + 1
+    backend = JsonlEvents(tmp_path / "store", "ns")
+    for cut in range(len(full)):
+        path.write_bytes(full[:cut])
+        if cut < header_end:
+            assert not backend.exists(SID)
+            assert backend.list() == []
+            with pytest.raises(SessionNotFoundError):
+                backend.read(SID, repair=True)
+            assert path.read_bytes() == full[:cut]
+        else:
+            assert backend.read(SID, repair=True) == (HEADER, [])
+            assert path.read_bytes() == full[:header_end]
+    path.write_bytes(full[: header_end - 1])
+    with connect(tmp_path) as store:
+        store.events.create(HEADER)
+        store.events.append(SID, events(0, 3))
+    assert path.read_bytes() == full
+
+
+# --- corruption -------------------------------------------------------------------------
+
+
+def test_a_damaged_byte_is_corruption_unless_it_is_in_the_last_line(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, sizes = three_batch_log(store)
+    full = path.read_bytes()
+    # Damaging the newline before the last line merges it into the last line.
+    last_line = full.rindex(b"\n", 0, len(full) - 1)
+    for offset in range(len(full)):
+        damaged = full[:offset] + b"\xff" + full[offset + 1 :]
+        path.write_bytes(damaged)
+        with connect(tmp_path) as store:
+            if offset >= last_line:
+                assert store.events.load(SID).events == events(0, 5)
+                assert path.read_bytes() == full[: sizes[1]]
+                continue
+            with pytest.raises(CorruptLogError) as caught:
+                store.events.load(SID)
+            assert caught.value.line == line_of(full, offset), offset
+            assert caught.value.session_id == SID
+            with pytest.raises(CorruptLogError):
+                store.events.append(SID, [event(8)])
+        assert path.read_bytes() == damaged, f"rewritten after damage at {offset}"
+
+
+def test_a_deleted_line_before_the_end_is_corruption(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+    full = path.read_bytes()
+    lines = full.splitlines(keepends=True)
+    for number in range(1, len(lines)):
+        damaged = b"".join(lines[: number - 1] + lines[number:])
+        path.write_bytes(damaged)
+        with connect(tmp_path) as store, pytest.raises(CorruptLogError) as caught:
+            store.events.load(SID)
+        assert caught.value.line == number
+        assert path.read_bytes() == damaged
+
+
+def _edit_line(raw: bytes, number: int, edit: Any) -> bytes:
+    lines = raw.split(b"\n")
+    record = orjson.loads(lines[number - 1])
+    lines[number - 1] = orjson.dumps(edit(record))
+    return b"\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("number", "edit", "seq"),
+    [
+        (3, lambda r: {k: v for k, v in r.items() if k != "time"}, 1),
+        (3, lambda r: {**r, "type": 5}, 1),
+        (3, lambda r: {**r, "data": [1]}, 1),
+        (3, lambda r: {**r, "batch_end": 6}, 1),
+        (5, lambda r: {**r, "batch_end": 2}, 3),
+        (4, lambda r: {**r, "seq": 3}, 3),
+        (4, lambda r: [r], None),
+        (1, lambda r: {**r, "id": "someone-else"}, None),
+        (1, lambda r: {k: v for k, v in r.items() if k != "created_at"}, None),
+    ],
+)
+def test_inconsistent_lines_before_the_end_are_corruption(
+    tmp_path: Path, number: int, edit: Any, seq: int | None
+) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+    damaged = _edit_line(path.read_bytes(), number, edit)
+    path.write_bytes(damaged)
+    with connect(tmp_path) as store, pytest.raises(CorruptLogError) as caught:
+        store.events.load(SID)
+    assert (caught.value.line, caught.value.seq) == (number, seq)
+    assert path.read_bytes() == damaged
+
+
+def test_a_duplicated_line_is_corruption(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4] + lines[3:]))
+    with connect(tmp_path) as store, pytest.raises(CorruptLogError) as caught:
+        store.events.read_from(SID, 0)
+    assert caught.value.line == 5
+
+
+def test_an_unknown_header_version_is_unsupported(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+    damaged = _edit_line(path.read_bytes(), 1, lambda r: {**r, "version": 2, "new": "field"})
+    path.write_bytes(damaged)
+    with connect(tmp_path) as store:
+        with pytest.raises(UnsupportedVersionError) as caught:
+            store.events.load(SID)
+        assert caught.value.found == 2
+        with pytest.raises(UnsupportedVersionError):
+            store.events.append(SID, [event(8)])
+        with pytest.warns(RuntimeWarning, match="version 2"):
+            assert store.events.list() == []
+    assert path.read_bytes() == damaged
+
+
+# --- list and delete --------------------------------------------------------------------
+
+
+def test_list_reads_only_the_header_lines(tmp_path: Path) -> None:
+    headers = [SessionHeader(id=f"s{n}", created_at=n) for n in range(3)]
+    with connect(tmp_path) as store:
+        for header in headers:
+            store.events.create(header)
+            store.events.append(header.id, events(0, 2))
+        second = Path(store.events.locate("s1") or "")
+        second.write_bytes(second.read_bytes().replace(b'"seq":0', b'"seq":x'))
+        third = Path(store.events.locate("s2") or "")
+        third.write_bytes(third.read_bytes()[:10])
+        (third.parent / "notes.txt").write_text("not a log\n")
+        assert store.events.list() == headers[:2]
+        with pytest.raises(CorruptLogError):
+            store.events.load("s1")
+
+
+def test_delete_removes_the_file(tmp_path: Path) -> None:
+    with connect(tmp_path) as store:
+        path, _ = three_batch_log(store)
+        store.events.delete(SID)
+        assert not path.exists()
+        with pytest.raises(SessionNotFoundError):
+            store.events.delete(SID)
+        with pytest.raises(SessionNotFoundError):
+            store.events.load(SID)
+        store.events.create(HEADER)
+        store.events.append(SID, events(0, 1))
+        assert store.events.load(SID).events == events(0, 1)
+
+
+# --- several processes ------------------------------------------------------------------
+
+
+def _append_contending(url: str, worker: int, count: int) -> None:
+    with sessionstore.connect(url, "ns") as store:
+        done = 0
+        while done < count:
+            next_seq = len(store.events.read_from(SID, 0))
+            size = min(1 + done % 3, count - done)
+            batch = [event(next_seq + i, worker=worker, n=done + i) for i in range(size)]
+            try:
+                store.events.append(SID, batch)
+            except SeqConflictError:
+                continue
+            done += size
+
+
+@pytest.mark.slow
+def test_concurrent_appends_from_four_processes_stay_contiguous(tmp_path: Path) -> None:
+    count = 60
+    with connect(tmp_path) as store:
+        store.events.create(HEADER)
+        store.events.append(SID, [event(0, worker=-1, n=0)])
+        url = store.url
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_append_contending, args=(url, worker, count)) for worker in range(4)
+    ]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join()
+    assert [process.exitcode for process in workers] == [0] * 4
+    with connect(tmp_path) as store:
+        logged = store.events.load(SID).events
+    assert [e.seq for e in logged] == list(range(1 + 4 * count))
+    for worker in range(4):
+        mine = [e.data["n"] for e in logged if e.data["worker"] == worker]
+        assert mine == list(range(count))

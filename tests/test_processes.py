@@ -1,0 +1,104 @@
+"""Worker processes share one store: fork (children keep using the parent's store) and
+spawn (workers connect by URL), for every backend that can be shared."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import pytest
+
+import sessionstore
+from sessionstore import SeqConflictError, SessionEvent, SessionHeader
+
+T0 = 1_718_000_000_000
+SHARED = ["file", "sqlite", "redis"]
+KEY = ("BTCUSDT", "llm-momentum", "binance", "1h")
+
+_INHERITED: Any = None
+
+
+def increment_by_url(url: str, namespace: str, times: int) -> int:
+    with sessionstore.connect(url, namespace) as store:
+        session = store.session(*KEY)
+        for _ in range(times):
+            session.update(lambda v: (v or 0) + 1, T0)
+    return times
+
+
+def increment_inherited(times: int) -> int:
+    session = _INHERITED.session(*KEY)
+    for _ in range(times):
+        session.update(lambda v: (v or 0) + 1, T0)
+    return times
+
+
+def append_by_url(url: str, namespace: str, worker: int, count: int) -> list[int]:
+    """Append ``count`` events, retrying on conflict; return the seqs this worker got."""
+    mine = []
+    with sessionstore.connect(url, namespace) as store:
+        for n in range(count):
+            while True:
+                next_seq = len(store.events.read_from("shared", 0))
+                event = SessionEvent(seq=next_seq, type="work", time=T0,
+                                     data={"worker": worker, "n": n})
+                try:
+                    store.events.append("shared", [event])
+                except SeqConflictError:
+                    continue
+                mine.append(next_seq)
+                break
+    return mine
+
+
+@pytest.fixture(params=SHARED)
+def shared_url(request, tmp_path):
+    from conftest import url_for
+
+    return url_for(request.param, request, tmp_path)
+
+
+@pytest.mark.slow
+def test_four_spawned_workers_lose_no_update(shared_url, namespace):
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(increment_by_url, [shared_url] * 4, [namespace] * 4, [500] * 4))
+    assert sum(done) == 2000
+    with sessionstore.connect(shared_url, namespace) as store:
+        assert store.session(*KEY).get_data(T0) == 2000
+
+
+@pytest.mark.slow
+def test_forked_workers_keep_using_the_parents_store(shared_url, namespace):
+    global _INHERITED
+    store = sessionstore.connect(shared_url, namespace)
+    session = store.session(*KEY)
+    session.set_data(0, T0)
+    assert session.get_data(T0) == 0
+    _INHERITED = store
+    try:
+        with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = list(pool.map(increment_inherited, [100] * 4))
+        assert sum(done) == 400
+        assert session.get_data(T0) == 400
+        assert session.update(lambda v: v + 1, T0) == 401
+    finally:
+        _INHERITED = None
+        store.close()
+
+
+@pytest.mark.slow
+def test_four_processes_appending_to_one_session_stay_contiguous(shared_url, namespace):
+    with sessionstore.connect(shared_url, namespace) as store:
+        store.events.create(SessionHeader(id="shared"))
+        store.events.append("shared", [SessionEvent(seq=0, type="start", time=T0, data={})])
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(append_by_url, [shared_url] * 4, [namespace] * 4,
+                                range(4), [40] * 4))
+    with sessionstore.connect(shared_url, namespace) as store:
+        events = store.events.load("shared").events
+    assert [e.seq for e in events] == list(range(161))
+    assert sorted(s for seqs in results for s in seqs) == list(range(1, 161))
+    for worker in range(4):
+        ns = [e.data["n"] for e in events if e.data.get("worker") == worker]
+        assert ns == list(range(40))
