@@ -5,6 +5,8 @@ Runs on the embedded default store (./.sessionstore) unless SESSIONSTORE_URL is 
 
 from __future__ import annotations
 
+import contextlib
+
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader, SessionNotFoundError
 
@@ -15,21 +17,31 @@ def main() -> None:
     with sessionstore.connect(namespace="eventlog-example") as store:
         log = store.events
         for old in ("agent-1", "agent-2"):  # start the example afresh
-            try:
+            with contextlib.suppress(SessionNotFoundError):
                 log.delete(old)
-            except SessionNotFoundError:
-                pass
         header = SessionHeader(id="agent-1", cwd="/home/me/project")
         log.create(header)  # lazy: nothing is written until the first append
         print("log file:", log.locate(header))
 
-        log.append("agent-1", [
-            SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 1}),
-            SessionEvent(seq=1, type="step/start", time=T + 1, data={"turn": 1, "step": 1}),
-            SessionEvent(seq=2, type="tool/call", time=T + 2, data={
-                "turn": 1, "step": 1, "call_id": "c1", "name": "bash", "arguments": {"cmd": "ls"},
-            }),
-        ])
+        log.append(
+            "agent-1",
+            [
+                SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 1}),
+                SessionEvent(seq=1, type="step/start", time=T + 1, data={"turn": 1, "step": 1}),
+                SessionEvent(
+                    seq=2,
+                    type="tool/call",
+                    time=T + 2,
+                    data={
+                        "turn": 1,
+                        "step": 1,
+                        "call_id": "c1",
+                        "name": "bash",
+                        "arguments": {"cmd": "ls"},
+                    },
+                ),
+            ],
+        )
         # ... the process dies here, before the tool result. On resume:
         loaded = log.load("agent-1")
         for event in loaded.events:
@@ -37,8 +49,9 @@ def main() -> None:
 
         # The next turn continues at the next seq; a wrong seq is refused.
         next_seq = loaded.events[-1].seq + 1
-        log.append("agent-1", [SessionEvent(seq=next_seq, type="turn/start", time=T + 9,
-                                            data={"turn": 2})])
+        log.append(
+            "agent-1", [SessionEvent(seq=next_seq, type="turn/start", time=T + 9, data={"turn": 2})]
+        )
         try:
             log.append("agent-1", [SessionEvent(seq=1, type="note", time=T + 9, data={})])
         except sessionstore.SeqConflictError as conflict:

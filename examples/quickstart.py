@@ -29,7 +29,8 @@ def main() -> None:
                 calls += 1
                 cached = {"lastLlmSignal": ask_model(candle), "confirmedAt": when}
                 session.set_data(cached, when)
-            print(f"candle {candle}: signal {cached['lastLlmSignal']} (asked at {cached['confirmedAt']})")
+            signal, asked_at = cached["lastLlmSignal"], cached["confirmedAt"]
+            print(f"candle {candle}: signal {signal} (asked at {asked_at})")
         early = session.get_data(START - 1)
         print(f"model calls: {calls} for 6 candles; a read before the first candle sees {early!r}")
         session.dispose()

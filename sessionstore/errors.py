@@ -39,9 +39,7 @@ class NotSerializableError(InvalidArgumentError):
         self.key = key
         self.type_name = type_name
         self.path = path
-        super().__init__(
-            f"value for {key} is not msgpack-serialisable: {type_name} at {path}"
-        )
+        super().__init__(f"value for {key} is not msgpack-serialisable: {type_name} at {path}")
 
 
 class NotJSONSerializableError(InvalidArgumentError):

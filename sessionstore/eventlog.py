@@ -50,7 +50,9 @@ def check_stored_version(session_id: str, version: object) -> None:
         raise UnsupportedVersionError(session_id, version, FORMAT_VERSION)
 
 
-def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> list[StoredEvent]:
+def encode_batch(
+    session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
+) -> list[StoredEvent]:
     """Validate a batch for ``append`` and encode its data as canonical JSON.
 
     Raises :class:`InvalidArgumentError` for an event that is not a valid
@@ -95,8 +97,7 @@ def decode_events(stored: Iterable[StoredEvent]) -> list[SessionEvent]:
     """Stored (trusted, already validated) events back to :class:`SessionEvent`."""
     construct = SessionEvent.model_construct
     return [
-        construct(seq=e.seq, type=e.type, time=e.time, data=load(e.data), id=e.id)
-        for e in stored
+        construct(seq=e.seq, type=e.type, time=e.time, data=load(e.data), id=e.id) for e in stored
     ]
 
 
@@ -201,4 +202,3 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
         )
     )
     return out
-

@@ -91,10 +91,7 @@ class Session:
         backend = self._backend
         for attempt in range(UPDATE_ATTEMPTS):
             time.sleep(backoff(attempt))
-            if state.history:
-                found = backend.read_as_of(state.key, ms)
-            else:
-                found = backend.read(state.key)
+            found = backend.read_as_of(state.key, ms) if state.history else backend.read(state.key)
             payload = state.encode(fn(state.visible(found, ms)))
             if state.history:
                 swapped = backend.swap_version(state.key, found, payload, ms, state.max_versions)
@@ -135,9 +132,7 @@ class EventLog:
             raise SessionExistsError(checked.id)
         self._pending.add(checked)
 
-    def append(
-        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
-    ) -> int:
+    def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
         replay and writes nothing; anything else raises ``SeqConflictError``."""
@@ -259,4 +254,3 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url!r}, namespace={self.namespace!r})"
-

@@ -6,10 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 from support.redis_server import RedisServer
-
-import sessionstore
 
 #: Every backend the conformance suites run against (dummy has its own small contract).
 BACKENDS = ["memory", "file", "sqlite"]

@@ -14,8 +14,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def run(script: str, cwd: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
-    result = subprocess.run([sys.executable, str(EXAMPLES / script)], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -41,8 +41,9 @@ def append_by_url(url: str, namespace: str, worker: int, count: int) -> list[int
         for n in range(count):
             while True:
                 next_seq = len(store.events.read_from("shared", 0))
-                event = SessionEvent(seq=next_seq, type="work", time=T0,
-                                     data={"worker": worker, "n": n})
+                event = SessionEvent(
+                    seq=next_seq, type="work", time=T0, data={"worker": worker, "n": n}
+                )
                 try:
                     store.events.append("shared", [event])
                 except SeqConflictError:
@@ -93,8 +94,9 @@ def test_four_processes_appending_to_one_session_stay_contiguous(shared_url, nam
         store.events.create(SessionHeader(id="shared"))
         store.events.append("shared", [SessionEvent(seq=0, type="start", time=T0, data={})])
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(pool.map(append_by_url, [shared_url] * 4, [namespace] * 4,
-                                range(4), [40] * 4))
+        results = list(
+            pool.map(append_by_url, [shared_url] * 4, [namespace] * 4, range(4), [40] * 4)
+        )
     with sessionstore.connect(shared_url, namespace) as store:
         events = store.events.load("shared").events
     assert [e.seq for e in events] == list(range(161))

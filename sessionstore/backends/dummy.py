@@ -15,7 +15,9 @@ class DummyValues(ValueBackend):
     def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
         return None
 
-    def swap(self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int) -> bool:
+    def swap(
+        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+    ) -> bool:
         return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:

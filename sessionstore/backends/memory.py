@@ -31,7 +31,9 @@ class MemoryValues(ValueBackend):
         else:
             self._plain[key] = Stored(payload, when)
 
-    def swap(self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int) -> bool:
+    def swap(
+        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+    ) -> bool:
         with self._lock:
             if self._plain.get(key) != expected:
                 return False
@@ -101,9 +103,7 @@ class MemoryEvents(EventBackend):
             elif header is not None and header != found[0]:
                 raise SessionExistsError(session_id)
             stored = found[1]
-            if plan_append(
-                session_id, len(stored), events, lambda a, b: stored[a : b + 1]
-            ):
+            if plan_append(session_id, len(stored), events, lambda a, b: stored[a : b + 1]):
                 stored.extend(events)
                 self._logs[session_id] = found
             return len(stored)

@@ -28,9 +28,7 @@ def open_store(store_url: str, namespace: str, api: str) -> Iterator[Callable[..
         if bridge is None:
             store: Any = sessionstore.connect(target_url, target_ns, **options)
         else:
-            store = sync_view(
-                bridge.run(aio.connect, target_url, target_ns, **options), bridge
-            )
+            store = sync_view(bridge.run(aio.connect, target_url, target_ns, **options), bridge)
         opened.append(store)
         return store
 

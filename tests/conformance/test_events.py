@@ -26,8 +26,9 @@ T = 1_718_000_000_000
 
 
 def ev(seq: int, type: str = "note", data: dict | None = None, time: int = T, **extra):
-    return SessionEvent(seq=seq, type=type, time=time + seq, data={} if data is None else data,
-                        **extra)
+    return SessionEvent(
+        seq=seq, type=type, time=time + seq, data={} if data is None else data, **extra
+    )
 
 
 def header(session_id: str = "s-1", **fields) -> SessionHeader:
@@ -162,8 +163,15 @@ def test_events_round_trip_every_field(store):
     assert event == SessionEvent(seq=0, type="custom/x", time=T, data=data, id="e-0")
 
 
-@pytest.mark.parametrize("bad", [{"seq": -1, "type": "x", "time": T}, {"type": "x", "time": T},
-                                 {"seq": 0, "type": "x", "time": "soon"}, "not an event"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"seq": -1, "type": "x", "time": T},
+        {"type": "x", "time": T},
+        {"seq": 0, "type": "x", "time": "soon"},
+        "not an event",
+    ],
+)
 def test_a_malformed_event_raises_invalid_argument(store, bad):
     store.events.create(header())
     with pytest.raises(InvalidArgumentError):
@@ -203,8 +211,10 @@ def test_a_batch_that_differs_from_the_stored_events_conflicts(store, replay):
         store.events.append("s-1", replay)
     assert caught.value.expected == 2
     stored = store.events.read_from("s-1", 0)
-    assert [(e.seq, e.type, e.data) for e in stored] == [(0, "turn/start", {"turn": 1}),
-                                                         (1, "note", {})]
+    assert [(e.seq, e.type, e.data) for e in stored] == [
+        (0, "turn/start", {"turn": 1}),
+        (1, "note", {}),
+    ]
 
 
 # --- lossless JSON ---------------------------------------------------------------------
@@ -281,20 +291,43 @@ def test_a_balanced_log_loads_unchanged(store):
 
 def test_an_interrupted_turn_is_closed_with_both_error_codes(store):
     store.events.create(header())
-    store.events.append("s-1", turn_events(
-        ("turn/start", {"turn": 3}),
-        ("step/start", {"turn": 3, "step": 1}),
-        ("assistant/message", {"turn": 3, "step": 1, "tool_calls": [
-            {"id": "c-ran", "name": "bash", "arguments": {"cmd": "ls"}},
-            {"id": "c-never", "name": "read", "arguments": {}},
-            {"id": "c-done", "name": "read", "arguments": {}},
-        ]}),
-        ("tool/call", {"turn": 3, "step": 1, "call_id": "c-done", "name": "read", "arguments": {}}),
-        ("tool/result", {"turn": 3, "step": 1, "call_id": "c-done", "is_error": False,
-                         "content": "ok"}),
-        ("tool/call", {"turn": 3, "step": 1, "call_id": "c-ran", "name": "bash",
-                       "arguments": {"cmd": "ls"}}),
-    ))
+    store.events.append(
+        "s-1",
+        turn_events(
+            ("turn/start", {"turn": 3}),
+            ("step/start", {"turn": 3, "step": 1}),
+            (
+                "assistant/message",
+                {
+                    "turn": 3,
+                    "step": 1,
+                    "tool_calls": [
+                        {"id": "c-ran", "name": "bash", "arguments": {"cmd": "ls"}},
+                        {"id": "c-never", "name": "read", "arguments": {}},
+                        {"id": "c-done", "name": "read", "arguments": {}},
+                    ],
+                },
+            ),
+            (
+                "tool/call",
+                {"turn": 3, "step": 1, "call_id": "c-done", "name": "read", "arguments": {}},
+            ),
+            (
+                "tool/result",
+                {"turn": 3, "step": 1, "call_id": "c-done", "is_error": False, "content": "ok"},
+            ),
+            (
+                "tool/call",
+                {
+                    "turn": 3,
+                    "step": 1,
+                    "call_id": "c-ran",
+                    "name": "bash",
+                    "arguments": {"cmd": "ls"},
+                },
+            ),
+        ),
+    )
     events = store.events.load("s-1").events
     assert seqs(events) == list(range(10))
     closers = events[6:]
@@ -325,8 +358,9 @@ def test_closers_are_durable_and_a_second_load_writes_nothing(
 
 def test_two_repairers_end_with_one_set_of_closers(store, open_store, shared):
     store.events.create(header())
-    store.events.append("s-1", turn_events(("turn/start", {"turn": 1}),
-                                           ("step/start", {"turn": 1, "step": 1})))
+    store.events.append(
+        "s-1", turn_events(("turn/start", {"turn": 1}), ("step/start", {"turn": 1, "step": 1}))
+    )
     a, b = store.events.read_from("s-1", 0), None
     other = open_store()
     first, second = store.events.load("s-1"), other.events.load("s-1")
@@ -374,7 +408,7 @@ def test_damage_before_the_end_is_refused_and_nothing_rewritten(
         store.events.load("s-1")
     assert "s-1" in str(caught.value)
     with pytest.raises(CorruptLogError):
-        store.events.append("s-1", [ev(4)])
+        store.events.read_from("s-1", 0)
     assert artifacts.snapshot(backend, store_url, namespace, "s-1", path) == before
 
 

@@ -155,8 +155,12 @@ class Opaque:
 
 @pytest.mark.parametrize(
     ("value", "type_name"),
-    [({"tags": {1, 2}}, "set"), ([Opaque()], "Opaque"), ({"n": 2**70}, "64-bit"),
-     ({(1, 2): "tuple key"}, "tuple")],
+    [
+        ({"tags": {1, 2}}, "set"),
+        ([Opaque()], "Opaque"),
+        ({"n": 2**70}, "64-bit"),
+        ({(1, 2): "tuple key"}, "tuple"),
+    ],
 )
 def test_an_unserialisable_value_raises_naming_key_and_type_and_keeps_the_record(
     store, value, type_name
@@ -199,7 +203,20 @@ def test_namespaces_isolate_records(open_store, shared):
     assert open_session(a).get_data(T0) == "a"
 
 
-HOSTILE = ["../../etc", "a:b", "{x}", "日本語", "", ".", "..", "a/b", "*", "a b\n", "%3A", "x" * 300]
+HOSTILE = [
+    "../../etc",
+    "a:b",
+    "{x}",
+    "日本語",
+    "",
+    ".",
+    "..",
+    "a/b",
+    "*",
+    "a b\n",
+    "%3A",
+    "x" * 300,
+]
 
 
 def test_hostile_key_parts_neither_collide_nor_escape(store):

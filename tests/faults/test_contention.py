@@ -7,10 +7,10 @@ import random
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
+from conftest import BACKENDS, url_for
 
 import sessionstore
 from sessionstore import SeqConflictError, SessionEvent, SessionHeader
-from conftest import BACKENDS, url_for
 
 from .conftest import iterations
 
@@ -26,8 +26,9 @@ def append_many(url: str, namespace: str, worker: int, count: int) -> int:
         next_seq = 0
         for n in range(count):
             while True:
-                event = SessionEvent(seq=next_seq, type="work", time=T0,
-                                     data={"worker": worker, "n": n})
+                event = SessionEvent(
+                    seq=next_seq, type="work", time=T0, data={"worker": worker, "n": n}
+                )
                 try:
                     next_seq = store.events.append("hot", [event])
                     break
@@ -80,8 +81,15 @@ def test_concurrent_appenders_end_contiguous_with_each_workers_order_kept(url, n
         store.events.create(SessionHeader(id="hot"))
         store.events.append("hot", [SessionEvent(seq=0, type="start", time=T0)])
     with pool() as executor:
-        list(executor.map(append_many, [url] * PROCESSES, [namespace] * PROCESSES,
-                          range(PROCESSES), [per_worker] * PROCESSES))
+        list(
+            executor.map(
+                append_many,
+                [url] * PROCESSES,
+                [namespace] * PROCESSES,
+                range(PROCESSES),
+                [per_worker] * PROCESSES,
+            )
+        )
     with sessionstore.connect(url, namespace) as store:
         events = store.events.load("hot").events
     assert [e.seq for e in events] == list(range(PROCESSES * per_worker + 1))
@@ -95,8 +103,11 @@ def test_concurrent_appenders_end_contiguous_with_each_workers_order_kept(url, n
 def test_concurrent_updates_lose_no_increment(url, namespace):
     per_worker = iterations(normal=500, ci=500, soak=2000)
     with pool() as executor:
-        list(executor.map(increment_many, [url] * PROCESSES, [namespace] * PROCESSES,
-                          [per_worker] * PROCESSES))
+        list(
+            executor.map(
+                increment_many, [url] * PROCESSES, [namespace] * PROCESSES, [per_worker] * PROCESSES
+            )
+        )
     with sessionstore.connect(url, namespace) as store:
         assert store.session(*KEY).get_data(T0) == PROCESSES * per_worker
 
@@ -105,6 +116,13 @@ def test_concurrent_updates_lose_no_increment(url, namespace):
 def test_last_writer_wins_never_pairs_a_value_with_another_writes_when(url, namespace):
     per_worker = iterations(normal=300, ci=200, soak=2000)
     with pool() as executor:
-        torn = list(executor.map(write_and_read, [url] * PROCESSES, [namespace] * PROCESSES,
-                                 range(PROCESSES), [per_worker] * PROCESSES))
+        torn = list(
+            executor.map(
+                write_and_read,
+                [url] * PROCESSES,
+                [namespace] * PROCESSES,
+                range(PROCESSES),
+                [per_worker] * PROCESSES,
+            )
+        )
     assert sum(torn) == 0

@@ -4,22 +4,45 @@ subclasses come out, and nothing already stored changes."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
-from pydantic import ValidationError
+from conftest import BACKENDS, url_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader, SessionStoreError
-from conftest import BACKENDS, url_for
 
 from .conftest import iterations
 
 T0 = 1_718_000_000_000
-TRICKS = ["", ".", "..", "../../etc/passwd", "/abs", "a:b", "{x}", "*", "?", "[a-z]", "\\", "%2F",
-          "\x00", "\n", "\u202e", "\ud800", "日本語", "x" * 5000, "CON", "a\x7fb"]
+TRICKS = [
+    "",
+    ".",
+    "..",
+    "../../etc/passwd",
+    "/abs",
+    "a:b",
+    "{x}",
+    "*",
+    "?",
+    "[a-z]",
+    "\\",
+    "%2F",
+    "\x00",
+    "\n",
+    "\u202e",
+    "\ud800",
+    "日本語",
+    "x" * 5000,
+    "CON",
+    "a\x7fb",
+]
+
+
 def _hashable(value: object) -> bool:
     try:
         hash(value)
@@ -30,16 +53,26 @@ def _hashable(value: object) -> bool:
 
 text = st.one_of(st.sampled_from(TRICKS), st.text(max_size=40))
 anything = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | text | st.binary(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | text
+    | st.binary(max_size=20)
     | st.sampled_from([math.nan, math.inf, 2**200, object(), {1, 2}, (1, 2), b"\xff"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(inner.filter(_hashable), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(inner.filter(_hashable), inner, max_size=3)
+    ),
     max_leaves=15,
 )
 whens = st.one_of(st.integers(), st.floats(), text, st.none(), st.booleans(), st.datetimes())
 
-SETTINGS = settings(max_examples=iterations(normal=60, ci=40, soak=2000), deadline=None,
-                    suppress_health_check=list(HealthCheck), derandomize=False)
+SETTINGS = settings(
+    max_examples=iterations(normal=60, ci=40, soak=2000),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=False,
+)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -52,21 +85,24 @@ def seeded(request, tmp_path):
     store.events.append("kept", [SessionEvent(seq=0, type="note", time=T0, data={"n": 0})])
     before = (session.get_data(T0), store.events.read_from("kept", 0))
     yield store, before
-    after = (store.session("BTCUSDT", "s", "e", "1h").get_data(T0),
-             store.events.read_from("kept", 0))
+    after = (
+        store.session("BTCUSDT", "s", "e", "1h").get_data(T0),
+        store.events.read_from("kept", 0),
+    )
     store.close()
     assert after == before
 
 
 def _only_our_errors(call) -> None:
-    try:
+    with contextlib.suppress(SessionStoreError):
         call()
-    except SessionStoreError:
-        pass
 
 
-@given(parts=st.tuples(text, text, text, text).filter(lambda p: p != ("BTCUSDT", "s", "e", "1h")),
-       value=anything, when=whens)
+@given(
+    parts=st.tuples(text, text, text, text).filter(lambda p: p != ("BTCUSDT", "s", "e", "1h")),
+    value=anything,
+    when=whens,
+)
 @SETTINGS
 def test_hostile_values_keys_and_whens(seeded, parts, value, when):
     store, _ = seeded
@@ -76,8 +112,13 @@ def test_hostile_values_keys_and_whens(seeded, parts, value, when):
     _only_our_errors(lambda: store.session(*parts).update(lambda v: value, when))
 
 
-@given(session_id=text.filter(lambda s: s != "kept"), seq=st.integers(-5, 5) | st.integers(),
-       data=anything, type_=text, event_time=st.integers() | st.floats())
+@given(
+    session_id=text.filter(lambda s: s != "kept"),
+    seq=st.integers(-5, 5) | st.integers(),
+    data=anything,
+    type_=text,
+    event_time=st.integers() | st.floats(),
+)
 @SETTINGS
 def test_hostile_events_and_session_ids(seeded, session_id, seq, data, type_, event_time):
     store, _ = seeded

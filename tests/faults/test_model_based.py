@@ -4,9 +4,10 @@ agree, after every step, with a plain in-memory model."""
 from __future__ import annotations
 
 import pytest
+from conftest import BACKENDS, url_for
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import sessionstore
 from sessionstore import (
@@ -18,15 +19,16 @@ from sessionstore import (
 )
 from sessionstore.eventlog import closers
 
-from conftest import BACKENDS, url_for
-
 from .conftest import iterations
 
 IDS = st.sampled_from(["a", "b:c", "日本"])
 TYPES = st.sampled_from(["note", "turn/start", "turn/end", "step/start"])
-DATA = st.dictionaries(st.sampled_from(["k", "turn", "x y"]), st.integers(0, 3) | st.text(max_size=3),
-                       max_size=2)
-KEYS = st.sampled_from([("BTC", "s", "e", "1h"), ("ETH", "s", "e", "1h"), ("BTC", "s:x", "e", "1h")])
+DATA = st.dictionaries(
+    st.sampled_from(["k", "turn", "x y"]), st.integers(0, 3) | st.text(max_size=3), max_size=2
+)
+KEYS = st.sampled_from(
+    [("BTC", "s", "e", "1h"), ("ETH", "s", "e", "1h"), ("BTC", "s:x", "e", "1h")]
+)
 WHENS = st.integers(0, 20)
 
 
@@ -60,7 +62,9 @@ class StoreMachine(RuleBasedStateMachine):
     def append(self, session_id: str, offset: int, size: int, type: str, data: dict) -> None:
         stored = self.logs.get(session_id, [])
         first = max(0, len(stored) + offset)
-        batch = [SessionEvent(seq=first + i, type=type, time=first + i, data=data) for i in range(size)]
+        batch = [
+            SessionEvent(seq=first + i, type=type, time=first + i, data=data) for i in range(size)
+        ]
         known = session_id in self.logs or session_id in self.created
         replay = first + size <= len(stored) and stored[first : first + size] == batch
         try:
@@ -112,7 +116,11 @@ class StoreMachine(RuleBasedStateMachine):
             assert sorted(h.id for h in self.store.events.list()) == sorted(self.logs)
 
     # --- values ---
-    @rule(key=KEYS, when=WHENS, value=st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=4))
+    @rule(
+        key=KEYS,
+        when=WHENS,
+        value=st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=4),
+    )
     def set_data(self, key: tuple[str, ...], when: int, value: object) -> None:
         self.store.session(*key).set_data(value, when)
         if value is None:

@@ -29,7 +29,9 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
     """Everything stored for ``namespace``: file paths, SQLite rows or Redis keys."""
     if backend == "file":
         root = file_root(url)
-        return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+        return sorted(
+            str(p) for p in root.rglob("*") if p.is_file() and not p.name.endswith(".lock")
+        )
     if backend == "sqlite":
         if not Path(_sqlite_path(url)).exists():
             return []
@@ -52,12 +54,15 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
     return []
 
 
-def tear_tail(backend: str, url: str, namespace: str, session_id: str, log_path: str | None,
-              next_seq: int) -> None:
+def tear_tail(
+    backend: str, url: str, namespace: str, session_id: str, log_path: str | None, next_seq: int
+) -> None:
     """Leave a partly written final batch behind, as a crash mid-append would."""
     if backend == "file":
         assert log_path is not None
-        line = json.dumps({"seq": next_seq, "type": "x", "time": 1, "data": {}, "batch_end": next_seq + 1})
+        line = json.dumps(
+            {"seq": next_seq, "type": "x", "time": 1, "data": {}, "batch_end": next_seq + 1}
+        )
         with open(log_path, "a") as file:
             file.write(line + "\n" + line[:9])
     elif backend == "sqlite":
@@ -70,15 +75,19 @@ def tear_tail(backend: str, url: str, namespace: str, session_id: str, log_path:
     elif backend == "redis":
         _, stream = keys.log_keys(namespace, session_id)
         client = _redis(url)
-        client.xadd(stream, {"seq": next_seq, "type": "x", "time": 1, "data": "{}"},
-                    id=keys.stream_id(next_seq))
+        client.xadd(
+            stream,
+            {"seq": next_seq, "type": "x", "time": 1, "data": "{}"},
+            id=keys.stream_id(next_seq),
+        )
         client.close()
     else:
         raise AssertionError(f"{backend} cannot tear")
 
 
-def remove_event(backend: str, url: str, namespace: str, session_id: str, log_path: str | None,
-                 seq: int) -> None:
+def remove_event(
+    backend: str, url: str, namespace: str, session_id: str, log_path: str | None, seq: int
+) -> None:
     """Lose event ``seq`` from the middle of a log (corruption, not a torn tail)."""
     if backend == "file":
         assert log_path is not None
@@ -100,8 +109,9 @@ def remove_event(backend: str, url: str, namespace: str, session_id: str, log_pa
         raise AssertionError(f"{backend} cannot be damaged")
 
 
-def set_stored_version(backend: str, url: str, namespace: str, session_id: str,
-                       log_path: str | None, version: int) -> None:
+def set_stored_version(
+    backend: str, url: str, namespace: str, session_id: str, log_path: str | None, version: int
+) -> None:
     """Rewrite the stored header's format version."""
     if backend == "file":
         assert log_path is not None
@@ -125,7 +135,9 @@ def set_stored_version(backend: str, url: str, namespace: str, session_id: str,
         raise AssertionError(f"{backend} has no stored header")
 
 
-def snapshot(backend: str, url: str, namespace: str, session_id: str, log_path: str | None) -> object:
+def snapshot(
+    backend: str, url: str, namespace: str, session_id: str, log_path: str | None
+) -> object:
     """A byte-exact picture of one stored log, to prove nothing was rewritten."""
     if backend == "file":
         assert log_path is not None
@@ -133,10 +145,13 @@ def snapshot(backend: str, url: str, namespace: str, session_id: str, log_path: 
     if backend == "sqlite":
         with sqlite3.connect(_sqlite_path(url)) as db:
             return (
-                db.execute("SELECT * FROM log_sessions WHERE namespace=? AND id=?",
-                           (namespace, session_id)).fetchall(),
-                db.execute("SELECT * FROM log_events WHERE namespace=? AND session_id=? ORDER BY seq",
-                           (namespace, session_id)).fetchall(),
+                db.execute(
+                    "SELECT * FROM log_sessions WHERE namespace=? AND id=?", (namespace, session_id)
+                ).fetchall(),
+                db.execute(
+                    "SELECT * FROM log_events WHERE namespace=? AND session_id=? ORDER BY seq",
+                    (namespace, session_id),
+                ).fetchall(),
             )
     if backend == "redis":
         meta, stream = keys.log_keys(namespace, session_id)

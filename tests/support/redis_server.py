@@ -29,7 +29,9 @@ def free_port() -> int:
 def require_binary() -> str:
     if BINARY:
         return BINARY
-    reason = "redis-server is not on PATH: the Redis tests cannot run (apt-get install redis-server)"
+    reason = (
+        "redis-server is not on PATH: the Redis tests cannot run (apt-get install redis-server)"
+    )
     if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
@@ -38,8 +40,13 @@ def require_binary() -> str:
 class RedisServer:
     """One ``redis-server`` with AOF ``appendfsync always`` unless told otherwise."""
 
-    def __init__(self, *extra: str, port: int | None = None, data_dir: Path | None = None,
-                 durable: bool = True) -> None:
+    def __init__(
+        self,
+        *extra: str,
+        port: int | None = None,
+        data_dir: Path | None = None,
+        durable: bool = True,
+    ) -> None:
         self.binary = require_binary()
         self.port = port or free_port()
         self._own_dir = data_dir is None
@@ -60,17 +67,24 @@ class RedisServer:
         )
         return [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.dir),
-            "--save", "",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
             *persistence,
-            "--logfile", str(self.dir / "redis.log"),
+            "--logfile",
+            str(self.dir / "redis.log"),
             *self.extra,
         ]
 
     def start(self) -> RedisServer:
-        self.process = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
