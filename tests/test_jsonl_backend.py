@@ -4,6 +4,7 @@ materialisation, torn tails versus corruption, headers, listing and cross-proces
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ from sessionstore import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from sessionstore.backends.jsonl import JsonlEvents
+from sessionstore.backends import jsonl
+from sessionstore.backends.jsonl import JsonlEvents, event_lines
+from sessionstore.contracts import StoredEvent
 from sessionstore.eventlog import encode_batch
 from sessionstore.store import Store
 
@@ -393,6 +396,149 @@ def test_delete_removes_the_file(tmp_path: Path) -> None:
         store.events.create(HEADER)
         store.events.append(SID, events(0, 1))
         assert store.events.load(SID).events == events(0, 1)
+
+
+# --- appends parse only what they have not seen ----------------------------------------
+
+
+def batch(first: int, stop: int) -> list[StoredEvent]:
+    return encode_batch(SID, events(first, stop))
+
+
+@pytest.fixture
+def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many event lines and whole logs the backend parses while the test runs."""
+    counts = {"lines": 0, "logs": 0}
+    parse_event, parse_log = jsonl.parse_event, jsonl.parse_log
+
+    def counted_event(line: bytes) -> tuple[StoredEvent, int]:
+        counts["lines"] += 1
+        return parse_event(line)
+
+    def counted_log(session_id: str, raw: bytes) -> jsonl.ParsedLog:
+        counts["logs"] += 1
+        return parse_log(session_id, raw)
+
+    monkeypatch.setattr(jsonl, "parse_event", counted_event)
+    monkeypatch.setattr(jsonl, "parse_log", counted_log)
+    return counts
+
+
+def reset(counts: dict[str, int]) -> None:
+    counts.update(lines=0, logs=0)
+
+
+def test_appends_do_not_reread_what_they_wrote(tmp_path: Path, parsing: dict[str, int]) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    reset(parsing)
+    for first in range(3, 300, 3):
+        assert backend.append(SID, batch(first, first + 3), None) == first + 3
+    assert parsing == {"lines": 0, "logs": 0}
+    assert backend.read(SID) == (HEADER, batch(0, 300))
+
+
+def test_an_append_parses_only_the_batches_appended_elsewhere_since(
+    tmp_path: Path, parsing: dict[str, int]
+) -> None:
+    mine, other = JsonlEvents(tmp_path, "ns"), JsonlEvents(tmp_path, "ns")
+    mine.append(SID, batch(0, 3), HEADER)
+    mine.append(SID, batch(3, 5), None)
+    other.append(SID, batch(5, 6), None)
+    other.append(SID, batch(6, 8), None)
+    reset(parsing)
+    with pytest.raises(SeqConflictError) as caught:
+        mine.append(SID, encode_batch(SID, [event(5, other=True)]), None)
+    assert caught.value.expected == 8
+    assert mine.append(SID, batch(8, 10), None) == 10
+    assert parsing == {"lines": 3, "logs": 0}
+    path = Path(mine.locate(SID) or "")
+    before = path.read_bytes()
+    assert mine.append(SID, batch(5, 7), None) == 10, "an applied replay of older events"
+    assert path.read_bytes() == before
+    assert other.read(SID) == (HEADER, batch(0, 10))
+
+
+def test_an_append_after_another_store_appended_lands_contiguously(tmp_path: Path) -> None:
+    with connect(tmp_path) as mine, connect(tmp_path) as other:
+        mine.events.create(HEADER)
+        mine.events.append(SID, events(0, 3))
+        other.events.append(SID, events(3, 5))
+        with pytest.raises(SeqConflictError) as caught:
+            mine.events.append(SID, [event(3, mine=True)])
+        assert caught.value.expected == 5
+        assert mine.events.append(SID, events(5, 8)) == 8
+        other.events.append(SID, events(8, 9))
+        assert mine.events.append(SID, events(9, 10)) == 10
+        assert other.events.load(SID).events == events(0, 10)
+
+
+def test_a_torn_tail_left_beyond_what_an_append_saw_is_cut_off(
+    tmp_path: Path, parsing: dict[str, int]
+) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    path = Path(backend.locate(SID) or "")
+    committed = path.read_bytes()
+    lines = event_lines(batch(3, 6))
+    for cut in range(1, len(lines)):
+        path.write_bytes(committed)
+        backend.read(SID)
+        with path.open("ab") as log:
+            log.write(lines[:cut])
+        reset(parsing)
+        with pytest.raises(SeqConflictError):
+            backend.append(SID, batch(4, 5), None)
+        assert path.read_bytes() == committed + lines[:cut], "a refused append wrote"
+        assert backend.append(SID, batch(3, 6), None) == 6
+        assert path.read_bytes() == committed + lines, f"not cut back at {cut}"
+        assert parsing["logs"] == 0
+
+
+def test_a_log_rewritten_in_place_is_parsed_whole(tmp_path: Path) -> None:
+    backend = JsonlEvents(tmp_path / "a", "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    path = Path(backend.locate(SID) or "")
+    other = JsonlEvents(tmp_path / "b", "ns")
+    longer = [StoredEvent(seq, "other", seq, f'{{"pad":"{"x" * seq}"}}') for seq in range(6)]
+    other.append(SID, longer, HEADER)
+    path.write_bytes(Path(other.locate(SID) or "").read_bytes())
+    assert backend.append(SID, batch(6, 7), None) == 7
+    assert backend.read(SID) == (HEADER, longer + batch(6, 7))
+
+
+def test_a_session_recreated_elsewhere_is_seen_as_such(tmp_path: Path) -> None:
+    mine, other = JsonlEvents(tmp_path, "ns"), JsonlEvents(tmp_path, "ns")
+    mine.append(SID, batch(0, 3), HEADER)
+    other.delete(SID)
+    recreated = SessionHeader(id=SID, cwd="/elsewhere")
+    other.append(SID, batch(0, 5), recreated)
+    with pytest.raises(SessionExistsError):
+        mine.append(SID, batch(5, 6), HEADER)
+    assert mine.append(SID, batch(5, 6), None) == 6
+    assert other.read(SID) == (recreated, batch(0, 6))
+
+
+def test_a_forked_child_parses_the_log_whole_before_its_first_append(
+    tmp_path: Path, parsing: dict[str, int]
+) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+
+    def child() -> None:
+        reset(parsing)
+        backend.append(SID, batch(3, 5), None)
+        backend.append(SID, batch(5, 6), None)
+        sys.exit(parsing["logs"])
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    assert process.exitcode == 1
+    reset(parsing)
+    assert backend.append(SID, batch(6, 8), None) == 8
+    assert parsing == {"lines": 3, "logs": 0}
+    assert backend.read(SID) == (HEADER, batch(0, 8))
 
 
 # --- several processes ------------------------------------------------------------------

@@ -355,14 +355,35 @@ def test_damage_before_the_end_is_corruption_and_nothing_is_rewritten(events, db
     assert log_rows(db_path) == before
 
 
-def test_append_refuses_to_extend_a_log_with_a_lost_event(events, db_path):
+def test_a_lost_event_is_found_by_read_and_an_append_leaves_it_as_it_was(events, db_path):
     started(events, "s-1", 4)
     raw(db_path, "DELETE FROM log_events WHERE seq = 2")
-    before = log_rows(db_path)
+    seqs = "SELECT seq FROM log_events ORDER BY seq"
+    assert events.append("s-1", [event(4)], None) == 5
+    assert raw(db_path, seqs) == [(0,), (1,), (3,), (4,)]
+    after = log_rows(db_path)
+    for repair in (False, True):
+        with pytest.raises(CorruptLogError) as caught:
+            events.read("s-1", repair=repair)
+        assert caught.value.seq == 2
     with pytest.raises(CorruptLogError) as caught:
-        events.append("s-1", [event(4)], None)
+        events.append("s-1", [event(2)], None)
     assert caught.value.seq == 2
-    assert log_rows(db_path) == before
+    assert log_rows(db_path) == after
+
+
+def test_an_append_reads_no_event_rows_whatever_the_log_length(events, database):
+    started(events, "s-1", 200)
+    statements: list[str] = []
+    database.connection().set_trace_callback(statements.append)
+    try:
+        assert events.append("s-1", [event(200), event(201)], None) == 202
+    finally:
+        database.connection().set_trace_callback(None)
+    on_events = [s for s in statements if "log_events" in s]
+    assert on_events, statements
+    assert not [s for s in on_events if s.lstrip().upper().startswith("SELECT")], on_events
+    assert [e.seq for e in events.read("s-1", 198)[1]] == [198, 199, 200, 201]
 
 
 def test_a_stored_header_of_another_version_is_unsupported(events, db_path):

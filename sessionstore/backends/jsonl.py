@@ -6,13 +6,20 @@ event's canonical JSON embedded as is, ``batch_end`` the seq of the last event o
 it was appended with. Every line ends with ``\\n``. Nothing exists before the first append,
 which writes the header and the first batch together.
 
-An append holds an exclusive ``flock`` on the log, parses all of it (refusing a damaged
-log) and writes the batch with one ``write`` and an fsync, so a crash can only tear the
-final batch. Readers recognise a torn final batch -- a last line without its newline or
-that does not parse, with the lines of its batch before it, or a final batch that never
-reaches its ``batch_end`` -- and leave it out; anything wrong before it is
-:class:`CorruptLogError`, and nothing is rewritten. A file without a complete header line
-(a crash during the very first append) counts as absent.
+An append holds an exclusive ``flock`` on the log and writes the batch with one ``write``
+and an fsync, so a crash can only tear the final batch. Readers recognise a torn final
+batch -- a last line without its newline or that does not parse, with the lines of its
+batch before it, or a final batch that never reaches its ``batch_end`` -- and leave it out;
+anything wrong before it is :class:`CorruptLogError`, and nothing is rewritten. A file
+without a complete header line (a crash during the very first append) counts as absent.
+
+``read`` parses the whole log every time. An append parses only what it has not seen: each
+:class:`JsonlEvents` remembers, per process, the state of every log it last validated
+(its file identity, size, mtime, header, next seq and where the committed events end). A
+log whose file is unchanged since is appended to without reading it; one that only grew
+has just its new bytes parsed (other writers' batches, or a torn tail to cut off); any
+other change is parsed whole. So an append finds damage only in bytes it parses, while
+its seq decision always rests on the committed end it has validated.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import fcntl
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -45,13 +52,51 @@ LOG_SUFFIX = ".jsonl"
 _CHUNK = 64 * 1024
 #: How often an append or delete reopens a log that was replaced while it waited for the lock.
 _REOPEN_ATTEMPTS = 1000
+#: How many logs' states one :class:`JsonlEvents` remembers; past it, it forgets them all.
+_REMEMBERED_LOGS = 1024
+#: How many committed bytes at the start and before the end of a log identify it.
+_PROBE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A log as last validated: the file (``dev``, ``ino``) with its ``size`` and
+    ``mtime_ns`` then, the ``header`` (None: no complete header line), the committed
+    events' ``next_seq`` and the offset ``end`` where they end. ``head`` and ``tail`` are
+    committed bytes from offset 0 and up to ``end``, checked to recognise the same log
+    once it has grown."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    header: SessionHeader | None
+    next_seq: int
+    end: int
+    head: bytes
+    tail: bytes
+
+    @property
+    def torn(self) -> bool:
+        """Whether bytes of an unfinished final batch follow the committed events."""
+        return self.end < self.size
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether ``st`` describes the file this state was seen in, at this size."""
+        return (st.st_dev, st.st_ino, st.st_size) == (self.dev, self.ino, self.size)
 
 
 class JsonlEvents(EventBackend):
-    """Event logs of one namespace, one JSONL file per session (see the module docstring)."""
+    """Event logs of one namespace, one JSONL file per session (see the module docstring).
+
+    Remembers the state of the logs it validated for its later appends; the memory is
+    per process (a forked child starts afresh) and is checked against the file each time.
+    """
 
     def __init__(self, root: Path, namespace: str) -> None:
         self._dir = root / encode_name(namespace) / LOGS_DIR
+        self._pid = os.getpid()
+        self._seen: dict[str, _Seen] = {}
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LOG_SUFFIX)
@@ -112,27 +157,103 @@ class JsonlEvents(EventBackend):
         events: list[StoredEvent],
         header: SessionHeader | None,
     ) -> int:
-        log = parse_log(session_id, read_all(fd))
-        if log.header is None:
+        seen, parsed = self._catch_up(fd, session_id)
+        if seen.header is None:
             if header is None:
                 raise SessionNotFoundError(session_id)
             data = header_line(header) + event_lines(events)
         else:
-            if header is not None and header != log.header:
+            if header is not None and header != seen.header:
                 raise SessionExistsError(session_id)
             data = event_lines(events)
-        stored = log.events
-        if not plan_append(
-            session_id, len(stored), events, lambda first, last: stored[first : last + 1]
-        ):
-            return len(stored)
-        if log.torn:
-            os.ftruncate(fd, log.end)
+
+        def stored_range(first: int, last: int) -> list[StoredEvent]:
+            offset = seen.next_seq - len(parsed)
+            if first >= offset:
+                return parsed[first - offset : last - offset + 1]
+            # Only the replay of a batch older than what was just parsed gets here: rare
+            # enough to read the whole log rather than remember events.
+            return parse_log(session_id, read_all(fd)).events[first : last + 1]
+
+        if not plan_append(session_id, seen.next_seq, events, stored_range):
+            return seen.next_seq
+        if seen.torn:
+            os.ftruncate(fd, seen.end)
             os.fsync(fd)
-        _write_batch(fd, path, data, log.end)
-        if log.header is None:
+        _write_batch(fd, path, data, seen.end)
+        if seen.header is None:
             fsync_dir(self._dir)
-        return events[-1].seq + 1
+        next_seq = events[-1].seq + 1
+        st = os.fstat(fd)
+        end = seen.end + len(data)
+        written = (
+            seen
+            if seen.header is not None
+            else replace(seen, header=header, head=data[:_PROBE])
+        )
+        self._remember(
+            session_id,
+            replace(
+                written,
+                size=end,
+                mtime_ns=st.st_mtime_ns,
+                next_seq=next_seq,
+                end=end,
+                tail=(seen.tail + data[-_PROBE:])[-_PROBE:],
+            ),
+            st,
+        )
+        return next_seq
+
+    def _catch_up(self, fd: int, session_id: str) -> tuple[_Seen, list[StoredEvent]]:
+        """The log's state, under the append lock, and the committed events parsed to
+        learn it, which are the last ones before its next seq.
+
+        Against the state remembered from this process's last look: if the file is the
+        same and unchanged, nothing is read; if it only grew, just the bytes after the
+        committed end are parsed; otherwise the whole log is.
+        """
+        st = os.fstat(fd)
+        before = self._remembered().get(session_id)
+        if before is None or not _continues(fd, before, st):
+            raw = read_all(fd)
+            log = parse_log(session_id, raw)
+            seen = _parsed_whole(st, log, raw, len(raw))
+            self._remember(session_id, seen, st)
+            return seen, log.events
+        raw = _read_from(fd, before.end) if st.st_size > before.end else b""
+        line = before.next_seq + 2  # the header and one line per event come before
+        parsed, cut = parse_batches(session_id, raw, 0, before.next_seq, line)
+        seen = _Seen(
+            st.st_dev,
+            st.st_ino,
+            before.end + len(raw),
+            st.st_mtime_ns,
+            before.header,
+            before.next_seq + len(parsed),
+            before.end + cut,
+            before.head,
+            (before.tail + raw[max(0, cut - _PROBE) : cut])[-_PROBE:],
+        )
+        self._remember(session_id, seen, st)
+        return seen, parsed
+
+    def _remembered(self) -> dict[str, _Seen]:
+        """The states seen by this process: a forked child does not inherit them."""
+        if self._pid != os.getpid():
+            self._seen = {}
+            self._pid = os.getpid()
+        return self._seen
+
+    def _remember(self, session_id: str, seen: _Seen, st: os.stat_result) -> None:
+        """Keep ``seen`` for the next append if ``st``, taken under the lock, matches it."""
+        remembered = self._remembered()
+        if seen.header is None or not seen.same_file(st):
+            remembered.pop(session_id, None)
+            return
+        if len(remembered) >= _REMEMBERED_LOGS and session_id not in remembered:
+            remembered.clear()
+        remembered[session_id] = seen
 
     def read(
         self,
@@ -144,9 +265,9 @@ class JsonlEvents(EventBackend):
     ) -> tuple[SessionHeader, list[StoredEvent]]:
         path = self._path(session_id)
         with os_errors(path):
-            log = _load(session_id, path, repair=False)
+            log = self._load(session_id, path, repair=False)
             if repair and log.header is not None and log.torn:
-                log = _load(session_id, path, repair=True)
+                log = self._load(session_id, path, repair=True)
         if log.header is None:
             raise SessionNotFoundError(session_id)
         stop = None if limit is None else from_seq + limit
@@ -181,12 +302,36 @@ class JsonlEvents(EventBackend):
                     if _still_named(fd, path):
                         if _first_line(fd) is None:
                             raise SessionNotFoundError(session_id)
+                        self._remembered().pop(session_id, None)
                         os.unlink(path)
                         fsync_dir(self._dir)
                         return
                 finally:
                     os.close(fd)
         raise StoreUnavailableError(f"{path} kept being replaced during a delete")
+
+    def _load(self, session_id: str, path: Path, *, repair: bool) -> ParsedLog:
+        """Parse the log under a shared lock or, to repair, under the exclusive lock,
+        cutting off its torn tail durably; remember its state for the next append."""
+        flags = os.O_RDWR if repair else os.O_RDONLY
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SessionNotFoundError(session_id) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
+            raw = read_all(fd)
+            log = parse_log(session_id, raw)
+            size = len(raw)
+            if repair and log.header is not None and log.torn:
+                os.ftruncate(fd, log.end)
+                os.fsync(fd)
+                size = log.end
+            st = os.fstat(fd)
+            self._remember(session_id, _parsed_whole(st, log, raw, size), st)
+            return log
+        finally:
+            os.close(fd)
 
 
 # --- the line format ----------------------------------------------------------------
@@ -302,11 +447,25 @@ def parse_log(session_id: str, raw: bytes) -> ParsedLog:
     header = parse_header(session_id, raw[:first])
     if header.id != session_id:
         raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
+    events, end = parse_batches(session_id, raw, first + 1, 0, 2)
+    return ParsedLog(header, events, end, len(raw))
+
+
+def parse_batches(
+    session_id: str, raw: bytes, offset: int, next_seq: int, line: int
+) -> tuple[list[StoredEvent], int]:
+    """The committed events in ``raw[offset:]`` and the offset where they end, leaving
+    out a torn final batch.
+
+    ``offset`` must start a batch, whose first event is expected to have seq ``next_seq``
+    and to be on 1-based line ``line`` of the log. Raises :class:`CorruptLogError` for
+    damage before the torn final batch.
+    """
     events: list[StoredEvent] = []
-    committed, end = 0, first + 1
+    committed, end = 0, offset
     open_end: int | None = None  # batch_end of the batch being read, until its last event
     malformed: CorruptLogError | None = None  # harmless only as the very last line
-    offset, number = first + 1, 1
+    number = line - 1
     while offset < len(raw):
         if malformed is not None:
             raise malformed
@@ -314,18 +473,18 @@ def parse_log(session_id: str, raw: bytes) -> ParsedLog:
         stop = raw.find(b"\n", offset)
         if stop < 0:
             break
-        line, offset = raw[offset:stop], stop + 1
+        text, offset = raw[offset:stop], stop + 1
         try:
-            event, batch_end = parse_event(line)
+            event, batch_end = parse_event(text)
         except _Malformed as exc:
             malformed = CorruptLogError(session_id, str(exc), seq=exc.seq, line=number)
             continue
-        _check_order(session_id, event, batch_end, len(events), open_end, number)
+        _check_order(session_id, event, batch_end, next_seq + len(events), open_end, number)
         events.append(event)
         open_end = batch_end
         if event.seq == batch_end:
             committed, end, open_end = len(events), offset, None
-    return ParsedLog(header, events[:committed], end, len(raw))
+    return events[:committed], end
 
 
 def _check_order(
@@ -359,6 +518,46 @@ def _no_events(first: int, last: int) -> list[StoredEvent]:
     return []
 
 
+def _parsed_whole(st: os.stat_result, log: ParsedLog, raw: bytes, size: int) -> _Seen:
+    """The state of ``log``, parsed from ``raw``, in the file ``st`` describes, now
+    ``size`` bytes long."""
+    return _Seen(
+        st.st_dev,
+        st.st_ino,
+        size,
+        st.st_mtime_ns,
+        log.header,
+        len(log.events),
+        log.end,
+        raw[: min(_PROBE, log.end)],
+        raw[max(0, log.end - _PROBE) : log.end],
+    )
+
+
+def _continues(fd: int, seen: _Seen, st: os.stat_result) -> bool:
+    """Whether the file open as ``fd``, described by ``st``, is the log ``seen`` with at
+    most bytes appended since: the same file, unchanged or grown, its committed bytes at
+    the start and before the committed end still as they were."""
+    if (st.st_dev, st.st_ino) != (seen.dev, seen.ino):
+        return False
+    if st.st_size == seen.size and st.st_mtime_ns == seen.mtime_ns:
+        return True
+    return (
+        st.st_size > seen.size
+        and os.pread(fd, len(seen.head), 0) == seen.head
+        and os.pread(fd, len(seen.tail), seen.end - len(seen.tail)) == seen.tail
+    )
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    """Everything in the file open as ``fd`` from ``offset`` on."""
+    chunks: list[bytes] = []
+    while chunk := os.pread(fd, max(_CHUNK, os.fstat(fd).st_size - offset), offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
 def _write_batch(fd: int, path: Path, data: bytes, end: int) -> None:
     """One ``write`` and an fsync; on failure the file is cut back to ``end`` if possible,
     so a failed append leaves no torn tail behind."""
@@ -382,25 +581,6 @@ def _cut_back(fd: int, end: int) -> None:
         os.fsync(fd)
     except OSError:
         pass  # the reader leaves an unfinished batch out anyway
-
-
-def _load(session_id: str, path: Path, *, repair: bool) -> ParsedLog:
-    """Parse the log under a shared lock or, to repair, under the exclusive lock, cutting
-    off its torn tail durably."""
-    flags = os.O_RDWR if repair else os.O_RDONLY
-    try:
-        fd = os.open(path, flags | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise SessionNotFoundError(session_id) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
-        log = parse_log(session_id, read_all(fd))
-        if repair and log.header is not None and log.torn:
-            os.ftruncate(fd, log.end)
-            os.fsync(fd)
-        return log
-    finally:
-        os.close(fd)
 
 
 def _listed_header(path: Path) -> SessionHeader | None:
