@@ -15,6 +15,7 @@ no URL                                     ``$SESSIONSTORE_URL``, else ``./.sess
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from .errors import InvalidArgumentError
 ENV_URL = "SESSIONSTORE_URL"
 DEFAULT_DIR = ".sessionstore"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+_PASSWORD_PARAM = re.compile(r"(?i)((?:^|[?&])password=)[^&#]*")
 
 
 @dataclass
@@ -67,7 +69,9 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
 
 
 def mask_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``."""
+    """``url`` with every password replaced by ``***``: in the user-info part and in a
+    ``?password=`` query parameter."""
+    url = _PASSWORD_PARAM.sub(r"\1***", url)
     parts = urlsplit(url)
     if parts.password is None:
         return url

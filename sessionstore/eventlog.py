@@ -23,15 +23,20 @@ TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
 
 
+def check_unicode(name: str, text: str) -> str:
+    """``text`` must encode as UTF-8 (no lone surrogates), on every backend alike."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{name} {text!r:.80} is not valid Unicode") from exc
+    return text
+
+
 def check_session_id(session_id: object) -> str:
     """A session id is a non-empty string of valid Unicode."""
     if not isinstance(session_id, str) or not session_id:
         raise InvalidArgumentError(f"session id must be a non-empty string, not {session_id!r:.80}")
-    try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"session id {session_id!r:.80} is not valid Unicode") from exc
-    return session_id
+    return check_unicode("session id", session_id)
 
 
 def check_header(header: object) -> SessionHeader:
@@ -39,6 +44,10 @@ def check_header(header: object) -> SessionHeader:
     if not isinstance(header, SessionHeader):
         raise InvalidArgumentError(f"expected a SessionHeader, not {type(header).__name__}")
     check_session_id(header.id)
+    for name in ("cwd", "parent_id"):
+        value = getattr(header, name)
+        if value is not None:
+            check_unicode(f"header {name}", value)
     if header.version != FORMAT_VERSION:
         raise UnsupportedVersionError(header.id, header.version, FORMAT_VERSION)
     return header
@@ -64,6 +73,9 @@ def encode_batch(
     stored: list[StoredEvent] = []
     for index, raw in enumerate(events):
         event = _as_event(session_id, raw, index)
+        check_unicode("event type", event.type)
+        if event.id is not None:
+            check_unicode("event id", event.id)
         if stored and event.seq != stored[0].seq + index:
             raise SeqConflictError(
                 session_id, stored[0].seq + index, event.seq, "gap inside the batch"

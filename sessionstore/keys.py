@@ -11,28 +11,30 @@ session live in one slot, so every script touches a single slot.
 ======================================================  ======  ===================================  ==============  ====
 key                                                     type    fields / members                     written by      TTL
 ======================================================  ======  ===================================  ==============  ====
-``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET,            none
+``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, DEL,       none
                                                                                                      value_swap.lua
 ``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   none
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   none
                                                                  for a clear
-``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua  none
-                                                                 parent_id fork_seq`` (absent = None),
+``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, none
+                                                                 parent_id fork_seq`` (absent = None),  log_delete.lua
                                                                  ``next_seq``, ``last_time``
-``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_append.lua  none
+``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_*.lua       none
                                                                  ``type`` ``time`` ``data`` (JSON)
                                                                  and ``id`` when the event has one
 ======================================================  ======  ===================================  ==============  ====
 
 ``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
-a torn tail, never part of the log.
+a torn tail, never part of the log; ``log_append.lua`` and ``log_cut_tail.lua`` cut it
+off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
+``KEYS``, built here; the Lua never builds a key name.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 PREFIX = "ss"
 VALUE_KIND = "val"

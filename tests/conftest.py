@@ -9,7 +9,7 @@ import pytest
 from support.redis_server import RedisServer
 
 #: Every backend the conformance suites run against (dummy has its own small contract).
-BACKENDS = ["memory", "file", "sqlite"]
+BACKENDS = ["memory", "file", "sqlite", "redis"]
 
 
 @pytest.fixture(scope="session")

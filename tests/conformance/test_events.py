@@ -470,8 +470,8 @@ def test_locate_names_an_absolute_path_or_none(store, backend):
         assert located is None
 
 
-def test_namespaces_isolate_logs(open_store, shared):
-    a, b = open_store("ns-a"), open_store("ns-b")
+def test_namespaces_isolate_logs(open_store, namespace, shared):
+    a, b = open_store(f"{namespace}-a"), open_store(f"{namespace}-b")
     started(a, "s-1", 2)
     assert b.events.list() == []
     with pytest.raises(SessionNotFoundError):

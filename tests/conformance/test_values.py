@@ -195,8 +195,8 @@ def test_every_key_part_and_the_mode_isolate_records(store):
         assert open_session(store, *parts, mode="live").get_data(T0) == f"live {index}"
 
 
-def test_namespaces_isolate_records(open_store, shared):
-    a, b = open_store("ns-a"), open_store("ns-b")
+def test_namespaces_isolate_records(open_store, namespace, shared):
+    a, b = open_store(f"{namespace}-a"), open_store(f"{namespace}-b")
     open_session(a).set_data("a", T0)
     assert open_session(b).get_data(T0) is None
     open_session(b).set_data("b", T0)

@@ -76,9 +76,9 @@ SETTINGS = settings(
 
 
 @pytest.fixture(params=BACKENDS)
-def seeded(request, tmp_path):
+def seeded(request, tmp_path, namespace):
     url = url_for(request.param, request, tmp_path)
-    store = sessionstore.connect(url, namespace="hostile")
+    store = sessionstore.connect(url, namespace=namespace)
     session = store.session("BTCUSDT", "s", "e", "1h")
     session.set_data({"kept": True}, T0)
     store.events.create(SessionHeader(id="kept"))

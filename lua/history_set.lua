@@ -1,0 +1,57 @@
+-- Record a version of a history value, optionally only if the version in force is
+-- the expected one: drop every version at or after its time, record it, trim.
+--
+-- KEYS[1] - the versions zset (member = score = when, integer text)
+-- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear)
+-- ARGV[1] - when of the new version (integer text)
+-- ARGV[2] - the new value ("" records a clear)
+-- ARGV[3] - how many versions to keep, "0" for all
+-- ARGV[4] - "1" to compare the version in force at ARGV[1] first, "0" not to
+-- ARGV[5] - "1" when a version is expected, "0" when none is
+-- ARGV[6] - the expected version's when (integer text)
+-- ARGV[7] - the expected version's value ("" for a clear)
+-- returns "OK" when written, "CONFLICT" when the comparison failed (nothing written)
+
+local at, values = KEYS[1], KEYS[2]
+local when = ARGV[1]
+
+local function hdel_all(names)
+  -- unpack() is bounded by the Lua stack: delete in slices
+  for i = 1, #names, 1000 do
+    redis.call('HDEL', values, unpack(names, i, math.min(i + 999, #names)))
+  end
+end
+
+if ARGV[4] == '1' then
+  local found = redis.call('ZREVRANGEBYSCORE', at, when, '-inf', 'LIMIT', 0, 1)
+  if ARGV[5] == '0' then
+    if #found > 0 then
+      return 'CONFLICT'
+    end
+  elseif #found == 0 or found[1] ~= ARGV[6]
+      or redis.call('HGET', values, found[1]) ~= ARGV[7] then
+    return 'CONFLICT'
+  end
+end
+
+-- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
+-- script here, before anything has changed.
+redis.call('HSET', values, when, ARGV[2])
+redis.call('ZADD', at, when, when)
+
+local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
+if #later > 0 then
+  redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
+  hdel_all(later)
+end
+
+local keep = tonumber(ARGV[3])
+if keep > 0 then
+  local extra = redis.call('ZCARD', at) - keep
+  if extra > 0 then
+    local oldest = redis.call('ZRANGE', at, 0, extra - 1)
+    redis.call('ZREMRANGEBYRANK', at, 0, extra - 1)
+    hdel_all(oldest)
+  end
+end
+return 'OK'

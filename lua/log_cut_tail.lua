@@ -1,0 +1,35 @@
+-- Cut off a session log's torn tail: stream entries at or past the committed next_seq.
+--
+-- KEYS[1] - the session's meta hash
+-- KEYS[2] - the session's event stream (entry id "<seq>-1")
+-- ARGV[1] - the next_seq the caller read (integer text); nothing is cut unless the
+--           meta hash still holds exactly this value
+-- ARGV[2] - the stream's last id to restore: the largest id below "<next_seq>-1"
+-- returns {"OK", number of entries cut}, {"CHANGED", next_seq} when the log moved on
+--         (nothing written), {"NOTFOUND"} when the session is gone
+
+local meta, stream = KEYS[1], KEYS[2]
+local next_seq = redis.call('HGET', meta, 'next_seq')
+if not next_seq then
+  return {'NOTFOUND'}
+end
+if next_seq ~= ARGV[1] then
+  return {'CHANGED', next_seq}
+end
+
+local cut = 0
+while true do
+  local tail = redis.call('XRANGE', stream, next_seq, '+', 'COUNT', 1000)
+  if #tail == 0 then
+    break
+  end
+  local ids = {}
+  for i = 1, #tail do
+    ids[i] = tail[i][1]
+  end
+  cut = cut + redis.call('XDEL', stream, unpack(ids))
+end
+if cut > 0 then
+  redis.call('XSETID', stream, ARGV[2])
+end
+return {'OK', cut}

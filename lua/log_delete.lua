@@ -1,0 +1,12 @@
+-- Delete a session log entirely.
+--
+-- KEYS[1] - the session's meta hash
+-- KEYS[2] - the session's event stream
+-- returns "OK" when both keys were deleted, "NOTFOUND" when the session does not
+--         exist (nothing written)
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 'NOTFOUND'
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 'OK'

@@ -1,0 +1,5 @@
+"""``python -m sessionstore`` runs the ``sessionstore`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,43 @@
+"""``open_redis``: the Redis pair of backends for one URL and namespace."""
+
+from __future__ import annotations
+
+from ..connection import AsyncBackends, Backends
+from .client import ErrorBoundary, async_client, parse_options, sync_client
+from .events import AsyncRedisEvents, RedisEvents
+from .values import AsyncRedisValues, RedisValues
+
+
+def open_redis(
+    url: str,
+    namespace: str,
+    *,
+    timeout: float | None = None,
+    durability: str | None = None,
+) -> Backends:
+    """Open the Redis backends of ``url`` (``redis://``, ``rediss://``, ``unix://``).
+
+    No I/O: the first call connects. ``timeout`` (seconds, default 5) bounds connecting
+    and each reply; ``durability`` (``"fsync"``, ``"replicas:N"``, ``"none"``) may also
+    be given as ``?durability=`` in the URL. Raises ``InvalidArgumentError`` for a bad
+    option or URL. ``make_async`` builds a native ``redis.asyncio`` pair on its own pool.
+    """
+    options = parse_options(url, timeout, durability)
+    boundary = ErrorBoundary(options.display_url, options.timeout)
+    client = sync_client(options)
+
+    def make_async() -> AsyncBackends:
+        aclient = async_client(options)
+        return AsyncBackends(
+            AsyncRedisValues(aclient, boundary),
+            AsyncRedisEvents(aclient, namespace, boundary, options.durability),
+            aclient.aclose,
+        )
+
+    return Backends(
+        RedisValues(client, boundary),
+        RedisEvents(client, namespace, boundary, options.durability),
+        options.display_url,
+        make_async=make_async,
+        closers=[client.close],
+    )

@@ -1,0 +1,333 @@
+"""The event-log format on Redis, as pure functions shared by the sync and async backends.
+
+A session is a meta hash (header fields as plain text, an absent field is None, plus
+``next_seq`` and ``last_time``) and a stream whose entry ``<seq>-1`` holds the fields
+``seq``, ``type``, ``time``, ``data`` (canonical JSON text) and ``id`` when the event has
+one. ``next_seq`` is committed last, so entries at or past it are a torn tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import orjson
+
+from .. import keys
+from ..contracts import StoredEvent
+from ..errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    SeqConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    UnsupportedVersionError,
+)
+from ..eventlog import check_stored_version
+from ..models import FORMAT_VERSION, SessionHeader
+
+#: Stream entries fetched per XRANGE call.
+CHUNK = 1000
+#: Reads restarted when damage turns out to be a session deleted or replaced meanwhile.
+READ_ATTEMPTS = 3
+HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
+_INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
+_MAX_SEQUENCE_PART = 2**64 - 1
+
+
+def text(value: Any) -> str:
+    """A reply element as text (replies are bytes: the clients do not decode)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def restore_id(next_seq: int) -> str:
+    """The largest stream id below every entry of seq >= ``next_seq``: what the stream's
+    last id is set back to after a torn tail is cut off, so those ids can be added again."""
+    return "0-0" if next_seq == 0 else f"{next_seq - 1}-{_MAX_SEQUENCE_PART}"
+
+
+# Header ----------------------------------------------------------------------------------
+
+
+def header_fields(header: SessionHeader) -> list[str]:
+    """The header as flat name/value text pairs; None fields are left out."""
+    pairs: list[str] = []
+    for name in HEADER_FIELDS:
+        value = getattr(header, name)
+        if value is not None:
+            pairs += [name, str(value)]
+    return pairs
+
+
+def _fields(meta: Mapping[Any, Any]) -> dict[str, str]:
+    return {text(name): text(value) for name, value in meta.items()}
+
+
+def _stored_version(raw: str | None) -> object:
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return raw
+
+
+def decode_header(
+    session_id: str, meta: Mapping[Any, Any], *, check_version: bool
+) -> SessionHeader:
+    """The header stored in a meta hash (``HGETALL`` reply).
+
+    Raises :class:`UnsupportedVersionError` for another format version (when
+    ``check_version``) and :class:`CorruptLogError` for a malformed header.
+    """
+    try:
+        fields = _fields(meta)
+    except UnicodeDecodeError:
+        raise CorruptLogError(session_id, "the meta hash is not valid UTF-8") from None
+    if check_version:
+        check_stored_version(session_id, _stored_version(fields.get("version")))
+    values: dict[str, Any] = {}
+    for name in HEADER_FIELDS:
+        raw = fields.get(name)
+        if raw is None:
+            continue
+        if name in _INT_FIELDS:
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise CorruptLogError(
+                    session_id, f"header field {name} is not an integer: {raw!r:.40}"
+                ) from None
+        else:
+            values[name] = raw
+    try:
+        return SessionHeader(**values)
+    except ValueError as exc:
+        raise CorruptLogError(session_id, f"malformed header: {exc}") from None
+
+
+def decode_next_seq(meta: Mapping[Any, Any]) -> int:
+    """``next_seq`` of a meta hash (``HGETALL`` reply), -1 when absent or malformed."""
+    raw = meta.get(b"next_seq")
+    try:
+        return int(raw) if raw is not None else -1
+    except ValueError:
+        return -1
+
+
+# Append ----------------------------------------------------------------------------------
+
+
+def _checked(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} {value!r:.60} is not valid Unicode") from exc
+    return value
+
+
+def append_args(events: Sequence[StoredEvent], header: SessionHeader | None) -> list[str]:
+    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch.
+
+    Raises :class:`InvalidArgumentError` for text Redis cannot store as UTF-8 (a lone
+    surrogate in an event type, say), before anything is sent.
+    """
+    if not events:
+        raise InvalidArgumentError("append needs at least one event")
+    first = events[0].seq
+    pairs = [] if header is None else [_checked(v, "header field") for v in header_fields(header)]
+    head = ["-1"] if header is None else [str(len(pairs) // 2), *pairs]
+    args = [
+        str(first),
+        str(first + len(events)),
+        str(len(events)),
+        str(FORMAT_VERSION),
+        restore_id(first),
+        *head,
+    ]
+    for event in events:
+        has_id = event.id is not None
+        args += [
+            str(event.seq),
+            _checked(event.type, f"event type (seq {event.seq})"),
+            str(event.time),
+            event.data,
+            "1" if has_id else "0",
+            _checked(event.id, f"event id (seq {event.seq})") if event.id is not None else "",
+        ]
+    return args
+
+
+def decode_append(session_id: str, events: Sequence[StoredEvent], reply: list[Any]) -> int:
+    """``log_append.lua``'s reply -> the new next seq, or the typed error."""
+    code = text(reply[0])
+    if code in ("OK", "REPLAY"):
+        return int(reply[1])
+    if code == "CONFLICT":
+        next_seq, first = int(reply[1]), events[0].seq
+        detail = "batch differs from the stored events" if first < next_seq else ""
+        raise SeqConflictError(session_id, next_seq, first, detail)
+    if code == "NOTFOUND":
+        raise SessionNotFoundError(session_id)
+    if code == "EXISTS":
+        raise SessionExistsError(session_id)
+    if code == "VERSION":
+        raise UnsupportedVersionError(session_id, _stored_version(text(reply[1])), FORMAT_VERSION)
+    raise CorruptLogError(session_id, text(reply[1]) if len(reply) > 1 else code)
+
+
+# Read ------------------------------------------------------------------------------------
+
+
+class LogRead:
+    """One ``read`` of a session log, fed with the replies of its commands.
+
+    The first round trip pipelines ``HGETALL meta`` and ``XRANGE stream <from_seq>-1 +
+    COUNT n`` (:meth:`take_meta`, :meth:`take`); while :attr:`done` is False, ``XRANGE
+    stream <next_range>`` continues. The commands need not be atomic (nor MULTI, which
+    Redis refuses under maxmemory): entries below ``next_seq`` never change, and what a
+    concurrent append adds lies past the ``next_seq`` read first.
+
+    Entries at or past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False
+    when known absent, None when not looked at); a missing, duplicate or malformed entry
+    before it raises :class:`CorruptLogError`.
+    """
+
+    def __init__(self, session_id: str, from_seq: int, limit: int | None) -> None:
+        if limit is not None and limit < 0:
+            raise InvalidArgumentError(f"limit must be >= 0, not {limit!r}")
+        self.session_id = session_id
+        self.from_seq = from_seq
+        self.limit = limit
+        self.count = CHUNK if limit is None else max(1, min(CHUNK, limit))
+        self.events: list[StoredEvent] = []
+        self.header: SessionHeader | None = None
+        self.next_seq = 0
+        self.tail: bool | None = None
+        self.done = False
+        self._expect = from_seq
+        self._end = 0
+        self._last_id = ""
+        self._meta: dict[Any, Any] = {}
+
+    def first_range(self) -> tuple[str, str, int]:
+        """(min, max, count) of the first XRANGE."""
+        # Stream ids are 64-bit: a larger from_seq reads (nothing) from the highest id.
+        return keys.stream_id(min(self.from_seq, _MAX_SEQUENCE_PART)), "+", self.count
+
+    def next_range(self) -> tuple[str, str, int]:
+        """(min, max, count) of the next XRANGE: after the last entry seen."""
+        return "(" + self._last_id, "+", self.count
+
+    def take_meta(self, meta: Mapping[Any, Any]) -> None:
+        """The ``HGETALL meta`` reply: SessionNotFoundError when empty."""
+        if not meta:
+            raise SessionNotFoundError(self.session_id)
+        self._meta = dict(meta)
+        self.header = decode_header(self.session_id, meta, check_version=True)
+        self.next_seq = decode_next_seq(meta)
+        if self.next_seq < 0:
+            raise CorruptLogError(self.session_id, "the meta hash has no valid next_seq")
+        end = self.next_seq if self.limit is None else self.from_seq + self.limit
+        self._end = min(self.next_seq, end)
+
+    def take(self, entries: Sequence[Any]) -> None:
+        """One XRANGE reply (a list of ``(id, fields)``)."""
+        for raw_id, fields in entries:
+            entry_id = text(raw_id)
+            self._last_id = entry_id
+            seq = _seq_of(self.session_id, entry_id)
+            if seq >= self.next_seq:
+                self.tail = True
+                self.done = True
+                return
+            if self._expect >= self._end:
+                self.done = True
+                return
+            self.events.append(self._decode(entry_id, seq, fields))
+            self._expect += 1
+        if len(entries) < self.count:
+            if self._expect < self._end:
+                raise CorruptLogError(
+                    self.session_id,
+                    f"event {self._expect} is missing: the stream ends before next_seq "
+                    f"{self.next_seq}",
+                    seq=self._expect,
+                )
+            if self.from_seq <= self.next_seq:
+                self.tail = False
+            self.done = True
+        elif self._expect >= self._end:
+            self.done = True
+
+    def _decode(self, entry_id: str, seq: int, fields: Any) -> StoredEvent:
+        expect = self._expect
+        if seq < expect:
+            self._corrupt(f"entry {entry_id} repeats seq {seq}", seq)
+        if seq > expect:
+            self._corrupt(f"event {expect} is missing (the next entry is {entry_id})", expect)
+        if entry_id != keys.stream_id(seq):
+            self._corrupt(f"entry id {entry_id} should be {keys.stream_id(seq)}", seq)
+        try:
+            values = fields if isinstance(fields, Mapping) else _pairs(fields)
+            found = {text(name): text(value) for name, value in values.items()}
+        except UnicodeDecodeError:
+            self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
+        for name in ("seq", "type", "time", "data"):
+            if name not in found:
+                self._corrupt(f"entry {entry_id} has no {name} field", seq)
+        if found["seq"] != str(seq):
+            self._corrupt(f"entry {entry_id} holds seq {found['seq']!r:.20}", seq)
+        try:
+            time = int(found["time"])
+            orjson.loads(found["data"])
+        except ValueError as exc:
+            self._corrupt(f"entry {entry_id} has a malformed time or data: {exc}", seq)
+        return StoredEvent(seq, found["type"], time, found["data"], found.get("id"))
+
+    def _corrupt(self, detail: str, seq: int) -> NoReturn:
+        raise CorruptLogError(self.session_id, detail, seq=seq)
+
+    def same_meta(self, meta: Mapping[Any, Any]) -> bool:
+        """True when ``meta`` (read again after damage was found) is the one this read
+        used: the damage is real, not a session deleted or replaced while reading."""
+        return dict(meta) == self._meta
+
+    @property
+    def tail_unknown(self) -> bool:
+        """True when reading stopped before the stream's end: the tail was not seen."""
+        return self.tail is None
+
+    def tail_probe(self) -> tuple[str, str, int]:
+        """(min, max, count) of the XRANGE that tells whether a torn tail exists."""
+        return str(self.next_seq), "+", 1
+
+    def cut_args(self) -> list[str]:
+        """ARGV of ``log_cut_tail.lua`` for the next_seq this read saw."""
+        return [str(self.next_seq), restore_id(self.next_seq)]
+
+    def result(self) -> tuple[SessionHeader, list[StoredEvent]]:
+        assert self.header is not None
+        return self.header, self.events
+
+
+def _seq_of(session_id: str, entry_id: str) -> int:
+    try:
+        return int(entry_id.partition("-")[0])
+    except ValueError:
+        raise CorruptLogError(session_id, f"malformed stream entry id {entry_id!r}") from None
+
+
+def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+# List ------------------------------------------------------------------------------------
+
+
+def decode_listed(names: Sequence[Any], metas: Sequence[Mapping[Any, Any]]) -> list[SessionHeader]:
+    """The headers found by ``list`` (``HGETALL`` of each meta key); a key deleted since
+    the SCAN is skipped, and the format version is reported, not checked."""
+    return [
+        decode_header(text(meta.get(b"id", name)), meta, check_version=False)
+        for name, meta in zip(names, metas, strict=True)
+        if meta
+    ]

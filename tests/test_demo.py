@@ -1,0 +1,66 @@
+"""``sessionstore demo`` end to end, on the embedded default and on Redis, with --crash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sessionstore import demo
+
+SMALL = ["--workers", "2", "--symbols", "2", "--candles", "12"]
+
+
+def run_demo(cwd, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
+    env["COLUMNS"] = "120"
+    return subprocess.run(
+        [sys.executable, "-m", "sessionstore", "demo", *SMALL, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_demo_runs_on_the_embedded_default(tmp_path):
+    result = run_demo(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all invariants hold" in result.stdout
+    assert "sessions balanced" in result.stdout and "4/4" in result.stdout
+    assert (tmp_path / ".sessionstore").is_dir()
+
+
+@pytest.mark.parametrize("backend", ["file", "redis"])
+def test_demo_with_a_crash_repairs_the_interrupted_turn(tmp_path, request, backend):
+    url = (
+        (tmp_path / "store").as_uri()
+        if backend == "file"
+        else request.getfixturevalue("redis_server").url
+    )
+    result = run_demo(tmp_path, "--url", url, "--crash", "--namespace", f"demo-{backend}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "TOOL_OUTCOME_UNKNOWN" in result.stdout
+    assert "crashed workers" in result.stdout
+    assert "all invariants hold" in result.stdout
+
+
+def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    result = demo.run(url, workers=1, symbol_count=1, candle_count=8)
+    assert result.ok, result.problems
+    import sessionstore
+
+    with sessionstore.connect(url, "demo") as store:
+        cache = store.session(
+            demo.symbols(1)[0], "llm-signal", demo.EXCHANGE, demo.FRAME, history=True
+        )
+        answer = cache.get_data(demo.START_MS + 4 * demo.CANDLE_MS)
+        cache.set_data({**answer, "signal": "flipped"}, answer["confirmedAt"])
+    problems: list[str] = []
+    with sessionstore.connect(url, "demo") as store:
+        assert demo._check_cache(store, demo.symbols(1)[0], 8, problems, require_final=True) == 1
+    assert "wrong" in problems[0]

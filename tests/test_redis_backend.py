@@ -1,0 +1,760 @@
+"""The Redis backend against real redis-server processes: key layout, round trips,
+scripts, replay, torn tails, corruption, durability, availability, ACLs, OOM, fork.
+
+Tests that change server state (SCRIPT FLUSH, maxmemory, ACL, kill) start their own
+server; the others use the shared ``redis_server`` with a namespace of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import Connection
+from support.redis_server import RedisServer, free_port
+
+import sessionstore
+from sessionstore import keys
+from sessionstore.connection import Backends
+from sessionstore.contracts import Stored, StoredEvent
+from sessionstore.errors import (
+    AccessDeniedError,
+    CorruptLogError,
+    DurabilityError,
+    InvalidArgumentError,
+    SeqConflictError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+    UnsupportedVersionError,
+)
+from sessionstore.keys import ValueKey
+from sessionstore.models import SessionHeader
+from sessionstore.redis import open_redis
+from sessionstore.redis.client import display, split_own_params
+from sessionstore.redis.scripts import lua_dir, scripts
+
+T0 = 1_718_000_000_000
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"rb-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    """A server of this test's own, for destructive tests."""
+    with RedisServer() as own:
+        yield own
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Backends]]:
+    made: list[Backends] = []
+    yield made
+    for backends in made:
+        backends.close()
+
+
+@pytest.fixture
+def open_(opened: list[Backends]) -> Any:
+    def _open(url: str, namespace: str, **options: Any) -> Backends:
+        backends = open_redis(url, namespace, **options)
+        opened.append(backends)
+        return backends
+
+    return _open
+
+
+def raw(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def vkey(ns: str, symbol: str = "BTCUSDT", strategy: str = "s") -> ValueKey:
+    return ValueKey(ns, symbol, strategy, "binance", "1h", "backtest")
+
+
+def batch(first: int, count: int, kind: str = "note") -> list[StoredEvent]:
+    return [
+        StoredEvent(seq, kind, T0 + seq, f'{{"n":{seq}}}', f"e{seq}" if seq % 2 else None)
+        for seq in range(first, first + count)
+    ]
+
+
+def started(events: Any, session_id: str, count: int) -> SessionHeader:
+    header = SessionHeader(id=session_id, created_at=T0, cwd="/work")
+    assert events.append(session_id, batch(0, count), header) == count
+    return header
+
+
+def snapshot(url: str, ns: str) -> dict[bytes, Any]:
+    """Every key of ``ns`` and its content, to prove nothing changed."""
+    client = raw(url)
+    try:
+        found: dict[bytes, Any] = {}
+        for name in client.scan_iter(match=keys.namespace_pattern(ns)):
+            kind = client.type(name)
+            if kind == b"hash":
+                found[name] = client.hgetall(name)
+            elif kind == b"zset":
+                found[name] = client.zrange(name, 0, -1, withscores=True)
+            elif kind == b"stream":
+                found[name] = (client.xrange(name), client.xinfo_stream(name)["last-generated-id"])
+            else:
+                found[name] = kind
+        return found
+    finally:
+        client.close()
+
+
+def preload_scripts(url: str) -> None:
+    client = raw(url)
+    for found in scripts().values():
+        client.script_load(found.source)
+    client.close()
+
+
+class RoundTrips:
+    """Counts requests sent on any redis-py connection (a pipeline is one)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = Connection.send_packed_command
+
+        def counted(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(conn, *args, **kwargs)
+
+        monkeypatch.setattr(Connection, "send_packed_command", counted)
+
+    def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        before = self.count
+        result = fn(*args, **kwargs)
+        return self.count - before, result
+
+
+# --- options and URLs -------------------------------------------------------------------
+
+
+def test_opening_does_no_io_and_masks_the_password(open_):
+    url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0?password=other&durability=none"
+    backends = open_(url, "ns")
+    assert "s3cret" not in backends.display_url and "other" not in backends.display_url
+    assert backends.display_url.startswith("redis://user:***@127.0.0.1:")
+
+
+def test_own_query_parameters_are_stripped_before_redis_py_sees_them():
+    clean, own = split_own_params("redis://h:1/0?db=2&durability=replicas:2&x=%2F")
+    assert clean == "redis://h:1/0?db=2&x=%2F" and own == {"durability": "replicas:2"}
+    assert split_own_params("unix:///tmp/r.sock?durability=none") == (
+        "unix:///tmp/r.sock",
+        {"durability": "none"},
+    )
+    assert display("unix:///s.sock?db=1&password=pw") == "unix:///s.sock?db=1&password=***"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"durability": "always"},
+        {"durability": "replicas:0"},
+        {"durability": "replicas:x"},
+        {"timeout": 0},
+        {"timeout": -1.0},
+        {"timeout": "5"},
+    ],
+)
+def test_invalid_options_are_refused(options):
+    with pytest.raises(InvalidArgumentError):
+        open_redis("redis://127.0.0.1:1/0", "ns", **options)
+
+
+def test_durability_given_twice_must_agree(open_):
+    open_("redis://127.0.0.1:1/0?durability=none", "ns", durability="none")
+    with pytest.raises(InvalidArgumentError):
+        open_redis("redis://127.0.0.1:1/0?durability=none", "ns", durability="fsync")
+
+
+def test_redis_errors_map_to_the_sessionstore_hierarchy():
+    from redis import exceptions as rex
+
+    from sessionstore.errors import SessionStoreError
+    from sessionstore.redis.client import ErrorBoundary
+
+    boundary = ErrorBoundary("redis://u:***@h:1/0", 0.5)
+    cases = [
+        (rex.ConnectionError("refused"), StoreUnavailableError),
+        (rex.TimeoutError("slow"), StoreUnavailableError),
+        (rex.AuthenticationError("invalid username-password pair"), AccessDeniedError),
+        (rex.ResponseError("NOPERM no permissions to run the 'config|get' command"),
+         AccessDeniedError),
+        (rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
+         StoreUnavailableError),
+        (rex.ReadOnlyError("You can't write against a read only replica."),
+         StoreUnavailableError),
+        (rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
+         SessionStoreError),
+    ]
+    for error, expected in cases:
+        with pytest.raises(SessionStoreError) as caught, boundary("HSET", "ss:n:val:{k}"):
+            raise error
+        assert type(caught.value) is expected and caught.value.__cause__ is error
+        assert "HSET on ss:n:val:{k}" in str(caught.value)
+
+
+def test_every_lua_script_documents_its_keys_args_and_reply():
+    scripts = sorted(p for p in Path(str(lua_dir())).iterdir() if p.suffix == ".lua")
+    assert {p.stem for p in scripts} >= {"value_swap", "history_get", "history_set", "log_append"}
+    for path in scripts:
+        head = path.read_text().split("\n\n")[0] + path.read_text().split("\n\n")[1]
+        assert "KEYS[1] - " in head and "returns" in head, path.name
+        assert "redis.call('KEYS'" not in path.read_text()
+
+
+# --- key layout -------------------------------------------------------------------------
+
+
+def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
+    with sessionstore.connect(redis_server.url, ns) as store:
+        store.session("BTCUSDT", "llm", "binance", "1h").set_data({"signal": "buy"}, T0)
+        store.session("BTCUSDT", "llm", "binance", "4h", history=True).set_data(1, T0)
+        store.events.create(SessionHeader(id="run-1", created_at=T0))
+        store.events.append("run-1", [sessionstore.SessionEvent(seq=0, type="note", time=T0)])
+    client = raw(redis_server.url)
+    prefix = f"ss:{ns}:"
+    value = client.hgetall(f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}")
+    assert value[b"w"] == str(T0).encode() and set(value) == {b"v", b"w"}
+    found = sorted(k.decode() for k in client.scan_iter(match=f"{prefix}*BTCUSDT*"))
+    assert found == [
+        f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:at",
+        f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:v",
+        f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}",
+    ]
+    meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
+    assert meta == {
+        b"id": b"run-1", b"version": b"1", b"created_at": str(T0).encode(),
+        b"next_seq": b"1", b"last_time": str(T0).encode(),
+    }
+    [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
+    assert entry_id == b"0-1"
+    assert fields == {b"seq": b"0", b"type": b"note", b"time": str(T0).encode(), b"data": b"{}"}
+    client.close()
+
+
+def test_key_parts_cannot_collide_or_escape_the_namespace(redis_server, ns, open_):
+    values = open_(redis_server.url, ns).values
+    tricky = [
+        vkey(ns, "a:b", "c"), vkey(ns, "a", "b:c"), vkey(ns, "{x}"), vkey(ns, "x"),
+        vkey(ns, "*"), vkey(ns, "%2A"), vkey(ns, "a b"),
+    ]
+    for index, key in enumerate(tricky):
+        values.write(key, bytes([index + 1]), T0)
+    assert [values.read(k) for k in tricky] == [Stored(bytes([i + 1]), T0) for i in range(7)]
+    names = [keys.value_key(k) for k in tricky]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert name.startswith(keys.namespace_prefix(ns))
+        assert name.count("{") == 1 and name.count("}") == 1 and "*" not in name
+    client = raw(redis_server.url)
+    assert len(list(client.scan_iter(match=keys.namespace_pattern(ns)))) == len(names)
+    client.close()
+
+
+def test_a_glob_namespace_matches_only_itself(redis_server, open_):
+    base = uuid.uuid4().hex[:8]
+    for namespace in (f"{base}*", f"{base}x"):
+        open_(redis_server.url, namespace).values.write(vkey(namespace), b"\x01", T0)
+    client = raw(redis_server.url)
+    matched = list(client.scan_iter(match=keys.namespace_pattern(f"{base}*")))
+    assert matched == [keys.value_key(vkey(f"{base}*")).encode()]
+    client.close()
+
+
+# --- values -----------------------------------------------------------------------------
+
+
+def test_each_value_call_is_one_round_trip(redis_server, ns, open_, monkeypatch):
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    values.swap(key, None, b"\x01", T0)
+    values.write_version(key, b"\x01", T0, 3)
+    preload_scripts(redis_server.url)
+    trips = RoundTrips(monkeypatch)
+    assert trips(values.read, key) == (1, Stored(b"\x01", T0))
+    assert trips(values.write, key, b"\x02", T0 + 1) == (1, None)
+    assert trips(values.swap, key, Stored(b"\x02", T0 + 1), b"\x03", T0 + 2) == (1, True)
+    assert trips(values.write, key, None, T0) == (1, None)
+    assert trips(values.read, key) == (1, None)
+    assert trips(values.read_as_of, key, T0 + 5) == (1, Stored(b"\x01", T0))
+    assert trips(values.write_version, key, None, T0 + 5, 3) == (1, None)
+    assert trips(values.swap_version, key, Stored(None, T0 + 5), b"\x04", T0 + 6, 3) == (1, True)
+
+
+def test_each_event_call_is_one_round_trip_after_the_durability_check(
+    redis_server, ns, open_, monkeypatch
+):
+    backends = open_(redis_server.url, ns)
+    events = backends.events
+    backends.values.read(vkey(ns))  # connects the pool's one connection
+    preload_scripts(redis_server.url)
+    trips = RoundTrips(monkeypatch)
+    assert trips(events.exists, "s") == (2, False)  # CONFIG GET append*, EXISTS
+    assert trips(events.exists, "s") == (1, False)
+    assert trips(events.append, "s", batch(0, 3), SessionHeader(id="s"))[0] == 1
+    assert trips(events.append, "s", batch(3, 2), None) == (1, 5)
+    assert trips(events.append, "s", batch(3, 2), None) == (1, 5)
+    assert len(trips(events.read, "s")[1][1]) == 5
+    assert trips(events.read, "s", 2, repair=True)[0] == 1
+
+
+def test_history_trims_and_drops_later_versions_with_their_values(redis_server, ns, open_):
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    for step in range(5):
+        values.write_version(key, bytes([step + 1]), T0 + step, 3)
+    at, held = keys.history_keys(key)
+    client = raw(redis_server.url)
+    assert client.zrange(at, 0, -1) == [str(T0 + s).encode() for s in (2, 3, 4)]
+    assert sorted(client.hkeys(held)) == [str(T0 + s).encode() for s in (2, 3, 4)]
+    values.write_version(key, None, T0 + 3, None)
+    assert client.zrange(at, 0, -1) == [str(T0 + s).encode() for s in (2, 3)]
+    assert client.hgetall(held) == {str(T0 + 2).encode(): b"\x03", str(T0 + 3).encode(): b""}
+    assert values.read_as_of(key, T0 + 10) == Stored(None, T0 + 3)
+    assert values.read_as_of(key, T0 + 1) is None
+    client.close()
+
+
+def test_scripts_are_reloaded_after_script_flush(server, ns, open_):
+    backends = open_(server.url, ns)
+    values, events = backends.values, backends.events
+    key = vkey(ns)
+    assert values.swap(key, None, b"\x01", T0)
+    started(events, "s", 1)
+    client = raw(server.url)
+    client.script_flush()
+    assert values.swap(key, Stored(b"\x01", T0), b"\x02", T0)
+    assert values.read_as_of(key, T0) is None
+    assert events.append("s", batch(1, 1), None) == 2
+    client.script_flush()
+
+    async def go() -> None:
+        pair = backends.make_async()
+        try:
+            assert await pair.values.swap(key, Stored(b"\x02", T0), b"\x03", T0)
+            client.script_flush()
+            assert await pair.events.append("s", batch(2, 1), None) == 3
+        finally:
+            await pair.aclose()
+
+    asyncio.run(go())
+    client.close()
+
+
+# --- event logs -------------------------------------------------------------------------
+
+
+def test_a_replayed_append_after_a_lost_reply_is_a_success(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    header = started(events, "s", 2)
+    meta, stream = keys.log_keys(ns, "s")
+    assert events.append("s", batch(2, 3), None) == 5
+    before = snapshot(redis_server.url, ns)
+    assert events.append("s", batch(2, 3), None) == 5
+    assert events.append("s", batch(0, 2), header) == 5
+    assert snapshot(redis_server.url, ns) == before
+    changed = [StoredEvent(3, "other", T0 + 3, '{"n":3}', "e3")]
+    with pytest.raises(SeqConflictError) as caught:
+        events.append("s", changed, None)
+    assert (caught.value.expected, caught.value.got) == (5, 3)
+    with pytest.raises(SeqConflictError):
+        events.append("s", batch(4, 2), None)
+    with pytest.raises(SeqConflictError):
+        events.append("s", batch(6, 1), None)
+    assert snapshot(redis_server.url, ns) == before
+
+
+def test_header_checks(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    with pytest.raises(SessionNotFoundError):
+        events.append("s", batch(0, 1), None)
+    header = started(events, "s", 1)
+    with pytest.raises(SessionExistsError):
+        events.append("s", batch(1, 1), SessionHeader(id="s", created_at=T0, cwd="/else"))
+    with pytest.raises(SessionExistsError):
+        events.append("s", batch(1, 1), SessionHeader(id="s", created_at=T0))
+    assert events.append("s", batch(1, 1), header) == 2
+    raw(redis_server.url).hset(keys.log_keys(ns, "s")[0], "version", 7)
+    with pytest.raises(UnsupportedVersionError):
+        events.append("s", batch(2, 1), None)
+    with pytest.raises(UnsupportedVersionError):
+        events.read("s")
+
+
+def test_a_torn_tail_is_ignored_cut_by_repair_and_overwritten_by_append(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 3)
+    _, stream = keys.log_keys(ns, "s")
+    client = raw(redis_server.url)
+    torn = {"seq": 3, "type": "torn", "time": 1, "data": "{}"}
+    client.xadd(stream, torn, id=keys.stream_id(3))
+    client.xadd(stream, {**torn, "seq": 4}, id=keys.stream_id(4))
+    assert [e.seq for e in events.read("s")[1]] == [0, 1, 2]
+    assert client.xlen(stream) == 5
+    assert [e.seq for e in events.read("s", repair=True)[1]] == [0, 1, 2]
+    assert client.xlen(stream) == 3
+    assert events.append("s", batch(3, 2), None) == 5
+    assert [e.type for e in events.read("s")[1]] == ["note"] * 5
+    client.xadd(stream, {**torn, "seq": 5}, id=keys.stream_id(5))
+    assert events.append("s", batch(5, 1), None) == 6
+    assert [e.type for e in events.read("s")[1]] == ["note"] * 6
+    client.close()
+
+
+def test_repair_never_cuts_what_a_concurrent_append_committed(redis_server, ns, open_):
+    from sessionstore.redis import scripts
+
+    backends = open_(redis_server.url, ns)
+    started(backends.events, "s", 2)
+    names = keys.log_keys(ns, "s")
+    backends.events.append("s", batch(2, 1), None)
+    client = raw(redis_server.url)
+    assert scripts.run(client, "log_cut_tail", names, ["2", "1-99"]) == [b"CHANGED", b"3"]
+    client.close()
+    assert [e.seq for e in backends.events.read("s")[1]] == [0, 1, 2]
+
+
+def test_long_logs_are_read_in_chunks_and_the_tail_is_probed(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    header = SessionHeader(id="long", created_at=T0)
+    assert events.append("long", batch(0, 2500), header) == 2500
+    assert [e.seq for e in events.read("long")[1]] == list(range(2500))
+    assert [e.seq for e in events.read("long", 1200, limit=1500)[1]] == list(range(1200, 2500))
+    assert [e.seq for e in events.read("long", 999, limit=2)[1]] == [999, 1000]
+    assert events.read("long", 2500)[1] == [] and events.read("long", 10, limit=0)[1] == []
+    assert events.read("long", 10**30)[1] == []
+    with pytest.raises(SessionNotFoundError):
+        events.read("absent", 10**30)
+    _, stream = keys.log_keys(ns, "long")
+    client = raw(redis_server.url)
+    client.xadd(stream, {"seq": 2500, "type": "x", "time": 1, "data": "{}"}, id="2500-1")
+    assert len(events.read("long", 0, limit=10, repair=True)[1]) == 10
+    assert client.xlen(stream) == 2500
+    client.close()
+
+
+def _rewrite(url: str, ns: str, session_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
+    _, stream = keys.log_keys(ns, session_id)
+    client = raw(url)
+    client.delete(stream)
+    for entry_id, fields in entries:
+        client.xadd(stream, fields, id=entry_id)
+    client.close()
+
+
+def _entry(at: int, **changes: Any) -> tuple[str, dict[str, Any]]:
+    fields = {"seq": at, "type": "note", "time": T0, "data": "{}", **changes}
+    return keys.stream_id(at), {k: v for k, v in fields.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("entries", "seq"),
+    [
+        ([_entry(0), _entry(2)], 1),
+        ([_entry(0), _entry(1), ("1-2", _entry(1)[1]), _entry(2)], 1),
+        ([_entry(0), _entry(1, data=None), _entry(2)], 1),
+        ([_entry(0), _entry(1, data="{not json"), _entry(2)], 1),
+        ([_entry(0), _entry(1, time="soon"), _entry(2)], 1),
+        ([_entry(0), _entry(1, seq=7), _entry(2)], 1),
+        ([_entry(0), _entry(1)], 2),
+        ([_entry(0), ("1-5", _entry(1)[1]), _entry(2)], 1),
+    ],
+    ids=["gap", "duplicate", "no-data", "bad-json", "bad-time", "bad-seq", "short", "bad-id"],
+)
+def test_damage_before_next_seq_raises_and_nothing_is_rewritten(
+    redis_server, ns, open_, entries, seq
+):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 3)
+    _rewrite(redis_server.url, ns, "s", entries)
+    before = snapshot(redis_server.url, ns)
+    with pytest.raises(CorruptLogError) as caught:
+        events.read("s", repair=True)
+    assert caught.value.seq == seq and caught.value.session_id == "s"
+    assert snapshot(redis_server.url, ns) == before
+
+
+def test_a_gap_refuses_the_append_too(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 4)
+    raw(redis_server.url).xdel(keys.log_keys(ns, "s")[1], keys.stream_id(1))
+    before = snapshot(redis_server.url, ns)
+    with pytest.raises(CorruptLogError):
+        events.append("s", batch(4, 1), None)
+    assert snapshot(redis_server.url, ns) == before
+
+
+def test_damage_seen_while_the_session_is_deleted_is_not_reported_as_damage():
+    from sessionstore.redis.logformat import LogRead
+
+    plan = LogRead("s", 0, None)
+    meta = {b"id": b"s", b"version": b"1", b"created_at": b"1", b"next_seq": b"3"}
+    plan.take_meta(meta)
+    with pytest.raises(CorruptLogError):
+        plan.take([])
+    assert plan.same_meta(dict(meta)) and not plan.same_meta({})
+
+
+def test_exists_list_and_delete(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    assert events.locate("s") is None and not events.exists("s") and events.list() == []
+    headers = [started(events, f"s{i}", 1) for i in range(3)]
+    assert events.exists("s1")
+    assert sorted(events.list(), key=lambda h: h.id) == headers
+    events.delete("s1")
+    assert not events.exists("s1")
+    assert snapshot(redis_server.url, ns).keys() == {
+        k.encode() for i in (0, 2) for k in keys.log_keys(ns, f"s{i}")
+    }
+    with pytest.raises(SessionNotFoundError):
+        events.delete("s1")
+    with pytest.raises(SessionNotFoundError):
+        events.read("s1")
+
+
+# --- durability -------------------------------------------------------------------------
+
+
+def test_a_server_without_fsync_is_refused_for_event_logs(open_):
+    with RedisServer(durable=False) as lax:
+        backends = open_(lax.url, "ns")
+        with pytest.raises(DurabilityError) as caught:
+            backends.events.exists("s")
+        message = str(caught.value)
+        assert "appendfsync always" in message and "replicas:N" in message and "none" in message
+        backends.values.write(vkey("ns"), b"\x01", T0)
+        client = raw(lax.url)
+        client.config_set("appendonly", "yes")
+        client.config_set("appendfsync", "always")
+        assert backends.events.exists("s") is False
+        client.close()
+        lax.kill()  # a graceful stop would wait for the AOF rewrite CONFIG SET started
+
+
+@pytest.mark.parametrize("how", ["argument", "url"])
+def test_durability_none_skips_the_check(open_, how):
+    with RedisServer(durable=False) as lax:
+        if how == "argument":
+            events = open_(lax.url, "ns", durability="none").events
+        else:
+            events = open_(lax.url + "?durability=none", "ns").events
+        started(events, "s", 2)
+        assert len(events.read("s")[1]) == 2
+
+
+def test_a_user_without_config_is_warned_not_refused(server, open_):
+    client = raw(server.url)
+    client.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["ss:*"],
+                       commands=["+@all", "-config"])
+    url = f"redis://app:pw@127.0.0.1:{server.port}/0"
+    events = open_(url, "ns").events
+    with pytest.warns(RuntimeWarning, match="CONFIG"):
+        started(events, "s", 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert events.exists("s")
+    client.close()
+
+
+def test_replicas_durability_waits_for_acknowledgements(server, open_):
+    raw(server.url).config_set("repl-diskless-sync-delay", 0)
+    with RedisServer("--replicaof", "127.0.0.1", str(server.port), durable=False) as replica:
+        client = raw(replica.url)
+        deadline = time.monotonic() + 10
+        while client.info("replication")["master_link_status"] != "up":
+            assert time.monotonic() < deadline, "the replica did not connect"
+            time.sleep(0.05)
+        one = open_(server.url, "ns", durability="replicas:1").events
+        started(one, "s", 2)
+        assert client.xlen(keys.log_keys("ns", "s")[1]) == 2
+        two = open_(server.url + "?durability=replicas:2", "ns", timeout=0.5).events
+        with pytest.raises(DurabilityError) as caught:
+            two.append("s", batch(2, 1), None)
+        assert "applied on the primary" in str(caught.value)
+        assert len(one.read("s")[1]) == 3
+        client.close()
+
+
+# --- availability, access, memory -------------------------------------------------------
+
+
+def test_an_unreachable_server_raises_in_bounded_time_then_recovers(open_):
+    port = free_port()
+    backends = open_(f"redis://:s3cret@127.0.0.1:{port}/0", "ns", timeout=0.5)
+    for call in (lambda: backends.values.read(vkey("ns")), lambda: backends.events.exists("s")):
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as caught:
+            call()
+        assert time.monotonic() - start < 3
+        assert isinstance(caught.value.__cause__, redis.ConnectionError)
+        assert "s3cret" not in str(caught.value) and "unavailable" in str(caught.value)
+    with RedisServer(port=port) as back:
+        raw(back.url).config_set("requirepass", "s3cret")
+        backends.values.write(vkey("ns"), b"\x01", T0)
+        assert backends.values.read(vkey("ns")) == Stored(b"\x01", T0)
+
+
+def test_a_killed_server_is_unavailable_then_back_with_its_data(open_):
+    first = RedisServer().start()
+    try:
+        backends = open_(first.url, "ns", timeout=0.5)
+        started(backends.events, "s", 2)
+        first.kill()
+        with pytest.raises(StoreUnavailableError):
+            backends.events.read("s")
+        with RedisServer(port=first.port, data_dir=first.dir):
+            assert len(backends.events.read("s")[1]) == 2
+            assert backends.events.append("s", batch(2, 1), None) == 3
+    finally:
+        first.cleanup()
+
+
+def test_async_unavailable_server(open_):
+    backends = open_(f"redis://127.0.0.1:{free_port()}/0", "ns", timeout=0.5)
+
+    async def go() -> None:
+        pair = backends.make_async()
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await pair.values.read(vkey("ns"))
+            with pytest.raises(StoreUnavailableError):
+                await pair.events.list()
+        finally:
+            await pair.aclose()
+
+    asyncio.run(go())
+
+
+def test_refused_credentials_and_keys_raise_access_denied(server, open_):
+    client = raw(server.url)
+    client.acl_setuser("narrow", enabled=True, passwords=["+pw"], keys=["other:*"],
+                       commands=["+@all"])
+    wrong = open_(f"redis://narrow:nope@127.0.0.1:{server.port}/0", "ns").values
+    with pytest.raises(AccessDeniedError) as caught:
+        wrong.read(vkey("ns"))
+    assert "denied" in str(caught.value) and "nope" not in str(caught.value)
+    narrow = open_(f"redis://narrow:pw@127.0.0.1:{server.port}/0", "ns", durability="none")
+    key = vkey("ns")
+    for call in (
+        lambda: narrow.values.read(key),
+        lambda: narrow.values.swap(key, None, b"\x01", T0),
+        lambda: narrow.events.append("s", batch(0, 1), SessionHeader(id="s")),
+    ):
+        with pytest.raises(AccessDeniedError) as caught:
+            call()
+        assert "denied" in str(caught.value) and "ss:ns:" in str(caught.value)
+        assert ":pw@" not in str(caught.value)
+    client.close()
+
+
+def test_out_of_memory_refuses_writes_and_leaves_nothing_partial(server, open_):
+    backends = open_(server.url, "ns")
+    values, events = backends.values, backends.events
+    key = vkey("ns")
+    values.write(key, b"\x01", T0)
+    values.write_version(key, b"\x01", T0, None)
+    values.swap(key, Stored(b"\x01", T0), b"\x01", T0)
+    started(events, "s", 2)
+    client = raw(server.url)
+    before = snapshot(server.url, "ns")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    try:
+        for call in (
+            lambda: values.write(key, b"\x02", T0 + 1),
+            lambda: values.swap(key, Stored(b"\x01", T0), b"\x02", T0 + 1),
+            lambda: values.write_version(key, b"\x02", T0, None),
+            lambda: values.swap_version(key, None, b"\x02", T0 - 1, 1),
+            lambda: events.append("s", batch(2, 3), None),
+            lambda: events.append("new", batch(0, 3), SessionHeader(id="new")),
+        ):
+            with pytest.raises(StoreUnavailableError, match="out of memory"):
+                call()
+        assert snapshot(server.url, "ns") == before
+        assert values.read(key) == Stored(b"\x01", T0)
+        assert len(events.read("s")[1]) == 2
+    finally:
+        client.config_set("maxmemory", 0)
+    assert events.append("s", batch(2, 1), None) == 3
+    client.close()
+
+
+# --- processes and the async flavour ----------------------------------------------------
+
+
+def test_a_forked_child_keeps_using_the_store(redis_server, ns):
+    with sessionstore.connect(redis_server.url, ns) as store:
+        session = store.session("BTCUSDT", "s", "e", "1h")
+        session.set_data({"n": 1}, T0)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                session.update(lambda v: {"n": v["n"] + 1}, T0)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert session.update(lambda v: {"n": v["n"] + 1}, T0) == {"n": 3}
+
+
+def test_the_async_pair_mirrors_the_sync_one(redis_server, ns, open_):
+    backends = open_(redis_server.url, ns)
+    key = vkey(ns)
+
+    async def go() -> None:
+        pair = backends.make_async()
+        try:
+            values, events = pair.values, pair.events
+            await values.prepare(key)
+            assert await values.read(key) is None
+            await values.write(key, b"\x01", T0)
+            assert await values.swap(key, Stored(b"\x01", T0), b"\x02", T0)
+            await values.write_version(key, b"\x01", T0, 2)
+            assert await values.swap_version(key, Stored(b"\x01", T0), None, T0 + 1, 2)
+            assert await values.read_as_of(key, T0 + 1) == Stored(None, T0 + 1)
+            header = SessionHeader(id="a", created_at=T0)
+            assert await events.append("a", batch(0, 3), header) == 3
+            assert await events.append("a", batch(1, 2), None) == 3
+            assert await events.exists("a") and await events.locate("a") is None
+            assert (await events.read("a", 1, limit=1))[1] == batch(1, 1)
+            assert await events.list() == [header]
+            await events.delete("a")
+            with pytest.raises(SessionNotFoundError):
+                await events.read("a")
+        finally:
+            await pair.aclose()
+
+    asyncio.run(go())
+    assert backends.values.read(key) == Stored(b"\x02", T0)
+
+
+def test_a_unix_socket_url(tmp_path, open_):
+    sock = tmp_path / "r.sock"
+    with RedisServer("--unixsocket", str(sock), "--unixsocketperm", "700") as own:
+        assert own
+        backends = open_(f"unix://{sock}?db=0&durability=fsync", "ns")
+        started(backends.events, "s", 1)
+        assert backends.events.exists("s")
