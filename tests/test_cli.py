@@ -1,0 +1,142 @@
+"""The ``sessionstore`` command end to end: subprocesses against real stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from support import artifacts
+
+import sessionstore
+from sessionstore import SessionEvent, SessionHeader
+
+T = 1_718_000_000_000
+
+
+def cli(*args: str, cwd=None, env_extra=None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "sessionstore", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=env,
+    )
+
+
+@pytest.fixture(params=["file", "redis"])
+def target(request, tmp_path, namespace):
+    if request.param == "file":
+        url = (tmp_path / "store").as_uri()
+    else:
+        url = request.getfixturevalue("redis_server").url
+    with sessionstore.connect(url, namespace) as store:
+        store.events.create(SessionHeader(id="done", cwd="/w", created_at=1))
+        store.events.append("done", [
+            SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 1}),
+            SessionEvent(seq=1, type="tool/call", time=T, data={
+                "turn": 1, "step": 1, "call_id": "c1", "name": "grep", "arguments": {"q": "x"}}),
+            SessionEvent(seq=2, type="tool/result", time=T, data={
+                "turn": 1, "step": 1, "call_id": "c1", "is_error": False, "content": "found"}),
+            SessionEvent(seq=3, type="turn/end", time=T, data={"turn": 1, "reason": {"kind": "done"}}),
+        ])
+        store.events.create(SessionHeader(id="live", created_at=2))
+        store.events.append("live", [SessionEvent(seq=0, type="turn/start", time=T,
+                                                  data={"turn": 7})])
+    return request.param, url, namespace
+
+
+def test_sessions_list_shows_counts_and_turn_state(target):
+    _, url, ns = target
+    result = cli("sessions", "list", "--url", url, "-n", ns, "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    assert rows["done"]["events"] == 4 and rows["done"]["state"] == "balanced"
+    assert rows["live"]["state"] == "open turn 7"
+    table = cli("sessions", "list", "--url", url, "-n", ns)
+    assert "done" in table.stdout and "open turn 7" in table.stdout
+
+
+def test_sessions_show_is_readable_and_starts_at_from(target):
+    _, url, ns = target
+    result = cli("sessions", "show", "done", "--url", url, "-n", ns)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "turn 1" in lines[0]
+    assert "call grep({'q': 'x'}) [c1]" in lines[1]
+    assert "result [c1] ok: found" in lines[2]
+    partial = cli("sessions", "show", "done", "--from", "2", "--url", url, "-n", ns, "--json")
+    assert [json.loads(line)["seq"] for line in partial.stdout.splitlines()] == [2, 3]
+
+
+def test_sessions_show_writes_nothing_even_for_an_open_turn(target):
+    _, url, ns = target
+    cli("sessions", "show", "live", "--url", url, "-n", ns)
+    with sessionstore.connect(url, ns) as store:
+        assert len(store.events.read_from("live", 0)) == 1
+
+
+def test_sessions_tail_follows_new_events(target):
+    _, url, ns = target
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "sessionstore", "sessions", "tail", "live", "--follow",
+         "--interval", "0.05", "--json", "--url", url, "-n", ns],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert json.loads(follower.stdout.readline())["seq"] == 0
+        with sessionstore.connect(url, ns) as store:
+            store.events.append("live", [SessionEvent(seq=1, type="note", time=T, data={"n": 1})])
+        assert json.loads(follower.stdout.readline())["data"] == {"n": 1}
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+
+
+def test_sessions_verify_passes_reports_open_turns_and_fails_on_corruption(target):
+    backend, url, ns = target
+    ok = cli("sessions", "verify", "--url", url, "-n", ns)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "open turn 7" in ok.stdout
+    with sessionstore.connect(url, ns) as store:
+        path = store.events.locate(SessionHeader(id="done"))
+    artifacts.remove_event(backend, url, ns, "done", path, 1)
+    bad = cli("sessions", "verify", "--url", url, "-n", ns, "--json")
+    assert bad.returncode == 1
+    results = {r["id"]: r for r in json.loads(bad.stdout)}
+    assert results["done"]["state"] == "corrupt" and "done" in results["done"]["reason"]
+    assert results["live"]["ok"] is True
+
+
+def test_sessions_delete_removes_and_reports_missing_ids(target):
+    _, url, ns = target
+    assert cli("sessions", "delete", "done", "--url", url, "-n", ns).returncode == 0
+    again = cli("sessions", "delete", "done", "--url", url, "-n", ns)
+    assert again.returncode == 2
+    assert again.stderr.startswith("error: not found") and "Traceback" not in again.stderr
+
+
+def test_environment_variables_supply_url_and_namespace(target):
+    _, url, ns = target
+    result = cli("sessions", "list", "--json",
+                 env_extra={"SESSIONSTORE_URL": url, "SESSIONSTORE_NAMESPACE": ns})
+    assert {row["id"] for row in json.loads(result.stdout)} == {"done", "live"}
+
+
+def test_an_unreachable_server_is_one_line_with_the_password_masked():
+    started = time.monotonic()
+    result = cli("sessions", "list", "--url", "redis://admin:s3cret@127.0.0.1:1/0")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "cannot reach" in result.stderr and "s3cret" not in result.stderr
+    assert "admin:***@" in result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_a_bad_url_is_one_line():
+    result = cli("sessions", "list", "--url", "mongodb://x")
+    assert result.returncode == 2 and "unknown URL scheme" in result.stderr
+    assert "Traceback" not in result.stderr
