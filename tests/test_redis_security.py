@@ -1,0 +1,215 @@
+"""Least privilege, isolation, TLS and redaction against real redis-server processes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import warnings
+from pathlib import Path
+
+import pytest
+import redis
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from support.redis_server import RedisServer
+
+import sessionstore
+from sessionstore import AccessDeniedError, SessionEvent, SessionHeader, SessionStoreError
+from sessionstore.redis.acl import setuser_args
+
+T0 = 1_718_000_000_000
+PASSWORD = "pa55-w0rd-Secret"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with RedisServer() as server:
+        yield server
+
+
+def admin(server: RedisServer) -> redis.Redis:
+    return redis.Redis(port=server.port)
+
+
+def user_url(server: RedisServer, user: str) -> str:
+    return f"redis://{user}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def exercise(store) -> None:
+    """Every kind of call: plain, history and updated values; the whole event-log API."""
+    s = store.session("BTCUSDT", "s", "e", "1h")
+    s.set_data({"v": 1}, T0)
+    assert s.update(lambda v: {"v": v["v"] + 1}, T0) == {"v": 2}
+    h = store.session("BTCUSDT", "s", "e", "1h", history=True, max_versions=3)
+    h.set_data(1, T0)
+    assert h.update(lambda v: v + 1, T0 + 1) == 2
+    store.events.create(SessionHeader(id="acl"))
+    store.events.append("acl", [SessionEvent(seq=0, type="turn/start", time=T0, data={"turn": 1})])
+    assert [e.type for e in store.events.load("acl").events] == ["turn/start", "turn/end"]
+    assert [x.id for x in store.events.list()] == ["acl"]
+    assert len(store.events.read_from("acl", 1)) == 1
+    store.events.delete("acl")
+
+
+def test_the_least_privilege_user_can_do_everything_in_its_namespace(server):
+    admin(server).execute_command(*setuser_args("run42", PASSWORD, "run-42"))
+    with sessionstore.connect(user_url(server, "run42"), "run-42") as store:
+        exercise(store)
+
+
+def test_a_user_of_namespace_a_is_refused_namespace_b_and_b_stays_intact(server):
+    admin(server).execute_command(*setuser_args("team-a", PASSWORD, "team-a"))
+    with sessionstore.connect(server.url, "team-b") as owner:
+        owner.session("BTCUSDT", "s", "e", "1h").set_data("b's value", T0)
+        owner.events.create(SessionHeader(id="b-log"))
+        owner.events.append("b-log", [SessionEvent(seq=0, type="note", time=T0)])
+    with sessionstore.connect(user_url(server, "team-a"), "team-b") as intruder:
+        s = intruder.session("BTCUSDT", "s", "e", "1h")
+        for call in (
+            lambda: s.get_data(T0),
+            lambda: s.set_data("overwritten", T0),
+            lambda: intruder.events.read_from("b-log", 0),
+            lambda: intruder.events.append("b-log", [SessionEvent(seq=1, type="x", time=T0)]),
+            lambda: intruder.events.delete("b-log"),
+        ):
+            with pytest.raises(AccessDeniedError) as caught:
+                call()
+            assert "denied" in str(caught.value).lower()
+            assert "not found" not in str(caught.value).lower()
+    with sessionstore.connect(server.url, "team-b") as owner:
+        assert owner.session("BTCUSDT", "s", "e", "1h").get_data(T0) == "b's value"
+        assert len(owner.events.read_from("b-log", 0)) == 1
+
+
+def test_a_user_granted_all_but_dangerous_commands_works(server):
+    admin(server).execute_command(
+        "ACL", "SETUSER", "broad", "reset", "on", f">{PASSWORD}", "~ss:broad:*",
+        "+@all", "-@dangerous", "+info", "+config|get",
+    )  # fmt: skip
+    with sessionstore.connect(user_url(server, "broad"), "broad") as store:
+        exercise(store)
+
+
+def test_a_user_without_config_rights_still_works_with_a_warning(server):
+    admin(server).execute_command(
+        "ACL", "SETUSER", "noconfig", "reset", "on", f">{PASSWORD}", "~ss:noconfig:*",
+        "+@all", "-@dangerous",
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with sessionstore.connect(user_url(server, "noconfig"), "noconfig") as store:
+            exercise(store)
+    assert any("CONFIG" in str(w.message) for w in caught)
+    assert all(PASSWORD not in str(w.message) for w in caught)
+
+
+def test_a_wrong_password_is_access_denied_and_never_shown(server):
+    admin(server).execute_command(*setuser_args("run42", PASSWORD, "run-42"))
+    url = f"redis://run42:wrong-{PASSWORD}@127.0.0.1:{server.port}/0"
+    with sessionstore.connect(url, "run-42") as store:
+        with pytest.raises(AccessDeniedError) as caught:
+            store.session("BTCUSDT", "s", "e", "1h").get_data(T0)
+        assert PASSWORD not in str(caught.value)
+        assert PASSWORD not in repr(store) and PASSWORD not in store.url
+
+
+def test_errors_and_reprs_never_show_the_password():
+    url = f"redis://user:{PASSWORD}@127.0.0.1:1/0?password={PASSWORD}"
+    with sessionstore.connect(url, "x", timeout=0.5) as store:
+        assert PASSWORD not in repr(store)
+        with pytest.raises(SessionStoreError) as caught:
+            store.session("BTCUSDT", "s", "e", "1h").get_data(T0)
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert all(PASSWORD not in text for text in chain)
+    assert "***" in chain[0]
+
+
+# --- TLS ---------------------------------------------------------------------------------
+
+
+def _certificate(subject: str, key, issuer_cert=None, issuer_key=None, ca: bool = False):
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_cert.subject if issuer_cert else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+    return builder.sign(issuer_key or key, hashes.SHA256())
+
+
+def _write(path: Path, cert=None, key=None) -> str:
+    if cert is not None:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    else:
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tls")
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("sessionstore-test-ca", ca_key, ca=True)
+    files = {"ca": _write(folder / "ca.crt", cert=ca)}
+    for role in ("server", "client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        files[f"{role}_cert"] = _write(
+            folder / f"{role}.crt", cert=_certificate(role, key, ca, ca_key)
+        )
+        files[f"{role}_key"] = _write(folder / f"{role}.key", key=key)
+    return files
+
+
+def test_rediss_with_a_client_certificate_passes_a_smoke_subset(tls_files):
+    from support.redis_server import free_port
+
+    tls_port = free_port()
+    extra = (
+        "--tls-port",
+        str(tls_port),
+        "--tls-cert-file",
+        tls_files["server_cert"],
+        "--tls-key-file",
+        tls_files["server_key"],
+        "--tls-ca-cert-file",
+        tls_files["ca"],
+        "--tls-auth-clients",
+        "yes",
+    )
+    with RedisServer(*extra):
+        url = (
+            f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={tls_files['ca']}"
+            f"&ssl_certfile={tls_files['client_cert']}&ssl_keyfile={tls_files['client_key']}"
+        )
+        with sessionstore.connect(url, "tls") as store:
+            exercise(store)
+        without_cert = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={tls_files['ca']}"
+        with (
+            sessionstore.connect(without_cert, "tls", timeout=2) as store,
+            pytest.raises(SessionStoreError),
+        ):
+            store.session("BTCUSDT", "s", "e", "1h").get_data(T0)
