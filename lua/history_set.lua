@@ -1,8 +1,12 @@
 -- Record a version of a history value, optionally only if the version in force is
--- the expected one: drop every version at or after its time, record it, trim.
+-- the expected one: drop every version at or after its time, record it, trim. A
+-- compared call is idempotent: when its token is already remembered it was applied
+-- before (its reply was lost and redis-py sent it again) and returns OK unwritten.
 --
 -- KEYS[1] - the versions zset (member = score = when, integer text)
--- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear)
+-- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear), and
+--           field t: the tokens of the latest compared calls, newest first, space
+--           separated (never a when: whens are integers)
 -- ARGV[1] - when of the new version (integer text)
 -- ARGV[2] - the new value ("" records a clear)
 -- ARGV[3] - how many versions to keep, "0" for all
@@ -10,10 +14,17 @@
 -- ARGV[5] - "1" when a version is expected, "0" when none is
 -- ARGV[6] - the expected version's when (integer text)
 -- ARGV[7] - the expected version's value ("" for a clear)
--- returns "OK" when written, "CONFLICT" when the comparison failed (nothing written)
+-- ARGV[8] - with ARGV[4] "1": this call's token (non-empty, no spaces, unique per call)
+-- returns "OK" when written or when the token is remembered (nothing written),
+--         "CONFLICT" when the comparison failed (nothing written)
+
+-- Tokens remembered: a call by another client may land between a lost reply and its
+-- retry, so more than the latest one is kept.
+local KEEP = 8
 
 local at, values = KEYS[1], KEYS[2]
 local when = ARGV[1]
+local compare, token = ARGV[4] == '1', ARGV[8]
 
 local function hdel_all(names)
   -- unpack() is bounded by the Lua stack: delete in slices
@@ -22,7 +33,14 @@ local function hdel_all(names)
   end
 end
 
-if ARGV[4] == '1' then
+local tokens = ''
+if compare then
+  tokens = redis.call('HGET', values, 't') or ''
+  for seen in string.gmatch(tokens, '%S+') do
+    if seen == token then
+      return 'OK'
+    end
+  end
   local found = redis.call('ZREVRANGEBYSCORE', at, when, '-inf', 'LIMIT', 0, 1)
   if ARGV[5] == '0' then
     if #found > 0 then
@@ -35,8 +53,21 @@ if ARGV[4] == '1' then
 end
 
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
--- script here, before anything has changed.
-redis.call('HSET', values, when, ARGV[2])
+-- script here, before anything has changed. An uncompared write forgets the tokens,
+-- as a plain write does.
+if compare then
+  local kept, count = token, 1
+  for seen in string.gmatch(tokens, '%S+') do
+    if count >= KEEP then
+      break
+    end
+    kept, count = kept .. ' ' .. seen, count + 1
+  end
+  redis.call('HSET', values, when, ARGV[2], 't', kept)
+else
+  redis.call('HSET', values, when, ARGV[2])
+  redis.call('HDEL', values, 't')
+end
 redis.call('ZADD', at, when, when)
 
 local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')

@@ -1,16 +1,32 @@
--- Compare-and-set of one plain session value (the hash of keys.value_key).
+-- Compare-and-set of one plain session value (the hash of keys.value_key), idempotent
+-- per call: a call whose token is already remembered was applied before (its reply
+-- was lost and redis-py sent it again) and returns OK without writing.
 --
--- KEYS[1] - the value hash, fields v (msgpack bytes) and w (when, integer text)
+-- KEYS[1] - the value hash: fields v (msgpack bytes), w (when, integer text) and
+--           t (the tokens of the latest swaps, newest first, space separated)
 -- ARGV[1] - "1" when a record is expected, "0" when none is
 -- ARGV[2] - the expected v (ignored when ARGV[1] is "0")
 -- ARGV[3] - the expected w (ignored when ARGV[1] is "0")
 -- ARGV[4] - "1" to store ARGV[5] and ARGV[6] as v and w, "0" to delete the record
 -- ARGV[5] - the new v
 -- ARGV[6] - the new w
--- returns "OK" when the record equalled the expected one and was replaced,
+-- ARGV[7] - this call's token: non-empty, no spaces, unique per call
+-- returns "OK" when the record equalled the expected one and was replaced, or when
+--         this call's token is remembered (nothing written);
 --         "CONFLICT" when it did not (nothing written)
 
-local current = redis.call('HMGET', KEYS[1], 'v', 'w')
+-- Tokens remembered: a swap by another client may land between a lost reply and its
+-- retry, so more than the latest one is kept.
+local KEEP = 8
+
+local current = redis.call('HMGET', KEYS[1], 'v', 'w', 't')
+local token, tokens = ARGV[7], current[3] or ''
+for seen in string.gmatch(tokens, '%S+') do
+  if seen == token then
+    return 'OK'
+  end
+end
+
 if ARGV[1] == '0' then
   if current[1] then
     return 'CONFLICT'
@@ -19,9 +35,21 @@ elseif current[1] ~= ARGV[2] or current[2] ~= ARGV[3] then
   return 'CONFLICT'
 end
 
+local kept, count = token, 1
+for seen in string.gmatch(tokens, '%S+') do
+  if count >= KEEP then
+    break
+  end
+  kept, count = kept .. ' ' .. seen, count + 1
+end
+
+-- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
+-- script here, before anything has changed. A deleted record keeps its hash with t
+-- alone: a retry must still find the token.
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'w', ARGV[6])
+  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'w', ARGV[6], 't', kept)
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 't', kept)
+  redis.call('HDEL', KEYS[1], 'v', 'w')
 end
 return 'OK'

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from .connection import open_backends, resolve_url
-from .core import LoadedSession, check_namespace
+from .core import LoadedSession, ValueRef, check_namespace
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
@@ -86,5 +86,6 @@ __all__ = [
     "StoreClosedError",
     "StoreUnavailableError",
     "UnsupportedVersionError",
+    "ValueRef",
     "connect",
 ]

@@ -6,7 +6,8 @@
         await s.set_data({"lastLlmSignal": "buy"}, when)
         await s.get_data(when)
 
-``connect`` is a plain call and does no I/O. Redis runs on ``redis.asyncio``; the local
+``connect`` is a plain call and does no I/O. Each method runs the same flow of
+:mod:`sessionstore.flows` as the sync API, against ``redis.asyncio`` for Redis; the local
 backends (memory, files, SQLite) run their blocking calls in a worker thread.
 """
 
@@ -14,35 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
+from . import flows
 from .connection import AsyncBackends, Backends, open_backends, resolve_url
 from .core import (
-    REPAIR_ATTEMPTS,
-    UPDATE_ATTEMPTS,
     Lifecycle,
     LoadedSession,
     PendingSessions,
     SessionState,
-    backoff,
+    ValueRef,
     check_from_seq,
     check_max_versions,
     check_namespace,
     value_key,
+    value_refs,
 )
-from .errors import (
-    ConcurrentModificationError,
-    SeqConflictError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StoreClosedError,
-)
-from .eventlog import check_session_id, closers, decode_events, encode_batch
+from .errors import SessionNotFoundError, StoreClosedError
+from .eventlog import check_session_id
+from .flows import arun
 from .models import SessionEvent, SessionHeader
-from .when import to_epoch_ms
 from .writer import WriterBuffer
 
 DEFAULT_NAMESPACE = "default"
@@ -103,65 +97,27 @@ class AsyncSession:
         self._state = state
         self._lifecycle = lifecycle
 
-    async def _ready(self) -> SessionState:
-        self._state.check_alive()
-        self._lifecycle.check_open()
-        if not self._state.initialised:
-            await self._backend.prepare(self._state.key)
-            self._state.initialised = True
-        return self._state
-
     async def wait_for_init(self, initial: bool = True) -> None:
         """Prepare the backend for this key. Idempotent and optional."""
-        await self._ready()
+        await arun(flows.ready(self._state, self._lifecycle), self._backend)
 
     async def get_data(self, when: Any) -> Any:
         """The stored value, or None if there is none or it was written for a later time."""
-        ms = to_epoch_ms(when)
-        state = await self._ready()
-        if state.history:
-            found = await self._backend.read_as_of(state.key, ms)
-        else:
-            found = await self._backend.read(state.key)
-        return state.visible(found, ms)
+        return await arun(flows.get_data(self._state, self._lifecycle, when), self._backend)
 
     async def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``; ``None`` clears."""
-        ms = to_epoch_ms(when)
-        state = await self._ready()
-        payload = state.encode(value)
-        if state.history:
-            await self._backend.write_version(state.key, payload, ms, state.max_versions)
-        else:
-            await self._backend.write(state.key, payload, ms)
+        await arun(flows.set_data(self._state, self._lifecycle, value, when), self._backend)
 
     async def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` (which may be
         a coroutine function) and return what was stored."""
-        ms = to_epoch_ms(when)
-        state = await self._ready()
-        backend = self._backend
-        for attempt in range(UPDATE_ATTEMPTS):
-            await asyncio.sleep(backoff(attempt))
-            if state.history:
-                found = await backend.read_as_of(state.key, ms)
-            else:
-                found = await backend.read(state.key)
-            result = fn(state.visible(found, ms))
-            if inspect.isawaitable(result):
-                result = await result
-            payload = state.encode(result)
-            if state.history:
-                swapped = await backend.swap_version(
-                    state.key, found, payload, ms, state.max_versions
-                )
-            else:
-                swapped = await backend.swap(state.key, found, payload, ms)
-            if swapped:
-                return state.stored_value(payload)
-        raise ConcurrentModificationError(
-            f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
-        )
+        return await arun(flows.update(self._state, self._lifecycle, fn, when), self._backend)
+
+    async def delete(self) -> bool:
+        """Remove every stored record of this key, plain and history alike; True if there
+        was one. The handle stays usable."""
+        return await arun(flows.delete_value(self._state, self._lifecycle), self._backend)
 
     def dispose(self) -> _Done:
         """Release the handle (at once; awaiting the result is optional). Data stays."""
@@ -177,94 +133,58 @@ class AsyncEventLog:
         self._lifecycle = lifecycle
         self._pending = PendingSessions()
 
-    def _open(self) -> Any:
-        self._lifecycle.check_open()
-        return self._backend
-
     async def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None."""
+        self._lifecycle.check_open()
         session_id = header.id if isinstance(header, SessionHeader) else header
-        return await self._open().locate(check_session_id(session_id))
+        located: str | None = await self._backend.locate(check_session_id(session_id))
+        return located
 
     async def create(self, header: SessionHeader) -> None:
         """Register a new session. Nothing is written until its first append."""
-        checked = self._pending.check_new(header)
-        if await self._open().exists(checked.id):
-            raise SessionExistsError(checked.id)
-        self._pending.add(checked)
+        await arun(flows.create(self._pending, self._lifecycle, header), self._backend)
 
     async def append(
         self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
     ) -> int:
         """Durably append a contiguous batch; see :meth:`sessionstore.EventLog.append`."""
-        backend = self._open()
-        header = self._pending.get(session_id)
-        batch = encode_batch(session_id, events)
-        if not batch:
-            if header is not None:
-                return 0
-            _, stored = await backend.read(session_id, 0)
-            return len(stored)
-        next_seq: int = await backend.append(session_id, batch, header)
-        if header is not None:
-            self._pending.materialised(header)
-        return next_seq
+        flow = flows.append(self._pending, self._lifecycle, session_id, events)
+        return await arun(flow, self._backend)
 
     async def load(self, session_id: str) -> LoadedSession:
         """The header and a balanced log (torn tail cut, interrupted turn closed)."""
-        backend = self._open()
-        check_session_id(session_id)
-        for _ in range(REPAIR_ATTEMPTS):
-            header, stored = await backend.read(session_id, 0, repair=True)
-            events = decode_events(stored)
-            extra = closers(events)
-            if not extra:
-                return LoadedSession(header, events)
-            try:
-                await backend.append(session_id, encode_batch(session_id, extra), None)
-            except SeqConflictError:
-                continue
-            return LoadedSession(header, events + extra)
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing during load")
+        return await arun(flows.load(self._lifecycle, session_id), self._backend)
 
     async def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
-        check_from_seq(seq)
-        _, stored = await self._open().read(check_session_id(session_id), seq)
-        return decode_events(stored)
+        return await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     async def iter_events(self, session_id: str, batch: int = 1000) -> AsyncIterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair."""
         check_from_seq(batch - 1)
-        backend = self._open()
         seq = 0
         while True:
-            _, stored = await backend.read(check_session_id(session_id), seq, limit=batch)
-            for event in decode_events(stored):
+            flow = flows.read_from(self._lifecycle, session_id, seq, batch)
+            chunk = await arun(flow, self._backend)
+            for event in chunk:
                 yield event
-            if len(stored) < batch:
+            if len(chunk) < batch:
                 return
-            seq = stored[-1].seq + 1
+            seq = chunk[-1].seq + 1
 
     async def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id."""
-        headers = await self._open().list()
-        return sorted(headers, key=lambda h: (h.created_at, h.id))
+        return await arun(flows.list_sessions(self._lifecycle), self._backend)
 
     async def delete(self, session_id: str) -> None:
         """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
-        backend = self._open()
-        check_session_id(session_id)
-        if self._pending.discard(session_id) and not await backend.exists(session_id):
-            return
-        await backend.delete(session_id)
+        flow = flows.delete_session(self._pending, self._lifecycle, session_id)
+        await arun(flow, self._backend)
 
     async def writer(self, header: SessionHeader, *, window: float = 0.2) -> AsyncSessionWriter:
         """A write-behind writer for ``header``'s session (created here if new)."""
         try:
-            loaded = await self.load(header.id)
-            last = loaded.events[-1] if loaded.events else None
-            start = (last.seq + 1, last.time) if last else (0, 0)
+            start = flows.next_position(await self.load(header.id))
         except SessionNotFoundError:
             await self.create(header)
             start = (0, 0)
@@ -367,6 +287,11 @@ class AsyncStore:
         key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
         state = SessionState(key, bool(history), check_max_versions(history, max_versions))
         return AsyncSession(self._async.values, state, self._lifecycle)
+
+    async def list_values(self) -> list[ValueRef]:
+        """Every stored session value of this namespace (plain and history), sorted."""
+        self._lifecycle.check_open()
+        return value_refs(await self._async.values.scan(self.namespace))
 
     async def close(self) -> None:
         """Release connections; idempotent."""

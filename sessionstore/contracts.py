@@ -78,6 +78,14 @@ class ValueBackend(ABC):
         """Atomically: if :meth:`read_as_of` ``(when)`` equals ``expected``,
         :meth:`write_version` and return True."""
 
+    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        """Every key with a stored record in ``namespace``, with True for a history key."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list its values")
+
+    def forget(self, key: ValueKey) -> bool:
+        """Remove the plain record and every history version of ``key``; True if any was there."""
+        raise NotImplementedError(f"{type(self).__name__} cannot remove values")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""
 

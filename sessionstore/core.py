@@ -27,6 +27,21 @@ UPDATE_ATTEMPTS = 1000
 REPAIR_ATTEMPTS = 50
 
 
+class ValueRef(NamedTuple):
+    """One stored session value, as ``Store.list_values`` reports it."""
+
+    symbol: str
+    strategy: str
+    exchange: str
+    frame: str
+    mode: str
+    history: bool
+
+
+def value_refs(found: list[tuple[ValueKey, bool]]) -> list[ValueRef]:
+    return sorted(ValueRef(*key.parts, history) for key, history in found)
+
+
 class LoadedSession(NamedTuple):
     """What ``load`` returns: the header and the balanced list of events."""
 

@@ -12,10 +12,12 @@ session live in one slot, so every script touches a single slot.
 key                                                     type    fields / members                     written by      TTL
 ======================================================  ======  ===================================  ==============  ====
 ``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, DEL,       none
-                                                                                                     value_swap.lua
+                                                                  ``t`` swap tokens (see below)         value_swap.lua
+                                                                                                        value_forget.lua
 ``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   none
+                                                                                                      value_forget.lua
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   none
-                                                                 for a clear
+                                                                 for a clear; ``t`` swap tokens       value_forget.lua
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, none
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua
                                                                  ``next_seq``, ``last_time``
@@ -23,6 +25,15 @@ key                                                     type    fields / members
                                                                  ``type`` ``time`` ``data`` (JSON)
                                                                  and ``id`` when the event has one
 ======================================================  ======  ===================================  ==============  ====
+
+``t`` holds the tokens of the latest swaps (``value_swap.lua``, ``history_set.lua`` with
+an expected version), newest first, space separated, at most 8: each call carries a
+random token and stores it with its write, so the same call sent again after a lost
+reply finds its token and is reported applied, not conflicting. ``HSET ... t ""`` (a
+plain write) and an uncompared ``history_set.lua`` forget them; reads never look at
+``t``. A value cleared by a swap keeps its hash with ``t`` alone: a value hash without
+``v`` holds no value (listing skips it). ``value_forget.lua`` removes the three keys of
+one value, plain and history.
 
 ``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
 a torn tail, never part of the log; ``log_append.lua`` and ``log_cut_tail.lua`` cut it
@@ -104,15 +115,34 @@ def value_pattern(namespace: str) -> str:
     return f"{namespace_prefix(namespace)}{VALUE_KIND}:*"
 
 
+def history_pattern(namespace: str) -> str:
+    """SCAN pattern for the versions zsets of the history values of ``namespace``."""
+    return f"{namespace_prefix(namespace)}{HISTORY_KIND}:*:at"
+
+
+def _parse_tagged(name: str, head: str, tail: str, namespace: str) -> ValueKey | None:
+    if not (name.startswith(head) and name.endswith(tail)):
+        return None
+    parts = name[len(head) : len(name) - len(tail)].split(":")
+    if len(parts) != 5:
+        return None
+    try:
+        return ValueKey(namespace, *(unescape(part) for part in parts))
+    except UnicodeDecodeError:
+        return None
+
+
 def parse_value_key(name: str, namespace: str) -> ValueKey | None:
     """Invert :func:`value_key`; None when ``name`` is not a value key of ``namespace``."""
     head = f"{namespace_prefix(namespace)}{VALUE_KIND}:{{"
-    if not (name.startswith(head) and name.endswith("}")):
-        return None
-    parts = name[len(head) : -1].split(":")
-    if len(parts) != 5:
-        return None
-    return ValueKey(namespace, *(unescape(part) for part in parts))
+    return _parse_tagged(name, head, "}", namespace)
+
+
+def parse_history_key(name: str, namespace: str) -> ValueKey | None:
+    """Invert the versions zset name of :func:`history_keys`; None when ``name`` is not
+    one of ``namespace``."""
+    head = f"{namespace_prefix(namespace)}{HISTORY_KIND}:{{"
+    return _parse_tagged(name, head, "}:at", namespace)
 
 
 def log_keys(namespace: str, session_id: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SessionNotFoundError, StoreClosedError
 from .eventlog import encode_batch
+from .flows import next_position
 from .models import SessionEvent, SessionHeader
 from .when import now_ms
 
@@ -46,12 +47,10 @@ class WriterBuffer:
 def resume_point(log: EventLog, header: SessionHeader) -> tuple[int, int]:
     """(next seq, last time) of the session, creating it when it does not exist yet."""
     try:
-        loaded = log.load(header.id)
+        return next_position(log.load(header.id))
     except SessionNotFoundError:
         log.create(header)
         return 0, 0
-    last = loaded.events[-1] if loaded.events else None
-    return (last.seq + 1, last.time) if last else (0, 0)
 
 
 class SessionWriter:

@@ -22,7 +22,11 @@ def cli(*args: str, cwd=None, env_extra=None) -> subprocess.CompletedProcess[str
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "sessionstore", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
     )
 
 
@@ -34,17 +38,43 @@ def target(request, tmp_path, namespace):
         url = request.getfixturevalue("redis_server").url
     with sessionstore.connect(url, namespace) as store:
         store.events.create(SessionHeader(id="done", cwd="/w", created_at=1))
-        store.events.append("done", [
-            SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 1}),
-            SessionEvent(seq=1, type="tool/call", time=T, data={
-                "turn": 1, "step": 1, "call_id": "c1", "name": "grep", "arguments": {"q": "x"}}),
-            SessionEvent(seq=2, type="tool/result", time=T, data={
-                "turn": 1, "step": 1, "call_id": "c1", "is_error": False, "content": "found"}),
-            SessionEvent(seq=3, type="turn/end", time=T, data={"turn": 1, "reason": {"kind": "done"}}),
-        ])
+        store.events.append(
+            "done",
+            [
+                SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 1}),
+                SessionEvent(
+                    seq=1,
+                    type="tool/call",
+                    time=T,
+                    data={
+                        "turn": 1,
+                        "step": 1,
+                        "call_id": "c1",
+                        "name": "grep",
+                        "arguments": {"q": "x"},
+                    },
+                ),
+                SessionEvent(
+                    seq=2,
+                    type="tool/result",
+                    time=T,
+                    data={
+                        "turn": 1,
+                        "step": 1,
+                        "call_id": "c1",
+                        "is_error": False,
+                        "content": "found",
+                    },
+                ),
+                SessionEvent(
+                    seq=3, type="turn/end", time=T, data={"turn": 1, "reason": {"kind": "done"}}
+                ),
+            ],
+        )
         store.events.create(SessionHeader(id="live", created_at=2))
-        store.events.append("live", [SessionEvent(seq=0, type="turn/start", time=T,
-                                                  data={"turn": 7})])
+        store.events.append(
+            "live", [SessionEvent(seq=0, type="turn/start", time=T, data={"turn": 7})]
+        )
     return request.param, url, namespace
 
 
@@ -82,9 +112,25 @@ def test_sessions_tail_follows_new_events(target):
     _, url, ns = target
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
     follower = subprocess.Popen(
-        [sys.executable, "-m", "sessionstore", "sessions", "tail", "live", "--follow",
-         "--interval", "0.05", "--json", "--url", url, "-n", ns],
-        stdout=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "sessionstore",
+            "sessions",
+            "tail",
+            "live",
+            "--follow",
+            "--interval",
+            "0.05",
+            "--json",
+            "--url",
+            url,
+            "-n",
+            ns,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert json.loads(follower.stdout.readline())["seq"] == 0
@@ -121,8 +167,12 @@ def test_sessions_delete_removes_and_reports_missing_ids(target):
 
 def test_environment_variables_supply_url_and_namespace(target):
     _, url, ns = target
-    result = cli("sessions", "list", "--json",
-                 env_extra={"SESSIONSTORE_URL": url, "SESSIONSTORE_NAMESPACE": ns})
+    result = cli(
+        "sessions",
+        "list",
+        "--json",
+        env_extra={"SESSIONSTORE_URL": url, "SESSIONSTORE_NAMESPACE": ns},
+    )
     assert {row["id"] for row in json.loads(result.stdout)} == {"done", "live"}
 
 
@@ -140,3 +190,85 @@ def test_a_bad_url_is_one_line():
     result = cli("sessions", "list", "--url", "mongodb://x")
     assert result.returncode == 2 and "unknown URL scheme" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- values ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def values_target(target):
+    _, url, ns = target
+    with sessionstore.connect(url, ns) as store:
+        store.session("BTCUSDT", "llm", "binance", "1h").set_data({"signal": "buy"}, T)
+        history = store.session("ETHUSDT", "llm", "binance", "1h", history=True)
+        history.set_data("early", T)
+        history.set_data("late", T + 3_600_000)
+    return url, ns
+
+
+def test_values_list_shows_plain_and_history_keys(values_target):
+    url, ns = values_target
+    rows = json.loads(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
+    assert [(r["symbol"], r["history"]) for r in rows] == [("BTCUSDT", False), ("ETHUSDT", True)]
+    assert "history" in cli("values", "list", "--url", url, "-n", ns).stdout
+
+
+def test_values_get_reads_as_of_when_and_never_the_future(values_target):
+    url, ns = values_target
+    base = ("values", "get", "ETHUSDT", "llm", "binance", "1h", "--history", "--url", url, "-n", ns)
+    assert json.loads(cli(*base, "--json").stdout) == "late"
+    assert json.loads(cli(*base, "--when", str(T + 1), "--json").stdout) == "early"
+    assert json.loads(cli(*base, "--when", "2024-06-10T06:13:19", "--json").stdout) is None
+    plain = cli("values", "get", "BTCUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
+    assert plain.stdout.strip() == "{'signal': 'buy'}"
+
+
+def test_values_get_rejects_a_bad_when_in_one_line(values_target):
+    url, ns = values_target
+    result = cli(
+        "values", "get", "BTCUSDT", "llm", "binance", "1h", "--when", "soon", "--url", url, "-n", ns
+    )
+    assert result.returncode == 2 and result.stderr.startswith("error: invalid argument")
+
+
+def test_values_clear_removes_the_key(values_target):
+    url, ns = values_target
+    cleared = cli(
+        "values", "clear", "ETHUSDT", "llm", "binance", "1h", "--url", url, "-n", ns, "--json"
+    )
+    assert json.loads(cleared.stdout) == {"cleared": True}
+    rows = json.loads(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
+    assert [r["symbol"] for r in rows] == ["BTCUSDT"]
+
+
+# --- doctor ------------------------------------------------------------------------------
+
+
+def test_doctor_passes_on_a_usable_store(target):
+    backend, url, ns = target
+    result = cli("doctor", "--url", url, "-n", ns, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = {c["name"]: c["status"] for c in json.loads(result.stdout)["checks"]}
+    assert checks["read/write"] == "OK"
+    if backend == "redis":
+        assert checks["server"] == "OK" and checks["persistence"] == "OK"
+    with sessionstore.connect(url, ns) as store:
+        assert [h.id for h in store.events.list()] == ["done", "live"]
+        assert store.list_values() == []
+
+
+def test_doctor_fails_when_persistence_does_not_match_the_durability(tmp_path):
+    from support.redis_server import RedisServer
+
+    with RedisServer(durable=False) as server:
+        result = cli("doctor", "--url", server.url)
+        assert result.returncode == 1
+        assert "FAIL persistence" in result.stdout and "appendfsync always" in result.stdout
+        relaxed = cli("doctor", "--url", server.url + "?durability=none")
+        assert relaxed.returncode == 0, relaxed.stdout
+
+
+def test_doctor_fails_when_the_server_is_down():
+    result = cli("doctor", "--url", "redis://:s3cret@127.0.0.1:1/0")
+    assert result.returncode == 1
+    assert "FAIL" in result.stdout and "s3cret" not in result.stdout + result.stderr

@@ -181,6 +181,34 @@ def test_invalid_options_are_refused(options):
         open_redis("redis://127.0.0.1:1/0", "ns", **options)
 
 
+def test_the_cluster_option_is_read_from_the_url_and_checked():
+    clean, own = split_own_params("redis://h:1/0?cluster=yes&durability=none&db=0")
+    assert clean == "redis://h:1/0?db=0" and own == {"cluster": "yes", "durability": "none"}
+    for url in (
+        "redis://127.0.0.1:1/0?cluster=maybe",
+        "redis://127.0.0.1:1/0?cluster=yes&cluster=no",
+        "redis://127.0.0.1:1/3?cluster=yes",
+        "unix:///tmp/r.sock?cluster=yes",
+    ):
+        with pytest.raises(InvalidArgumentError):
+            open_redis(url, "ns")
+
+
+def test_cluster_detection_costs_one_info_at_first_use_and_none_when_told(
+    redis_server, ns, open_, monkeypatch
+):
+    trips = RoundTrips(monkeypatch)
+    first: dict[str, int] = {}
+    for query in ("", "?cluster=auto", "?cluster=no"):
+        values = open_(redis_server.url + query, ns).values
+        first[query], _ = trips(values.read, vkey(ns))  # with the connection's handshake
+        assert trips(values.read, vkey(ns)) == (1, None)
+    assert first[""] == first["?cluster=auto"] == first["?cluster=no"] + 1  # INFO cluster
+    forced = open_(redis_server.url + "?cluster=yes", ns).values
+    with pytest.raises(InvalidArgumentError, match="not a Redis Cluster node"):
+        forced.read(vkey(ns))
+
+
 def test_durability_given_twice_must_agree(open_):
     open_("redis://127.0.0.1:1/0?durability=none", "ns", durability="none")
     with pytest.raises(InvalidArgumentError):
@@ -206,6 +234,16 @@ def test_redis_errors_map_to_the_sessionstore_hierarchy():
          StoreUnavailableError),
         (rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
          SessionStoreError),
+        (rex.ClusterDownError("The cluster is down"), StoreUnavailableError),
+        (rex.MasterDownError("Link with MASTER is down"), StoreUnavailableError),
+        (rex.ClusterError("TTL exhausted."), StoreUnavailableError),
+        (rex.MovedError("3999 127.0.0.1:6381"), StoreUnavailableError),
+        (rex.TryAgainError("Multiple keys request during rehashing of slot"),
+         StoreUnavailableError),
+        (rex.SlotNotCoveredError("Slot 3999 is not covered by the cluster."),
+         StoreUnavailableError),
+        (rex.RedisClusterException("Redis Cluster cannot be connected."),
+         StoreUnavailableError),
     ]
     for error, expected in cases:
         with pytest.raises(SessionStoreError) as caught, boundary("HSET", "ss:n:val:{k}"):
@@ -235,7 +273,7 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
     client = raw(redis_server.url)
     prefix = f"ss:{ns}:"
     value = client.hgetall(f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}")
-    assert value[b"w"] == str(T0).encode() and set(value) == {b"v", b"w"}
+    assert value == {b"v": value[b"v"], b"w": str(T0).encode(), b"t": b""}
     found = sorted(k.decode() for k in client.scan_iter(match=f"{prefix}*BTCUSDT*"))
     assert found == [
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:at",
@@ -310,9 +348,8 @@ def test_each_event_call_is_one_round_trip_after_the_durability_check(
     backends.values.read(vkey(ns))  # connects the pool's one connection
     preload_scripts(redis_server.url)
     trips = RoundTrips(monkeypatch)
-    assert trips(events.exists, "s") == (2, False)  # CONFIG GET append*, EXISTS
     assert trips(events.exists, "s") == (1, False)
-    assert trips(events.append, "s", batch(0, 3), SessionHeader(id="s"))[0] == 1
+    assert trips(events.append, "s", batch(0, 3), SessionHeader(id="s"))[0] == 2  # + CONFIG GET
     assert trips(events.append, "s", batch(3, 2), None) == (1, 5)
     assert trips(events.append, "s", batch(3, 2), None) == (1, 5)
     assert len(trips(events.read, "s")[1][1]) == 5
@@ -334,6 +371,131 @@ def test_history_trims_and_drops_later_versions_with_their_values(redis_server, 
     assert values.read_as_of(key, T0 + 10) == Stored(None, T0 + 3)
     assert values.read_as_of(key, T0 + 1) is None
     client.close()
+
+
+def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
+    from sessionstore.redis import scripts
+    from sessionstore.redis.values import swap_args
+
+    client = raw(redis_server.url)
+    name = keys.value_key(vkey(ns))
+
+    def swap(expected: Stored | None, payload: bytes | None, token: str) -> bytes:
+        return scripts.run(client, "value_swap", [name], swap_args(expected, payload, T0, token))
+
+    assert swap(None, b"\x01", "a1") == b"OK"
+    first = snapshot(redis_server.url, ns)
+    assert swap(None, b"\x01", "a1") == b"OK"  # redis-py resends after a lost reply
+    assert snapshot(redis_server.url, ns) == first
+    assert swap(None, b"\x01", "a2") == b"CONFLICT"
+    assert swap(Stored(b"\x01", T0), b"\x02", "b1") == b"OK"
+    assert swap(None, b"\x01", "a1") == b"OK"  # a swap between the call and its retry
+    assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"
+    cleared = snapshot(redis_server.url, ns)
+    assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"
+    assert snapshot(redis_server.url, ns) == cleared
+    assert client.hmget(name, ["v", "w"]) == [None, None]
+    assert client.hget(name, "t") == b"c1 b1 a1"
+    assert swap(None, b"\x03", "d1") == b"OK"
+    open_redis(redis_server.url, ns).values.write(vkey(ns), b"\x04", T0)  # forgets tokens
+    assert swap(None, b"\x03", "d1") == b"CONFLICT"
+    assert client.hgetall(name) == {b"v": b"\x04", b"w": str(T0).encode(), b"t": b""}
+    for step in range(20):
+        current = Stored(bytes([5 + step - 1]) if step else b"\x04", T0)
+        assert swap(current, bytes([5 + step]), f"e{step}") == b"OK"
+    assert client.hget(name, "t") == b" ".join(f"e{s}".encode() for s in range(19, 11, -1))
+    client.close()
+
+
+def test_a_history_swap_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+    from sessionstore.redis import scripts
+    from sessionstore.redis.values import history_set_args
+
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    values.write_version(key, b"\x01", T0, None)
+    names = keys.history_keys(key)
+    client = raw(redis_server.url)
+
+    def swap(expected: Stored | None, payload: bytes | None, when: int, token: str) -> bytes:
+        args = history_set_args(payload, when, 3, expected, True, token)
+        return scripts.run(client, "history_set", names, args)
+
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
+    first = snapshot(redis_server.url, ns)
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
+    assert snapshot(redis_server.url, ns) == first
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h2") == b"CONFLICT"
+    assert values.read_as_of(key, T0 + 5) == Stored(b"\x02", T0 + 1)
+    assert sorted(client.hkeys(names[1])) == [str(T0).encode(), str(T0 + 1).encode(), b"t"]
+    values.write_version(key, b"\x03", T0 + 2, 3)  # an uncompared write forgets the tokens
+    assert client.hget(names[1], "t") is None
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"CONFLICT"
+    assert values.read_as_of(key, T0 + 5) == Stored(b"\x03", T0 + 2)
+    client.close()
+
+
+def test_a_value_cleared_by_a_swap_is_neither_listed_nor_found(redis_server, ns):
+    name = keys.value_key(ValueKey(ns, "BTCUSDT", "s", "e", "1h", "backtest"))
+    with sessionstore.connect(redis_server.url, ns) as store:
+        session = store.session("BTCUSDT", "s", "e", "1h")
+        session.set_data(1, T0)
+        assert session.update(lambda v: None, T0) is None
+        assert raw(redis_server.url).hkeys(name) == [b"t"]  # kept for a resent swap
+        assert session.get_data(T0) is None and store.list_values() == []
+        assert session.delete() is False
+        assert snapshot(redis_server.url, ns) == {}
+
+
+@pytest.fixture
+def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Append a script name to lose the reply of its next EVALSHA, after the server ran
+    it (redis-py then sends it again, as after a dropped connection or a timeout)."""
+    from sessionstore.redis.scripts import script
+
+    pending: list[str] = []
+    original = redis.Redis.parse_response
+
+    def parse(self: Any, connection: Any, command: str, *args: Any, **options: Any) -> Any:
+        reply = original(self, connection, command, *args, **options)
+        if command == "EVALSHA" and pending and connection.last_sha == script(pending[0]).sha:
+            pending.pop(0)
+            connection.disconnect()
+            raise redis.ConnectionError("the reply was lost")
+        return reply
+
+    original_send = Connection.send_command
+
+    def send(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.last_sha = args[1] if args and args[0] == "EVALSHA" else None
+        return original_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "parse_response", parse)
+    monkeypatch.setattr(Connection, "send_command", send)
+    return pending
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_update_applies_fn_once_when_the_swap_reply_is_lost(
+    redis_server, ns, lost_replies, history
+):
+    calls = []
+
+    def bump(value: Any) -> int:
+        calls.append(value)
+        return (value or 0) + 1
+
+    with sessionstore.connect(redis_server.url, ns) as store:
+        session = store.session("BTCUSDT", "s", "e", "1h", history=history)
+        session.set_data(10, T0)
+        lost_replies.append("history_set" if history else "value_swap")
+        assert session.update(bump, T0) == 11
+        assert not lost_replies and calls == [10]
+        assert session.get_data(T0) == 11
+        lost_replies.append("history_set" if history else "value_swap")
+        assert session.update(lambda v: None, T0) is None
+        assert not lost_replies and session.get_data(T0) is None
+        assert session.update(bump, T0) == 1
 
 
 def test_scripts_are_reloaded_after_script_flush(server, ns, open_):
@@ -536,18 +698,32 @@ def test_exists_list_and_delete(redis_server, ns, open_):
 # --- durability -------------------------------------------------------------------------
 
 
-def test_a_server_without_fsync_is_refused_for_event_logs(open_):
+def test_a_server_without_fsync_is_refused_for_event_log_writes_only(open_):
     with RedisServer(durable=False) as lax:
+        started(open_(lax.url, "ns", durability="none").events, "old", 2)
         backends = open_(lax.url, "ns")
-        with pytest.raises(DurabilityError) as caught:
-            backends.events.exists("s")
-        message = str(caught.value)
-        assert "appendfsync always" in message and "replicas:N" in message and "none" in message
+        events = backends.events
+        assert events.exists("old") and [h.id for h in events.list()] == ["old"]
+        assert len(events.read("old")[1]) == 2
+        for write in (
+            lambda: events.append("s", batch(0, 1), SessionHeader(id="s")),
+            lambda: events.delete("old"),
+        ):
+            with pytest.raises(DurabilityError) as caught:
+                write()
+            message = str(caught.value)
+            assert "appendfsync always" in message and "replicas:N" in message
+            assert "none" in message
+        _, stream = keys.log_keys("ns", "old")
+        raw(lax.url).xadd(stream, {"seq": 2, "type": "x", "time": 1, "data": "{}"}, id="2-1")
+        with pytest.raises(DurabilityError):
+            events.read("old", repair=True)  # the cut of a torn tail is a write
+        assert len(events.read("old")[1]) == 2 and not events.exists("s")
         backends.values.write(vkey("ns"), b"\x01", T0)
         client = raw(lax.url)
         client.config_set("appendonly", "yes")
         client.config_set("appendfsync", "always")
-        assert backends.events.exists("s") is False
+        assert events.append("old", batch(2, 1), None) == 3
         client.close()
         lax.kill()  # a graceful stop would wait for the AOF rewrite CONFIG SET started
 

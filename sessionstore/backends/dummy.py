@@ -39,6 +39,13 @@ class DummyValues(ValueBackend):
         return True
 
 
+    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        return []
+
+    def forget(self, key: ValueKey) -> bool:
+        return False
+
+
 class DummyEvents(EventBackend):
     """Appends are accepted (any seq, any session) and forgotten; nothing is ever found."""
 

@@ -127,6 +127,46 @@ class FileValues(ValueBackend):
             return True
 
 
+    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        found: list[tuple[ValueKey, bool]] = []
+        base = self._root / encode_name(namespace) / VALUES_DIR
+        with os_errors(base):
+            for name, history in ((VALUE_FILE, False), (HISTORY_FILE, True)):
+                for path in base.rglob(name):
+                    key = _stored_key(path)
+                    if key is not None and key.namespace == namespace:
+                        found.append((key, history))
+        return found
+
+    def forget(self, key: ValueKey) -> bool:
+        directory = self.key_dir(key)
+        if not directory.is_dir():
+            return False
+        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            found = False
+            for name in (VALUE_FILE, HISTORY_FILE):
+                if (directory / name).exists():
+                    remove_durably(directory / name)
+                    found = True
+            return found
+
+
+def _stored_key(path: Path) -> ValueKey | None:
+    """The key a record says it belongs to; None (with a warning) when unreadable."""
+    try:
+        record = msgpack.unpackb(path.read_bytes(), raw=False)
+        fields = record["key"]
+        return ValueKey(*(fields[name] for name in _KEY_FIELDS))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError) as exc:
+        _ignore(path, f"not a record with a key ({exc!r:.200})")
+        return None
+
+
+_KEY_FIELDS = ("namespace", "symbol", "strategy", "exchange", "frame", "mode")
+
+
 def _key_record(key: ValueKey) -> dict[str, str]:
     return {
         "namespace": key.namespace,

@@ -79,6 +79,17 @@ class MemoryValues(ValueBackend):
             return True
 
 
+    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        with self._lock:
+            plain = [(key, False) for key in self._plain if key.namespace == namespace]
+            return plain + [(key, True) for key in self._history if key.namespace == namespace]
+
+    def forget(self, key: ValueKey) -> bool:
+        with self._lock:
+            found = self._plain.pop(key, None) is not None
+            return self._history.pop(key, None) is not None or found
+
+
 class MemoryEvents(EventBackend):
     def __init__(self) -> None:
         self._lock = threading.Lock()

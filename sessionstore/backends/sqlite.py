@@ -152,5 +152,22 @@ class SqliteValues(ValueBackend):
             self._write_version(conn, key, payload, when, max_versions)
             return True
 
+    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        columns = "symbol, strategy, exchange, frame, mode"
+        with self._db.guard(namespace) as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT {columns}, 0 FROM kv_values WHERE namespace=? UNION "
+                f"SELECT DISTINCT {columns}, 1 FROM kv_history WHERE namespace=?",
+                (namespace, namespace),
+            ).fetchall()
+        return [(ValueKey(namespace, *row[:5]), bool(row[5])) for row in rows]
+
+    def forget(self, key: ValueKey) -> bool:
+        with self._db.transaction(key.label(), immediate=True) as conn:
+            removed = conn.execute(f"DELETE FROM kv_values WHERE {_KEY}", _key_params(key))
+            found = removed.rowcount > 0
+            removed = conn.execute(f"DELETE FROM kv_history WHERE {_KEY}", _key_params(key))
+            return removed.rowcount > 0 or found
+
     def close(self) -> None:
         self._db.close()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from . import sessions
+from . import sessions, values
 from .demo import demo
+from .doctor import doctor
 
 app = typer.Typer(
     name="sessionstore",
     help="Shared, durable, look-ahead-safe session store: demo and operator tools.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,
 )
 
 
@@ -21,4 +23,6 @@ def root() -> None:
 
 
 app.command()(demo)
+app.command()(doctor)
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(values.app, name="values")

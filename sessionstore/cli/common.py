@@ -19,6 +19,7 @@ import sessionstore
 from ..connection import ENV_URL, mask_url, resolve_url
 from ..errors import (
     AccessDeniedError,
+    InvalidArgumentError,
     SessionNotFoundError,
     SessionStoreError,
     StoreUnavailableError,
@@ -60,6 +61,7 @@ def fail(exc: SessionStoreError, url: str) -> None:
         StoreUnavailableError: "cannot reach the store",
         AccessDeniedError: "access denied",
         SessionNotFoundError: "not found",
+        InvalidArgumentError: "invalid argument",
     }.get(type(exc), type(exc).__name__)
     errors.print(f"error: {kind} ({mask_url(url)}): {exc}", soft_wrap=True)
     raise typer.Exit(EXIT_ERROR)

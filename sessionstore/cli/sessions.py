@@ -13,7 +13,9 @@ from ..eventlog import closers
 from ..models import SessionEvent
 from .common import EXIT_FAILED, Json, Namespace, Url, console, emit_json, guarded, iso, open_store
 
-app = typer.Typer(help="Event-log sessions.", no_args_is_help=True)
+app = typer.Typer(
+    help="Event-log sessions.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
 
 SessionId = Annotated[str, typer.Argument(help="Session id.")]
 FromSeq = Annotated[int, typer.Option("--from", min=0, help="First seq to show.")]

@@ -16,8 +16,8 @@ from ..keys import namespace_pattern
 COMMANDS = (
     # connection and checks
     "ping", "info", "config|get", "wait",
-    # cluster topology (RedisCluster asks any node for it)
-    "cluster|slots", "cluster|shards", "cluster|info", "readonly",
+    # cluster topology (RedisCluster asks any node for it, and its command table)
+    "cluster|slots", "cluster|shards", "cluster|info", "readonly", "command",
     # scripts: called by SHA, loaded on NOSCRIPT
     "evalsha", "script|load",
     # keys, hashes, sorted sets and streams (direct and inside the scripts)

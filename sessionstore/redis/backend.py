@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..connection import AsyncBackends, Backends
-from .client import ErrorBoundary, async_client, parse_options, sync_client
+from .client import AsyncClient, ErrorBoundary, SyncClient, Topology, parse_options
 from .events import AsyncRedisEvents, RedisEvents
 from .values import AsyncRedisValues, RedisValues
 
@@ -17,17 +17,20 @@ def open_redis(
 ) -> Backends:
     """Open the Redis backends of ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-    No I/O: the first call connects. ``timeout`` (seconds, default 5) bounds connecting
-    and each reply; ``durability`` (``"fsync"``, ``"replicas:N"``, ``"none"``) may also
-    be given as ``?durability=`` in the URL. Raises ``InvalidArgumentError`` for a bad
-    option or URL. ``make_async`` builds a native ``redis.asyncio`` pair on its own pool.
+    No I/O: the first call connects, and finds out whether the URL names a node of a
+    Redis Cluster (``?cluster=auto``, the default; ``?cluster=yes|no`` decides instead).
+    ``timeout`` (seconds, default 5) bounds connecting and each reply; ``durability``
+    (``"fsync"``, ``"replicas:N"``, ``"none"``) may also be given as ``?durability=`` in
+    the URL. Raises ``InvalidArgumentError`` for a bad option or URL. ``make_async``
+    builds a native ``redis.asyncio`` pair on its own pool.
     """
     options = parse_options(url, timeout, durability)
     boundary = ErrorBoundary(options.display_url, options.timeout)
-    client = sync_client(options)
+    topology = Topology(options.cluster)
+    client = SyncClient(options, topology, boundary)
 
     def make_async() -> AsyncBackends:
-        aclient = async_client(options)
+        aclient = AsyncClient(options, topology, boundary)
         return AsyncBackends(
             AsyncRedisValues(aclient, boundary),
             AsyncRedisEvents(aclient, namespace, boundary, options.durability),

@@ -5,12 +5,19 @@ duration: ``timeout`` seconds to connect and to wait for a reply, and two retrie
 a short back-off on a connection error or timeout, after which the call raises
 :class:`StoreUnavailableError`. The pool reconnects by itself on a later call once the
 server is back, and is reset in a forked child.
+
+A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks the
+server at first use (``INFO cluster``) and then talks to the whole cluster with
+``redis.cluster.RedisCluster`` (or its ``redis.asyncio`` twin), built from the same URL
+and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,16 +25,25 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.retry
+import redis.cluster
 from redis.backoff import ExponentialBackoff
+from redis.connection import parse_url
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     AuthorizationError,
+    ClusterError,
     MasterDownError,
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -44,7 +60,9 @@ from .durability import Durability, parse_durability
 
 DEFAULT_TIMEOUT = 5.0
 #: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
-OWN_PARAMS = ("durability",)
+OWN_PARAMS = ("durability", "cluster")
+#: Values of ``?cluster=``: ask the server, or force a Redis Cluster client or a plain one.
+CLUSTER_MODES = ("auto", "yes", "no")
 RETRIES = 2
 _BACKOFF = {"cap": 0.5, "base": 0.05}
 _PASSWORD_PARAM = re.compile(r"(?i)((?:^|[?&])password=)[^&#]*")
@@ -60,6 +78,8 @@ class RedisOptions:
     display_url: str
     timeout: float
     durability: Durability
+    #: One of :data:`CLUSTER_MODES`.
+    cluster: str = "auto"
 
 
 def display(url: str) -> str:
@@ -68,10 +88,11 @@ def display(url: str) -> str:
 
 
 def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
-    """Validate the options; ``durability`` may come from the argument or ``?durability=``.
+    """Validate the options; ``durability`` may come from the argument or ``?durability=``,
+    the cluster mode from ``?cluster=`` (default ``auto``).
 
-    Raises :class:`InvalidArgumentError` for a bad timeout, an unknown durability, or a
-    durability given both ways with different values.
+    Raises :class:`InvalidArgumentError` for a bad timeout, an unknown durability or
+    cluster mode, or a durability given both ways with different values.
     """
     shown = display(url)
     if timeout is None:
@@ -90,7 +111,34 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
             f"durability={durability!r} contradicts ?durability={from_url} in {shown!r}"
         )
     chosen = durability if durability is not None else from_url
-    return RedisOptions(clean, shown, float(timeout), parse_durability(chosen))
+    cluster = own.get("cluster", "auto")
+    if cluster not in CLUSTER_MODES:
+        raise InvalidArgumentError(
+            f"?cluster= must be one of {', '.join(CLUSTER_MODES)}, not {cluster!r:.40} in {shown!r}"
+        )
+    options = RedisOptions(clean, shown, float(timeout), parse_durability(chosen), cluster)
+    if cluster == "yes":
+        check_cluster_url(options)
+    return options
+
+
+def check_cluster_url(options: RedisOptions) -> None:
+    """Raise :class:`InvalidArgumentError` when the URL cannot address a Redis Cluster
+    (a unix socket, a database other than 0)."""
+    try:
+        parsed = parse_url(options.url)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
+    if "path" in parsed:
+        raise InvalidArgumentError(
+            f"a Redis Cluster is reached by a redis:// or rediss:// URL (host and port), "
+            f"not {options.display_url!r}: its nodes address each other by TCP"
+        )
+    if parsed.get("db", 0) != 0:
+        raise InvalidArgumentError(
+            f"{options.display_url!r} names database {parsed['db']}, but a Redis Cluster "
+            "has only database 0"
+        )
 
 
 def split_own_params(url: str) -> tuple[str, dict[str, str]]:
@@ -116,6 +164,11 @@ def split_own_params(url: str) -> tuple[str, dict[str, str]]:
     return head + ("?" + rest if rest else "") + hash_sep + fragment, own
 
 
+def retry_delay(failures: int) -> float:
+    """Seconds to wait before repeating a call that failed ``failures`` times."""
+    return float(ExponentialBackoff(**_BACKOFF).compute(failures))
+
+
 def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
     return {
         "socket_connect_timeout": options.timeout,
@@ -125,7 +178,7 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
 
 
 def sync_client(options: RedisOptions) -> redis.Redis:
-    """A redis-py client for ``options``; no I/O."""
+    """A plain redis-py client for ``options``; no I/O."""
     retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
         return redis.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
@@ -134,7 +187,7 @@ def sync_client(options: RedisOptions) -> redis.Redis:
 
 
 def async_client(options: RedisOptions) -> redis.asyncio.Redis:
-    """A ``redis.asyncio`` client for ``options``; no I/O."""
+    """A plain ``redis.asyncio`` client for ``options``; no I/O."""
     retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
         return redis.asyncio.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
@@ -142,9 +195,199 @@ def async_client(options: RedisOptions) -> redis.asyncio.Redis:
         raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
 
 
+def is_cluster(client: Any) -> bool:
+    """True for a ``RedisCluster`` client (sync or async)."""
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def _cluster_enabled(info: Any) -> bool:
+    return str(info.get("cluster_enabled", 0)) == "1"
+
+
+def _cluster_refusal(exc: ResponseError) -> bool:
+    """A cluster node refused what a plain server allows (``SELECT`` of a database
+    other than 0, sent by redis-py when it connects)."""
+    return "not allowed in cluster mode" in str(exc)
+
+
+def _refused(exc: ResponseError) -> bool:
+    """The command is not allowed for this user, or renamed away (managed services)."""
+    return isinstance(exc, NoPermissionError) or "unknown command" in str(exc).lower()
+
+
+class Topology:
+    """Whether the URL names a Redis Cluster: fixed by ``?cluster=yes|no``, else learnt
+    at the first call of either client (sync or async) and shared by both."""
+
+    def __init__(self, mode: str) -> None:
+        self.cluster: bool | None = {"yes": True, "no": False}.get(mode)
+
+
+class SyncClient:
+    """The redis-py client the sync backends use, chosen at first use.
+
+    :meth:`get` returns a ``redis.Redis``, or a ``redis.cluster.RedisCluster`` when the
+    server is a cluster node. Finding out costs one ``INFO cluster`` (``CLUSTER INFO``
+    when INFO is refused; a server that refuses both is taken as a plain one); its errors
+    are mapped by the boundary, and a failed first use is retried by the next call.
+    """
+
+    def __init__(self, options: RedisOptions, topology: Topology, guard: ErrorBoundary) -> None:
+        self._options = options
+        self._topology = topology
+        self._guard = guard
+        self._plain = sync_client(options)
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The client to use (see the class doc)."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._choose()
+                client = self._client
+        return client
+
+    def _choose(self) -> Any:
+        if self._topology.cluster is None:
+            self._topology.cluster = self._detect()
+        if not self._topology.cluster:
+            return self._plain
+        check_cluster_url(self._options)
+        retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
+        with self._guard("CLUSTER SLOTS"):
+            cluster = redis.cluster.RedisCluster.from_url(
+                self._options.url, retry=retry, **_client_kwargs(self._options)
+            )
+        self._plain.close()
+        return cluster
+
+    def _detect(self) -> bool:
+        with self._guard("INFO cluster"):
+            try:
+                return _cluster_enabled(self._plain.info("cluster"))
+            except ResponseError as exc:
+                if _cluster_refusal(exc):
+                    return True
+                if not _refused(exc):
+                    raise
+            try:
+                self._plain.execute_command("CLUSTER INFO")
+            except ResponseError as exc:
+                if "cluster support disabled" in str(exc) or _refused(exc):
+                    return False
+                raise
+            return True
+
+    def close(self) -> None:
+        """Close the client (and its pools); a later call reconnects."""
+        if self._client is not None and self._client is not self._plain:
+            self._client.close()
+        self._plain.close()
+
+
+class AsyncClient:
+    """:class:`SyncClient` for ``redis.asyncio``: :meth:`get` is a coroutine and returns a
+    ``redis.asyncio.Redis`` or an initialised ``redis.asyncio.cluster.RedisCluster``."""
+
+    def __init__(self, options: RedisOptions, topology: Topology, guard: ErrorBoundary) -> None:
+        self._options = options
+        self._topology = topology
+        self._guard = guard
+        self._plain = async_client(options)
+        self._client: Any = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> Any:
+        """The client to use (see :class:`SyncClient`)."""
+        if self._client is not None:
+            return self._client
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                self._client = await self._choose()
+        return self._client
+
+    async def _choose(self) -> Any:
+        if self._topology.cluster is None:
+            self._topology.cluster = await self._detect()
+        if not self._topology.cluster:
+            return self._plain
+        check_cluster_url(self._options)
+        retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
+        cluster = redis.asyncio.cluster.RedisCluster.from_url(
+            self._options.url, retry=retry, **_client_kwargs(self._options)
+        )
+        with self._guard("CLUSTER SLOTS"):
+            await cluster.initialize()
+        await self._plain.aclose()
+        return cluster
+
+    async def _detect(self) -> bool:
+        with self._guard("INFO cluster"):
+            try:
+                return _cluster_enabled(await self._plain.info("cluster"))
+            except ResponseError as exc:
+                if _cluster_refusal(exc):
+                    return True
+                if not _refused(exc):
+                    raise
+            try:
+                await self._plain.execute_command("CLUSTER INFO")
+            except ResponseError as exc:
+                if "cluster support disabled" in str(exc) or _refused(exc):
+                    return False
+                raise
+            return True
+
+    async def aclose(self) -> None:
+        """Close the client (and its pools)."""
+        if self._client is not None and self._client is not self._plain:
+            await self._client.aclose()
+        await self._plain.aclose()
+
+
+# Keys on every primary -------------------------------------------------------------------
+
+#: Keys asked for per SCAN call, and commands per pipeline over what a SCAN found.
+SCAN_COUNT = 1000
+
+
+def scan_keys(client: Any, pattern: str, count: int) -> list[Any]:
+    """Every key matching ``pattern`` (``SCAN``), on each primary of a cluster; unique."""
+    if not is_cluster(client):
+        return list(dict.fromkeys(client.scan_iter(match=pattern, count=count)))
+    found: list[Any] = []
+    for node in client.get_primaries():
+        found += client.get_redis_connection(node).scan_iter(match=pattern, count=count)
+    return list(dict.fromkeys(found))
+
+
+async def scan_keys_async(client: Any, pattern: str, count: int) -> list[Any]:
+    """:func:`scan_keys` on a ``redis.asyncio`` client."""
+    if not is_cluster(client):
+        return list(dict.fromkeys([n async for n in client.scan_iter(match=pattern, count=count)]))
+    found: list[Any] = []
+    for node in client.get_primaries():
+        cursor = 0
+        while True:
+            # The cluster client reports the cursor by node: {node name: cursor}.
+            cursors, names = await client.scan(cursor, pattern, count, target_nodes=node)
+            found += names
+            cursor = int(cursors[node.name])
+            if cursor == 0:
+                break
+    return list(dict.fromkeys(found))
+
+
 _DENIED_MARKS = ("NOPERM", "WRONGPASS", "NOAUTH")
 _OOM_MARK = "OOM command not allowed"
-_UNAVAILABLE_MARKS = ("READONLY", "MASTERDOWN", "LOADING")
+_UNAVAILABLE_MARKS = ("READONLY", "MASTERDOWN", "LOADING", "CLUSTERDOWN", "TRYAGAIN")
+#: Errors of a cluster in motion (failover, resharding, a node down): a later call may pass.
+_CLUSTER_IN_MOTION = (ClusterError, TryAgainError, SlotNotCoveredError)
 
 
 class ErrorBoundary:
@@ -153,7 +396,11 @@ class ErrorBoundary:
     ``with boundary("HMGET", key): ...`` wraps one call (sync or awaited): connection
     errors and timeouts become :class:`StoreUnavailableError`, refused credentials or
     ACLs :class:`AccessDeniedError`, a server out of memory :class:`StoreUnavailableError`,
-    anything else :class:`SessionStoreError`; the redis-py error is chained.
+    a cluster that cannot serve the slot right now (``CLUSTERDOWN``, ``TRYAGAIN``, a
+    slot not covered, redirections that do not settle, no reachable node)
+    :class:`StoreUnavailableError`, a plain server addressed as a cluster
+    (``?cluster=yes``) :class:`InvalidArgumentError`, anything else
+    :class:`SessionStoreError`; the redis-py error is chained.
     """
 
     def __init__(self, display_url: str, timeout: float) -> None:
@@ -164,10 +411,12 @@ class ErrorBoundary:
     def __call__(self, command: str, key: str | None = None) -> Iterator[None]:
         try:
             yield
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:
             raise self.translate(exc, command, key) from exc
 
-    def translate(self, exc: RedisError, command: str, key: str | None) -> SessionStoreError:
+    def translate(
+        self, exc: RedisError | RedisClusterException, command: str, key: str | None
+    ) -> SessionStoreError:
         """The sessionstore error for ``exc`` raised by ``command`` on ``key``."""
         text = str(exc)
         what = f"{command} on {key}" if key else command
@@ -188,4 +437,20 @@ class ErrorBoundary:
             )
         if isinstance(exc, ReadOnlyError | MasterDownError) or text.startswith(_UNAVAILABLE_MARKS):
             return StoreUnavailableError(f"{where} cannot serve {what} right now: {text}")
+        if "Cluster mode is not enabled" in text or "cluster support disabled" in text:
+            return InvalidArgumentError(
+                f"{where} is not a Redis Cluster node, but {what} was sent to it as one "
+                "(?cluster=yes in the URL): use ?cluster=auto or leave the option out"
+            )
+        if isinstance(exc, AskError):
+            return StoreUnavailableError(
+                f"{where} redirected {what} to another node ({text}) and the redirections "
+                "did not settle: a Redis Cluster in motion, or a cluster node reached "
+                "with ?cluster=no"
+            )
+        if isinstance(exc, _CLUSTER_IN_MOTION) or type(exc) is RedisClusterException:
+            return StoreUnavailableError(
+                f"the Redis Cluster at {self.display_url} cannot serve {what} right now "
+                f"(a node down, a failover or resharding in progress): {text or type(exc).__name__}"
+            )
         return SessionStoreError(f"{where} failed {what}: {text}")

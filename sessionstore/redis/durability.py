@@ -4,13 +4,18 @@
 durability         meaning
 =================  ========================================================================
 ``fsync``          (default) the server writes every command to its AOF and fsyncs it
-                   before replying: checked once, at the first event-log call, with
-                   ``CONFIG GET append*`` (``appendonly yes``, ``appendfsync always``)
-``replicas:N``     each append is followed by ``WAIT N``: N replicas acknowledged it
+                   before replying: checked once, at the first event-log write (append,
+                   torn-tail cut, delete), with ``CONFIG GET append*`` (``appendonly
+                   yes``, ``appendfsync always``); on a Redis Cluster on every primary
+``replicas:N``     each append is followed by ``WAIT N`` on the same connection (on a
+                   cluster: to the primary serving the session's slot): N replicas
+                   acknowledged it
 ``none``           no check: an acknowledged append may be lost in a crash
 =================  ========================================================================
 
-Session values are never checked: they are cheap to recompute, logs are not.
+Reads never check: reading a log needs no promise about future crashes (so an operator
+can list and read sessions on any server). Session values are never checked: they are
+cheap to recompute, logs are not.
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ def _text(value: Any) -> str:
 
 
 class FsyncCheck:
-    """The once-per-client check that the server fsyncs every write (``durability="fsync"``).
+    """The once-per-client check that the server (every primary of a cluster) fsyncs every
+    write (``durability="fsync"``).
 
     ``pending`` stays True until a check passed or could not be made for lack of
     permission; a failed check raises again on the next call, so fixing the server
@@ -71,13 +77,17 @@ class FsyncCheck:
         self.pending = durability.mode == FSYNC
         self.display_url = display_url
 
-    def judge(self, config: Mapping[Any, Any] | None) -> None:
-        """Judge the reply of ``CONFIG GET append*``; None when CONFIG was not permitted.
+    def judge(self, configs: Mapping[str, Mapping[Any, Any] | None]) -> None:
+        """Judge the replies of ``CONFIG GET append*``, by server (its address, or the
+        display URL for a single server); None where CONFIG was not permitted.
 
-        Raises :class:`DurabilityError` when the server does not run ``appendonly yes``
+        Raises :class:`DurabilityError` when a server does not run ``appendonly yes``
         with ``appendfsync always``.
         """
-        if config is None:
+        for server, config in configs.items():
+            if config is not None:
+                self._judge_one(server, config)
+        if any(config is None for config in configs.values()):
             warnings.warn(
                 f"the Redis server at {self.display_url} does not let this user run "
                 "CONFIG GET, so sessionstore cannot verify that it fsyncs every write "
@@ -86,14 +96,15 @@ class FsyncCheck:
                 RuntimeWarning,
                 stacklevel=4,
             )
-            self.pending = False
-            return
+        self.pending = False
+
+    def _judge_one(self, server: str, config: Mapping[Any, Any]) -> None:
         settings = {_text(name).lower(): _text(value).lower() for name, value in config.items()}
         appendonly = settings.get("appendonly", "unknown")
         appendfsync = settings.get("appendfsync", "unknown")
         if appendonly != "yes" or appendfsync != "always":
             raise DurabilityError(
-                f"the Redis server at {self.display_url} runs with appendonly {appendonly} "
+                f"the Redis server at {server} runs with appendonly {appendonly} "
                 f"and appendfsync {appendfsync}, so an acknowledged event could be lost in a "
                 "crash. Durable event logs need 'appendonly yes' and 'appendfsync always' "
                 "(in redis.conf, or CONFIG SET appendonly yes / CONFIG SET appendfsync "
@@ -101,7 +112,6 @@ class FsyncCheck:
                 "acknowledging each append, or durability='none' to accept losing the "
                 "latest events in a crash"
             )
-        self.pending = False
 
 
 def wait_ms(timeout: float) -> int:

@@ -7,11 +7,12 @@
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
   which rechecks ``next_seq`` so a concurrent append is never cut.
-* ``exists``: ``EXISTS meta``; ``list``: ``SCAN`` then pipelined ``HGETALL``;
-  ``delete``: ``log_delete.lua``.
+* ``exists``: ``EXISTS meta``; ``list``: ``SCAN`` (on every primary of a cluster) then
+  pipelined ``HGETALL``; ``delete``: ``log_delete.lua``.
 
-With ``durability="fsync"`` the first call of each backend object verifies the
-server's AOF settings (see :mod:`.durability`).
+With ``durability="fsync"`` the first write of each backend object (append, torn-tail
+cut, delete) verifies the server's AOF settings, on every primary of a cluster (see
+:mod:`.durability`); reads never do.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from ..contracts import EventBackend, StoredEvent
 from ..errors import CorruptLogError, SessionNotFoundError
 from ..models import SessionHeader
 from . import scripts
-from .client import ErrorBoundary
+from .client import (
+    SCAN_COUNT,
+    AsyncClient,
+    ErrorBoundary,
+    SyncClient,
+    is_cluster,
+    scan_keys,
+    scan_keys_async,
+)
 from .durability import CONFIG_PATTERN, REPLICAS, Durability, FsyncCheck, check_acks, wait_ms
 from .logformat import (
     READ_ATTEMPTS,
@@ -36,12 +45,17 @@ from .logformat import (
     text,
 )
 
-SCAN_COUNT = 1000
-
 
 def _config_refused(exc: ResponseError) -> bool:
     """CONFIG is not allowed for this user, or renamed away (managed services)."""
     return isinstance(exc, NoPermissionError) or "unknown command" in str(exc).lower()
+
+
+def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
+    """(name, cluster node or None) of every server whose AOF settings count."""
+    if is_cluster(client):
+        return [(node.name, node) for node in client.get_primaries()]
+    return [(display_url, None)]
 
 
 class _LogBase:
@@ -54,7 +68,7 @@ class _LogBase:
         boundary: ErrorBoundary,
         durability: Durability,
     ) -> None:
-        self._client = client
+        self._handle = client
         self._namespace = namespace
         self._guard = boundary
         self._durability = durability
@@ -73,23 +87,33 @@ class _LogBase:
 class RedisEvents(_LogBase, EventBackend):
     """:class:`EventBackend` on a redis-py client."""
 
+    _handle: SyncClient
+
+    @property
+    def _client(self) -> Any:
+        return self._handle.get()
+
     def _ready(self) -> None:
+        """Before the first write: the durability check (see the module doc)."""
         if not self._fsync.pending:
             return
-        with self._guard("CONFIG GET"):
-            try:
-                config = self._client.config_get(CONFIG_PATTERN)
-            except ResponseError as exc:
-                if not _config_refused(exc):
-                    raise
-                config = None
-        self._fsync.judge(config)
+        client = self._client
+        configs: dict[str, Any] = {}
+        for name, node in _servers(client, self._guard.display_url):
+            target = {} if node is None else {"target_nodes": node}
+            with self._guard("CONFIG GET", None if node is None else name):
+                try:
+                    configs[name] = client.config_get(CONFIG_PATTERN, **target)
+                except ResponseError as exc:
+                    if not _config_refused(exc):
+                        raise
+                    configs[name] = None
+        self._fsync.judge(configs)
 
     def locate(self, session_id: str) -> str | None:
         return None
 
     def exists(self, session_id: str) -> bool:
-        self._ready()
         meta, _ = self._keys(session_id)
         with self._guard("EXISTS", meta):
             return bool(self._client.exists(meta))
@@ -121,7 +145,6 @@ class RedisEvents(_LogBase, EventBackend):
         repair: bool = False,
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[StoredEvent]]:
-        self._ready()
         meta, stream = self._keys(session_id)
         for attempt in range(READ_ATTEMPTS):
             plan = LogRead(session_id, from_seq, limit)
@@ -155,14 +178,14 @@ class RedisEvents(_LogBase, EventBackend):
             with self._guard("XRANGE", stream):
                 plan.tail = bool(self._client.xrange(stream, *plan.tail_probe()))
         if plan.tail:
+            self._ready()
             with self._guard("log_cut_tail.lua", meta):
                 scripts.run(self._client, "log_cut_tail", [meta, stream], plan.cut_args())
 
     def list(self) -> list[SessionHeader]:
-        self._ready()
         pattern = keys.log_meta_pattern(self._namespace)
         with self._guard("SCAN", pattern):
-            names = list(dict.fromkeys(self._client.scan_iter(match=pattern, count=SCAN_COUNT)))
+            names = scan_keys(self._client, pattern, SCAN_COUNT)
         headers: list[SessionHeader] = []
         for start in range(0, len(names), SCAN_COUNT):
             chunk = names[start : start + SCAN_COUNT]
@@ -185,41 +208,48 @@ class RedisEvents(_LogBase, EventBackend):
 class AsyncRedisEvents(_LogBase):
     """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client."""
 
-    async def _ready(self) -> None:
+    _handle: AsyncClient
+
+    async def _ready(self, client: Any) -> None:
+        """Before the first write: the durability check (see the module doc)."""
         if not self._fsync.pending:
             return
-        with self._guard("CONFIG GET"):
-            try:
-                config = await self._client.config_get(CONFIG_PATTERN)
-            except ResponseError as exc:
-                if not _config_refused(exc):
-                    raise
-                config = None
-        self._fsync.judge(config)
+        configs: dict[str, Any] = {}
+        for name, node in _servers(client, self._guard.display_url):
+            target = {} if node is None else {"target_nodes": node}
+            with self._guard("CONFIG GET", None if node is None else name):
+                try:
+                    configs[name] = await client.config_get(CONFIG_PATTERN, **target)
+                except ResponseError as exc:
+                    if not _config_refused(exc):
+                        raise
+                    configs[name] = None
+        self._fsync.judge(configs)
 
     async def locate(self, session_id: str) -> str | None:
         return None
 
     async def exists(self, session_id: str) -> bool:
-        await self._ready()
         meta, _ = self._keys(session_id)
+        client = await self._handle.get()
         with self._guard("EXISTS", meta):
-            return bool(await self._client.exists(meta))
+            return bool(await client.exists(meta))
 
     async def append(
         self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
     ) -> int:
-        await self._ready()
         names = self._keys(session_id)
         args = append_args(events, header)
+        client = await self._handle.get()
+        await self._ready(client)
         with self._guard("log_append.lua", names[0]):
             if self._durability.mode == REPLICAS:
                 reply, acks = await scripts.run_then_wait_async(
-                    self._client, "log_append", names, args,
+                    client, "log_append", names, args,
                     self._durability.replicas, self._wait_ms,
                 )
             else:
-                reply, acks = await scripts.run_async(self._client, "log_append", names, args), 0
+                reply, acks = await scripts.run_async(client, "log_append", names, args), 0
         next_seq = decode_append(session_id, events, reply)
         if self._durability.mode == REPLICAS:
             self._check_acks(session_id, acks, next_seq)
@@ -233,26 +263,26 @@ class AsyncRedisEvents(_LogBase):
         repair: bool = False,
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[StoredEvent]]:
-        await self._ready()
         meta, stream = self._keys(session_id)
+        client = await self._handle.get()
         for attempt in range(READ_ATTEMPTS):
             plan = LogRead(session_id, from_seq, limit)
             try:
-                await self._fetch(plan, meta, stream)
+                await self._fetch(client, plan, meta, stream)
             except CorruptLogError:
                 with self._guard("HGETALL", meta):
-                    again = await self._client.hgetall(meta)
+                    again = await client.hgetall(meta)
                 if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
                     raise
                 continue
             if repair:
-                await self._cut_tail(plan, meta, stream)
+                await self._cut_tail(client, plan, meta, stream)
             return plan.result()
         raise AssertionError("unreachable")
 
-    async def _fetch(self, plan: LogRead, meta: str, stream: str) -> None:
+    async def _fetch(self, client: Any, plan: LogRead, meta: str, stream: str) -> None:
         with self._guard("HGETALL+XRANGE", meta):
-            async with self._client.pipeline(False) as pipe:
+            async with client.pipeline(False) as pipe:
                 pipe.hgetall(meta)
                 pipe.xrange(stream, *plan.first_range())
                 found, entries = await pipe.execute()
@@ -260,30 +290,28 @@ class AsyncRedisEvents(_LogBase):
         plan.take(entries)
         while not plan.done:
             with self._guard("XRANGE", stream):
-                entries = await self._client.xrange(stream, *plan.next_range())
+                entries = await client.xrange(stream, *plan.next_range())
             plan.take(entries)
 
-    async def _cut_tail(self, plan: LogRead, meta: str, stream: str) -> None:
+    async def _cut_tail(self, client: Any, plan: LogRead, meta: str, stream: str) -> None:
         if plan.tail_unknown:
             with self._guard("XRANGE", stream):
-                plan.tail = bool(await self._client.xrange(stream, *plan.tail_probe()))
+                plan.tail = bool(await client.xrange(stream, *plan.tail_probe()))
         if plan.tail:
+            await self._ready(client)
             with self._guard("log_cut_tail.lua", meta):
-                await scripts.run_async(
-                    self._client, "log_cut_tail", [meta, stream], plan.cut_args()
-                )
+                await scripts.run_async(client, "log_cut_tail", [meta, stream], plan.cut_args())
 
     async def list(self) -> list[SessionHeader]:
-        await self._ready()
         pattern = keys.log_meta_pattern(self._namespace)
+        client = await self._handle.get()
         with self._guard("SCAN", pattern):
-            found = [n async for n in self._client.scan_iter(match=pattern, count=SCAN_COUNT)]
-        names = list(dict.fromkeys(found))
+            names = await scan_keys_async(client, pattern, SCAN_COUNT)
         headers: list[SessionHeader] = []
         for start in range(0, len(names), SCAN_COUNT):
             chunk = names[start : start + SCAN_COUNT]
             with self._guard("HGETALL", pattern):
-                async with self._client.pipeline(transaction=False) as pipe:
+                async with client.pipeline(transaction=False) as pipe:
                     for name in chunk:
                         pipe.hgetall(name)
                     replies = await pipe.execute()
@@ -291,10 +319,11 @@ class AsyncRedisEvents(_LogBase):
         return headers
 
     async def delete(self, session_id: str) -> None:
-        await self._ready()
         names = self._keys(session_id)
+        client = await self._handle.get()
+        await self._ready(client)
         with self._guard("log_delete.lua", names[0]):
-            reply = await scripts.run_async(self._client, "log_delete", names, [])
+            reply = await scripts.run_async(client, "log_delete", names, [])
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
 

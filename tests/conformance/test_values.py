@@ -433,3 +433,36 @@ def test_max_versions_must_be_a_positive_int(store, bad):
 def test_max_versions_needs_history(store):
     with pytest.raises(InvalidArgumentError):
         store.session(*KEY, max_versions=3)
+
+
+# --- listing and deleting ----------------------------------------------------------------
+
+
+def test_list_values_reports_every_stored_key_of_the_namespace(store):
+    open_session(store).set_data(1, T0)
+    open_session(store, "a:b", "{x}", "e", "f", mode="live").set_data(2, T0)
+    open_session(store, "ETHUSDT", "s", "e", "f", history=True).set_data(3, T0)
+    open_session(store, "GONE", "s", "e", "f").set_data(None, T0)
+    assert store.list_values() == [
+        ("BTCUSDT", "llm-momentum", "binance", "1h", "backtest", False),
+        ("ETHUSDT", "s", "e", "f", "backtest", True),
+        ("a:b", "{x}", "e", "f", "live", False),
+    ]
+
+
+def test_list_values_is_confined_to_the_namespace(open_store, namespace, shared):
+    open_session(open_store(f"{namespace}-other")).set_data(1, T0)
+    assert open_store().list_values() == []
+
+
+def test_delete_removes_plain_and_history_records_of_the_key(store):
+    plain, history = open_session(store), open_session(store, history=True)
+    plain.set_data(1, T0)
+    history.set_data(1, T0)
+    history.set_data(2, T0 + 1)
+    assert plain.delete() is True
+    assert history.delete() is False and plain.delete() is False
+    assert plain.get_data(T0) is None and history.get_data(T0 + 5) is None
+    assert store.list_values() == []
+    plain.set_data("again", T0)
+    assert plain.get_data(T0) == "again"
