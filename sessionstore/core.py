@@ -121,7 +121,7 @@ class SessionState:
 
 def backoff(attempt: int) -> float:
     """Seconds to wait after losing ``attempt`` races in a row (jittered, capped)."""
-    return 0.0 if attempt == 0 else random.uniform(0, min(0.0005 * 2**attempt, 0.02))
+    return random.uniform(0, min(0.0005 * 2**attempt, 0.02))
 
 
 class PendingSessions:

@@ -142,7 +142,8 @@ def update(
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
     for attempt in range(UPDATE_ATTEMPTS):
-        yield Sleep(backoff(attempt))
+        if attempt:
+            yield Sleep(backoff(attempt))
         found = yield _read(state, ms)
         payload = state.encode((yield Apply(fn, state.visible(found, ms))))
         if state.history:

@@ -33,6 +33,13 @@ def dump_lossless(data: Any) -> str:
     """
     if not isinstance(data, dict):
         raise JSONLossError("$", f"data must be a JSON object, not {type(data).__name__}")
+    try:
+        text = orjson.dumps(data)
+        if orjson.loads(text) == data:
+            return text.decode()
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        pass
+    # Slow path: find out what does not survive, and where.
     _check(data, "$", set(), 0)
     try:
         return orjson.dumps(data).decode()

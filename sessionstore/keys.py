@@ -43,6 +43,7 @@ off, ``log_delete.lua`` removes both keys of a session. Every script gets its ke
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -99,11 +100,13 @@ def _tag(key: ValueKey) -> str:
     return "{" + ":".join(escape(part) for part in key.parts) + "}"
 
 
+@functools.lru_cache(maxsize=4096)
 def value_key(key: ValueKey) -> str:
     """The hash holding one plain session value and its ``when``."""
     return f"{namespace_prefix(key.namespace)}{VALUE_KIND}:{_tag(key)}"
 
 
+@functools.lru_cache(maxsize=4096)
 def history_keys(key: ValueKey) -> tuple[str, str]:
     """(versions zset, values hash) of one as-of-history session value."""
     base = f"{namespace_prefix(key.namespace)}{HISTORY_KIND}:{_tag(key)}"
@@ -145,6 +148,7 @@ def parse_history_key(name: str, namespace: str) -> ValueKey | None:
     return _parse_tagged(name, head, "}:at", namespace)
 
 
+@functools.lru_cache(maxsize=4096)
 def log_keys(namespace: str, session_id: str) -> tuple[str, str]:
     """(meta hash, events stream) of one event-log session."""
     base = f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}"

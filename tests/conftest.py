@@ -3,20 +3,21 @@ started only when a test asks for it), and backend-parametrised stores."""
 
 from __future__ import annotations
 
-import functools
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-import redis.cluster
-import support.artifacts
 from support.redis_cluster import ClusterNodes
 from support.redis_server import RedisServer
+
+from sessionstore.redis.acl import setuser_args
 
 #: Every backend the conformance suites run against (dummy has its own small contract).
 #: "cluster" is the Redis backend on a 3-primary Redis Cluster, reached by a plain URL.
 BACKENDS = ["memory", "file", "sqlite", "redis", "cluster"]
+#: The conformance suites also run through the least-privilege ACL user ("acl").
+CONFORMANCE_BACKENDS = [*BACKENDS, "acl"]
+ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
 
 
 @pytest.fixture(scope="session")
@@ -31,28 +32,19 @@ def redis_cluster() -> Iterator[ClusterNodes]:
         yield cluster
 
 
-def _through_a_cluster_client(inspect: Callable[..., Any]) -> Callable[..., Any]:
-    """``inspect(backend, url, ...)`` of :mod:`support.artifacts` for "cluster": its
-    "redis" code, with a cluster client (keys live on three primaries)."""
 
-    @functools.wraps(inspect)
-    def wrapper(backend: str, url: str, *args: Any) -> Any:
-        if backend != "cluster":
-            return inspect(backend, url, *args)
-        plain = support.artifacts._redis
-        support.artifacts._redis = redis.cluster.RedisCluster.from_url
-        try:
-            return inspect("redis", url, *args)
-        finally:
-            support.artifacts._redis = plain
+@pytest.fixture(scope="session")
+def acl_url(redis_server: RedisServer) -> str:
+    """The documented least-privilege user (sessionstore.redis.acl), with a key pattern
+    widened from one namespace to every test namespace (``t-...``)."""
+    import redis
 
-    return wrapper
-
-
-# support.artifacts knows "redis" only; until it learns "cluster", the suites reach it
-# through these wrappers.
-for _name in ("footprint", "tear_tail", "remove_event", "set_stored_version", "snapshot"):
-    setattr(support.artifacts, _name, _through_a_cluster_client(getattr(support.artifacts, _name)))
+    args = setuser_args(ACL_USER, ACL_PASSWORD, "x")
+    args[args.index("~ss:x:*")] = "~ss:t-*"
+    admin = redis.Redis(port=redis_server.port)
+    admin.execute_command(*args)
+    admin.close()
+    return f"redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{redis_server.port}/0"
 
 
 @pytest.fixture
@@ -71,12 +63,14 @@ def url_for(backend: str, request: pytest.FixtureRequest, tmp_path) -> str:  # n
         return request.getfixturevalue("redis_server").url
     if backend == "cluster":
         return request.getfixturevalue("redis_cluster").url
+    if backend == "acl":
+        return request.getfixturevalue("acl_url")
     if backend == "dummy":
         return "dummy://"
     raise AssertionError(backend)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=CONFORMANCE_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 

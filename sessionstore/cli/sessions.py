@@ -34,7 +34,7 @@ def turn_state(events: list[SessionEvent]) -> str:
 @guarded
 def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json = False) -> None:
     """Id, created, events, last activity and turn state of every session."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     with open_store(url, namespace) as store:
         for header in store.events.list():
             events = store.events.read_from(header.id, 0)
@@ -149,7 +149,7 @@ def verify(
 ) -> None:
     """Check contiguity, format and version without repairing. Exit 1 on corruption; an
     open final turn is reported (it may be live) but is not a failure."""
-    results = []
+    results: list[dict[str, Any]] = []
     with open_store(url, namespace) as store:
         ids = [session_id] if session_id else [h.id for h in store.events.list()]
         for sid in ids:

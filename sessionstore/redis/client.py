@@ -18,8 +18,6 @@ import asyncio
 import math
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -390,6 +388,24 @@ _UNAVAILABLE_MARKS = ("READONLY", "MASTERDOWN", "LOADING", "CLUSTERDOWN", "TRYAG
 _CLUSTER_IN_MOTION = (ClusterError, TryAgainError, SlotNotCoveredError)
 
 
+class _Guard:
+    """One ``with boundary(...)`` block (a plain class: it sits on every call's path)."""
+
+    __slots__ = ("boundary", "command", "key")
+
+    def __init__(self, boundary: ErrorBoundary, command: str, key: str | None) -> None:
+        self.boundary = boundary
+        self.command = command
+        self.key = key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if isinstance(exc, RedisError | RedisClusterException):
+            raise self.boundary.translate(exc, self.command, self.key) from exc
+
+
 class ErrorBoundary:
     """Turns redis-py errors into sessionstore errors, naming the command and the key.
 
@@ -407,12 +423,8 @@ class ErrorBoundary:
         self.display_url = display_url
         self.timeout = timeout
 
-    @contextmanager
-    def __call__(self, command: str, key: str | None = None) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, RedisClusterException) as exc:
-            raise self.translate(exc, command, key) from exc
+    def __call__(self, command: str, key: str | None = None) -> _Guard:
+        return _Guard(self, command, key)
 
     def translate(
         self, exc: RedisError | RedisClusterException, command: str, key: str | None

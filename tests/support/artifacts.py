@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
 
 import redis
+import redis.cluster
 
 from sessionstore import keys
 from sessionstore.connection import file_root
@@ -21,7 +22,13 @@ def _sqlite_path(url: str) -> str:
     return url[len("sqlite:///") :]
 
 
-def _redis(url: str) -> redis.Redis:
+REDIS = ("redis", "cluster", "acl")
+
+
+def _redis(backend: str, url: str) -> Any:
+    """A raw client: a cluster client for "cluster" (the keys live on three primaries)."""
+    if backend == "cluster":
+        return redis.cluster.RedisCluster.from_url(url)
     return redis.Redis.from_url(url)
 
 
@@ -43,8 +50,8 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
                     found = db.execute(f"SELECT * FROM {table} WHERE namespace=?", (namespace,))
                     rows += [f"{table}:{row}" for row in found]
             return rows
-    if backend == "redis":
-        client = _redis(url)
+    if backend in REDIS:
+        client = _redis(backend, url)
         try:
             return sorted(
                 k.decode() for k in client.scan_iter(match=keys.namespace_pattern(namespace))
@@ -72,9 +79,9 @@ def tear_tail(
                 " VALUES (?, ?, ?, 'x', 1, '{}', NULL)",
                 (namespace, session_id, next_seq),
             )
-    elif backend == "redis":
+    elif backend in REDIS:
         _, stream = keys.log_keys(namespace, session_id)
-        client = _redis(url)
+        client = _redis(backend, url)
         client.xadd(
             stream,
             {"seq": next_seq, "type": "x", "time": 1, "data": "{}"},
@@ -100,9 +107,9 @@ def remove_event(
                 "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq=?",
                 (namespace, session_id, seq),
             )
-    elif backend == "redis":
+    elif backend in REDIS:
         _, stream = keys.log_keys(namespace, session_id)
-        client = _redis(url)
+        client = _redis(backend, url)
         client.xdel(stream, keys.stream_id(seq))
         client.close()
     else:
@@ -126,9 +133,9 @@ def set_stored_version(
                 "UPDATE log_sessions SET version=? WHERE namespace=? AND id=?",
                 (version, namespace, session_id),
             )
-    elif backend == "redis":
+    elif backend in REDIS:
         meta, _ = keys.log_keys(namespace, session_id)
-        client = _redis(url)
+        client = _redis(backend, url)
         client.hset(meta, "version", version)
         client.close()
     else:
@@ -153,9 +160,9 @@ def snapshot(
                     (namespace, session_id),
                 ).fetchall(),
             )
-    if backend == "redis":
+    if backend in REDIS:
         meta, stream = keys.log_keys(namespace, session_id)
-        client = _redis(url)
+        client = _redis(backend, url)
         try:
             return client.hgetall(meta), client.xrange(stream)
         finally:
@@ -163,4 +170,4 @@ def snapshot(
     raise AssertionError(backend)
 
 
-__all__ = ["footprint", "remove_event", "set_stored_version", "snapshot", "tear_tail", "urlsplit"]
+__all__ = ["footprint", "remove_event", "set_stored_version", "snapshot", "tear_tail"]
