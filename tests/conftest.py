@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.redis_cluster import ClusterNodes
-from support.redis_server import RedisServer
+from support.redis_server import ContainerRedis, RedisServer, shared_server
 
 from sessionstore.redis.acl import setuser_args
 
@@ -21,8 +21,8 @@ ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+def redis_server() -> Iterator[RedisServer | ContainerRedis]:
+    with shared_server() as server:
         yield server
 
 
@@ -34,7 +34,7 @@ def redis_cluster() -> Iterator[ClusterNodes]:
 
 
 @pytest.fixture(scope="session")
-def acl_url(redis_server: RedisServer) -> str:
+def acl_url(redis_server: RedisServer | ContainerRedis) -> str:
     """The documented least-privilege user (sessionstore.redis.acl), with a key pattern
     widened from one namespace to every test namespace (``t-...``)."""
     import redis

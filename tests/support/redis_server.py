@@ -37,6 +37,63 @@ def require_binary() -> str:
     pytest.skip(reason)
 
 
+def docker_works() -> bool:
+    """True when a Docker engine answers (testcontainers can start a Redis)."""
+    try:
+        import docker
+
+        return bool(docker.from_env().ping())
+    except Exception:  # noqa: BLE001 - any failure means: no usable engine
+        return False
+
+
+class ContainerRedis:
+    """A ``redis:7`` container with AOF ``appendfsync always`` (testcontainers), used for
+    the shared server when there is no ``redis-server`` binary but Docker works. Tests
+    that kill or restart their own server still need the binary."""
+
+    def __init__(self) -> None:
+        from testcontainers.core.container import DockerContainer
+
+        self.container = (
+            DockerContainer("redis:7")
+            .with_command("redis-server --appendonly yes --appendfsync always --save ''")
+            .with_exposed_ports(6379)
+        )
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def __enter__(self) -> ContainerRedis:
+        self.container.start()
+        self.host = self.container.get_container_host_ip()
+        self.port = int(self.container.get_exposed_port(6379))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("the redis:7 container did not answer in 30 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.container.stop()
+
+
+def shared_server() -> RedisServer | ContainerRedis:
+    """The test session's Redis: a local ``redis-server``, else a container when Docker
+    works; else a loud skip (a failure under ``CI``)."""
+    if BINARY or not docker_works():
+        return RedisServer()
+    return ContainerRedis()
+
+
 class RedisServer:
     """One ``redis-server`` with AOF ``appendfsync always`` unless told otherwise."""
 

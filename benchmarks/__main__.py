@@ -1,0 +1,132 @@
+"""``python -m benchmarks``: run every scenario, print the table, write the report.
+
+Options: ``--quick`` (tiny sizes, a smoke test), ``--only GROUP`` (repeatable) and
+``--out DIR`` (where ``benchmarks.md`` and ``benchmarks.png`` go). A full run writes to
+``docs/`` by default; a quick or partial one writes nothing unless ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import local, peers, redis_log, report, values, workload
+from .harness import Result, Sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.redis_server import RedisServer  # noqa: E402
+
+Group = Callable[[str, Sizes], list[Result]]
+
+GROUPS: dict[str, list[Group]] = {
+    "redis-log": [redis_log.append_results, redis_log.load_results, redis_log.scaling_results],
+    "values": [values.get_set_results, values.update_results],
+    "peers": [peers.peer_results],
+    "local": [
+        lambda _url, sizes: local.sqlite_results(sizes),
+        lambda _url, sizes: local.jsonl_results(sizes),
+    ],
+}
+#: What each scenario measures, for the report: the docstrings of the scenario modules.
+DESCRIPTIONS = [module.__doc__ or "" for module in (workload, redis_log, values, peers, local)]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmark sessionstore against raw drivers and openai-agents.",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="directory for benchmarks.md and benchmarks.png (default: docs/ for a full run, "
+        "nothing for --quick or --only)",
+    )
+    parser.add_argument(
+        "--only", action="append", choices=list(GROUPS), help="run only this group (repeatable)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if shutil.which("redis-server") is None:
+        print("redis-server is not on PATH (apt-get install redis-server)", file=sys.stderr)
+        return 2
+    sizes = Sizes.quick() if args.quick else Sizes()
+    full = not (args.quick or args.only)
+    out = args.out if args.out is not None or not full else ROOT / "docs"
+    chosen = args.only or list(GROUPS)
+    load_before = report.uptime()
+    print(f"load before: {load_before}", flush=True)
+    started = time.perf_counter()
+    results: list[Result] = []
+    with RedisServer(durable=False) as server:
+        client_info = _server_version(server.url)
+        for name in chosen:
+            for group in GROUPS[name]:
+                for row in group(server.url, sizes):
+                    results.append(row)
+                    print(_progress(row), flush=True)
+                _flush(server.url)
+    wall = time.perf_counter() - started
+    info = report.RunInfo(
+        command=report.python_command(),
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        wall_seconds=wall,
+        quick=args.quick,
+        load_before=load_before,
+        load_after=report.uptime(),
+        redis_server=client_info,
+        machine=report.machine(client_info),
+    )
+    print()
+    print(report.console_table(results))
+    passed = sum(r.passed for r in results)
+    print(f"\n{passed} of {len(results)} targets met; {wall:.0f} s; load after: {info.load_after}")
+    if out is not None:
+        report.write(results, info, DESCRIPTIONS, out)
+        print(f"wrote {out / 'benchmarks.md'} and {out / 'benchmarks.png'}")
+    return 0
+
+
+def _progress(row: Result) -> str:
+    return (
+        f"{row.verdict}  {row.key}: ours {row.ours:,.1f} {row.unit}, baseline "
+        f"{row.baseline:,.1f} {row.unit}, ratio {row.ratio:.2f} (target {row.target_text})"
+    )
+
+
+def _server_version(url: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        found = client.info("server")
+        return f"{found['redis_version']} (AOF off, no RDB snapshots)"
+    finally:
+        client.close()
+
+
+def _flush(url: str) -> None:
+    """Start the next group on an empty server."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Timing machinery shared by every scenario: sizes, interleaved repetitions, medians,
+forked worker processes, and the :class:`Result` of one comparison.
+
+A *side* of a comparison is a callable that prepares one block of work (pre-built
+events, keys, anything that is not the operation being measured) and returns the timed
+part: a zero-argument callable that performs the operations and returns how many it
+performed (calls or events). Only the timed part is inside the clock.
+
+The machine these run on is shared and its speed shifts within seconds, so the two sides
+are interleaved finely: a repetition runs ``blocks`` blocks of each side, alternating
+which goes first, and each side's rate is its operations over its own time in that
+repetition. The figure reported is the median over the repetitions.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: One prepared block: runs the measured operations, returns how many it did.
+Timed = Callable[[], int]
+#: Prepares a block (untimed) and returns its timed part.
+Side = Callable[[], Timed]
+#: Runs one whole repetition by itself and returns its operations per second.
+Rate = Callable[[], float]
+#: Throughput samples of (ours, baseline), one per repetition.
+Samples = tuple[list[float], list[float]]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each scenario does; ``quick`` shrinks everything for a smoke test.
+
+    Counts are per block; a repetition runs ``blocks`` blocks of each side.
+    """
+
+    reps: int = 5
+    blocks: int = 10
+    #: One-event appends and single value operations on Redis.
+    calls: int = 150
+    #: 100-event appends on Redis.
+    batch_calls: int = 4
+    #: Appends on the local backends (each one fsyncs); 100-event ones do a fifth.
+    local_calls: int = 20
+    #: Calls against openai-agents (several round trips each); 100-event ones do a tenth.
+    peer_calls: int = 50
+    #: Updates per block in one process; per process and repetition with four.
+    updates: int = 80
+    parallel_updates: int = 500
+    #: Event-log lengths for the load scenarios (one load per block, one block).
+    load_small: int = 10_000
+    load_large: int = 100_000
+    #: Repetitions of the large load (it is the slowest single operation).
+    large_reps: int = 3
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            reps=2,
+            blocks=2,
+            calls=30,
+            batch_calls=2,
+            local_calls=5,
+            peer_calls=10,
+            updates=20,
+            parallel_updates=40,
+            load_small=800,
+            load_large=2_000,
+            large_reps=2,
+        )
+
+
+@dataclass
+class Result:
+    """One row of the report: ours against the baseline, and the target on their ratio.
+
+    For throughput (``lower_is_better`` False) the ratio must reach ``target``; for
+    memory (``lower_is_better`` True) it must stay at or below it.
+    """
+
+    area: str
+    scenario: str
+    baseline_name: str
+    ours: float
+    baseline: float
+    unit: str
+    target: float
+    settings: str
+    lower_is_better: bool = False
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``area: scenario``, unique within a run."""
+        return f"{self.area}: {self.scenario}"
+
+    @property
+    def ratio(self) -> float:
+        """ours / baseline: the median of the per-repetition ratios when there are
+        samples (each repetition ran both sides interleaved, so its ratio is paired),
+        else the ratio of the two figures."""
+        ours, theirs = self.samples.get("ours"), self.samples.get("baseline")
+        if ours and theirs and len(ours) == len(theirs):
+            return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+        return self.ours / self.baseline if self.baseline else float("inf")
+
+    @property
+    def passed(self) -> bool:
+        if self.lower_is_better:
+            return self.ratio <= self.target
+        return self.ratio >= self.target
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    @property
+    def target_text(self) -> str:
+        return f"{'<=' if self.lower_is_better else '>='} {self.target:g}"
+
+
+def compare(ours: Side, baseline: Side, reps: int, blocks: int = 1) -> Samples:
+    """Throughput samples of both sides, one per repetition.
+
+    One untimed block of each side warms up; then each repetition prepares ``blocks``
+    blocks of each side and runs them interleaved (ours, baseline, baseline, ours, ...),
+    each timed on its own, so that a change of the machine's pace weighs on both alike.
+    """
+    ours()()
+    baseline()()
+    mine: list[float] = []
+    theirs: list[float] = []
+    for rep in range(reps):
+        prepared = [(ours(), baseline()) for _ in range(blocks)]
+        totals = {"ours": [0, 0.0], "baseline": [0, 0.0]}
+        gc.collect()
+        for index, (our_block, their_block) in enumerate(prepared):
+            pair = [("ours", our_block), ("baseline", their_block)]
+            if (rep * blocks + index) % 2:
+                pair.reverse()
+            for name, block in pair:
+                start = time.perf_counter()
+                count = block()
+                totals[name][0] += count
+                totals[name][1] += time.perf_counter() - start
+        mine.append(totals["ours"][0] / totals["ours"][1])
+        theirs.append(totals["baseline"][0] / totals["baseline"][1])
+    return mine, theirs
+
+
+def compare_rates(ours: Rate, baseline: Rate, reps: int) -> Samples:
+    """Like :func:`compare` for sides that run and time a whole repetition themselves
+    (worker processes): one warm-up each, then ``reps`` of each in ABBA order."""
+    ours()
+    baseline()
+    mine: list[float] = []
+    theirs: list[float] = []
+    for index in range(reps):
+        if index % 2 == 0:
+            mine.append(ours())
+            theirs.append(baseline())
+        else:
+            theirs.append(baseline())
+            mine.append(ours())
+    return mine, theirs
+
+
+def result(
+    area: str,
+    scenario: str,
+    baseline_name: str,
+    samples: Samples,
+    unit: str,
+    target: float,
+    settings: str,
+) -> Result:
+    """A throughput :class:`Result` from the samples of :func:`compare` (medians)."""
+    mine, theirs = samples
+    return Result(
+        area,
+        scenario,
+        baseline_name,
+        statistics.median(mine),
+        statistics.median(theirs),
+        unit,
+        target,
+        settings,
+        samples={"ours": mine, "baseline": theirs},
+    )
+
+
+# Worker processes --------------------------------------------------------------------------
+
+#: A job for :func:`parallel`: given the worker's index, prepare (untimed) in the child
+#: and return the timed part.
+Job = Callable[[int], Timed]
+
+
+def parallel(job: Job, processes: int) -> float:
+    """Total operations per second of ``processes`` forked workers running ``job``.
+
+    Each worker prepares, waits at a barrier, then runs its timed part; the rate is
+    every worker's operations over the span from the first start to the last finish.
+    """
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes)
+    replies = context.SimpleQueue()
+
+    def work(index: int) -> None:
+        try:
+            run = job(index)
+            gc.collect()
+            barrier.wait()
+            start = time.perf_counter()
+            count = run()
+            replies.put((start, time.perf_counter(), count, None))
+        except BaseException:
+            barrier.abort()
+            replies.put((0.0, 0.0, 0, traceback.format_exc()))
+
+    workers = [context.Process(target=work, args=(index,)) for index in range(processes)]
+    for worker in workers:
+        worker.start()
+    outcomes = [replies.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    errors = [error for *_, error in outcomes if error]
+    if errors:
+        raise RuntimeError("a benchmark worker failed:\n" + errors[0])
+    first = min(start for start, *_ in outcomes)
+    last = max(end for _, end, *_ in outcomes)
+    return sum(count for _, _, count, _ in outcomes) / (last - first)

@@ -1,0 +1,301 @@
+"""Event logs on Redis: ``append`` and ``load`` against raw redis-py doing the same work.
+
+* append, 1 and 100 events per call: ``store.events.append`` against ``EVALSHA`` of the
+  minimal equivalent script ``RAW_APPEND`` in ``benchmarks/redis_log.py`` (check
+  ``next_seq`` in a hash, ``XADD`` each event with the same fields and the same JSON
+  data, ``HSET next_seq``). Both sides start from the
+  same pre-built :class:`SessionEvent` objects; the baseline encodes ``data`` with
+  ``orjson.dumps``, ours validates and encodes the batch as its API does.
+* load, 10k and 100k events: ``store.events.load`` against ``XRANGE`` of the same stream
+  in chunks of 1000 with each entry decoded into a dict (``orjson.loads`` of ``data``).
+* peak memory of loading 100k events (tracemalloc) against the size of the plain decoded
+  list of dicts, and the peak of streaming the same log with ``iter_events``.
+* 4 processes each appending one event per call to its own session, against 1 process.
+"""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import redis
+
+import sessionstore
+from sessionstore import SessionHeader, keys
+
+from . import workload
+from .harness import Result, Sizes, Timed, compare, compare_rates, parallel, result
+
+AREA = "Redis event log"
+NAMESPACE = "bench"
+SETTINGS = "Redis, AOF off; durability='none'"
+
+#: The baseline's append: KEYS = meta hash, stream; ARGV = first seq, then 4 per event.
+RAW_APPEND = """
+local next_seq = redis.call('HGET', KEYS[1], 'next_seq') or '0'
+if next_seq ~= ARGV[1] then
+  return redis.error_reply('CONFLICT ' .. next_seq)
+end
+local count = (#ARGV - 1) / 4
+for i = 0, count - 1 do
+  local at = 2 + 4 * i
+  redis.call('XADD', KEYS[2], ARGV[at] .. '-1', 'seq', ARGV[at], 'type', ARGV[at + 1],
+    'time', ARGV[at + 2], 'data', ARGV[at + 3])
+end
+redis.call('HSET', KEYS[1], 'next_seq', tonumber(ARGV[1]) + count)
+return tonumber(ARGV[1]) + count
+"""
+
+
+def connect(url: str) -> sessionstore.Store:
+    """The store every Redis scenario uses (no fsync check: the server runs without AOF)."""
+    return sessionstore.connect(url, namespace=NAMESPACE, durability="none")
+
+
+class OurLog:
+    """One session of ours, appended to in pre-built batches."""
+
+    def __init__(self, store: sessionstore.Store, session_id: str | None = None) -> None:
+        self.log = store.events
+        self.id = session_id or f"ours-{uuid.uuid4().hex[:12]}"
+        self.next_seq = 0
+        self.log.create(SessionHeader(id=self.id, cwd="/home/bench/project"))
+
+    def fill(self, count: int, batch: int = 1000) -> None:
+        """Append ``count`` events (untimed set-up)."""
+        end = self.next_seq + count
+        for first in range(self.next_seq, end, batch):
+            self.log.append(self.id, workload.events(first, min(batch, end - first)))
+        self.next_seq = end
+
+    def side(self, calls: int, size: int) -> Timed:
+        prepared = workload.batches(self.next_seq, calls, size)
+        self.next_seq += calls * size
+        append, session_id = self.log.append, self.id
+
+        def run() -> int:
+            for batch in prepared:
+                append(session_id, batch)
+            return calls * size
+
+        return run
+
+
+class RawLog:
+    """The baseline's session: a meta hash with ``next_seq`` and a stream."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.sha = client.script_load(RAW_APPEND)
+        tag = uuid.uuid4().hex[:12]
+        self.keys = (f"raw:{{{tag}}}:meta", f"raw:{{{tag}}}:events")
+        self.next_seq = 0
+
+    def side(self, calls: int, size: int) -> Timed:
+        prepared = workload.batches(self.next_seq, calls, size)
+        self.next_seq += calls * size
+        evalsha, sha, (meta, stream) = self.client.evalsha, self.sha, self.keys
+        dumps = orjson.dumps
+
+        def run() -> int:
+            for batch in prepared:
+                args: list[Any] = [str(batch[0].seq)]
+                for event in batch:
+                    args += [str(event.seq), event.type, str(event.time), dumps(event.data)]
+                evalsha(sha, 2, meta, stream, *args)
+            return calls * size
+
+        return run
+
+
+def raw_load(client: redis.Redis, stream: str, chunk: int = 1000) -> list[dict[str, Any]]:
+    """The baseline's load: XRANGE in chunks, each entry decoded into a plain dict."""
+    loads = orjson.loads
+    found: list[dict[str, Any]] = []
+    start = "-"
+    while True:
+        entries = client.xrange(stream, start, "+", count=chunk)
+        for _, fields in entries:
+            found.append(
+                {
+                    "seq": int(fields[b"seq"]),
+                    "type": fields[b"type"].decode(),
+                    "time": int(fields[b"time"]),
+                    "data": loads(fields[b"data"]),
+                }
+            )
+        if len(entries) < chunk:
+            return found
+        start = "(" + entries[-1][0].decode()
+
+
+def append_results(url: str, sizes: Sizes) -> list[Result]:
+    with connect(url) as store:
+        client = redis.Redis.from_url(url)
+        try:
+            rows = []
+            for size, calls, target in ((1, sizes.calls, 0.90), (100, sizes.batch_calls, 0.85)):
+                ours, raw = OurLog(store), RawLog(client)
+                samples = compare(
+                    lambda ours=ours, calls=calls, size=size: ours.side(calls, size),
+                    lambda raw=raw, calls=calls, size=size: raw.side(calls, size),
+                    sizes.reps,
+                    sizes.blocks,
+                )
+                rows.append(
+                    result(
+                        AREA,
+                        f"append {size} event{'s' if size > 1 else ''} per call",
+                        "raw EVALSHA (seq check, XADD, HSET)",
+                        samples,
+                        "events/s",
+                        target,
+                        SETTINGS,
+                    )
+                )
+            return rows
+        finally:
+            client.close()
+
+
+def load_results(url: str, sizes: Sizes) -> list[Result]:
+    with connect(url) as store:
+        client = redis.Redis.from_url(url)
+        try:
+            rows = []
+            cases = ((sizes.load_small, sizes.reps, 3), (sizes.load_large, sizes.large_reps, 1))
+            for count, reps, blocks in cases:
+                ours = OurLog(store)
+                ours.fill(count)
+                stream = keys.log_keys(NAMESPACE, ours.id)[1]
+                samples = compare(
+                    lambda ours=ours, count=count: load_side(ours, count),
+                    lambda stream=stream, count=count: _rawload_side(client, stream, count),
+                    reps,
+                    blocks,
+                )
+                rows.append(
+                    result(
+                        AREA,
+                        f"load {thousands(count)} events",
+                        "raw XRANGE chunks + orjson.loads",
+                        samples,
+                        "events/s",
+                        0.85,
+                        SETTINGS,
+                    )
+                )
+            rows += memory_results(ours, client, sizes.load_large)
+            return rows
+        finally:
+            client.close()
+
+
+def load_side(ours: OurLog, count: int) -> Timed:
+    def run() -> int:
+        loaded = ours.log.load(ours.id)
+        assert len(loaded.events) == count
+        return count
+
+    return run
+
+
+def _rawload_side(client: redis.Redis, stream: str, count: int) -> Timed:
+    def run() -> int:
+        assert len(raw_load(client, stream)) == count
+        return count
+
+    return run
+
+
+def thousands(count: int) -> str:
+    return f"{count // 1000}k" if count % 1000 == 0 else str(count)
+
+
+# Memory ------------------------------------------------------------------------------------
+
+
+def _traced(action: Callable[[], Any]) -> tuple[int, int, Any]:
+    """(peak, retained) bytes allocated while running ``action``, and what it returned."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        kept = action()
+        current, peak = tracemalloc.get_traced_memory()
+        return peak - before, current - before, kept
+    finally:
+        tracemalloc.stop()
+
+
+def memory_results(ours: OurLog, client: redis.Redis, count: int) -> list[Result]:
+    """Peak memory of ``load`` and of streaming with ``iter_events`` over the ``count``
+    events of ``ours``, against the memory the plain decoded events occupy (a list of
+    dicts, measured while held)."""
+    stream = keys.log_keys(NAMESPACE, ours.id)[1]
+    _, plain, _ = _traced(lambda: raw_load(client, stream))
+    loaded_peak, _, _ = _traced(lambda: ours.log.load(ours.id))
+
+    def stream_all() -> None:
+        seen = 0
+        for _ in ours.log.iter_events(ours.id, batch=1000):
+            seen += 1
+        assert seen == count
+
+    streamed_peak, _, _ = _traced(stream_all)
+    label = thousands(count)
+    mib = 1024 * 1024
+    return [
+        Result(
+            AREA,
+            f"load {label} events: peak memory",
+            "size of the decoded list of dicts",
+            loaded_peak / mib,
+            plain / mib,
+            "MiB",
+            2.0,
+            SETTINGS + "; tracemalloc",
+            lower_is_better=True,
+        ),
+        Result(
+            AREA,
+            f"iter_events(batch=1000) over {label}: peak memory",
+            "size of the decoded list of dicts",
+            streamed_peak / mib,
+            plain / mib,
+            "MiB",
+            0.1,
+            SETTINGS + "; tracemalloc",
+            lower_is_better=True,
+        ),
+    ]
+
+
+# Processes ---------------------------------------------------------------------------------
+
+
+def scaling_results(url: str, sizes: Sizes) -> list[Result]:
+    """Total append throughput of 4 processes, each on its own session, against 1."""
+
+    def job(index: int) -> Timed:
+        store = connect(url)
+        ours = OurLog(store)
+        ours.side(1, 1)()  # materialise the session and warm the connection
+        return ours.side(sizes.calls * sizes.blocks, 1)
+
+    samples = compare_rates(lambda: parallel(job, 4), lambda: parallel(job, 1), sizes.reps)
+    return [
+        result(
+            AREA,
+            "4 processes appending 1 event per call to 4 sessions",
+            "the same in 1 process",
+            samples,
+            "events/s",
+            1.0,
+            SETTINGS + f"; {os.cpu_count()} cores shared by clients and server",
+        )
+    ]
