@@ -53,8 +53,8 @@ if compare then
 end
 
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
--- script here, before anything has changed. An uncompared write forgets the tokens,
--- as a plain write does.
+-- script here, before anything has changed. An uncompared write keeps the tokens, as
+-- a plain write does: a compared call resent after it must still find its own.
 if compare then
   local kept, count = token, 1
   for seen in string.gmatch(tokens, '%S+') do
@@ -66,7 +66,6 @@ if compare then
   redis.call('HSET', values, when, ARGV[2], 't', kept)
 else
   redis.call('HSET', values, when, ARGV[2])
-  redis.call('HDEL', values, 't')
 end
 redis.call('ZADD', at, when, when)
 

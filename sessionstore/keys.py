@@ -11,7 +11,7 @@ session live in one slot, so every script touches a single slot.
 ======================================================  ======  ===================================  ==============  ====
 key                                                     type    fields / members                     written by      TTL
 ======================================================  ======  ===================================  ==============  ====
-``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, DEL,       none
+``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, HDEL,      none
                                                                   ``t`` swap tokens (see below)         value_swap.lua
                                                                                                         value_forget.lua
 ``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   none
@@ -29,10 +29,11 @@ key                                                     type    fields / members
 ``t`` holds the tokens of the latest swaps (``value_swap.lua``, ``history_set.lua`` with
 an expected version), newest first, space separated, at most 8: each call carries a
 random token and stores it with its write, so the same call sent again after a lost
-reply finds its token and is reported applied, not conflicting. ``HSET ... t ""`` (a
-plain write) and an uncompared ``history_set.lua`` forget them; reads never look at
-``t``. A value cleared by a swap keeps its hash with ``t`` alone: a value hash without
-``v`` holds no value (listing skips it). ``value_forget.lua`` removes the three keys of
+reply finds its token and is reported applied, not conflicting, even when another
+client wrote in between: plain writes (``HSET v w``, ``HDEL v w``) and uncompared
+``history_set.lua`` calls keep them. Reads never look at ``t``. A cleared value whose
+key ever saw a swap keeps its hash with ``t`` alone: a value hash without ``v`` holds
+no value (listing skips it). ``value_forget.lua`` removes the three keys of
 one value, plain and history.
 
 ``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is

@@ -273,7 +273,7 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
     client = raw(redis_server.url)
     prefix = f"ss:{ns}:"
     value = client.hgetall(f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}")
-    assert value == {b"v": value[b"v"], b"w": str(T0).encode(), b"t": b""}
+    assert value == {b"v": value[b"v"], b"w": str(T0).encode()}
     found = sorted(k.decode() for k in client.scan_iter(match=f"{prefix}*BTCUSDT*"))
     assert found == [
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:at",
@@ -397,9 +397,11 @@ def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
     assert client.hmget(name, ["v", "w"]) == [None, None]
     assert client.hget(name, "t") == b"c1 b1 a1"
     assert swap(None, b"\x03", "d1") == b"OK"
-    open_redis(redis_server.url, ns).values.write(vkey(ns), b"\x04", T0)  # forgets tokens
-    assert swap(None, b"\x03", "d1") == b"CONFLICT"
-    assert client.hgetall(name) == {b"v": b"\x04", b"w": str(T0).encode(), b"t": b""}
+    open_redis(redis_server.url, ns).values.write(vkey(ns), b"\x04", T0)  # keeps tokens
+    assert swap(None, b"\x03", "d1") == b"OK"  # a resend after the write: still applied
+    assert client.hgetall(name) == {
+        b"v": b"\x04", b"w": str(T0).encode(), b"t": b"d1 c1 b1 a1"
+    }
     for step in range(20):
         current = Stored(bytes([5 + step - 1]) if step else b"\x04", T0)
         assert swap(current, bytes([5 + step]), f"e{step}") == b"OK"
@@ -428,9 +430,9 @@ def test_a_history_swap_sent_again_with_its_token_is_applied_once(redis_server, 
     assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h2") == b"CONFLICT"
     assert values.read_as_of(key, T0 + 5) == Stored(b"\x02", T0 + 1)
     assert sorted(client.hkeys(names[1])) == [str(T0).encode(), str(T0 + 1).encode(), b"t"]
-    values.write_version(key, b"\x03", T0 + 2, 3)  # an uncompared write forgets the tokens
-    assert client.hget(names[1], "t") is None
-    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"CONFLICT"
+    values.write_version(key, b"\x03", T0 + 2, 3)  # an uncompared write keeps the tokens
+    assert client.hget(names[1], "t") == b"h1"
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
     assert values.read_as_of(key, T0 + 5) == Stored(b"\x03", T0 + 2)
     client.close()
 

@@ -4,8 +4,8 @@ Every method but ``scan`` is one round trip: build the command, call, decode. Th
 and decode functions are shared by :class:`RedisValues` (sync) and
 :class:`AsyncRedisValues`.
 
-* ``read``: ``HMGET key v w``; ``write``: ``HSET key v <payload> w <when> t ""`` (one
-  command, never torn, forgets the swap tokens) or ``DEL`` for None; ``swap``:
+* ``read``: ``HMGET key v w``; ``write``: ``HSET key v <payload> w <when>`` (one
+  command, never torn) or ``HDEL key v w`` for None; ``swap``:
   ``value_swap.lua``.
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
   ``history_set.lua``.
@@ -49,11 +49,12 @@ def new_token() -> str:
 
 
 def write_command(name: str, payload: bytes | None, when: int) -> tuple[Any, ...]:
-    """The one command that replaces a plain value and forgets the swap tokens (``DEL``
-    for None)."""
+    """The one command that replaces a plain value (``HDEL v w`` for None). The swap
+    tokens stay: a swap resent after a lost reply must still find its token when a plain
+    write landed in between."""
     if payload is None:
-        return ("DEL", name)
-    return ("HSET", name, FIELD_VALUE, payload, FIELD_WHEN, str(when), FIELD_TOKENS, b"")
+        return ("HDEL", name, FIELD_VALUE, FIELD_WHEN)
+    return ("HSET", name, FIELD_VALUE, payload, FIELD_WHEN, str(when))
 
 
 def parse_when(name: str, raw: Any) -> int:
