@@ -6,7 +6,7 @@ import typer
 
 from . import sessions, values
 from .demo import demo
-from .doctor import doctor
+from .doctor import acl, doctor
 
 app = typer.Typer(
     name="sessionstore",
@@ -24,5 +24,6 @@ def root() -> None:
 
 app.command()(demo)
 app.command()(doctor)
+app.command()(acl)
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
@@ -15,6 +15,7 @@ import sessionstore
 from ..connection import REDIS_SCHEMES, mask_url, resolve_url, scheme_of
 from ..errors import SessionStoreError
 from ..models import SessionEvent, SessionHeader
+from ..redis.acl import setuser_line
 from .common import EXIT_FAILED, Json, Namespace, Url, console, emit_json
 
 #: URL query parameters sessionstore reads itself (redis-py must not see them).
@@ -50,6 +51,16 @@ def doctor(url: Url = None, namespace: Namespace = "default", json: Json = False
             )
     if any(check.status == "FAIL" for check in checks):
         raise typer.Exit(EXIT_FAILED)
+
+
+def acl(
+    user: Annotated[str, typer.Argument(help="Name of the Redis user to create.")],
+    password: Annotated[str, typer.Option(help="Its password.")] = "<password>",
+    namespace: Namespace = "default",
+) -> None:
+    """Print the redis-cli line that creates a user confined to the namespace's keys and
+    to the commands sessionstore needs."""
+    console.print(setuser_line(user, password, namespace), markup=False)
 
 
 def split_own_params(url: str) -> tuple[str, dict[str, str]]:

@@ -1,0 +1,98 @@
+"""docs/operations.md cannot go stale: its key layout is the library's, and every console
+recipe in it is run against a live server seeded as the document says, output compared."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.redis_server import RedisServer
+
+import sessionstore
+from sessionstore import SessionEvent, SessionHeader, keys
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+BLOCK = re.compile(r"```console\n(.*?)```", re.S)
+
+
+def recipes() -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) for every ``$ `` line of a console block."""
+    found: list[tuple[str, list[str]]] = []
+    for block in BLOCK.findall(DOC.read_text()):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                found.append((line[2:], []))
+            else:
+                found[-1][1].append(line)
+    return found
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    with RedisServer() as server:
+        store = sessionstore.connect(server.url, namespace="run-42")
+        s = store.session("BTCUSDT", strategy="llm-momentum", exchange="binance", frame="1h")
+        s.set_data({"lastLlmSignal": "buy"}, 1718000000000)
+        store.events.create(SessionHeader(id="agent-7", cwd="/srv/agent", created_at=1718000000000))
+        store.events.append("agent-7", [
+            SessionEvent(seq=0, type="turn/start", time=1718000000000, data={"turn": 1}),
+            SessionEvent(seq=1, type="turn/end", time=1718000000500,
+                         data={"turn": 1, "reason": {"kind": "done"}}),
+        ])  # fmt: skip
+        store.close()
+        yield server
+
+
+def run(command: str, port: int) -> str:
+    if command.startswith("redis-cli "):
+        command = f"redis-cli -p {port} --no-raw {command[len('redis-cli ') :]}"
+    elif command.startswith("sessionstore "):
+        command = f"{sys.executable} -m sessionstore {command[len('sessionstore ') :]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize(("command", "expected"), recipes(), ids=[c for c, _ in recipes()])
+def test_every_recipe_prints_what_the_document_shows(seeded, command, expected):
+    assert run(command, seeded.port).rstrip("\n").splitlines() == expected
+
+
+def test_the_recipes_use_the_library_key_names():
+    text = DOC.read_text()
+    value = keys.value_key(
+        keys.ValueKey("run-42", "BTCUSDT", "llm-momentum", "binance", "1h", "backtest")
+    )
+    meta, events = keys.log_keys("run-42", "agent-7")
+    for name in (value, meta, events):
+        assert name in text
+
+
+def test_the_layout_table_lists_every_kind_of_key_the_library_builds():
+    text = DOC.read_text()
+    for pattern in (
+        "ss:<ns>:val:{",
+        "ss:<ns>:hist:{",
+        "}:at`",
+        "}:v`",
+        "ss:<ns>:log:{<session id>}:meta",
+        "ss:<ns>:log:{<session id>}:events",
+    ):
+        assert pattern in text
+    for name in (
+        "value_swap",
+        "value_forget",
+        "history_set",
+        "log_append",
+        "log_cut_tail",
+        "log_delete",
+    ):
+        assert f"{name}.lua" in text
+        assert (DOC.parent.parent / "lua" / f"{name}.lua").exists()
