@@ -1,0 +1,328 @@
+"""Part 3 of the fault suite: the server applied a call but its reply was lost.
+
+``tests/support/tcp_proxy.py`` sits between the client and a real redis-server and is
+told to lose the reply to the next ``EVALSHA`` (or ``HSET``): the request is forwarded and
+executed, the reply swallowed, the client's connection closed. redis-py retries on the
+connection error, so the same call is sent again; sessionstore must recognise it as
+already applied:
+
+* ``append``: the retry is an applied replay: no duplicate event, no error (also when the
+  caller itself retries after every retry of the client lost its reply, and for the
+  closers ``load`` appends, and through the async API);
+* ``set_data`` (plain: ``HSET``; history: ``history_set.lua``): applying it twice is the
+  same as once;
+* ``update``: the swap must not apply ``fn`` twice, also when another client's
+  ``set_data`` lands between the lost reply and the resend (``before_close`` hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from support.redis_server import RedisServer
+from support.tcp_proxy import TcpProxy
+
+import sessionstore
+import sessionstore.aio
+from sessionstore import SessionHeader, StoreUnavailableError, keys
+from sessionstore.keys import ValueKey
+from sessionstore.redis.client import RETRIES
+from sessionstore.redis.scripts import scripts
+
+from . import figures
+from .conftest import iterations
+from .figures import figures_run  # noqa: F401 - used by pytestmark
+from .test_writer_killed import (
+    SESSION,
+    T0,
+    Workload,
+    check_balanced,
+    check_batches,
+    check_closers,
+    ends_mid_turn,
+)
+
+#: A short timeout: a lost reply shows up as a closed connection at once anyway.
+TIMEOUT = 1.0
+KEY = ("BTCUSDT", "lost-reply", "binance", "1m")
+
+pytestmark = pytest.mark.usefixtures("figures_run")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer(durable=True) as own:
+        # Every script is in the cache, so that a lost reply is never a NOSCRIPT one.
+        client = redis.Redis(port=own.port)
+        for found in scripts().values():
+            client.script_load(found.source)
+        client.close()
+        yield own
+
+
+@pytest.fixture
+def proxy(server: RedisServer) -> Iterator[TcpProxy]:
+    with TcpProxy(server.port) as own:
+        yield own
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"lost-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def store(proxy: TcpProxy, namespace: str) -> Iterator[sessionstore.Store]:
+    with sessionstore.connect(proxy.url, namespace, timeout=TIMEOUT) as opened:
+        yield opened
+
+
+@pytest.fixture
+def direct(server: RedisServer, namespace: str) -> Iterator[sessionstore.Store]:
+    """The same data, read around the proxy."""
+    with sessionstore.connect(server.url, namespace, timeout=5) as opened:
+        yield opened
+
+
+def applied(reply: bytes) -> bool:
+    """Whether a swallowed reply says the server did the work (not an error)."""
+    return not reply.startswith(b"-")
+
+
+def test_a_lost_reply_to_an_append_is_an_applied_replay(proxy, store, direct):
+    rounds = iterations(normal=25, ci=10, soak=500)
+    rng = random.Random()
+    work = Workload("lost", rng)
+    store.events.create(SessionHeader(id=SESSION, created_at=T0))
+    # The very first append materialises the session: its reply is lost too.
+    proxy.drop_replies("EVALSHA")
+    next_seq = store.events.append(SESSION, work.batch(0, 3, "b-first"))
+    assert next_seq == 3 and proxy.dropped == 1 and applied(proxy.dropped_replies[-1])
+    acked = 3
+    for number in range(rounds):
+        size = rng.randint(1, 20)
+        proxy.drop_replies("EVALSHA")
+        batch = work.batch(next_seq, size, f"b{number}")
+        assert store.events.append(SESSION, batch) == next_seq + size
+        assert proxy.pending_drops() == 0 and applied(proxy.dropped_replies[-1])
+        next_seq += size
+        acked += size
+    stored = direct.events.read_from(SESSION, 0)
+    lost = acked - len(stored)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=proxy.dropped,
+        inputs=rounds + 1,
+        acked_events=acked,
+        lost=max(lost, 0),
+        duplicates=max(-lost, 0),
+    )
+    assert len(stored) == next_seq == acked, "an event was lost or written twice"
+    assert check_batches(stored) == rounds + 1
+    assert proxy.dropped == rounds + 1
+
+
+def test_the_caller_may_retry_an_append_whose_every_reply_was_lost(proxy, store, direct):
+    work = Workload("giveup", random.Random())
+    header = SessionHeader(id=SESSION, created_at=T0)
+    store.events.create(header)
+    assert store.events.append(SESSION, work.batch(0, 4, "b0")) == 4
+    batch = work.batch(4, 7, "b1")
+    # The first send and both retries of the client lose their reply: the call fails...
+    proxy.drop_replies("EVALSHA", count=RETRIES + 1)
+    with pytest.raises(StoreUnavailableError) as caught:
+        store.events.append(SESSION, batch)
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
+    assert proxy.dropped == RETRIES + 1
+    assert all(applied(reply) for reply in proxy.dropped_replies)
+    # ...although the batch was applied: the caller's retry of the same batch is a success.
+    assert store.events.append(SESSION, batch) == 11
+    stored = direct.events.read_from(SESSION, 0)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=proxy.dropped,
+        inputs=2,
+        acked_events=11,
+        lost=max(11 - len(stored), 0),
+        duplicates=max(len(stored) - 11, 0),
+    )
+    assert len(stored) == 11
+    check_batches(stored)
+
+
+def test_a_lost_reply_to_the_closers_of_load_appends_them_once(proxy, store, direct):
+    rng = random.Random()
+    work = Workload("closers", rng)
+    store.events.create(SessionHeader(id=SESSION, created_at=T0))
+    next_seq = 0
+    while True:
+        next_seq = store.events.append(SESSION, work.batch(next_seq, rng.randint(1, 9), "b"))
+        if ends_mid_turn(store.events.read_from(SESSION, 0)):
+            break
+    committed = direct.events.read_from(SESSION, 0)
+    proxy.drop_replies("EVALSHA")
+    loaded = store.events.load(SESSION)
+    assert proxy.dropped == 1 and applied(proxy.dropped_replies[-1])
+    closers = check_closers(committed, loaded.events)
+    stored = direct.events.read_from(SESSION, 0)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=1,
+        inputs=1,
+        acked_events=len(stored),
+        duplicates=max(len(stored) - len(loaded.events), 0),
+    )
+    assert stored == loaded.events and closers >= 1
+    check_balanced(stored)
+
+
+def test_a_lost_reply_through_the_async_api_is_an_applied_replay(proxy, namespace, direct):
+    work = Workload("async", random.Random())
+
+    async def go() -> int:
+        async with sessionstore.aio.connect(proxy.url, namespace, timeout=TIMEOUT) as store:
+            await store.events.create(SessionHeader(id=SESSION, created_at=T0))
+            next_seq = await store.events.append(SESSION, work.batch(0, 2, "a0"))
+            for number in range(1, 6):
+                proxy.drop_replies("EVALSHA")
+                batch = work.batch(next_seq, number, f"a{number}")
+                next_seq = await store.events.append(SESSION, batch)
+            return next_seq
+
+    next_seq = asyncio.run(go())
+    stored = direct.events.read_from(SESSION, 0)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=proxy.dropped,
+        inputs=5,
+        acked_events=next_seq,
+        duplicates=max(len(stored) - next_seq, 0),
+        lost=max(next_seq - len(stored), 0),
+    )
+    assert proxy.dropped == 5 and all(applied(r) for r in proxy.dropped_replies)
+    assert len(stored) == next_seq == 17
+    check_batches(stored)
+
+
+def _history_versions(server: RedisServer, namespace: str) -> list[bytes]:
+    at, _ = keys.history_keys(ValueKey(namespace, *KEY, "backtest"))
+    client = redis.Redis(port=server.port)
+    try:
+        return client.zrange(at, 0, -1)
+    finally:
+        client.close()
+
+
+def test_a_lost_reply_to_set_data_is_harmless(server, proxy, store, direct, namespace):
+    plain = store.session(*KEY)
+    history = store.session(*KEY, history=True)
+    plain.set_data({"n": 0}, T0)
+    history.set_data({"n": 0}, T0)
+    rounds = iterations(normal=10, ci=5, soak=200)
+    for n in range(1, rounds + 1):
+        proxy.drop_replies("HSET")
+        plain.set_data({"n": n}, T0 + n)
+        proxy.drop_replies("EVALSHA")
+        history.set_data({"n": n}, T0 + n)
+        assert proxy.pending_drops() == 0
+    figures.record("lost_reply", "redis", faults=proxy.dropped, inputs=2 * rounds)
+    assert proxy.dropped == 2 * rounds
+    assert all(applied(r) for r in proxy.dropped_replies)
+    assert direct.session(*KEY).get_data(T0 + rounds) == {"n": rounds}
+    assert direct.session(*KEY, history=True).get_data(T0 + rounds) == {"n": rounds}
+    assert direct.session(*KEY, history=True).get_data(T0 + 3) == {"n": 3}
+    expected = [str(T0 + n).encode() for n in range(rounds + 1)]
+    assert _history_versions(server, namespace) == expected
+
+
+@pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
+def test_a_lost_reply_to_the_swap_of_update_does_not_apply_fn_twice(proxy, store, direct, history):
+    session = store.session(*KEY, history=history)
+    session.update(lambda v: 0, T0)
+    rounds = iterations(normal=5, ci=3, soak=50)
+    calls = 0
+
+    def increment(value: int) -> int:
+        nonlocal calls
+        calls += 1
+        return value + 1
+
+    for _ in range(rounds):
+        # History: update() runs history_get.lua then history_set.lua; lose the second.
+        proxy.drop_replies("EVALSHA", skip=1 if history else 0)
+        session.update(increment, T0)
+    stored = direct.session(*KEY, history=history).get_data(T0)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=proxy.dropped,
+        inputs=rounds,
+        duplicates=max(stored - rounds, 0),
+    )
+    assert stored == rounds, f"{rounds} updates stored {stored}: fn ran {calls} times"
+
+
+def test_a_lost_reply_to_the_swap_of_an_async_update_does_not_apply_fn_twice(
+    proxy, namespace, direct
+):
+    rounds = iterations(normal=5, ci=3, soak=50)
+
+    async def go() -> None:
+        async with sessionstore.aio.connect(proxy.url, namespace, timeout=TIMEOUT) as store:
+            session = store.session(*KEY)
+            await session.update(lambda v: 0, T0)
+            for _ in range(rounds):
+                proxy.drop_replies("EVALSHA")
+                await session.update(lambda v: v + 1, T0)
+
+    asyncio.run(go())
+    stored = direct.session(*KEY).get_data(T0)
+    figures.record(
+        "lost_reply",
+        "redis",
+        faults=proxy.dropped,
+        inputs=rounds,
+        duplicates=max(stored - rounds, 0),
+    )
+    assert proxy.dropped == rounds and all(applied(r) for r in proxy.dropped_replies)
+    assert stored == rounds
+
+
+@pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
+@pytest.mark.parametrize("written", [100, None], ids=["set", "clear"])
+def test_a_write_between_a_lost_swap_reply_and_its_resend_does_not_make_update_apply_fn_twice(
+    proxy, store, direct, history, written
+):
+    """Found by this suite (fixed in 284d4bf): writes used to forget the swap tokens, so
+    the resend answered CONFLICT and update() applied fn again on top of the write."""
+    session = store.session(*KEY, history=history)
+    session.set_data(5, T0)
+    session.update(lambda v: v, T0)
+    other = direct.session(*KEY, history=history)
+    calls: list[int] = []
+
+    def increment(value: int) -> int:
+        calls.append(value)
+        return value + 1
+
+    # The swap writes 6 and its reply is lost; before the client resends it, another
+    # client's set_data stores ``written``. The update happened (6 was stored, and could
+    # be read), then the set_data: ``written`` must stay, fn must not run on it.
+    proxy.drop_replies(
+        "EVALSHA", skip=1 if history else 0, before_close=lambda: other.set_data(written, T0)
+    )
+    returned = session.update(increment, T0)
+    final = other.get_data(T0)
+    figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != written))
+    assert proxy.dropped == 1 and not proxy.hook_errors
+    assert final == written, f"fn ran on {calls}: the update was applied twice, ending at {final}"
+    assert returned == 6 and calls == [5]
