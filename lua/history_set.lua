@@ -15,6 +15,8 @@
 -- ARGV[6] - the expected version's when (integer text)
 -- ARGV[7] - the expected version's value ("" for a clear)
 -- ARGV[8] - with ARGV[4] "1": this call's token (non-empty, no spaces, unique per call)
+-- ARGV[9] - optional: a retention in ms, after which both keys expire together ("0" or
+--           absent: they keep whatever expiry they had)
 -- returns "OK" when written or when the token is remembered (nothing written),
 --         "CONFLICT" when the comparison failed (nothing written)
 
@@ -83,5 +85,10 @@ if keep > 0 then
     redis.call('ZREMRANGEBYRANK', at, 0, extra - 1)
     hdel_all(oldest)
   end
+end
+
+if ARGV[9] and ARGV[9] ~= '0' then
+  redis.call('PEXPIRE', at, ARGV[9])
+  redis.call('PEXPIRE', values, ARGV[9])
 end
 return 'OK'

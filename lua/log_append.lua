@@ -8,8 +8,10 @@
 -- ARGV[4] - the header format version this client reads and writes
 -- ARGV[5] - the stream's last id to restore after a torn tail is cut off: the
 --           largest id below the batch's first entry ("0-0" when it starts at 0)
--- ARGV[6] - number of header fields h, or "-1" when no header is given
--- ARGV[7 .. 6+2h] - header field names and values (fields that are None left out)
+-- ARGV[6] - the retention in ms to store with a session this call materialises, "0"
+--           for none (a stored session keeps the ttl_ms it was materialised with)
+-- ARGV[7] - number of header fields h, or "-1" when no header is given
+-- ARGV[8 .. 7+2h] - header field names and values (fields that are None left out)
 -- then 6 values per event: seq, type, time, data, "1"/"0" (has an id), id
 -- returns {"OK", next_seq}       the batch was written
 --         {"REPLAY", next_seq}   every event is already stored identically
@@ -19,12 +21,13 @@
 --         {"VERSION", version}   the stored header has another format version
 --         {"CORRUPT", detail}    the meta hash or the stream is damaged
 -- Every check runs before the first write; next_seq is written last, so entries at
--- or past it are a torn tail, never part of the log.
+-- or past it are a torn tail, never part of the log. A session with a ttl_ms then has
+-- both its keys expire ttl_ms from now, together (the script's clock stands still).
 
 local meta, stream = KEYS[1], KEYS[2]
 local first, after, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local nheader = tonumber(ARGV[6])
-local base = 6 + 2 * math.max(nheader, 0)
+local nheader = tonumber(ARGV[7])
+local base = 7 + 2 * math.max(nheader, 0)
 
 local function event_arg(index, offset)
   return ARGV[base + 6 * (index - 1) + offset]
@@ -37,9 +40,13 @@ for i = 1, #stored, 2 do
 end
 
 local next_seq = '0'
+local ttl = nil
 if #stored == 0 then
   if nheader < 0 then
     return {'NOTFOUND'}
+  end
+  if ARGV[6] ~= '0' then
+    ttl = ARGV[6]
   end
 else
   if fields['version'] ~= ARGV[4] then
@@ -48,14 +55,14 @@ else
   if nheader >= 0 then
     local own = 0
     for name, _ in pairs(fields) do
-      if name ~= 'next_seq' and name ~= 'last_time' then
+      if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms' then
         own = own + 1
       end
     end
     if own ~= nheader then
       return {'EXISTS'}
     end
-    for i = 7, 6 + 2 * nheader, 2 do
+    for i = 8, 7 + 2 * nheader, 2 do
       if fields[ARGV[i]] ~= ARGV[i + 1] then
         return {'EXISTS'}
       end
@@ -64,6 +71,10 @@ else
   next_seq = fields['next_seq']
   if not next_seq or not tonumber(next_seq) then
     return {'CORRUPT', 'the meta hash has no valid next_seq'}
+  end
+  ttl = fields['ttl_ms']
+  if ttl and not ((tonumber(ttl) or 0) > 0) then
+    return {'CORRUPT', 'the meta hash has no valid ttl_ms'}
   end
 end
 
@@ -129,9 +140,17 @@ end
 
 local commit = {'next_seq', after, 'last_time', event_arg(count, 3)}
 if #stored == 0 then
-  for i = 7, 6 + 2 * nheader do
+  for i = 8, 7 + 2 * nheader do
     commit[#commit + 1] = ARGV[i]
+  end
+  if ttl then
+    commit[#commit + 1] = 'ttl_ms'
+    commit[#commit + 1] = ttl
   end
 end
 redis.call('HSET', meta, unpack(commit))
+if ttl then
+  redis.call('PEXPIRE', meta, ttl)
+  redis.call('PEXPIRE', stream, ttl)
+end
 return {'OK', after}

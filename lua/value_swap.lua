@@ -11,6 +11,8 @@
 -- ARGV[5] - the new v
 -- ARGV[6] - the new w
 -- ARGV[7] - this call's token: non-empty, no spaces, unique per call
+-- ARGV[8] - optional: a retention in ms, after which the hash expires ("0" or absent:
+--           the hash keeps whatever expiry it had)
 -- returns "OK" when the record equalled the expected one and was replaced, or when
 --         this call's token is remembered (nothing written);
 --         "CONFLICT" when it did not (nothing written)
@@ -51,5 +53,8 @@ if ARGV[4] == '1' then
 else
   redis.call('HSET', KEYS[1], 't', kept)
   redis.call('HDEL', KEYS[1], 'v', 'w')
+end
+if ARGV[8] and ARGV[8] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
 end
 return 'OK'

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from .connection import open_backends, resolve_url
-from .core import LoadedSession, ValueRef, check_namespace
+from .core import LoadedSession, ValueRef, check_namespace, check_ttl
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
@@ -49,17 +49,22 @@ def connect(
     *,
     timeout: float | None = None,
     durability: str | None = None,
+    ttl: float | None = None,
 ) -> Store:
     """Open a store on ``url`` (see :mod:`sessionstore.connection` for the schemes).
 
     ``timeout`` bounds how long a call waits for an unreachable server before raising
     ``StoreUnavailableError`` (Redis; default 5 s). ``durability`` (Redis event logs):
     ``"fsync"`` (default), ``"replicas:N"`` or ``"none"``; the URL may carry
-    ``?durability=...`` instead. Opening does no I/O; the first call connects.
+    ``?durability=...`` instead. ``ttl`` (seconds > 0) is the retention of the event-log
+    sessions this store creates (``events.create(..., ttl=...)`` overrides it): each
+    expires ``ttl`` after its last append; None (default) keeps them for good. A bad
+    ``ttl`` raises ``InvalidArgumentError``. Opening does no I/O; the first call connects.
     """
     resolved = resolve_url(url)
+    ttl_ms = check_ttl(ttl)
     options: dict[str, Any] = {"timeout": timeout, "durability": durability}
-    return Store(open_backends(resolved, check_namespace(namespace), options), namespace)
+    return Store(open_backends(resolved, check_namespace(namespace), options), namespace, ttl_ms)
 
 
 __all__ = [

@@ -30,6 +30,7 @@ from .core import (
     check_from_seq,
     check_max_versions,
     check_namespace,
+    check_ttl,
     value_key,
     value_refs,
 )
@@ -48,11 +49,14 @@ def connect(
     *,
     timeout: float | None = None,
     durability: str | None = None,
+    ttl: float | None = None,
 ) -> AsyncStore:
     """Like :func:`sessionstore.connect`, for asyncio. No I/O until first use."""
     resolved = resolve_url(url)
+    ttl_ms = check_ttl(ttl)
     options: dict[str, Any] = {"timeout": timeout, "durability": durability}
-    return AsyncStore(open_backends(resolved, check_namespace(namespace), options), namespace)
+    backends = open_backends(resolved, check_namespace(namespace), options)
+    return AsyncStore(backends, namespace, ttl_ms)
 
 
 class _Offload:
@@ -116,7 +120,7 @@ class AsyncSession:
 
     async def delete(self) -> bool:
         """Remove every stored record of this key, plain and history alike; True if there
-        was one. The handle stays usable."""
+        was one that had not expired. The handle stays usable."""
         return await arun(flows.delete_value(self._state, self._lifecycle), self._backend)
 
     def dispose(self) -> _Done:
@@ -126,12 +130,13 @@ class AsyncSession:
 
 
 class AsyncEventLog:
-    """Async twin of :class:`sessionstore.EventLog`."""
+    """Async twin of :class:`sessionstore.EventLog` (retention works the same way)."""
 
-    def __init__(self, backend: Any, lifecycle: Lifecycle) -> None:
+    def __init__(self, backend: Any, lifecycle: Lifecycle, ttl_ms: int | None = None) -> None:
         self._backend = backend
         self._lifecycle = lifecycle
         self._pending = PendingSessions()
+        self._ttl_ms = ttl_ms
 
     async def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None."""
@@ -140,9 +145,11 @@ class AsyncEventLog:
         located: str | None = await self._backend.locate(check_session_id(session_id))
         return located
 
-    async def create(self, header: SessionHeader) -> None:
-        """Register a new session. Nothing is written until its first append."""
-        await arun(flows.create(self._pending, self._lifecycle, header), self._backend)
+    async def create(self, header: SessionHeader, *, ttl: float | None = None) -> None:
+        """Register a new session (see :meth:`sessionstore.EventLog.create`)."""
+        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
+        flow = flows.create(self._pending, self._lifecycle, header, ttl_ms)
+        await arun(flow, self._backend)
 
     async def append(
         self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
@@ -181,12 +188,20 @@ class AsyncEventLog:
         flow = flows.delete_session(self._pending, self._lifecycle, session_id)
         await arun(flow, self._backend)
 
-    async def writer(self, header: SessionHeader, *, window: float = 0.2) -> AsyncSessionWriter:
-        """A write-behind writer for ``header``'s session (created here if new)."""
+    async def prune(self) -> int:
+        """Remove the expired sessions of the namespace, each whole; how many (0 on Redis)."""
+        return await arun(flows.prune(self._lifecycle), self._backend)
+
+    async def writer(
+        self, header: SessionHeader, *, window: float = 0.2, ttl: float | None = None
+    ) -> AsyncSessionWriter:
+        """A write-behind writer for ``header``'s session (created here, with ``ttl``,
+        if new)."""
+        check_ttl(ttl)
         try:
             start = flows.next_position(await self.load(header.id))
         except SessionNotFoundError:
-            await self.create(header)
+            await self.create(header, ttl=ttl)
             start = (0, 0)
         return AsyncSessionWriter(self, WriterBuffer(header.id, *start), window)
 
@@ -259,12 +274,12 @@ class AsyncSessionWriter:
 class AsyncStore:
     """Async twin of :class:`sessionstore.Store`."""
 
-    def __init__(self, backends: Backends, namespace: str) -> None:
+    def __init__(self, backends: Backends, namespace: str, ttl_ms: int | None = None) -> None:
         self._backends = backends
         self._async = _async_backends(backends)
         self.namespace = namespace
         self._lifecycle = Lifecycle()
-        self.events = AsyncEventLog(self._async.events, self._lifecycle)
+        self.events = AsyncEventLog(self._async.events, self._lifecycle, ttl_ms)
 
     @property
     def url(self) -> str:
@@ -281,15 +296,19 @@ class AsyncStore:
         mode: str = "backtest",
         history: bool = False,
         max_versions: int | None = None,
+        ttl: float | None = None,
     ) -> AsyncSession:
-        """A handle on the value of (symbol, strategy, exchange, frame, mode). No I/O."""
+        """A handle on the value of (symbol, strategy, exchange, frame, mode), whose
+        writes expire after ``ttl`` seconds when given. No I/O."""
         self._lifecycle.check_open()
         key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
-        state = SessionState(key, bool(history), check_max_versions(history, max_versions))
+        versions = check_max_versions(history, max_versions)
+        state = SessionState(key, bool(history), versions, check_ttl(ttl))
         return AsyncSession(self._async.values, state, self._lifecycle)
 
     async def list_values(self) -> list[ValueRef]:
-        """Every stored session value of this namespace (plain and history), sorted."""
+        """Every stored session value of this namespace (plain and history) that has not
+        expired, sorted."""
         self._lifecycle.check_open()
         return value_refs(await self._async.values.scan(self.namespace))
 

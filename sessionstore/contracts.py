@@ -1,6 +1,12 @@
 """What a backend must do. The facades (:mod:`sessionstore.store`, :mod:`sessionstore.aio`)
 hold every decision; a backend only stores and fetches, atomically where stated.
 
+Retention: a value written with ``ttl_ms`` expires ``ttl_ms`` milliseconds (of the
+backend's clock: the server's for Redis, the wall clock elsewhere) after that write; an
+expired value is absent for every method. An event-log session keeps the ``ttl_ms`` it was
+materialised with, and every append that writes moves its expiry to ``ttl_ms`` after it;
+an expired session is removed whole, by :meth:`EventBackend.prune` or by the server.
+
 A backend implements :class:`ValueBackend` and :class:`EventBackend` synchronously;
 the async API runs a blocking backend in a worker thread, or uses the backend's own
 ``async_backend()`` where it has a native one (Redis). The conformance suites in
@@ -43,28 +49,55 @@ class ValueBackend(ABC):
 
     @abstractmethod
     def read(self, key: ValueKey) -> Stored | None:
-        """The one stored record of a plain value, or None; look-ahead is the caller's job."""
+        """The one stored record of a plain value, or None (also once it has expired);
+        look-ahead is the caller's job."""
 
     @abstractmethod
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
-        """Replace the record unconditionally; ``payload=None`` removes it. Never torn."""
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
+        """Replace the record unconditionally; ``payload=None`` removes it. Never torn.
+
+        With ``ttl_ms`` the record expires ``ttl_ms`` after this write. Without, a record
+        that has not expired keeps its expiry, and a new one (or one replacing an expired
+        record) never expires.
+        """
 
     @abstractmethod
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
-        """Atomically: if the record equals ``expected``, :meth:`write` and return True."""
+        """Atomically: if the record equals ``expected`` (None when absent or expired),
+        :meth:`write` and return True."""
 
     @abstractmethod
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
-        """History: the newest version at or before ``when`` (a clear has payload None)."""
+        """History: the newest version at or before ``when`` (a clear has payload None);
+        None once the history has expired."""
 
     @abstractmethod
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
         """History, atomically: drop every version at or after ``when``, record this one
-        (``payload=None`` records a clear), then keep only the newest ``max_versions``."""
+        (``payload=None`` records a clear), then keep only the newest ``max_versions``.
+
+        A history expires whole: ``ttl_ms`` sets the expiry of every version, as
+        :meth:`write` does for a record; an expired history is absent, so a write to it
+        starts a new one.
+        """
 
     @abstractmethod
     def swap_version(
@@ -74,16 +107,20 @@ class ValueBackend(ABC):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         """Atomically: if :meth:`read_as_of` ``(when)`` equals ``expected``,
         :meth:`write_version` and return True."""
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
-        """Every key with a stored record in ``namespace``, with True for a history key."""
+        """Every key with a stored, unexpired record in ``namespace``, with True for a
+        history key."""
         raise NotImplementedError(f"{type(self).__name__} cannot list its values")
 
     def forget(self, key: ValueKey) -> bool:
-        """Remove the plain record and every history version of ``key``; True if any was there."""
+        """Remove the plain record and every history version of ``key``, expired ones too;
+        True if an unexpired one was there."""
         raise NotImplementedError(f"{type(self).__name__} cannot remove values")
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -103,7 +140,12 @@ class EventBackend(ABC):
 
     @abstractmethod
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         """Durably append a contiguous batch and return the new next seq.
 
@@ -114,6 +156,10 @@ class EventBackend(ABC):
         equal the stored next seq (else ``SeqConflictError``), unless every event of
         the batch is already stored identically, which is an applied replay: nothing is
         written. A torn tail is cut off durably before writing.
+
+        ``ttl_ms`` is stored with a session this call materialises (it is ignored for a
+        session already stored). In the same atomic step as the events, an append that
+        writes sets the expiry of a session stored with a ttl to ``ttl_ms`` after now.
         """
 
     @abstractmethod
@@ -139,6 +185,14 @@ class EventBackend(ABC):
     @abstractmethod
     def delete(self, session_id: str) -> None:
         """Remove the session entirely; ``SessionNotFoundError`` if it is not there."""
+
+    @abstractmethod
+    def prune(self, now_ms: int) -> int:
+        """Remove every session of the namespace whose expiry is at or before ``now_ms``
+        (epoch ms), each entirely and atomically (a session appended to meanwhile, and so
+        renewed, stays); return how many. Until then an expired session is still there
+        for every other method. A backend whose server expires sessions by itself
+        returns 0."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""

@@ -4,6 +4,7 @@ encoding, and the bookkeeping of lazily created event-log sessions. No I/O here.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from typing import Any, NamedTuple
@@ -25,6 +26,9 @@ MODES = ("backtest", "live")
 UPDATE_ATTEMPTS = 1000
 #: How often ``load`` re-reads when a concurrent append overtook its repair.
 REPAIR_ATTEMPTS = 50
+#: The longest retention accepted, in ms (about 285,000 years): an expiry time stays
+#: exact as a double and far inside every backend's 64-bit range.
+MAX_TTL_MS = 2**53 - 1
 
 
 class ValueRef(NamedTuple):
@@ -91,13 +95,38 @@ def check_max_versions(history: bool, max_versions: object) -> int | None:
     return max_versions
 
 
-class SessionState:
-    """The pure half of a session handle: its key, mode and the disposed flag."""
+def check_ttl(ttl: object) -> int | None:
+    """A retention of ``ttl`` seconds (an int or a float > 0) in milliseconds, rounded
+    up to a whole one (at least 1); None stays None (no expiry). Anything else raises
+    :class:`InvalidArgumentError`."""
+    if ttl is None:
+        return None
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or ttl <= 0
+    ):
+        raise InvalidArgumentError(
+            f"ttl must be a positive number of seconds or None, not {ttl!r:.40}"
+        )
+    if ttl > MAX_TTL_MS / 1000:
+        raise InvalidArgumentError(f"ttl {ttl!r:.40} is too long (at most {MAX_TTL_MS} ms)")
+    # Rounded to the microsecond first, so that 0.3 s is 300 ms, not 301.
+    return max(1, math.ceil(round(ttl * 1000, 3)))
 
-    def __init__(self, key: ValueKey, history: bool, max_versions: int | None) -> None:
+
+class SessionState:
+    """The pure half of a session handle: its key, mode, retention and the disposed flag."""
+
+    def __init__(
+        self, key: ValueKey, history: bool, max_versions: int | None, ttl_ms: int | None = None
+    ) -> None:
         self.key = key
         self.history = history
         self.max_versions = max_versions
+        #: Every write through the handle makes the value expire this long after it.
+        self.ttl_ms = ttl_ms
         self.initialised = False
         self.disposed = False
 
@@ -125,11 +154,13 @@ def backoff(attempt: int) -> float:
 
 
 class PendingSessions:
-    """Headers of sessions created by this store but not yet materialised by an append."""
+    """Headers (and retentions) of sessions created by this store but not yet
+    materialised by an append."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._headers: dict[str, SessionHeader] = {}
+        self._ttls: dict[str, int] = {}
 
     def check_new(self, header: object) -> SessionHeader:
         checked = check_header(header)
@@ -138,23 +169,30 @@ class PendingSessions:
                 raise SessionExistsError(checked.id)
         return checked
 
-    def add(self, header: SessionHeader) -> None:
+    def add(self, header: SessionHeader, ttl_ms: int | None = None) -> None:
         with self._lock:
             if header.id in self._headers:
                 raise SessionExistsError(header.id)
             self._headers[header.id] = header
+            if ttl_ms is not None:
+                self._ttls[header.id] = ttl_ms
 
-    def get(self, session_id: object) -> SessionHeader | None:
+    def lookup(self, session_id: object) -> tuple[SessionHeader | None, int | None]:
+        """The pending header of ``session_id`` and the retention it was created with
+        (None, None when it is not pending)."""
+        key = check_session_id(session_id)
         with self._lock:
-            return self._headers.get(check_session_id(session_id))
+            return self._headers.get(key), self._ttls.get(key)
 
     def materialised(self, header: SessionHeader) -> None:
         with self._lock:
             if self._headers.get(header.id) == header:
                 del self._headers[header.id]
+                self._ttls.pop(header.id, None)
 
     def discard(self, session_id: str) -> bool:
         with self._lock:
+            self._ttls.pop(session_id, None)
             return self._headers.pop(session_id, None) is not None
 
 

@@ -28,7 +28,7 @@ from .core import (
 from .errors import ConcurrentModificationError, SeqConflictError, SessionExistsError
 from .eventlog import check_session_id, closers, decode_events, encode_batch
 from .models import SessionEvent, SessionHeader
-from .when import to_epoch_ms
+from .when import now_ms, to_epoch_ms
 
 T = TypeVar("T")
 
@@ -114,6 +114,14 @@ def ready(state: SessionState, lifecycle: Lifecycle) -> Flow[SessionState]:
     return state
 
 
+_NO_OPTIONS: Mapping[str, Any] = {}
+
+
+def _ttl(ttl_ms: int | None) -> Mapping[str, Any]:
+    """The keyword arguments that pass a retention to a backend write (none without one)."""
+    return _NO_OPTIONS if ttl_ms is None else {"ttl_ms": ttl_ms}
+
+
 def _read(state: SessionState, ms: int) -> Call:
     if state.history:
         return Call("read_as_of", (state.key, ms))
@@ -130,10 +138,11 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
     payload = state.encode(value)
+    options = _ttl(state.ttl_ms)
     if state.history:
-        yield Call("write_version", (state.key, payload, ms, state.max_versions))
+        yield Call("write_version", (state.key, payload, ms, state.max_versions), options)
     else:
-        yield Call("write", (state.key, payload, ms))
+        yield Call("write", (state.key, payload, ms), options)
 
 
 def update(
@@ -141,15 +150,17 @@ def update(
 ) -> Flow[Any]:
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
+    options = _ttl(state.ttl_ms)
     for attempt in range(UPDATE_ATTEMPTS):
         if attempt:
             yield Sleep(backoff(attempt))
         found = yield _read(state, ms)
         payload = state.encode((yield Apply(fn, state.visible(found, ms))))
         if state.history:
-            swap = Call("swap_version", (state.key, found, payload, ms, state.max_versions))
+            args: tuple[Any, ...] = (state.key, found, payload, ms, state.max_versions)
+            swap = Call("swap_version", args, options)
         else:
-            swap = Call("swap", (state.key, found, payload, ms))
+            swap = Call("swap", (state.key, found, payload, ms), options)
         if (yield swap):
             return state.stored_value(payload)
     raise ConcurrentModificationError(
@@ -169,12 +180,14 @@ def _open(lifecycle: Lifecycle) -> None:
     lifecycle.check_open()
 
 
-def create(pending: PendingSessions, lifecycle: Lifecycle, header: SessionHeader) -> Flow[None]:
+def create(
+    pending: PendingSessions, lifecycle: Lifecycle, header: SessionHeader, ttl_ms: int | None
+) -> Flow[None]:
     _open(lifecycle)
     checked = pending.check_new(header)
     if (yield Call("exists", (checked.id,))):
         raise SessionExistsError(checked.id)
-    pending.add(checked)
+    pending.add(checked, ttl_ms)
 
 
 def append(
@@ -184,14 +197,14 @@ def append(
     events: Iterable[SessionEvent | Mapping[str, Any]],
 ) -> Flow[int]:
     _open(lifecycle)
-    header = pending.get(session_id)
+    header, ttl_ms = pending.lookup(session_id)
     batch = encode_batch(session_id, events)
     if not batch:
         if header is not None:
             return 0
         _, stored = yield Call("read", (session_id, 0))
         return len(stored)
-    next_seq: int = yield Call("append", (session_id, batch, header))
+    next_seq: int = yield Call("append", (session_id, batch, header), _ttl(ttl_ms))
     if header is not None:
         pending.materialised(header)
     return next_seq
@@ -227,6 +240,12 @@ def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:
     _open(lifecycle)
     headers: list[SessionHeader] = yield Call("list")
     return sorted(headers, key=lambda h: (h.created_at, h.id))
+
+
+def prune(lifecycle: Lifecycle) -> Flow[int]:
+    _open(lifecycle)
+    removed: int = yield Call("prune", (now_ms(),))
+    return removed
 
 
 def delete_session(pending: PendingSessions, lifecycle: Lifecycle, session_id: str) -> Flow[None]:

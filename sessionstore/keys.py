@@ -8,23 +8,35 @@ second hash tag and never act as glob characters in an ACL pattern or a ``--scan
 The braces ``{...}`` are the Cluster hash tag: all keys of one value or one log
 session live in one slot, so every script touches a single slot.
 
-======================================================  ======  ===================================  ==============  ====
+======================================================  ======  ===================================  ==============  ==================
 key                                                     type    fields / members                     written by      TTL
-======================================================  ======  ===================================  ==============  ====
-``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, HDEL,      none
-                                                                  ``t`` swap tokens (see below)         value_swap.lua
+======================================================  ======  ===================================  ==============  ==================
+``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, HDEL,      the handle's ttl
+                                                                  ``t`` swap tokens (see below)         MULTI/EXEC       when it has one,
+                                                                                                        with PEXPIRE,    else none
+                                                                                                        value_swap.lua
                                                                                                         value_forget.lua
-``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   none
-                                                                                                      value_forget.lua
-``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   none
-                                                                 for a clear; ``t`` swap tokens       value_forget.lua
-``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, none
-                                                                 parent_id fork_seq`` (absent = None),  log_delete.lua
-                                                                 ``next_seq``, ``last_time``
-``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_*.lua       none
+``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   the handle's ttl,
+                                                                                                      value_forget.lua same as ``:v``
+``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
+                                                                 for a clear; ``t`` swap tokens       value_forget.lua same as ``:at``
+``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
+                                                                 parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
+                                                                 ``next_seq``, ``last_time``,                          ``:events``; else
+                                                                 ``ttl_ms`` (absent = no ttl)                          none
+``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_*.lua       same as ``:meta``
                                                                  ``type`` ``time`` ``data`` (JSON)
                                                                  and ``id`` when the event has one
-======================================================  ======  ===================================  ==============  ====
+======================================================  ======  ===================================  ==============  ==================
+
+TTL: no key expires unless a ttl was asked for. A write through a value handle opened
+with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``: a plain write
+sends its ``HSET``/``HDEL`` and ``PEXPIRE`` in one ``MULTI``/``EXEC``; ``value_swap.lua``
+and ``history_set.lua`` call ``PEXPIRE`` themselves, on both keys of a history. A write
+without a ttl leaves a key's expiry as it was. A log session created with a ttl keeps it
+in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that writes ends with
+``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys always carry the
+same expiry and vanish together.
 
 ``t`` holds the tokens of the latest swaps (``value_swap.lua``, ``history_set.lua`` with
 an expected version), newest first, space separated, at most 8: each call carries a

@@ -20,6 +20,7 @@ from .core import (
     ValueRef,
     check_from_seq,
     check_max_versions,
+    check_ttl,
     value_key,
     value_refs,
 )
@@ -33,7 +34,10 @@ class Session:
     """A handle on one session value: (symbol, strategy, exchange, frame, mode) in a namespace.
 
     Reads never see the future: ``get_data(when)`` returns None when the stored value was
-    written for a time later than ``when``. Safe to share between threads.
+    written for a time later than ``when``. A handle opened with ``ttl`` makes every write
+    through it (``set_data``, ``update``) expire the value ``ttl`` seconds of wall-clock
+    time later; an expired value reads as None, is not listed and counts as absent. Safe
+    to share between threads.
     """
 
     def __init__(self, backend: ValueBackend, state: SessionState, lifecycle: Lifecycle) -> None:
@@ -57,7 +61,9 @@ class Session:
 
         ``None`` clears. With ``history=True`` every version at or after ``when`` is
         discarded first. An unserialisable value raises ``NotSerializableError`` and
-        leaves the stored record as it was.
+        leaves the stored record as it was. With the handle's ``ttl`` the value (for
+        history: every version) expires ``ttl`` seconds from now; without one, a value
+        that was given an expiry by an earlier write keeps it, and a new one never expires.
         """
         run(flows.set_data(self._state, self._lifecycle, value, when), self._backend)
 
@@ -68,7 +74,7 @@ class Session:
 
     def delete(self) -> bool:
         """Remove every stored record of this key, plain and history alike; True if there
-        was one. The handle stays usable."""
+        was one that had not expired. The handle stays usable."""
         return run(flows.delete_value(self._state, self._lifecycle), self._backend)
 
     def dispose(self) -> None:
@@ -77,12 +83,23 @@ class Session:
 
 
 class EventLog:
-    """Durable, append-only session event logs (see the package README for the contract)."""
+    """Durable, append-only session event logs (see the package README for the contract).
 
-    def __init__(self, backend: EventBackend, lifecycle: Lifecycle) -> None:
+    Retention: a session created with a ``ttl`` (or by a store connected with one) keeps
+    it from its first append on, and every append, by any store, moves its expiry to
+    ``ttl`` seconds from then. On Redis the server removes an expired session by itself,
+    all its keys at once. On the local backends (memory, files, SQLite) :meth:`prune`
+    removes expired sessions, each whole; until it runs, an expired session is still
+    listed, readable and appendable (an append then renews it).
+    """
+
+    def __init__(
+        self, backend: EventBackend, lifecycle: Lifecycle, ttl_ms: int | None = None
+    ) -> None:
         self._backend = backend
         self._lifecycle = lifecycle
         self._pending = PendingSessions()
+        self._ttl_ms = ttl_ms
 
     def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None (SQLite, Redis, memory). No I/O."""
@@ -90,9 +107,15 @@ class EventLog:
         session_id = header.id if isinstance(header, SessionHeader) else header
         return self._backend.locate(check_session_id(session_id))
 
-    def create(self, header: SessionHeader) -> None:
-        """Register a new session. Nothing is written until its first append."""
-        run(flows.create(self._pending, self._lifecycle, header), self._backend)
+    def create(self, header: SessionHeader, *, ttl: float | None = None) -> None:
+        """Register a new session. Nothing is written until its first append.
+
+        ``ttl`` (seconds > 0) is the session's retention, stored with it at its first
+        append; it replaces the store's ``ttl`` for this session. A bad ``ttl`` raises
+        ``InvalidArgumentError``.
+        """
+        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
+        run(flows.create(self._pending, self._lifecycle, header, ttl_ms), self._backend)
 
     def append(
         self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
@@ -131,9 +154,17 @@ class EventLog:
         """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
         run(flows.delete_session(self._pending, self._lifecycle, session_id), self._backend)
 
-    def writer(self, header: SessionHeader, *, window: float = 0.2) -> SessionWriter:
-        """A write-behind writer for ``header``'s session (created here if new)."""
-        return SessionWriter(self, header, window=window)
+    def prune(self) -> int:
+        """Remove the expired sessions of the namespace, each whole and atomically, and
+        return how many. Always 0 on Redis, where the server expires sessions itself."""
+        return run(flows.prune(self._lifecycle), self._backend)
+
+    def writer(
+        self, header: SessionHeader, *, window: float = 0.2, ttl: float | None = None
+    ) -> SessionWriter:
+        """A write-behind writer for ``header``'s session (created here, with ``ttl``
+        as in :meth:`create`, if new)."""
+        return SessionWriter(self, header, window=window, ttl=ttl)
 
 
 class Store:
@@ -143,11 +174,11 @@ class Store:
     Usable as a context manager; ``close()`` releases connections.
     """
 
-    def __init__(self, backends: Backends, namespace: str) -> None:
+    def __init__(self, backends: Backends, namespace: str, ttl_ms: int | None = None) -> None:
         self._backends = backends
         self.namespace = namespace
         self._lifecycle = Lifecycle()
-        self.events = EventLog(backends.events, self._lifecycle)
+        self.events = EventLog(backends.events, self._lifecycle, ttl_ms)
 
     @property
     def url(self) -> str:
@@ -164,15 +195,22 @@ class Store:
         mode: str = "backtest",
         history: bool = False,
         max_versions: int | None = None,
+        ttl: float | None = None,
     ) -> Session:
-        """A handle on the value of (symbol, strategy, exchange, frame, mode). No I/O."""
+        """A handle on the value of (symbol, strategy, exchange, frame, mode). No I/O.
+
+        ``ttl`` (seconds > 0): every write through the handle makes the value expire that
+        long after it. A bad ``ttl`` raises ``InvalidArgumentError``.
+        """
         self._lifecycle.check_open()
         key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
-        state = SessionState(key, bool(history), check_max_versions(history, max_versions))
+        versions = check_max_versions(history, max_versions)
+        state = SessionState(key, bool(history), versions, check_ttl(ttl))
         return Session(self._backends.values, state, self._lifecycle)
 
     def list_values(self) -> list[ValueRef]:
-        """Every stored session value of this namespace (plain and history), sorted."""
+        """Every stored session value of this namespace (plain and history) that has not
+        expired, sorted."""
         self._lifecycle.check_open()
         return value_refs(self._backends.values.scan(self.namespace))
 

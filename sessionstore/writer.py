@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .core import check_ttl
 from .errors import SessionNotFoundError, StoreClosedError
 from .eventlog import encode_batch
 from .flows import next_position
@@ -44,12 +45,13 @@ class WriterBuffer:
         return error
 
 
-def resume_point(log: EventLog, header: SessionHeader) -> tuple[int, int]:
-    """(next seq, last time) of the session, creating it when it does not exist yet."""
+def resume_point(log: EventLog, header: SessionHeader, ttl: float | None) -> tuple[int, int]:
+    """(next seq, last time) of the session, creating it (with ``ttl``) when it does not
+    exist yet."""
     try:
         return next_position(log.load(header.id))
     except SessionNotFoundError:
-        log.create(header)
+        log.create(header, ttl=ttl)
         return 0, 0
 
 
@@ -60,10 +62,18 @@ class SessionWriter:
     and the error is raised by the next :meth:`flush` (which may then be retried).
     """
 
-    def __init__(self, log: EventLog, header: SessionHeader, *, window: float = 0.2) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        header: SessionHeader,
+        *,
+        window: float = 0.2,
+        ttl: float | None = None,
+    ) -> None:
+        check_ttl(ttl)
         self._log = log
         self._window = window
-        self._buffer = WriterBuffer(header.id, *resume_point(log, header))
+        self._buffer = WriterBuffer(header.id, *resume_point(log, header, ttl))
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._wake = threading.Event()

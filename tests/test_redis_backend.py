@@ -936,3 +936,48 @@ def test_a_unix_socket_url(tmp_path, open_):
         backends = open_(f"unix://{sock}?db=0&durability=fsync", "ns")
         started(backends.events, "s", 1)
         assert backends.events.exists("s")
+
+
+def test_calls_queued_behind_a_failed_first_use_fail_with_it(tmp_path):
+    """Concurrent first calls against a server that drops every connection: one
+    detection runs (with its retries); the calls waiting behind it share its failure
+    instead of each running its own."""
+    import socket
+    import threading
+
+    from sessionstore.redis.client import RETRIES
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted = []
+
+    def drop_every_connection() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=drop_every_connection, daemon=True).start()
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    errors = []
+    with sessionstore.connect(url, "queued", timeout=2) as store:
+        session = store.session("BTCUSDT", "s", "e", "1h")
+
+        def call() -> None:
+            try:
+                session.get_data(T0)
+            except sessionstore.StoreUnavailableError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    listener.close()
+    assert len(errors) == 8
+    assert len(accepted) <= 2 * (RETRIES + 1)

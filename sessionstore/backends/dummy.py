@@ -12,11 +12,19 @@ class DummyValues(ValueBackend):
     def read(self, key: ValueKey) -> Stored | None:
         return None
 
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         return None
 
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         return True
 
@@ -24,7 +32,13 @@ class DummyValues(ValueBackend):
         return None
 
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
         return None
 
@@ -35,9 +49,10 @@ class DummyValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         return True
-
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         return []
@@ -56,7 +71,12 @@ class DummyEvents(EventBackend):
         return False
 
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         return events[-1].seq + 1 if events else 0
 
@@ -75,3 +95,6 @@ class DummyEvents(EventBackend):
 
     def delete(self, session_id: str) -> None:
         raise SessionNotFoundError(session_id)
+
+    def prune(self, now_ms: int) -> int:
+        return 0

@@ -3,8 +3,10 @@
 Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
 
     <namespace>/values/<symbol>/<strategy>/<exchange>/<frame>/<mode>/
-        value.msgpack     plain record   {"key": {...}, "when": int, "payload": bytes}
-        history.msgpack   all versions   {"key": {...}, "versions": [[when, payload|nil], ...]}
+        value.msgpack     plain record   {"key": {...}, "when": int, "payload": bytes,
+                                          "expires_at": int (only with a ttl)}
+        history.msgpack   all versions   {"key": {...}, "versions": [[when, payload|nil], ...],
+                                          "expires_at": int (only with a ttl)}
         .lock             flock'ed around every write and read-compare-write
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
@@ -13,6 +15,9 @@ Records are replaced atomically (temp file, fsync, rename, fsync of the folder),
 take no lock and always see the latest completed write of any process. A record whose
 stored key is not the key it was read for (two keys sharing a name on a case-insensitive
 file system, a copied folder) is ignored with a warning: it reads as absent.
+
+``expires_at`` (wall-clock epoch ms) is stored when the value was written with a ttl; a
+record past it reads as absent, and stays on disk until it is written over or forgotten.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import msgpack
 from ..connection import Backends
 from ..contracts import Stored, ValueBackend
 from ..keys import ValueKey
+from ..when import now_ms
 from .fsutil import (
     atomic_write,
     encode_name,
@@ -44,6 +50,8 @@ HISTORY_FILE = "history.msgpack"
 LOCK_FILE = ".lock"
 
 Version = tuple[int, bytes | None]
+#: A plain record as stored (its expiry, None for never, beside it).
+Plain = tuple[Stored, int | None]
 
 
 def open_files(root: Path, namespace: str, url: str) -> Backends:
@@ -77,37 +85,59 @@ class FileValues(ValueBackend):
     def read(self, key: ValueKey) -> Stored | None:
         directory = self.key_dir(key)
         with os_errors(directory):
-            return _read_plain(key, directory / VALUE_FILE)
+            return _live_plain(_read_plain(key, directory / VALUE_FILE), now_ms())
 
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         directory = self.key_dir(key)
+        path = directory / VALUE_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
-            _write_plain(key, directory / VALUE_FILE, payload, when)
+            now = now_ms()
+            found = None if payload is None or ttl_ms is not None else _read_plain(key, path)
+            _write_plain(key, path, payload, when, _expiry(ttl_ms, found, now))
 
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         directory = self.key_dir(key)
         path = directory / VALUE_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
-            if _read_plain(key, path) != expected:
+            now = now_ms()
+            found = _read_plain(key, path)
+            if _live_plain(found, now) != expected:
                 return False
-            _write_plain(key, path, payload, when)
+            _write_plain(key, path, payload, when, _expiry(ttl_ms, found, now))
             return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         directory = self.key_dir(key)
         with os_errors(directory):
-            return _as_of(_read_versions(key, directory / HISTORY_FILE), when)
+            versions, _ = _read_versions(key, directory / HISTORY_FILE, now_ms())
+            return _as_of(versions, when)
 
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
         directory = self.key_dir(key)
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
-            versions = _read_versions(key, path)
-            _write_versions(key, path, versions, payload, when, max_versions)
+            now = now_ms()
+            versions, expires_at = _read_versions(key, path, now)
+            expiry = expires_at if ttl_ms is None else now + ttl_ms
+            _write_versions(key, path, versions, payload, when, max_versions, expiry)
 
     def swap_version(
         self,
@@ -116,24 +146,28 @@ class FileValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         directory = self.key_dir(key)
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
-            versions = _read_versions(key, path)
+            now = now_ms()
+            versions, expires_at = _read_versions(key, path, now)
             if _as_of(versions, when) != expected:
                 return False
-            _write_versions(key, path, versions, payload, when, max_versions)
+            expiry = expires_at if ttl_ms is None else now + ttl_ms
+            _write_versions(key, path, versions, payload, when, max_versions, expiry)
             return True
-
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         found: list[tuple[ValueKey, bool]] = []
         base = self._root / encode_name(namespace) / VALUES_DIR
+        now = now_ms()
         with os_errors(base):
             for name, history in ((VALUE_FILE, False), (HISTORY_FILE, True)):
                 for path in base.rglob(name):
-                    key = _stored_key(path)
+                    key = _stored_key(path, now)
                     if key is not None and key.namespace == namespace:
                         found.append((key, history))
         return found
@@ -143,25 +177,40 @@ class FileValues(ValueBackend):
         if not directory.is_dir():
             return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            now = now_ms()
             found = False
             for name in (VALUE_FILE, HISTORY_FILE):
-                if (directory / name).exists():
-                    remove_durably(directory / name)
-                    found = True
+                path = directory / name
+                if path.exists():
+                    found = found or not _expired(path, now)
+                    remove_durably(path)
             return found
 
 
-def _stored_key(path: Path) -> ValueKey | None:
-    """The key a record says it belongs to; None (with a warning) when unreadable."""
+def _expired(path: Path, now: int) -> bool:
+    """Whether the record at ``path`` is readable and past its expiry."""
+    try:
+        record = msgpack.unpackb(path.read_bytes(), raw=False)
+    except (OSError, ValueError, TypeError):
+        return False
+    expires_at = record.get("expires_at") if isinstance(record, dict) else None
+    return _is_int(expires_at) and expires_at <= now
+
+
+def _stored_key(path: Path, now: int) -> ValueKey | None:
+    """The key a record says it belongs to; None when it has expired, and (with a
+    warning) when unreadable."""
     try:
         record = msgpack.unpackb(path.read_bytes(), raw=False)
         fields = record["key"]
-        return ValueKey(*(fields[name] for name in _KEY_FIELDS))
+        key = ValueKey(*(fields[name] for name in _KEY_FIELDS))
     except FileNotFoundError:
         return None
     except (ValueError, TypeError, KeyError) as exc:
         _ignore(path, f"not a record with a key ({exc!r:.200})")
         return None
+    valid, expires_at = _expires_at(path, record)
+    return key if valid and _live(expires_at, now) else None
 
 
 _KEY_FIELDS = ("namespace", "symbol", "strategy", "exchange", "frame", "mode")
@@ -209,7 +258,19 @@ def _load(key: ValueKey, path: Path) -> dict[str, Any] | None:
     return record
 
 
-def _read_plain(key: ValueKey, path: Path) -> Stored | None:
+def _expires_at(path: Path, record: dict[str, Any]) -> tuple[bool, int | None]:
+    """(valid, the record's expiry): absent is valid and None; anything but an int is
+    invalid, with a warning."""
+    expires_at = record.get("expires_at")
+    if expires_at is None or _is_int(expires_at):
+        return True, expires_at
+    _ignore(path, "its 'expires_at' is not an int")
+    return False, None
+
+
+def _read_plain(key: ValueKey, path: Path) -> Plain | None:
+    """The plain record of ``key`` and its expiry, expired or not; None when absent or
+    unreadable."""
     record = _load(key, path)
     if record is None:
         return None
@@ -217,26 +278,55 @@ def _read_plain(key: ValueKey, path: Path) -> Stored | None:
     if not _is_int(when) or not isinstance(payload, bytes):
         _ignore(path, "the record lacks an int 'when' or a bytes 'payload'")
         return None
-    return Stored(payload, when)
+    valid, expires_at = _expires_at(path, record)
+    return (Stored(payload, when), expires_at) if valid else None
 
 
-def _write_plain(key: ValueKey, path: Path, payload: bytes | None, when: int) -> None:
+def _live(expires_at: int | None, now: int) -> bool:
+    return expires_at is None or expires_at > now
+
+
+def _live_plain(found: Plain | None, now: int) -> Stored | None:
+    """The record of a :func:`_read_plain` result unless it has expired."""
+    return found[0] if found is not None and _live(found[1], now) else None
+
+
+def _expiry(ttl_ms: int | None, found: Plain | None, now: int) -> int | None:
+    """The expiry of a record written now over ``found``: ``ttl_ms`` from now, else
+    ``found``'s while it has not expired."""
+    if ttl_ms is not None:
+        return now + ttl_ms
+    if found is not None and _live(found[1], now):
+        return found[1]
+    return None
+
+
+def _write_plain(
+    key: ValueKey, path: Path, payload: bytes | None, when: int, expires_at: int | None
+) -> None:
     if payload is None:
         remove_durably(path)
-    else:
-        atomic_write(path, _pack({"key": _key_record(key), "when": when, "payload": payload}))
+        return
+    record: dict[str, Any] = {"key": _key_record(key), "when": when, "payload": payload}
+    if expires_at is not None:
+        record["expires_at"] = expires_at
+    atomic_write(path, _pack(record))
 
 
-def _read_versions(key: ValueKey, path: Path) -> list[Version]:
-    """Every stored version of ``key``, oldest first."""
+def _read_versions(key: ValueKey, path: Path, now: int) -> tuple[list[Version], int | None]:
+    """Every stored version of ``key``, oldest first, and the history's expiry; none
+    once it has expired."""
     record = _load(key, path)
     if record is None:
-        return []
+        return [], None
     raw = record.get("versions")
     if not isinstance(raw, list) or not all(_is_version(item) for item in raw):
         _ignore(path, "the record lacks a list of [when, payload] versions")
-        return []
-    return sorted({item[0]: item[1] for item in raw}.items())
+        return [], None
+    valid, expires_at = _expires_at(path, record)
+    if not valid or not _live(expires_at, now):
+        return [], None
+    return sorted({item[0]: item[1] for item in raw}.items()), expires_at
 
 
 def _is_version(item: object) -> bool:
@@ -264,12 +354,18 @@ def _write_versions(
     payload: bytes | None,
     when: int,
     max_versions: int | None,
+    expires_at: int | None,
 ) -> None:
     kept = [version for version in versions if version[0] < when]
     kept.append((when, payload))
     if max_versions is not None:
         kept = kept[-max_versions:]
-    record = {"key": _key_record(key), "versions": [list(version) for version in kept]}
+    record: dict[str, Any] = {
+        "key": _key_record(key),
+        "versions": [list(version) for version in kept],
+    }
+    if expires_at is not None:
+        record["expires_at"] = expires_at
     atomic_write(path, _pack(record))
 
 

@@ -1,6 +1,7 @@
 """Event logs as JSON Lines (``file://`` stores): ``<root>/<namespace>/logs/<session id>.jsonl``.
 
-Line 1 is the header, the :class:`SessionHeader` fields as one JSON object. Every further
+Line 1 is the header, the :class:`SessionHeader` fields as one JSON object, plus ``ttl_ms``
+(an int > 0) for a session created with a retention. Every further
 line is one event ``{"seq", "type", "time", "data", "id"?, "batch_end"}``: ``data`` is the
 event's canonical JSON embedded as is, ``batch_end`` the seq of the last event of the batch
 it was appended with. Every line ends with ``\\n``. Nothing exists before the first append,
@@ -20,6 +21,10 @@ log whose file is unchanged since is appended to without reading it; one that on
 has just its new bytes parsed (other writers' batches, or a torn tail to cut off); any
 other change is parsed whole. So an append finds damage only in bytes it parses, while
 its seq decision always rests on the committed end it has validated.
+
+Retention: the file's mtime is the session's last activity, so every append renews it. A
+log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`prune`
+removes it (its one file) under the exclusive lock, so never during an append.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, stor
 
 LOGS_DIR = "logs"
 LOG_SUFFIX = ".jsonl"
+#: The header-line key holding a session's retention in ms (absent: none).
+TTL_FIELD = "ttl_ms"
 
 _CHUNK = 64 * 1024
 #: How often an append or delete reopens a log that was replaced while it waited for the lock.
@@ -118,7 +125,12 @@ class JsonlEvents(EventBackend):
                 os.close(fd)
 
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         path = self._path(session_id)
         with os_errors(path):
@@ -127,7 +139,7 @@ class JsonlEvents(EventBackend):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     if _still_named(fd, path):
-                        return self._append_locked(fd, path, session_id, events, header)
+                        return self._append_locked(fd, path, session_id, events, header, ttl_ms)
                 finally:
                     os.close(fd)
         raise StoreUnavailableError(f"{path} kept being replaced during an append")
@@ -156,12 +168,13 @@ class JsonlEvents(EventBackend):
         session_id: str,
         events: list[StoredEvent],
         header: SessionHeader | None,
+        ttl_ms: int | None,
     ) -> int:
         seen, parsed = self._catch_up(fd, session_id)
         if seen.header is None:
             if header is None:
                 raise SessionNotFoundError(session_id)
-            data = header_line(header) + event_lines(events)
+            data = header_line(header, ttl_ms) + event_lines(events)
         else:
             if header is not None and header != seen.header:
                 raise SessionExistsError(session_id)
@@ -284,10 +297,48 @@ class JsonlEvents(EventBackend):
             headers = []
             for name in names:
                 if name.endswith(LOG_SUFFIX):
-                    found = _listed_header(self._dir / name)
+                    found = _read_listed_header(self._dir / name)
                     if found is not None:
-                        headers.append(found)
+                        headers.append(found[0])
             return headers
+
+    def prune(self, now_ms: int) -> int:
+        """Remove every log whose header has a ``ttl_ms`` and whose mtime is at least
+        that long before ``now_ms``; logs without a complete or readable header stay."""
+        with os_errors(self._dir):
+            try:
+                names = os.listdir(self._dir)
+            except FileNotFoundError:
+                return 0
+            return sum(
+                self._prune_one(self._dir / name, now_ms)
+                for name in names
+                if name.endswith(LOG_SUFFIX)
+            )
+
+    def _prune_one(self, path: Path, now_ms: int) -> bool:
+        """Remove the log at ``path`` if it has expired by ``now_ms``; whether it was."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            # Under the lock no append is half done, and the mtime is the last one's.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not _still_named(fd, path):
+                return False
+            found = _listed_header(path, fd)
+            if found is None:
+                return False
+            header, ttl_ms = found
+            if ttl_ms is None or os.fstat(fd).st_mtime_ns // 1_000_000 + ttl_ms > now_ms:
+                return False
+            self._remembered().pop(header.id, None)
+            os.unlink(path)
+            fsync_dir(self._dir)
+            return True
+        finally:
+            os.close(fd)
 
     def delete(self, session_id: str) -> None:
         path = self._path(session_id)
@@ -337,9 +388,12 @@ class JsonlEvents(EventBackend):
 # --- the line format ----------------------------------------------------------------
 
 
-def header_line(header: SessionHeader) -> bytes:
-    """Line 1 of a log: the header's fields as one JSON object."""
-    return orjson.dumps(header.model_dump(), option=orjson.OPT_APPEND_NEWLINE)
+def header_line(header: SessionHeader, ttl_ms: int | None = None) -> bytes:
+    """Line 1 of a log: the header's fields as one JSON object, with ``ttl_ms`` if given."""
+    record = header.model_dump()
+    if ttl_ms is not None:
+        record[TTL_FIELD] = ttl_ms
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def event_lines(events: list[StoredEvent]) -> bytes:
@@ -371,6 +425,12 @@ class _Malformed(Exception):
 
 def parse_header(session_id: str, line: bytes) -> SessionHeader:
     """The header on line 1 (without its newline); ``session_id`` names the log in errors."""
+    return parse_header_line(session_id, line)[0]
+
+
+def parse_header_line(session_id: str, line: bytes) -> tuple[SessionHeader, int | None]:
+    """The header on line 1 (without its newline) and the session's ``ttl_ms`` (None
+    when it has none); ``session_id`` names the log in errors."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -381,8 +441,13 @@ def parse_header(session_id: str, line: bytes) -> SessionHeader:
     missing = [name for name in SessionHeader.model_fields if name not in record]
     if missing:
         raise CorruptLogError(session_id, f"the header lacks {', '.join(missing)}", line=1)
+    ttl_ms = record.pop(TTL_FIELD, None)
+    if ttl_ms is not None and (not _is_int(ttl_ms) or ttl_ms <= 0):
+        raise CorruptLogError(
+            session_id, f"the header's {TTL_FIELD} is not an int > 0: {ttl_ms!r:.40}", line=1
+        )
     try:
-        return SessionHeader.model_validate(record, strict=True)
+        return SessionHeader.model_validate(record, strict=True), ttl_ms
     except ValidationError as exc:
         detail = f"the header is invalid: {exc.errors(include_url=False)}"
         raise CorruptLogError(session_id, detail, line=1) from exc
@@ -583,21 +648,27 @@ def _cut_back(fd: int, end: int) -> None:
         pass  # the reader leaves an unfinished batch out anyway
 
 
-def _listed_header(path: Path) -> SessionHeader | None:
+def _read_listed_header(path: Path) -> tuple[SessionHeader, int | None] | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
-        line = _first_line(fd)
+        return _listed_header(path, fd)
     finally:
         os.close(fd)
+
+
+def _listed_header(path: Path, fd: int) -> tuple[SessionHeader, int | None] | None:
+    """The header and ``ttl_ms`` of the log open as ``fd``; None without a complete
+    header line, and (with a warning) for an unreadable one."""
+    line = _first_line(fd)
     if line is None:
         return None
     try:
-        return parse_header(path.name, line)
+        return parse_header_line(path.name, line)
     except (CorruptLogError, UnsupportedVersionError) as exc:
-        warnings.warn(f"sessionstore: skipping {path}: {exc}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"sessionstore: skipping {path}: {exc}", RuntimeWarning, stacklevel=3)
         return None
 
 

@@ -1,68 +1,121 @@
-"""In-process backend (``memory://``): thread-safe, private to one ``connect`` call."""
+"""In-process backend (``memory://``): thread-safe, private to one ``connect`` call.
+
+Expiry times are wall-clock epoch ms kept next to each record, history and log.
+"""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
 from ..eventlog import plan_append
 from ..keys import ValueKey
 from ..models import SessionHeader
+from ..when import now_ms as wall_clock_ms
+
+Versions = dict[int, bytes | None]
+
+
+def _live(expires_at: int | None, now: int) -> bool:
+    return expires_at is None or expires_at > now
+
+
+def _expiry(ttl_ms: int | None, kept: int | None, now: int) -> int | None:
+    """The expiry of a record written now: ``ttl_ms`` from now, else the one it ``kept``."""
+    return kept if ttl_ms is None else now + ttl_ms
 
 
 class MemoryValues(ValueBackend):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._plain: dict[ValueKey, Stored] = {}
-        self._history: dict[ValueKey, dict[int, bytes | None]] = {}
+        # Each record and each history with its expiry (None: never).
+        self._plain: dict[ValueKey, tuple[Stored, int | None]] = {}
+        self._history: dict[ValueKey, tuple[Versions, int | None]] = {}
 
     def read(self, key: ValueKey) -> Stored | None:
         with self._lock:
-            return self._plain.get(key)
+            return self._read(key, wall_clock_ms())
 
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def _read(self, key: ValueKey, now: int) -> Stored | None:
+        found = self._plain.get(key)
+        return found[0] if found is not None and _live(found[1], now) else None
+
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         with self._lock:
-            self._write(key, payload, when)
+            self._write(key, payload, when, ttl_ms, wall_clock_ms())
 
-    def _write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def _write(
+        self, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None, now: int
+    ) -> None:
+        found = self._plain.pop(key, None)
         if payload is None:
-            self._plain.pop(key, None)
-        else:
-            self._plain[key] = Stored(payload, when)
+            return
+        kept = found[1] if found is not None and _live(found[1], now) else None
+        self._plain[key] = (Stored(payload, when), _expiry(ttl_ms, kept, now))
 
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         with self._lock:
-            if self._plain.get(key) != expected:
+            now = wall_clock_ms()
+            if self._read(key, now) != expected:
                 return False
-            self._write(key, payload, when)
+            self._write(key, payload, when, ttl_ms, now)
             return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         with self._lock:
-            return self._as_of(key, when)
+            return self._as_of(key, when, wall_clock_ms())
 
-    def _as_of(self, key: ValueKey, when: int) -> Stored | None:
-        versions = self._history.get(key, {})
+    def _versions(self, key: ValueKey, now: int) -> tuple[Versions, int | None]:
+        """The live history of ``key`` and its expiry; an expired one is empty."""
+        found = self._history.get(key)
+        if found is None or not _live(found[1], now):
+            return {}, None
+        return found
+
+    def _as_of(self, key: ValueKey, when: int, now: int) -> Stored | None:
+        versions, _ = self._versions(key, now)
         at = max((w for w in versions if w <= when), default=None)
         return None if at is None else Stored(versions[at], at)
 
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
         with self._lock:
-            self._write_version(key, payload, when, max_versions)
+            self._write_version(key, payload, when, max_versions, ttl_ms, wall_clock_ms())
 
     def _write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        ttl_ms: int | None,
+        now: int,
     ) -> None:
-        kept = {w: v for w, v in self._history.get(key, {}).items() if w < when}
+        versions, expires_at = self._versions(key, now)
+        kept = {w: v for w, v in versions.items() if w < when}
         kept[when] = payload
         if max_versions is not None:
             kept = dict(sorted(kept.items())[-max_versions:])
-        self._history[key] = kept
+        self._history[key] = (kept, _expiry(ttl_ms, expires_at, now))
 
     def swap_version(
         self,
@@ -71,29 +124,52 @@ class MemoryValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         with self._lock:
-            if self._as_of(key, when) != expected:
+            now = wall_clock_ms()
+            if self._as_of(key, when, now) != expected:
                 return False
-            self._write_version(key, payload, when, max_versions)
+            self._write_version(key, payload, when, max_versions, ttl_ms, now)
             return True
-
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         with self._lock:
-            plain = [(key, False) for key in self._plain if key.namespace == namespace]
-            return plain + [(key, True) for key in self._history if key.namespace == namespace]
+            now = wall_clock_ms()
+            found = [
+                (key, False)
+                for key, (_, expires_at) in self._plain.items()
+                if key.namespace == namespace and _live(expires_at, now)
+            ]
+            return found + [
+                (key, True)
+                for key, (_, expires_at) in self._history.items()
+                if key.namespace == namespace and _live(expires_at, now)
+            ]
 
     def forget(self, key: ValueKey) -> bool:
         with self._lock:
-            found = self._plain.pop(key, None) is not None
-            return self._history.pop(key, None) is not None or found
+            now = wall_clock_ms()
+            plain = self._plain.pop(key, None)
+            history = self._history.pop(key, None)
+            return any(found is not None and _live(found[1], now) for found in (plain, history))
+
+
+@dataclass
+class _Log:
+    """One session: its header, events, retention and expiry (None: never)."""
+
+    header: SessionHeader
+    events: list[StoredEvent] = field(default_factory=list)
+    ttl_ms: int | None = None
+    expires_at: int | None = None
 
 
 class MemoryEvents(EventBackend):
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._logs: dict[str, tuple[SessionHeader, list[StoredEvent]]] = {}
+        self._logs: dict[str, _Log] = {}
 
     def locate(self, session_id: str) -> str | None:
         return None
@@ -103,19 +179,26 @@ class MemoryEvents(EventBackend):
             return session_id in self._logs
 
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         with self._lock:
             found = self._logs.get(session_id)
             if found is None:
                 if header is None:
                     raise SessionNotFoundError(session_id)
-                found = (header, [])
-            elif header is not None and header != found[0]:
+                found = _Log(header, ttl_ms=ttl_ms)
+            elif header is not None and header != found.header:
                 raise SessionExistsError(session_id)
-            stored = found[1]
+            stored = found.events
             if plan_append(session_id, len(stored), events, lambda a, b: stored[a : b + 1]):
                 stored.extend(events)
+                if found.ttl_ms is not None:
+                    found.expires_at = wall_clock_ms() + found.ttl_ms
                 self._logs[session_id] = found
             return len(stored)
 
@@ -132,13 +215,24 @@ class MemoryEvents(EventBackend):
             if found is None:
                 raise SessionNotFoundError(session_id)
             end = None if limit is None else from_seq + limit
-            return found[0], found[1][from_seq:end]
+            return found.header, found.events[from_seq:end]
 
     def list(self) -> list[SessionHeader]:
         with self._lock:
-            return [header for header, _ in self._logs.values()]
+            return [log.header for log in self._logs.values()]
 
     def delete(self, session_id: str) -> None:
         with self._lock:
             if self._logs.pop(session_id, None) is None:
                 raise SessionNotFoundError(session_id)
+
+    def prune(self, now_ms: int) -> int:
+        with self._lock:
+            expired = [
+                session_id
+                for session_id, log in self._logs.items()
+                if log.expires_at is not None and log.expires_at <= now_ms
+            ]
+            for session_id in expired:
+                del self._logs[session_id]
+            return len(expired)

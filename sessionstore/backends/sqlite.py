@@ -17,10 +17,15 @@ from ..connection import Backends
 from ..contracts import Stored, ValueBackend
 from ..errors import CorruptLogError
 from ..keys import ValueKey
+from ..when import now_ms
 from .sqlite_db import DEFAULT_TIMEOUT, Database, database_path
 from .sqlite_events import SqliteEvents
 
 _KEY = "namespace=? AND symbol=? AND strategy=? AND exchange=? AND frame=? AND mode=?"
+#: A row that has not expired by the time given as its parameter.
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+#: The expiry of a history (its newest version's), for the key's parameters.
+_NEWEST_EXPIRY = f"SELECT expires_at FROM kv_history WHERE {_KEY} ORDER BY when_ms DESC LIMIT 1"
 
 
 def open_sqlite(url: str, namespace: str, *, timeout: float | None = None) -> Backends:
@@ -52,10 +57,16 @@ def _stored(key: ValueKey, row: Sequence[Any] | None) -> Stored | None:
     return Stored(payload, when)
 
 
+def _live(expires_at: object, now: int) -> bool:
+    """Whether a row with this ``expires_at`` has not expired (as SQL compares it)."""
+    return type(expires_at) is not int or expires_at > now
+
+
 class SqliteValues(ValueBackend):
     """Session values: ``kv_values`` for plain values, ``kv_history`` for versions.
 
-    Keys carry their namespace, so one instance serves any namespace of the file.
+    Keys carry their namespace, so one instance serves any namespace of the file. An
+    expired row (for a history: its newest row expired) reads as absent.
     """
 
     def __init__(self, database: Database) -> None:
@@ -64,55 +75,86 @@ class SqliteValues(ValueBackend):
     def read(self, key: ValueKey) -> Stored | None:
         with self._db.guard(key.label()) as conn:
             row = conn.execute(
-                f"SELECT when_ms, payload FROM kv_values WHERE {_KEY}", _key_params(key)
+                f"SELECT when_ms, payload FROM kv_values WHERE {_KEY} AND {_LIVE}",
+                (*_key_params(key), now_ms()),
             ).fetchone()
         return _stored(key, row)
 
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         with self._db.guard(key.label()) as conn:
-            self._write(conn, key, payload, when)
+            self._write(conn, key, payload, when, ttl_ms, now_ms())
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def _write(
+        conn: sqlite3.Connection,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        ttl_ms: int | None,
+        now: int,
+    ) -> None:
         if payload is None:
             conn.execute(f"DELETE FROM kv_values WHERE {_KEY}", _key_params(key))
         else:
+            # Without a ttl, a row that has not expired keeps its expiry.
+            expires_at = None if ttl_ms is None else now + ttl_ms
             conn.execute(
-                "INSERT OR REPLACE INTO kv_values (namespace, symbol, strategy, exchange,"
-                " frame, mode, when_ms, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*_key_params(key), when, payload),
+                "INSERT INTO kv_values (namespace, symbol, strategy, exchange, frame, mode,"
+                " when_ms, payload, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (namespace, symbol, strategy, exchange, frame, mode) DO UPDATE"
+                " SET when_ms=excluded.when_ms, payload=excluded.payload,"
+                " expires_at=IFNULL(excluded.expires_at,"
+                " CASE WHEN kv_values.expires_at > ? THEN kv_values.expires_at END)",
+                (*_key_params(key), when, payload, expires_at, now),
             )
 
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         with self._db.transaction(key.label(), immediate=True) as conn:
+            now = now_ms()
             row = conn.execute(
-                f"SELECT when_ms, payload FROM kv_values WHERE {_KEY}", _key_params(key)
+                f"SELECT when_ms, payload FROM kv_values WHERE {_KEY} AND {_LIVE}",
+                (*_key_params(key), now),
             ).fetchone()
             if _stored(key, row) != expected:
                 return False
-            self._write(conn, key, payload, when)
+            self._write(conn, key, payload, when, ttl_ms, now)
             return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         with self._db.guard(key.label()) as conn:
-            return self._as_of(conn, key, when)
+            return self._as_of(conn, key, when, now_ms())
 
     @staticmethod
-    def _as_of(conn: sqlite3.Connection, key: ValueKey, when: int) -> Stored | None:
+    def _as_of(conn: sqlite3.Connection, key: ValueKey, when: int, now: int) -> Stored | None:
+        params = _key_params(key)
         row = conn.execute(
             f"SELECT when_ms, payload FROM kv_history WHERE {_KEY} AND when_ms <= ?"
-            " ORDER BY when_ms DESC LIMIT 1",
-            (*_key_params(key), when),
+            f" AND IFNULL(({_NEWEST_EXPIRY}) > ?, 1) ORDER BY when_ms DESC LIMIT 1",
+            (*params, when, *params, now),
         ).fetchone()
         return _stored(key, row)
 
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
         with self._db.transaction(key.label(), immediate=True) as conn:
-            self._write_version(conn, key, payload, when, max_versions)
+            self._write_version(conn, key, payload, when, max_versions, ttl_ms, now_ms())
 
     @staticmethod
     def _write_version(
@@ -121,13 +163,24 @@ class SqliteValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        ttl_ms: int | None,
+        now: int,
     ) -> None:
         params = _key_params(key)
+        newest = conn.execute(_NEWEST_EXPIRY, params).fetchone()
+        expires_at = None if newest is None or type(newest[0]) is not int else newest[0]
+        if expires_at is not None and expires_at <= now:
+            # An expired history is absent: the new version starts a new one.
+            conn.execute(f"DELETE FROM kv_history WHERE {_KEY}", params)
+            expires_at = None
+        if ttl_ms is not None:
+            expires_at = now + ttl_ms
         conn.execute(f"DELETE FROM kv_history WHERE {_KEY} AND when_ms >= ?", (*params, when))
+        # The new version is the newest, so it carries the history's expiry.
         conn.execute(
             "INSERT INTO kv_history (namespace, symbol, strategy, exchange, frame, mode,"
-            " when_ms, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (*params, when, payload),
+            " when_ms, payload, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*params, when, payload, expires_at),
         )
         if max_versions is not None:
             # Everything older than the max_versions-th newest version goes; with fewer
@@ -145,29 +198,46 @@ class SqliteValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         with self._db.transaction(key.label(), immediate=True) as conn:
-            if self._as_of(conn, key, when) != expected:
+            now = now_ms()
+            if self._as_of(conn, key, when, now) != expected:
                 return False
-            self._write_version(conn, key, payload, when, max_versions)
+            self._write_version(conn, key, payload, when, max_versions, ttl_ms, now)
             return True
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         columns = "symbol, strategy, exchange, frame, mode"
+        now = now_ms()
         with self._db.guard(namespace) as conn:
-            rows = conn.execute(
-                f"SELECT DISTINCT {columns}, 0 FROM kv_values WHERE namespace=? UNION "
-                f"SELECT DISTINCT {columns}, 1 FROM kv_history WHERE namespace=?",
-                (namespace, namespace),
+            plain = conn.execute(
+                f"SELECT {columns} FROM kv_values WHERE namespace=? AND {_LIVE}",
+                (namespace, now),
             ).fetchall()
-        return [(ValueKey(namespace, *row[:5]), bool(row[5])) for row in rows]
+            # With a lone MAX(), SQLite takes expires_at from the row holding the maximum.
+            history = conn.execute(
+                f"SELECT {columns}, MAX(when_ms), expires_at FROM kv_history"
+                f" WHERE namespace=? GROUP BY {columns}",
+                (namespace,),
+            ).fetchall()
+        found = [(ValueKey(namespace, *row), False) for row in plain]
+        live = [row for row in history if _live(row[6], now)]
+        return found + [(ValueKey(namespace, *row[:5]), True) for row in live]
 
     def forget(self, key: ValueKey) -> bool:
         with self._db.transaction(key.label(), immediate=True) as conn:
-            removed = conn.execute(f"DELETE FROM kv_values WHERE {_KEY}", _key_params(key))
-            found = removed.rowcount > 0
-            removed = conn.execute(f"DELETE FROM kv_history WHERE {_KEY}", _key_params(key))
-            return removed.rowcount > 0 or found
+            params = _key_params(key)
+            now = now_ms()
+            plain = conn.execute(
+                f"SELECT 1 FROM kv_values WHERE {_KEY} AND {_LIVE}", (*params, now)
+            ).fetchone()
+            newest = conn.execute(_NEWEST_EXPIRY, params).fetchone()
+            history = newest is not None and _live(newest[0], now)
+            conn.execute(f"DELETE FROM kv_values WHERE {_KEY}", params)
+            conn.execute(f"DELETE FROM kv_history WHERE {_KEY}", params)
+            return plain is not None or history
 
     def close(self) -> None:
         self._db.close()

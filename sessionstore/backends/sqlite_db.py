@@ -7,13 +7,18 @@ mode with ``synchronous=FULL``, so a committed transaction survives a power loss
 ========================  =================================================================
 table                     rows
 ========================  =================================================================
-``kv_values``             one plain value per key: ``when_ms``, msgpack ``payload``
-``kv_history``            one version per (key, ``when_ms``); ``payload`` NULL = a clear
-``log_sessions``          one header per session, and ``next_seq`` (committed last)
+``kv_values``             one plain value per key: ``when_ms``, msgpack ``payload``,
+                          ``expires_at`` (NULL: never)
+``kv_history``            one version per (key, ``when_ms``); ``payload`` NULL = a clear;
+                          the newest version's ``expires_at`` is the whole history's
+``log_sessions``          one header per session, ``next_seq`` (committed last), the
+                          retention ``ttl_ms`` and ``expires_at`` (NULL: never)
 ``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
 ========================  =================================================================
 
 An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
+Expiry times are wall-clock epoch ms. ``PRAGMA user_version`` is the schema version: a
+file of an older version is migrated (columns added) by the first connection to open it.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from ..errors import (
     StoreUnavailableError,
 )
 
-#: Written to ``PRAGMA user_version`` when the tables are created.
-SCHEMA_VERSION = 1
+#: Written to ``PRAGMA user_version`` when the tables are created or migrated.
+SCHEMA_VERSION = 2
 #: Seconds a statement waits for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 10.0
 
@@ -56,11 +61,13 @@ _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS kv_values ({_KEY_COLUMNS},
     when_ms INTEGER NOT NULL,
     payload BLOB NOT NULL,
+    expires_at INTEGER,
     PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv_history ({_KEY_COLUMNS},
     when_ms INTEGER NOT NULL,
     payload BLOB,
+    expires_at INTEGER,
     PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode, when_ms)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_sessions (
@@ -72,6 +79,8 @@ CREATE TABLE IF NOT EXISTS log_sessions (
     parent_id TEXT,
     fork_seq INTEGER,
     next_seq INTEGER,
+    ttl_ms INTEGER,
+    expires_at INTEGER,
     PRIMARY KEY (namespace, id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS log_events (
@@ -84,8 +93,17 @@ CREATE TABLE IF NOT EXISTS log_events (
     event_id TEXT,
     PRIMARY KEY (namespace, session_id, seq)
 );
-PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+#: The statements that bring a file of schema version ``n`` to ``n + 1``, by ``n``.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE kv_values ADD COLUMN expires_at INTEGER",
+        "ALTER TABLE kv_history ADD COLUMN expires_at INTEGER",
+        "ALTER TABLE log_sessions ADD COLUMN ttl_ms INTEGER",
+        "ALTER TABLE log_sessions ADD COLUMN expires_at INTEGER",
+    ),
+}
 
 _USAGE = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
 
@@ -182,24 +200,38 @@ class Database:
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == SCHEMA_VERSION:
+        """Create the tables of a new file, or migrate those of an older schema version,
+        in one transaction."""
+        if self._schema_version(conn) == SCHEMA_VERSION:
             return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again under the write lock: another process may have just done it.
+            version = self._schema_version(conn)
+            if version == 0:
+                # executescript would COMMIT first; run the statements one by one instead.
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            else:
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[step]:
+                        conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    def _schema_version(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version; one this library cannot read raises."""
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:
             raise StoreUnavailableError(
                 f"SQLite database {self.path} has schema version {version}; "
                 f"this sessionstore reads version {SCHEMA_VERSION}"
             )
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # executescript would COMMIT first; run the statements one by one instead.
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
+        return int(version)
 
     @contextmanager
     def guard(self, subject: str) -> Iterator[sqlite3.Connection]:

@@ -7,6 +7,10 @@ it can only come from outside damage; it is treated as a torn tail.
 An append touches only the session row, the rows it compares for an applied replay and
 the rows at or past ``next_seq``, so it costs the same however long the log is; a row lost
 below ``next_seq`` is found by ``read``.
+
+Retention: a session row stores its ``ttl_ms`` and ``expires_at``, which every append
+moves in its own transaction; :meth:`SqliteEvents.prune` deletes an expired session's row
+and all its event rows in one transaction.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ..contracts import EventBackend, StoredEvent
 from ..errors import CorruptLogError, SessionExistsError, SessionNotFoundError
 from ..eventlog import check_stored_version, plan_append
 from ..models import SessionHeader
+from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
 
 _SESSION_COLUMNS = "version, created_at, cwd, parent_id, fork_seq, next_seq"
@@ -46,14 +51,20 @@ class SqliteEvents(EventBackend):
         return row is not None
 
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
             found = self._session(conn, session_id)
             if found is not None:
-                stored, next_seq = found
+                stored, next_seq, stored_ttl = found
                 if header is not None and header != stored:
                     raise SessionExistsError(session_id)
+                ttl_ms = _checked_ttl(session_id, stored_ttl)
             elif header is not None:
                 stored, next_seq = header, 0
             else:
@@ -71,10 +82,11 @@ class SqliteEvents(EventBackend):
                 [(self._ns, session_id, e.seq, e.type, e.time, e.data, e.id) for e in events],
             )
             new_next = next_seq + len(events)
+            expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
             if found is None:
                 conn.execute(
-                    f"INSERT INTO log_sessions (namespace, id, {_SESSION_COLUMNS})"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO log_sessions (namespace, id, {_SESSION_COLUMNS}, ttl_ms,"
+                    " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         self._ns,
                         session_id,
@@ -84,12 +96,14 @@ class SqliteEvents(EventBackend):
                         stored.parent_id,
                         stored.fork_seq,
                         new_next,
+                        ttl_ms,
+                        expires_at,
                     ),
                 )
             else:
                 conn.execute(
-                    "UPDATE log_sessions SET next_seq=? WHERE namespace=? AND id=?",
-                    (new_next, self._ns, session_id),
+                    "UPDATE log_sessions SET next_seq=?, expires_at=? WHERE namespace=? AND id=?",
+                    (new_next, expires_at, self._ns, session_id),
                 )
             return new_next
 
@@ -107,7 +121,7 @@ class SqliteEvents(EventBackend):
             found = self._session(conn, session_id)
             if found is None:
                 raise SessionNotFoundError(session_id)
-            header, next_seq = found
+            header, next_seq, _ = found
             wanted = max(0, next_seq - from_seq)
             if limit is not None:
                 wanted = min(wanted, limit)
@@ -118,10 +132,11 @@ class SqliteEvents(EventBackend):
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str
-    ) -> tuple[SessionHeader, int] | None:
-        """The stored header and next seq of ``session_id``, or None if it has no row."""
+    ) -> tuple[SessionHeader, int, object] | None:
+        """The stored header, next seq and (unchecked) ``ttl_ms`` of ``session_id``, or
+        None if it has no row."""
         row = conn.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=? AND id=?",
+            f"SELECT {_SESSION_COLUMNS}, ttl_ms FROM log_sessions WHERE namespace=? AND id=?",
             (self._ns, session_id),
         ).fetchone()
         if row is None:
@@ -131,7 +146,7 @@ class SqliteEvents(EventBackend):
         next_seq = row[5]
         if type(next_seq) is not int or next_seq < 0:
             raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
-        return header, next_seq
+        return header, next_seq, row[6]
 
     def _events(
         self, conn: sqlite3.Connection, session_id: str, first: int, count: int
@@ -183,8 +198,39 @@ class SqliteEvents(EventBackend):
                 (self._ns, session_id),
             )
 
+    def prune(self, now_ms: int) -> int:
+        with self._db.guard("(prune)") as conn:
+            expired = conn.execute(
+                "SELECT id FROM log_sessions WHERE namespace=? AND expires_at <= ?",
+                (self._ns, now_ms),
+            ).fetchall()
+        removed = 0
+        for (session_id,) in expired:
+            with self._db.transaction(session_id, immediate=True) as conn:
+                # Checked again under the write lock: an append since may have renewed it.
+                gone = conn.execute(
+                    "DELETE FROM log_sessions WHERE namespace=? AND id=? AND expires_at <= ?",
+                    (self._ns, session_id, now_ms),
+                ).rowcount
+                if gone:
+                    conn.execute(
+                        "DELETE FROM log_events WHERE namespace=? AND session_id=?",
+                        (self._ns, session_id),
+                    )
+                    removed += 1
+        return removed
+
     def close(self) -> None:
         self._db.close()
+
+
+def _checked_ttl(session_id: str, ttl_ms: object) -> int | None:
+    """A stored ``ttl_ms``: None or an int > 0, else :class:`CorruptLogError`."""
+    if ttl_ms is None:
+        return None
+    if type(ttl_ms) is not int or ttl_ms <= 0:
+        raise CorruptLogError(session_id, f"stored ttl_ms is {ttl_ms!r:.40}")
+    return ttl_ms
 
 
 def _header(session_id: str, row: Sequence[Any]) -> SessionHeader:

@@ -20,6 +20,8 @@ COMMANDS = (
     "cluster|slots", "cluster|shards", "cluster|info", "readonly", "command",
     # scripts: called by SHA, loaded on NOSCRIPT
     "evalsha", "script|load",
+    # a plain write with a ttl: the write and PEXPIRE in one transaction
+    "multi", "exec",
     # keys, hashes, sorted sets and streams (direct and inside the scripts)
     "scan", "exists", "del", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hdel",

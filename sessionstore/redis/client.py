@@ -221,6 +221,32 @@ class Topology:
         self.cluster: bool | None = {"yes": True, "no": False}.get(mode)
 
 
+class FirstUse:
+    """Bookkeeping of the first-use detection, so that calls queued behind a detection
+    that failed fail with it at once instead of each waiting through its own."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.error: SessionStoreError | None = None
+
+    def check(self, seen: int) -> None:
+        """Raise the error of a detection that ended while the caller waited."""
+        if self.attempts != seen and self.error is not None:
+            raise self.error
+        self.attempts += 1
+
+    def failed(self, error: SessionStoreError) -> None:
+        self.error = error
+
+    def run(self, seen: int, choose: Any) -> Any:
+        self.check(seen)
+        try:
+            return choose()
+        except SessionStoreError as exc:
+            self.failed(exc)
+            raise
+
+
 class SyncClient:
     """The redis-py client the sync backends use, chosen at first use.
 
@@ -237,16 +263,18 @@ class SyncClient:
         self._plain = sync_client(options)
         self._client: Any = None
         self._lock = threading.Lock()
+        self._first_use = FirstUse()
 
     def get(self) -> Any:
         """The client to use (see the class doc)."""
         client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._choose()
-                client = self._client
-        return client
+        if client is not None:
+            return client
+        seen = self._first_use.attempts
+        with self._lock:
+            if self._client is None:
+                self._client = self._first_use.run(seen, self._choose)
+            return self._client
 
     def _choose(self) -> Any:
         if self._topology.cluster is None:
@@ -297,6 +325,7 @@ class AsyncClient:
         self._plain = async_client(options)
         self._client: Any = None
         self._lock: asyncio.Lock | None = None
+        self._first_use = FirstUse()
 
     async def get(self) -> Any:
         """The client to use (see :class:`SyncClient`)."""
@@ -304,9 +333,15 @@ class AsyncClient:
             return self._client
         if self._lock is None:
             self._lock = asyncio.Lock()
+        seen = self._first_use.attempts
         async with self._lock:
             if self._client is None:
-                self._client = await self._choose()
+                self._first_use.check(seen)
+                try:
+                    self._client = await self._choose()
+                except SessionStoreError as exc:
+                    self._first_use.failed(exc)
+                    raise
         return self._client
 
     async def _choose(self) -> Any:

@@ -1,14 +1,16 @@
 """Session event logs on Redis: a meta hash and a stream per session (see ``logformat``).
 
-* ``append``: ``log_append.lua`` (checks, torn-tail cut, XADDs, ``next_seq`` last), then
-  ``WAIT`` in the same round trip for ``durability="replicas:N"``. A retry of the same
-  call after a lost reply finds its batch stored and returns it as an applied replay.
+* ``append``: ``log_append.lua`` (checks, torn-tail cut, XADDs, ``next_seq`` last, then
+  ``PEXPIRE`` of both keys for a session with a ttl), then ``WAIT`` in the same round
+  trip for ``durability="replicas:N"``. A retry of the same call after a lost reply finds
+  its batch stored and returns it as an applied replay.
 * ``read``: ``HGETALL meta`` and ``XRANGE`` pipelined, then more XRANGE chunks for long
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
   which rechecks ``next_seq`` so a concurrent append is never cut.
 * ``exists``: ``EXISTS meta``; ``list``: ``SCAN`` (on every primary of a cluster) then
-  pipelined ``HGETALL``; ``delete``: ``log_delete.lua``.
+  pipelined ``HGETALL``; ``delete``: ``log_delete.lua``; ``prune``: nothing, the server
+  expires sessions itself.
 
 With ``durability="fsync"`` the first write of each backend object (append, torn-tail
 cut, delete) verifies the server's AOF settings, on every primary of a cluster (see
@@ -119,11 +121,16 @@ class RedisEvents(_LogBase, EventBackend):
             return bool(self._client.exists(meta))
 
     def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         self._ready()
         names = self._keys(session_id)
-        args = append_args(events, header)
+        args = append_args(events, header, ttl_ms)
         with self._guard("log_append.lua", names[0]):
             if self._durability.mode == REPLICAS:
                 reply, acks = scripts.run_then_wait(
@@ -204,6 +211,10 @@ class RedisEvents(_LogBase, EventBackend):
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
 
+    def prune(self, now_ms: int) -> int:
+        """Nothing to do: the server expires sessions by itself, both keys together."""
+        return 0
+
 
 class AsyncRedisEvents(_LogBase):
     """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client."""
@@ -236,10 +247,15 @@ class AsyncRedisEvents(_LogBase):
             return bool(await client.exists(meta))
 
     async def append(
-        self, session_id: str, events: list[StoredEvent], header: SessionHeader | None
+        self,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> int:
         names = self._keys(session_id)
-        args = append_args(events, header)
+        args = append_args(events, header, ttl_ms)
         client = await self._handle.get()
         await self._ready(client)
         with self._guard("log_append.lua", names[0]):
@@ -326,6 +342,10 @@ class AsyncRedisEvents(_LogBase):
             reply = await scripts.run_async(client, "log_delete", names, [])
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
+
+    async def prune(self, now_ms: int) -> int:
+        """Nothing to do: the server expires sessions by itself, both keys together."""
+        return 0
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""

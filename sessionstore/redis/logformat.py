@@ -1,9 +1,11 @@
 """The event-log format on Redis, as pure functions shared by the sync and async backends.
 
 A session is a meta hash (header fields as plain text, an absent field is None, plus
-``next_seq`` and ``last_time``) and a stream whose entry ``<seq>-1`` holds the fields
-``seq``, ``type``, ``time``, ``data`` (canonical JSON text) and ``id`` when the event has
-one. ``next_seq`` is committed last, so entries at or past it are a torn tail.
+``next_seq``, ``last_time`` and, for a session with a retention, ``ttl_ms``) and a stream
+whose entry ``<seq>-1`` holds the fields ``seq``, ``type``, ``time``, ``data`` (canonical
+JSON text) and ``id`` when the event has one. ``next_seq`` is committed last, so entries
+at or past it are a torn tail. Both keys of a session with a ``ttl_ms`` carry the same
+expiry, set by every append.
 """
 
 from __future__ import annotations
@@ -124,8 +126,11 @@ def _checked(value: str, what: str) -> str:
     return value
 
 
-def append_args(events: Sequence[StoredEvent], header: SessionHeader | None) -> list[str]:
-    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch.
+def append_args(
+    events: Sequence[StoredEvent], header: SessionHeader | None, ttl_ms: int | None = None
+) -> list[str]:
+    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch; ``ttl_ms`` is the
+    retention stored with a session the call materialises.
 
     Raises :class:`InvalidArgumentError` for text Redis cannot store as UTF-8 (a lone
     surrogate in an event type, say), before anything is sent.
@@ -141,6 +146,7 @@ def append_args(events: Sequence[StoredEvent], header: SessionHeader | None) -> 
         str(len(events)),
         str(FORMAT_VERSION),
         restore_id(first),
+        "0" if ttl_ms is None else str(ttl_ms),
         *head,
     ]
     for event in events:

@@ -5,13 +5,19 @@ and decode functions are shared by :class:`RedisValues` (sync) and
 :class:`AsyncRedisValues`.
 
 * ``read``: ``HMGET key v w``; ``write``: ``HSET key v <payload> w <when>`` (one
-  command, never torn) or ``HDEL key v w`` for None; ``swap``:
+  command, never torn) or ``HDEL key v w`` for None, and with a ttl that command and
+  ``PEXPIRE key <ttl>`` in one ``MULTI``/``EXEC`` (still one round trip); ``swap``:
   ``value_swap.lua``.
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
   ``history_set.lua``.
 * ``scan``: ``SCAN`` (on every primary of a cluster) for value hashes and history
   zsets, then pipelined ``HGET key w`` to leave out value hashes without a value;
   ``forget``: ``value_forget.lua``.
+
+A ttl reaches the scripts as an argument and they set the expiry themselves (both keys of
+a history alike); without one, a write leaves the keys' expiry as it was, which is what
+``HSET`` does. Redis removes an expired key by itself, so an expired value is simply
+absent.
 
 ``swap`` and ``swap_version`` are idempotent per call: each call sends a fresh random
 token, which the script stores with its write; when redis-py sends the call again after
@@ -72,11 +78,22 @@ def decode_plain(name: str, reply: list[Any]) -> Stored | None:
     return Stored(bytes(payload), parse_when(name, when))
 
 
-def swap_args(expected: Stored | None, payload: bytes | None, when: int, token: str) -> list[Any]:
+def _ttl_arg(ttl_ms: int | None) -> str:
+    """A script's retention argument: ``"0"`` for none."""
+    return "0" if ttl_ms is None else str(ttl_ms)
+
+
+def swap_args(
+    expected: Stored | None,
+    payload: bytes | None,
+    when: int,
+    token: str,
+    ttl_ms: int | None = None,
+) -> list[Any]:
     """ARGV of ``value_swap.lua``; ``token`` from :func:`new_token`, one per call."""
     wanted = ["0", b"", ""] if expected is None else ["1", expected.payload, str(expected.when)]
     new = ["0", b"", ""] if payload is None else ["1", payload, str(when)]
-    return [*wanted, *new, token]
+    return [*wanted, *new, token, _ttl_arg(ttl_ms)]
 
 
 def decode_status(reply: Any) -> bool:
@@ -101,15 +118,18 @@ def history_set_args(
     expected: Stored | None,
     compare: bool,
     token: str = "",
+    ttl_ms: int | None = None,
 ) -> list[Any]:
     """ARGV of ``history_set.lua``; ``token`` (from :func:`new_token`) when ``compare``."""
     args: list[Any] = [str(when), CLEARED if payload is None else payload, str(max_versions or 0)]
     if not compare:
-        return [*args, "0", "0", "", b"", ""]
-    if expected is None:
-        return [*args, "1", "0", "", b"", token]
-    old = CLEARED if expected.payload is None else expected.payload
-    return [*args, "1", "1", str(expected.when), old, token]
+        args += ["0", "0", "", b"", ""]
+    elif expected is None:
+        args += ["1", "0", "", b"", token]
+    else:
+        old = CLEARED if expected.payload is None else expected.payload
+        args += ["1", "1", str(expected.when), old, token]
+    return [*args, _ttl_arg(ttl_ms)]
 
 
 def forget_keys(key: ValueKey) -> list[str]:
@@ -167,19 +187,34 @@ class RedisValues(ValueBackend):
             reply = self._client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
-    def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         name = keys.value_key(key)
         command = write_command(name, payload, when)
-        with self._guard(command[0], name):
-            self._client.execute_command(*command)
+        if ttl_ms is None:
+            with self._guard(command[0], name):
+                self._client.execute_command(*command)
+            return
+        guard = self._guard(f"MULTI {command[0]} PEXPIRE", name)
+        with guard, self._client.pipeline(transaction=True) as pipe:
+            pipe.execute_command(*command)
+            pipe.pexpire(name, ttl_ms)
+            pipe.execute()
 
     def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         if not _plain_expected_is_possible(expected):
             return False
         name = keys.value_key(key)
-        args = swap_args(expected, payload, when, new_token())
+        args = swap_args(expected, payload, when, new_token(), ttl_ms)
         with self._guard("value_swap.lua", name):
             reply = scripts.run(self._client, "value_swap", [name], args)
         return decode_status(reply)
@@ -191,9 +226,15 @@ class RedisValues(ValueBackend):
         return decode_version(names[0], reply)
 
     def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
-        self._set_version(key, payload, when, max_versions, None, compare=False)
+        self._set_version(key, payload, when, max_versions, None, ttl_ms, compare=False)
 
     def swap_version(
         self,
@@ -202,8 +243,12 @@ class RedisValues(ValueBackend):
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
-        return self._set_version(key, payload, when, max_versions, expected, compare=True)
+        return self._set_version(
+            key, payload, when, max_versions, expected, ttl_ms, compare=True
+        )
 
     def _set_version(
         self,
@@ -212,12 +257,13 @@ class RedisValues(ValueBackend):
         when: int,
         max_versions: int | None,
         expected: Stored | None,
+        ttl_ms: int | None,
         *,
         compare: bool,
     ) -> bool:
         names = keys.history_keys(key)
         token = new_token() if compare else ""
-        args = history_set_args(payload, when, max_versions, expected, compare, token)
+        args = history_set_args(payload, when, max_versions, expected, compare, token, ttl_ms)
         with self._guard("history_set.lua", names[0]):
             reply = scripts.run(self._client, "history_set", names, args)
         return decode_status(reply)
@@ -264,20 +310,35 @@ class AsyncRedisValues:
             reply = await client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
-    async def write(self, key: ValueKey, payload: bytes | None, when: int) -> None:
+    async def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
         name = keys.value_key(key)
         command = write_command(name, payload, when)
         client = await self._handle.get()
-        with self._guard(command[0], name):
-            await client.execute_command(*command)
+        if ttl_ms is None:
+            with self._guard(command[0], name):
+                await client.execute_command(*command)
+            return
+        with self._guard(f"MULTI {command[0]} PEXPIRE", name):
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.execute_command(*command)
+                pipe.pexpire(name, ttl_ms)
+                await pipe.execute()
 
     async def swap(
-        self, key: ValueKey, expected: Stored | None, payload: bytes | None, when: int
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
         if not _plain_expected_is_possible(expected):
             return False
         name = keys.value_key(key)
-        args = swap_args(expected, payload, when, new_token())
+        args = swap_args(expected, payload, when, new_token(), ttl_ms)
         client = await self._handle.get()
         with self._guard("value_swap.lua", name):
             reply = await scripts.run_async(client, "value_swap", [name], args)
@@ -291,9 +352,15 @@ class AsyncRedisValues:
         return decode_version(names[0], reply)
 
     async def write_version(
-        self, key: ValueKey, payload: bytes | None, when: int, max_versions: int | None
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> None:
-        await self._set_version(key, payload, when, max_versions, None, compare=False)
+        await self._set_version(key, payload, when, max_versions, None, ttl_ms, compare=False)
 
     async def swap_version(
         self,
@@ -302,8 +369,12 @@ class AsyncRedisValues:
         payload: bytes | None,
         when: int,
         max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
     ) -> bool:
-        return await self._set_version(key, payload, when, max_versions, expected, compare=True)
+        return await self._set_version(
+            key, payload, when, max_versions, expected, ttl_ms, compare=True
+        )
 
     async def _set_version(
         self,
@@ -312,12 +383,13 @@ class AsyncRedisValues:
         when: int,
         max_versions: int | None,
         expected: Stored | None,
+        ttl_ms: int | None,
         *,
         compare: bool,
     ) -> bool:
         names = keys.history_keys(key)
         token = new_token() if compare else ""
-        args = history_set_args(payload, when, max_versions, expected, compare, token)
+        args = history_set_args(payload, when, max_versions, expected, compare, token, ttl_ms)
         client = await self._handle.get()
         with self._guard("history_set.lua", names[0]):
             reply = await scripts.run_async(client, "history_set", names, args)
