@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings import FINDINGS
+from .findings import FINDINGS, LANDED
 from .harness import Result
 
 COLUMNS = ("Scenario", "Ours", "Baseline", "Ratio", "Target", "Result")
@@ -203,10 +203,12 @@ steadier because both sides run interleaved. Every sample is listed at the end.
 
 ## Why targets are missed
 
+{LANDED}
+
 Found by profiling the scenario (pyinstrument and `time.process_time` on the client,
 `INFO commandstats` on the server, `strace -c` for system calls) and by timing prototypes
 of the fixes applied by monkeypatching in a scratch process; each note names the cause,
-the proposed fix and, where measured, its effect. The library itself is unchanged.
+the proposed fix and, where measured, its effect.
 
 {_findings(results)}
 

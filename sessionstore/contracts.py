@@ -16,7 +16,8 @@ the async API runs a blocking backend in a worker thread, or uses the backend's 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from .keys import ValueKey
 from .models import SessionHeader
@@ -30,15 +31,24 @@ class Stored:
     when: int
 
 
+#: ``StoredEvent.parsed`` when the backend did not parse ``data``.
+NOT_PARSED: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
-    """An event as stored: ``data`` is canonical JSON text (see :mod:`sessionstore.jsondata`)."""
+    """An event as stored: ``data`` is canonical JSON text (see :mod:`sessionstore.jsondata`).
+
+    A backend that parsed ``data`` while validating a read may hand the result over in
+    ``parsed`` so it is not parsed twice; it takes no part in comparisons.
+    """
 
     seq: int
     type: str
     time: int
     data: str
     id: str | None = None
+    parsed: Any = field(default=NOT_PARSED, compare=False, repr=False)
 
 
 class ValueBackend(ABC):

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .contracts import StoredEvent
+from .contracts import NOT_PARSED, StoredEvent
 from .errors import (
     InvalidArgumentError,
     NotJSONSerializableError,
@@ -105,12 +105,24 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
         ) from None
 
 
-def decode_events(stored: Iterable[StoredEvent]) -> list[SessionEvent]:
-    """Stored (trusted, already validated) events back to :class:`SessionEvent`."""
+#: Every decoded event shares one fields-set (pydantic copies it before any change).
+_EVENT_FIELDS = set(SessionEvent.model_fields)
+
+
+def decode_events(stored: list[StoredEvent]) -> list[SessionEvent]:
+    """Stored (trusted, already validated) events back to :class:`SessionEvent`.
+
+    Consumes ``stored`` (it is left empty), so a long log is not held twice.
+    """
     construct = SessionEvent.model_construct
-    return [
-        construct(seq=e.seq, type=e.type, time=e.time, data=load(e.data), id=e.id) for e in stored
-    ]
+    fields = _EVENT_FIELDS
+    decoded: list[SessionEvent] = []
+    stored.reverse()
+    while stored:
+        e = stored.pop()
+        data = load(e.data) if e.parsed is NOT_PARSED else e.parsed
+        decoded.append(construct(fields, seq=e.seq, type=e.type, time=e.time, data=data, id=e.id))
+    return decoded
 
 
 def plan_append(
@@ -143,19 +155,17 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
     open; then ``turn/end`` with reason ``interrupted``. Seqs continue the log and every
     closer reuses the last event's time, so two repairers produce identical closers.
     """
-    in_turn = False
+    start = _open_turn_start(events)
+    if start is None:
+        return []
     turn: Any = None
     step: Any = None
     calls: dict[str, dict[str, Any]] = {}
-    for event in events:
+    for event in events[start:]:
         data = event.data if isinstance(event.data, dict) else {}
         kind = event.type
         if kind == "turn/start":
-            in_turn, turn, step, calls = True, data.get("turn"), None, {}
-        elif kind == "turn/end":
-            in_turn, turn, step, calls = False, None, None, {}
-        elif not in_turn:
-            continue
+            turn = data.get("turn")
         elif kind == "step/start":
             step = data.get("step")
         elif kind == "step/end":
@@ -170,8 +180,6 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
             entry["step"] = data.get("step", entry.get("step"))
         elif kind == "tool/result" and isinstance(data.get("call_id"), str):
             calls.setdefault(data["call_id"], {})["done"] = True
-    if not in_turn:
-        return []
     seq = events[-1].seq + 1
     time = events[-1].time
     out: list[SessionEvent] = []
@@ -214,3 +222,14 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
         )
     )
     return out
+
+
+def _open_turn_start(events: list[SessionEvent]) -> int | None:
+    """Index of the final ``turn/start`` when no ``turn/end`` follows it, else None."""
+    for index in range(len(events) - 1, -1, -1):
+        kind = events[index].type
+        if kind == "turn/end":
+            return None
+        if kind == "turn/start":
+            return index
+    return None

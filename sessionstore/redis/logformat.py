@@ -272,22 +272,34 @@ class LogRead:
             self._corrupt(f"event {expect} is missing (the next entry is {entry_id})", expect)
         if entry_id != keys.stream_id(seq):
             self._corrupt(f"entry id {entry_id} should be {keys.stream_id(seq)}", seq)
+        values = fields if isinstance(fields, Mapping) else _pairs(fields)
+        raw: dict[str, bytes] = {}
+        for name in ("seq", "type", "time", "data"):
+            value = values.get(name.encode())
+            if value is None:
+                self._corrupt(f"entry {entry_id} has no {name} field", seq)
+            raw[name] = value
+        if raw["seq"] != str(seq).encode():
+            self._corrupt(f"entry {entry_id} holds seq {raw['seq']!r:.20}", seq)
+        raw_id = values.get(b"id")
         try:
-            values = fields if isinstance(fields, Mapping) else _pairs(fields)
-            found = {text(name): text(value) for name, value in values.items()}
+            time = int(raw["time"])
+            parsed = orjson.loads(raw["data"])
+            event = StoredEvent(
+                seq,
+                raw["type"].decode(),
+                time,
+                raw["data"].decode(),
+                None if raw_id is None else raw_id.decode(),
+                parsed,
+            )
         except UnicodeDecodeError:
             self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
-        for name in ("seq", "type", "time", "data"):
-            if name not in found:
-                self._corrupt(f"entry {entry_id} has no {name} field", seq)
-        if found["seq"] != str(seq):
-            self._corrupt(f"entry {entry_id} holds seq {found['seq']!r:.20}", seq)
-        try:
-            time = int(found["time"])
-            orjson.loads(found["data"])
         except ValueError as exc:
             self._corrupt(f"entry {entry_id} has a malformed time or data: {exc}", seq)
-        return StoredEvent(seq, found["type"], time, found["data"], found.get("id"))
+        if not isinstance(parsed, dict):
+            self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
+        return event
 
     def _corrupt(self, detail: str, seq: int) -> NoReturn:
         raise CorruptLogError(self.session_id, detail, seq=seq)
