@@ -30,6 +30,7 @@ from .core import (
     check_from_seq,
     check_max_versions,
     check_namespace,
+    check_poll,
     check_ttl,
     value_key,
     value_refs,
@@ -178,6 +179,20 @@ class AsyncEventLog:
             if len(chunk) < batch:
                 return
             seq = chunk[-1].seq + 1
+
+    async def follow(
+        self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
+    ) -> AsyncIterator[SessionEvent]:
+        """Async twin of :meth:`sessionstore.EventLog.follow`."""
+        seq, wait = check_from_seq(from_seq), check_poll(poll)
+        while True:
+            chunk = await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
+            for event in chunk:
+                yield event
+            if chunk:
+                seq = chunk[-1].seq + 1
+            else:
+                await self._backend.wait_for_events(session_id, seq, wait)
 
     async def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id."""

@@ -15,6 +15,7 @@ the async API runs a blocking backend in a worker thread, or uses the backend's 
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,6 +204,11 @@ class EventBackend(ABC):
         renewed, stays); return how many. Until then an expired session is still there
         for every other method. A backend whose server expires sessions by itself
         returns 0."""
+
+    def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
+        """Return once an event with ``seq >= from_seq`` may have landed, or after about
+        ``timeout`` seconds. The default just waits; Redis blocks on the stream."""
+        time.sleep(timeout)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""

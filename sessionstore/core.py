@@ -211,3 +211,9 @@ def check_from_seq(seq: object) -> int:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise InvalidArgumentError(f"seq must be an int >= 0, not {seq!r:.40}")
     return seq
+
+
+def check_poll(poll: object) -> float:
+    if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < 3600:
+        raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {poll!r:.40}")
+    return float(poll)

@@ -20,6 +20,7 @@ from .core import (
     ValueRef,
     check_from_seq,
     check_max_versions,
+    check_poll,
     check_ttl,
     value_key,
     value_refs,
@@ -145,6 +146,21 @@ class EventLog:
             if len(chunk) < batch:
                 return
             seq = chunk[-1].seq + 1
+
+    def follow(
+        self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
+    ) -> Iterator[SessionEvent]:
+        """The committed events from ``from_seq`` on, then each new one as it lands, without
+        end (stop by leaving the loop). Redis blocks on the stream (``XREAD BLOCK``);
+        the other backends look again every ``poll`` seconds."""
+        seq, wait = check_from_seq(from_seq), check_poll(poll)
+        while True:
+            chunk = run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
+            yield from chunk
+            if chunk:
+                seq = chunk[-1].seq + 1
+            else:
+                self._backend.wait_for_events(session_id, seq, wait)
 
     def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id; metadata only."""

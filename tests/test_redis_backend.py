@@ -37,7 +37,7 @@ from sessionstore.errors import (
     UnsupportedVersionError,
 )
 from sessionstore.keys import ValueKey
-from sessionstore.models import SessionHeader
+from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
 from sessionstore.redis.client import display, split_own_params
 from sessionstore.redis.scripts import lua_dir, scripts
@@ -981,3 +981,31 @@ def test_calls_queued_behind_a_failed_first_use_fail_with_it(tmp_path):
     listener.close()
     assert len(errors) == 8
     assert len(accepted) <= 2 * (RETRIES + 1)
+
+
+def test_follow_blocks_on_the_stream_instead_of_polling(redis_server, ns):
+    """``follow`` waits with XREAD BLOCK on Redis: a writer's events reach a follower
+    that polls only once an hour."""
+    import threading
+
+    client = raw(redis_server.url)
+    before = client.info("commandstats").get("cmdstat_xread", {}).get("calls", 0)
+    with sessionstore.connect(redis_server.url, ns) as store:
+        store.events.create(SessionHeader(id="live"))
+        store.events.append("live", [SessionEvent(seq=0, type="note", time=T0)])
+
+        def write_later() -> None:
+            with sessionstore.connect(redis_server.url, ns) as writer:
+                for seq in (1, 2):
+                    writer.events.append("live", [SessionEvent(seq=seq, type="note", time=T0)])
+
+        seen = []
+        for event in store.events.follow("live", 0, poll=3599):
+            seen.append(event.seq)
+            if event.seq == 0:
+                threading.Thread(target=write_later).start()
+            if event.seq == 2:
+                break
+    assert seen == [0, 1, 2]
+    assert client.info("commandstats")["cmdstat_xread"]["calls"] > before
+    client.close()

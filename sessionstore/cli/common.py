@@ -82,6 +82,7 @@ def guarded(command: F) -> F:
 
 def emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, ensure_ascii=False, default=_jsonable) + "\n")
+    sys.stdout.flush()
 
 
 def _jsonable(value: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import typer
@@ -126,17 +125,14 @@ def tail(
     namespace: Namespace = "default",
     json: Json = False,
 ) -> None:
-    """The last events of a session; with --follow, new events as they land (Ctrl-C stops)."""
+    """The last events of a session; with --follow, new events as they land (Ctrl-C stops;
+    Redis blocks on the stream, other stores look again every --interval seconds)."""
     with open_store(url, namespace) as store:
         events = store.events.read_from(session_id, 0)
         print_events(events[len(events) - last :] if last else [], json)
-        next_seq = len(events)
-        while follow:
-            fresh = store.events.read_from(session_id, next_seq)
-            print_events(fresh, json)
-            next_seq += len(fresh)
-            if not fresh:
-                time.sleep(interval)
+        if follow:
+            for event in store.events.follow(session_id, len(events), poll=interval):
+                print_events([event], json)
 
 
 @app.command()

@@ -86,6 +86,14 @@ class _LogBase:
         )
 
 
+def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary) -> list[Any]:
+    """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
+    ``timeout`` and always less than the socket timeout, so the read never times out."""
+    block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
+    after = keys.stream_id(from_seq - 1) if from_seq > 0 else "0-0"
+    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, after]
+
+
 class RedisEvents(_LogBase, EventBackend):
     """:class:`EventBackend` on a redis-py client."""
 
@@ -119,6 +127,12 @@ class RedisEvents(_LogBase, EventBackend):
         meta, _ = self._keys(session_id)
         with self._guard("EXISTS", meta):
             return bool(self._client.exists(meta))
+
+    def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
+        """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
+        _, stream = self._keys(session_id)
+        with self._guard("XREAD", stream):
+            self._client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
 
     def append(
         self,
@@ -245,6 +259,13 @@ class AsyncRedisEvents(_LogBase):
         client = await self._handle.get()
         with self._guard("EXISTS", meta):
             return bool(await client.exists(meta))
+
+    async def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
+        """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
+        _, stream = self._keys(session_id)
+        client = await self._handle.get()
+        with self._guard("XREAD", stream):
+            await client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
 
     async def append(
         self,

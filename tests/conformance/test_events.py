@@ -550,3 +550,24 @@ def test_a_background_failure_keeps_the_batch_and_surfaces_on_flush(store, open_
             w.flush()
             time.sleep(0.02)
     assert [e.type for e in store.events.read_from("w", 0)] == ["note", "intruder"]
+
+
+def test_follow_yields_stored_events_then_new_ones_as_they_land(store):
+    import threading
+
+    started(store, "live", 3)
+    seen = []
+    for event in store.events.follow("live", 1, poll=0.05):
+        seen.append(event.seq)
+        if event.seq == 2:
+            threading.Thread(target=store.events.append, args=("live", [ev(3)])).start()
+        if event.seq == 3:
+            break
+    assert seen == [1, 2, 3]
+
+
+@pytest.mark.parametrize("poll", [0, -1, "1", 10_000])
+def test_follow_rejects_a_bad_poll(store, poll):
+    started(store, "live", 1)
+    with pytest.raises(InvalidArgumentError):
+        next(iter(store.events.follow("live", 0, poll=poll)))
