@@ -28,11 +28,10 @@ from .core import (
     SessionState,
     ValueRef,
     check_from_seq,
-    check_max_versions,
     check_namespace,
     check_poll,
     check_ttl,
-    value_key,
+    session_state,
     value_refs,
 )
 from .errors import SessionNotFoundError, StoreClosedError
@@ -316,9 +315,8 @@ class AsyncStore:
         """A handle on the value of (symbol, strategy, exchange, frame, mode), whose
         writes expire after ``ttl`` seconds when given. No I/O."""
         self._lifecycle.check_open()
-        key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
-        versions = check_max_versions(history, max_versions)
-        state = SessionState(key, bool(history), versions, check_ttl(ttl))
+        parts = (symbol, strategy, exchange, frame)
+        state = session_state(self.namespace, parts, mode, history, max_versions, ttl)
         return AsyncSession(self._async.values, state, self._lifecycle)
 
     async def list_values(self) -> list[ValueRef]:

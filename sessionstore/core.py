@@ -116,6 +116,21 @@ def check_ttl(ttl: object) -> int | None:
     return max(1, math.ceil(round(ttl * 1000, 3)))
 
 
+def session_state(
+    namespace: str,
+    parts: tuple[object, object, object, object],
+    mode: object,
+    history: object,
+    max_versions: object,
+    ttl: object,
+) -> SessionState:
+    """Check a ``store.session(...)`` call and build its handle's state. No I/O."""
+    key = value_key(namespace, *parts, mode)
+    return SessionState(
+        key, bool(history), check_max_versions(bool(history), max_versions), check_ttl(ttl)
+    )
+
+
 class SessionState:
     """The pure half of a session handle: its key, mode, retention and the disposed flag."""
 

@@ -19,10 +19,9 @@ from .core import (
     SessionState,
     ValueRef,
     check_from_seq,
-    check_max_versions,
     check_poll,
     check_ttl,
-    value_key,
+    session_state,
     value_refs,
 )
 from .eventlog import check_session_id
@@ -219,9 +218,8 @@ class Store:
         long after it. A bad ``ttl`` raises ``InvalidArgumentError``.
         """
         self._lifecycle.check_open()
-        key = value_key(self.namespace, symbol, strategy, exchange, frame, mode)
-        versions = check_max_versions(history, max_versions)
-        state = SessionState(key, bool(history), versions, check_ttl(ttl))
+        parts = (symbol, strategy, exchange, frame)
+        state = session_state(self.namespace, parts, mode, history, max_versions, ttl)
         return Session(self._backends.values, state, self._lifecycle)
 
     def list_values(self) -> list[ValueRef]:

@@ -12,6 +12,9 @@ from support.redis_server import ContainerRedis, RedisServer, shared_server
 
 from sessionstore.redis.acl import setuser_args
 
+#: Fixtures ``opened`` / ``open_`` for the tests that drive the Redis backend directly.
+pytest_plugins = ["support.redis_helpers"]
+
 #: Every backend the conformance suites run against (dummy has its own small contract).
 #: "cluster" is the Redis backend on a 3-primary Redis Cluster, reached by a plain URL.
 BACKENDS = ["memory", "file", "sqlite", "redis", "cluster"]

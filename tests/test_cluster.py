@@ -24,7 +24,6 @@ from support.redis_cluster import ClusterNodes, own_slots
 
 import sessionstore
 from sessionstore import keys
-from sessionstore.connection import Backends
 from sessionstore.contracts import Stored, StoredEvent
 from sessionstore.errors import (
     DurabilityError,
@@ -34,7 +33,6 @@ from sessionstore.errors import (
 )
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionHeader
-from sessionstore.redis import open_redis
 
 T0 = 1_718_000_000_000
 
@@ -42,24 +40,6 @@ T0 = 1_718_000_000_000
 @pytest.fixture
 def ns() -> str:
     return f"cl-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Backends]]:
-    made: list[Backends] = []
-    yield made
-    for backends in made:
-        backends.close()
-
-
-@pytest.fixture
-def open_(opened: list[Backends]) -> Any:
-    def _open(url: str, namespace: str, **options: Any) -> Backends:
-        backends = open_redis(url, namespace, **options)
-        opened.append(backends)
-        return backends
-
-    return _open
 
 
 def vkey(ns: str, symbol: str = "BTCUSDT") -> ValueKey:

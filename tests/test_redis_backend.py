@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import redis
 from redis.connection import Connection
+from support.redis_helpers import namespace_snapshot
 from support.redis_server import RedisServer, free_port
 
 import sessionstore
 from sessionstore import keys
-from sessionstore.connection import Backends
 from sessionstore.contracts import Stored, StoredEvent
 from sessionstore.errors import (
     AccessDeniedError,
@@ -60,24 +60,6 @@ def server() -> Iterator[RedisServer]:
         yield own
 
 
-@pytest.fixture
-def opened() -> Iterator[list[Backends]]:
-    made: list[Backends] = []
-    yield made
-    for backends in made:
-        backends.close()
-
-
-@pytest.fixture
-def open_(opened: list[Backends]) -> Any:
-    def _open(url: str, namespace: str, **options: Any) -> Backends:
-        backends = open_redis(url, namespace, **options)
-        opened.append(backends)
-        return backends
-
-    return _open
-
-
 def raw(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
@@ -103,18 +85,7 @@ def snapshot(url: str, ns: str) -> dict[bytes, Any]:
     """Every key of ``ns`` and its content, to prove nothing changed."""
     client = raw(url)
     try:
-        found: dict[bytes, Any] = {}
-        for name in client.scan_iter(match=keys.namespace_pattern(ns)):
-            kind = client.type(name)
-            if kind == b"hash":
-                found[name] = client.hgetall(name)
-            elif kind == b"zset":
-                found[name] = client.zrange(name, 0, -1, withscores=True)
-            elif kind == b"stream":
-                found[name] = (client.xrange(name), client.xinfo_stream(name)["last-generated-id"])
-            else:
-                found[name] = kind
-        return found
+        return namespace_snapshot(client, ns)
     finally:
         client.close()
 
@@ -226,24 +197,32 @@ def test_redis_errors_map_to_the_sessionstore_hierarchy():
         (rex.ConnectionError("refused"), StoreUnavailableError),
         (rex.TimeoutError("slow"), StoreUnavailableError),
         (rex.AuthenticationError("invalid username-password pair"), AccessDeniedError),
-        (rex.ResponseError("NOPERM no permissions to run the 'config|get' command"),
-         AccessDeniedError),
-        (rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
-         StoreUnavailableError),
-        (rex.ReadOnlyError("You can't write against a read only replica."),
-         StoreUnavailableError),
-        (rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
-         SessionStoreError),
+        (
+            rex.ResponseError("NOPERM no permissions to run the 'config|get' command"),
+            AccessDeniedError,
+        ),
+        (
+            rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
+            StoreUnavailableError,
+        ),
+        (rex.ReadOnlyError("You can't write against a read only replica."), StoreUnavailableError),
+        (
+            rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
+            SessionStoreError,
+        ),
         (rex.ClusterDownError("The cluster is down"), StoreUnavailableError),
         (rex.MasterDownError("Link with MASTER is down"), StoreUnavailableError),
         (rex.ClusterError("TTL exhausted."), StoreUnavailableError),
         (rex.MovedError("3999 127.0.0.1:6381"), StoreUnavailableError),
-        (rex.TryAgainError("Multiple keys request during rehashing of slot"),
-         StoreUnavailableError),
-        (rex.SlotNotCoveredError("Slot 3999 is not covered by the cluster."),
-         StoreUnavailableError),
-        (rex.RedisClusterException("Redis Cluster cannot be connected."),
-         StoreUnavailableError),
+        (
+            rex.TryAgainError("Multiple keys request during rehashing of slot"),
+            StoreUnavailableError,
+        ),
+        (
+            rex.SlotNotCoveredError("Slot 3999 is not covered by the cluster."),
+            StoreUnavailableError,
+        ),
+        (rex.RedisClusterException("Redis Cluster cannot be connected."), StoreUnavailableError),
     ]
     for error, expected in cases:
         with pytest.raises(SessionStoreError) as caught, boundary("HSET", "ss:n:val:{k}"):
@@ -282,8 +261,11 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
     ]
     meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
     assert meta == {
-        b"id": b"run-1", b"version": b"1", b"created_at": str(T0).encode(),
-        b"next_seq": b"1", b"last_time": str(T0).encode(),
+        b"id": b"run-1",
+        b"version": b"1",
+        b"created_at": str(T0).encode(),
+        b"next_seq": b"1",
+        b"last_time": str(T0).encode(),
     }
     [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
     assert entry_id == b"0-1"
@@ -294,8 +276,13 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
 def test_key_parts_cannot_collide_or_escape_the_namespace(redis_server, ns, open_):
     values = open_(redis_server.url, ns).values
     tricky = [
-        vkey(ns, "a:b", "c"), vkey(ns, "a", "b:c"), vkey(ns, "{x}"), vkey(ns, "x"),
-        vkey(ns, "*"), vkey(ns, "%2A"), vkey(ns, "a b"),
+        vkey(ns, "a:b", "c"),
+        vkey(ns, "a", "b:c"),
+        vkey(ns, "{x}"),
+        vkey(ns, "x"),
+        vkey(ns, "*"),
+        vkey(ns, "%2A"),
+        vkey(ns, "a b"),
     ]
     for index, key in enumerate(tricky):
         values.write(key, bytes([index + 1]), T0)
@@ -399,9 +386,7 @@ def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
     assert swap(None, b"\x03", "d1") == b"OK"
     open_redis(redis_server.url, ns).values.write(vkey(ns), b"\x04", T0)  # keeps tokens
     assert swap(None, b"\x03", "d1") == b"OK"  # a resend after the write: still applied
-    assert client.hgetall(name) == {
-        b"v": b"\x04", b"w": str(T0).encode(), b"t": b"d1 c1 b1 a1"
-    }
+    assert client.hgetall(name) == {b"v": b"\x04", b"w": str(T0).encode(), b"t": b"d1 c1 b1 a1"}
     for step in range(20):
         current = Stored(bytes([5 + step - 1]) if step else b"\x04", T0)
         assert swap(current, bytes([5 + step]), f"e{step}") == b"OK"
@@ -743,8 +728,9 @@ def test_durability_none_skips_the_check(open_, how):
 
 def test_a_user_without_config_is_warned_not_refused(server, open_):
     client = raw(server.url)
-    client.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["ss:*"],
-                       commands=["+@all", "-config"])
+    client.acl_setuser(
+        "app", enabled=True, passwords=["+pw"], keys=["ss:*"], commands=["+@all", "-config"]
+    )
     url = f"redis://app:pw@127.0.0.1:{server.port}/0"
     events = open_(url, "ns").events
     with pytest.warns(RuntimeWarning, match="CONFIG"):
@@ -826,8 +812,9 @@ def test_async_unavailable_server(open_):
 
 def test_refused_credentials_and_keys_raise_access_denied(server, open_):
     client = raw(server.url)
-    client.acl_setuser("narrow", enabled=True, passwords=["+pw"], keys=["other:*"],
-                       commands=["+@all"])
+    client.acl_setuser(
+        "narrow", enabled=True, passwords=["+pw"], keys=["other:*"], commands=["+@all"]
+    )
     wrong = open_(f"redis://narrow:nope@127.0.0.1:{server.port}/0", "ns").values
     with pytest.raises(AccessDeniedError) as caught:
         wrong.read(vkey("ns"))

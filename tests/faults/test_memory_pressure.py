@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 import redis
+from support.redis_helpers import namespace_snapshot
 from support.redis_server import RedisServer
 
 import sessionstore
 import sessionstore.aio
-from sessionstore import SessionHeader, SessionStoreError, StoreUnavailableError, keys
+from sessionstore import SessionHeader, SessionStoreError, StoreUnavailableError
 
 from . import figures
 from .figures import figures_run  # noqa: F401 - used by pytestmark
@@ -50,22 +51,6 @@ pytestmark = pytest.mark.usefixtures("figures_run")
 def server() -> Iterator[RedisServer]:
     with RedisServer(durable=True) as own:
         yield own
-
-
-def namespace_snapshot(client: redis.Redis, namespace: str) -> dict[bytes, Any]:
-    """Every key of ``namespace`` with its whole content."""
-    found: dict[bytes, Any] = {}
-    for name in client.scan_iter(match=keys.namespace_pattern(namespace)):
-        kind = client.type(name)
-        if kind == b"hash":
-            found[name] = client.hgetall(name)
-        elif kind == b"zset":
-            found[name] = client.zrange(name, 0, -1, withscores=True)
-        elif kind == b"stream":
-            found[name] = (client.xrange(name), client.xinfo_stream(name)["last-generated-id"])
-        else:
-            found[name] = kind
-    return found
 
 
 def fill_to_the_limit(client: redis.Redis, junk: str) -> int:
