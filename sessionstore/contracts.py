@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from .keys import ValueKey
-from .models import SessionHeader
+from .models import SessionEvent, SessionHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,24 +31,16 @@ class Stored:
     when: int
 
 
-#: ``StoredEvent.parsed`` when the backend did not parse ``data``.
-NOT_PARSED: Any = object()
-
-
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
-    """An event as stored: ``data`` is canonical JSON text (see :mod:`sessionstore.jsondata`).
-
-    A backend that parsed ``data`` while validating a read may hand the result over in
-    ``parsed`` so it is not parsed twice; it takes no part in comparisons.
-    """
+    """An event as ``append`` hands it to a backend: ``data`` is canonical JSON text (see
+    :mod:`sessionstore.jsondata`)."""
 
     seq: int
     type: str
     time: int
     data: str
     id: str | None = None
-    parsed: Any = field(default=NOT_PARSED, compare=False, repr=False)
 
 
 class ValueBackend(ABC):
@@ -181,8 +172,10 @@ class EventBackend(ABC):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
-        """The header and the committed events with ``seq >= from_seq`` (at most ``limit``).
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
+        """The header and the committed events with ``seq >= from_seq`` (at most ``limit``),
+        built with :func:`~sessionstore.models.restored_event` (they were checked when
+        appended; ``data`` is the parsed JSON object).
 
         A torn tail is left out; with ``repair=True`` it is also cut off durably.
         Damage before the end raises ``CorruptLogError`` and rewrites nothing; an

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .contracts import NOT_PARSED, StoredEvent
+from .contracts import StoredEvent
 from .errors import (
     InvalidArgumentError,
     NotJSONSerializableError,
@@ -17,7 +17,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .jsondata import JSONLossError, dump_lossless, load
-from .models import FORMAT_VERSION, SessionEvent, SessionHeader
+from .models import FORMAT_VERSION, SessionEvent, SessionHeader, restored_event
 
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
@@ -105,23 +105,16 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
         ) from None
 
 
-#: Every decoded event shares one fields-set (pydantic copies it before any change).
-_EVENT_FIELDS = set(SessionEvent.model_fields)
-
-
 def decode_events(stored: list[StoredEvent]) -> list[SessionEvent]:
     """Stored (trusted, already validated) events back to :class:`SessionEvent`.
 
     Consumes ``stored`` (it is left empty), so a long log is not held twice.
     """
-    construct = SessionEvent.model_construct
-    fields = _EVENT_FIELDS
     decoded: list[SessionEvent] = []
     stored.reverse()
     while stored:
         e = stored.pop()
-        data = load(e.data) if e.parsed is NOT_PARSED else e.parsed
-        decoded.append(construct(fields, seq=e.seq, type=e.type, time=e.time, data=data, id=e.id))
+        decoded.append(restored_event(e.seq, e.type, e.time, load(e.data), e.id))
     return decoded
 
 

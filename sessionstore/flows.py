@@ -26,7 +26,7 @@ from .core import (
     check_from_seq,
 )
 from .errors import ConcurrentModificationError, SeqConflictError, SessionExistsError
-from .eventlog import check_session_id, closers, decode_events, encode_batch
+from .eventlog import check_session_id, closers, encode_batch
 from .models import SessionEvent, SessionHeader
 from .when import now_ms, to_epoch_ms
 
@@ -214,8 +214,7 @@ def load(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession]:
     _open(lifecycle)
     check_session_id(session_id)
     for _ in range(REPAIR_ATTEMPTS):
-        header, stored = yield Call("read", (session_id, 0), {"repair": True})
-        events = decode_events(stored)
+        header, events = yield Call("read", (session_id, 0), {"repair": True})
         extra = closers(events)
         if not extra:
             return LoadedSession(header, events)
@@ -232,8 +231,8 @@ def read_from(
 ) -> Flow[list[SessionEvent]]:
     _open(lifecycle)
     check_from_seq(seq)
-    _, stored = yield Call("read", (check_session_id(session_id), seq), {"limit": limit})
-    return decode_events(stored)
+    _, events = yield Call("read", (check_session_id(session_id), seq), {"limit": limit})
+    return events
 
 
 def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:

@@ -37,3 +37,24 @@ class SessionEvent(BaseModel):
     time: int = Field(ge=-INT64_MAX, le=INT64_MAX)
     data: Any = Field(default_factory=dict)
     id: str | None = None
+
+
+_new_event = SessionEvent.__new__
+_set = object.__setattr__
+#: Every restored event shares one fields-set (pydantic copies it before any change).
+_EVENT_FIELDS = set(SessionEvent.model_fields)
+
+
+def restored_event(seq: int, type: str, time: int, data: Any, id: str | None) -> SessionEvent:
+    """A :class:`SessionEvent` read back from a store, built without validation.
+
+    Only for events that were validated when appended: it is what
+    ``SessionEvent.model_construct`` builds for this model, without its per-field loop,
+    which dominates loading a long log.
+    """
+    event = _new_event(SessionEvent)
+    _set(event, "__dict__", {"seq": seq, "type": type, "time": time, "data": data, "id": id})
+    _set(event, "__pydantic_fields_set__", _EVENT_FIELDS)
+    _set(event, "__pydantic_extra__", None)
+    _set(event, "__pydantic_private__", None)
+    return event

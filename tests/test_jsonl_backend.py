@@ -27,7 +27,8 @@ from sessionstore import (
 from sessionstore.backends import jsonl
 from sessionstore.backends.jsonl import JsonlEvents, event_lines
 from sessionstore.contracts import StoredEvent
-from sessionstore.eventlog import encode_batch
+from sessionstore.eventlog import decode_events, encode_batch
+from sessionstore.jsondata import dump_lossless
 from sessionstore.store import Store
 
 SID = "session-1"
@@ -130,7 +131,8 @@ def test_data_comes_back_as_the_same_canonical_text(tmp_path: Path, data: dict[s
     [stored] = encode_batch(session_id, [SessionEvent(seq=0, type="t", time=1, data=data)])
     backend.append(session_id, [stored], SessionHeader(id=session_id))
     _, [read] = backend.read(session_id)
-    assert read == stored
+    assert read == SessionEvent(seq=0, type="t", time=1, data=data)
+    assert dump_lossless(read.data) == stored.data
     line = Path(backend.locate(session_id) or "").read_bytes().split(b"\n")[1]
     assert orjson.dumps(orjson.loads(line)) == line
 
@@ -202,7 +204,7 @@ def test_read_honours_from_seq_and_limit(tmp_path: Path) -> None:
         header, found = backend.read(SID, 2, limit=3)
         assert header == HEADER
         assert [e.seq for e in found] == [2, 3, 4]
-        assert backend.read(SID, 7, limit=5)[1] == encode_batch(SID, events(7, 8))
+        assert backend.read(SID, 7, limit=5)[1] == decode_events(encode_batch(SID, events(7, 8)))
         assert backend.read(SID, 9)[1] == []
         assert [e.seq for e in store.events.iter_events(SID, batch=3)] == list(range(8))
 
@@ -435,7 +437,7 @@ def test_appends_do_not_reread_what_they_wrote(tmp_path: Path, parsing: dict[str
     for first in range(3, 300, 3):
         assert backend.append(SID, batch(first, first + 3), None) == first + 3
     assert parsing == {"lines": 0, "logs": 0}
-    assert backend.read(SID) == (HEADER, batch(0, 300))
+    assert backend.read(SID) == (HEADER, decode_events(batch(0, 300)))
 
 
 def test_an_append_parses_only_the_batches_appended_elsewhere_since(
@@ -456,7 +458,7 @@ def test_an_append_parses_only_the_batches_appended_elsewhere_since(
     before = path.read_bytes()
     assert mine.append(SID, batch(5, 7), None) == 10, "an applied replay of older events"
     assert path.read_bytes() == before
-    assert other.read(SID) == (HEADER, batch(0, 10))
+    assert other.read(SID) == (HEADER, decode_events(batch(0, 10)))
 
 
 def test_an_append_after_another_store_appended_lands_contiguously(tmp_path: Path) -> None:
@@ -504,7 +506,7 @@ def test_a_log_rewritten_in_place_is_parsed_whole(tmp_path: Path) -> None:
     other.append(SID, longer, HEADER)
     path.write_bytes(Path(other.locate(SID) or "").read_bytes())
     assert backend.append(SID, batch(6, 7), None) == 7
-    assert backend.read(SID) == (HEADER, longer + batch(6, 7))
+    assert backend.read(SID) == (HEADER, decode_events(longer + batch(6, 7)))
 
 
 def test_a_session_recreated_elsewhere_is_seen_as_such(tmp_path: Path) -> None:
@@ -516,7 +518,7 @@ def test_a_session_recreated_elsewhere_is_seen_as_such(tmp_path: Path) -> None:
     with pytest.raises(SessionExistsError):
         mine.append(SID, batch(5, 6), HEADER)
     assert mine.append(SID, batch(5, 6), None) == 6
-    assert other.read(SID) == (recreated, batch(0, 6))
+    assert other.read(SID) == (recreated, decode_events(batch(0, 6)))
 
 
 def test_a_forked_child_parses_the_log_whole_before_its_first_append(
@@ -538,7 +540,7 @@ def test_a_forked_child_parses_the_log_whole_before_its_first_append(
     reset(parsing)
     assert backend.append(SID, batch(6, 8), None) == 8
     assert parsing == {"lines": 3, "logs": 0}
-    assert backend.read(SID) == (HEADER, batch(0, 8))
+    assert backend.read(SID) == (HEADER, decode_events(batch(0, 8)))
 
 
 # --- several processes ------------------------------------------------------------------

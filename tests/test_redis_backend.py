@@ -36,6 +36,7 @@ from sessionstore.errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
+from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
@@ -904,7 +905,7 @@ def test_the_async_pair_mirrors_the_sync_one(redis_server, ns, open_):
             assert await events.append("a", batch(0, 3), header) == 3
             assert await events.append("a", batch(1, 2), None) == 3
             assert await events.exists("a") and await events.locate("a") is None
-            assert (await events.read("a", 1, limit=1))[1] == batch(1, 1)
+            assert (await events.read("a", 1, limit=1))[1] == decode_events(batch(1, 1))
             assert await events.list() == [header]
             await events.delete("a")
             with pytest.raises(SessionNotFoundError):

@@ -29,6 +29,7 @@ from sessionstore.backends.sqlite import SqliteValues, open_sqlite
 from sessionstore.backends.sqlite_db import SCHEMA_VERSION, Database, database_path
 from sessionstore.backends.sqlite_events import SqliteEvents
 from sessionstore.contracts import Stored, StoredEvent
+from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 
 NS = "ns-a"
@@ -276,7 +277,7 @@ def test_append_returns_the_next_seq_and_refuses_a_wrong_seq(events):
     with pytest.raises(SeqConflictError):
         events.append("s-1", [event(5)], None)
     stored = [event(0, '{"i":0}'), event(1, '{"i":1}'), event(2), event(3)]
-    assert events.read("s-1") == (header, stored)
+    assert events.read("s-1") == (header, decode_events(list(stored)))
 
 
 def test_an_identical_replay_writes_nothing_and_a_different_one_conflicts(events, db_path):
@@ -329,7 +330,7 @@ def test_orphan_rows_of_an_unmaterialised_session_are_a_torn_tail(events, db_pat
     tear(db_path, 0)
     header = SessionHeader(id="s-1", created_at=T0)
     assert events.append("s-1", [event(0)], header) == 1
-    assert events.read("s-1") == (header, [event(0)])
+    assert events.read("s-1") == (header, decode_events([event(0)]))
 
 
 @pytest.mark.parametrize(

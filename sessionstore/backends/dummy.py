@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
 from ..errors import SessionNotFoundError
 from ..keys import ValueKey
-from ..models import SessionHeader
+from ..models import SessionEvent, SessionHeader
 
 
 class DummyValues(ValueBackend):
@@ -87,7 +87,7 @@ class DummyEvents(EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         raise SessionNotFoundError(session_id)
 
     def list(self) -> list[SessionHeader]:

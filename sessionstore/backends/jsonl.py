@@ -47,8 +47,8 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version, plan_append
-from ..models import SessionHeader
+from ..eventlog import check_stored_version, decode_events, plan_append
+from ..models import SessionEvent, SessionHeader
 from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
 
 LOGS_DIR = "logs"
@@ -275,7 +275,7 @@ class JsonlEvents(EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         path = self._path(session_id)
         with os_errors(path):
             log = self._load(session_id, path, repair=False)
@@ -284,7 +284,7 @@ class JsonlEvents(EventBackend):
         if log.header is None:
             raise SessionNotFoundError(session_id)
         stop = None if limit is None else from_seq + limit
-        return log.header, log.events[from_seq:stop]
+        return log.header, decode_events(log.events[from_seq:stop])
 
     def list(self) -> list[SessionHeader]:
         """Headers read from the first line of each log; logs without a complete header

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
-from ..eventlog import plan_append
+from ..eventlog import decode_events, plan_append
 from ..keys import ValueKey
-from ..models import SessionHeader
+from ..models import SessionEvent, SessionHeader
 from ..when import now_ms as wall_clock_ms
 
 Versions = dict[int, bytes | None]
@@ -209,13 +209,14 @@ class MemoryEvents(EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         with self._lock:
             found = self._logs.get(session_id)
             if found is None:
                 raise SessionNotFoundError(session_id)
             end = None if limit is None else from_seq + limit
-            return found.header, found.events[from_seq:end]
+            header, events = found.header, found.events[from_seq:end]
+        return header, decode_events(events)
 
     def list(self) -> list[SessionHeader]:
         with self._lock:

@@ -24,8 +24,8 @@ from pydantic import ValidationError
 
 from ..contracts import EventBackend, StoredEvent
 from ..errors import CorruptLogError, SessionExistsError, SessionNotFoundError
-from ..eventlog import check_stored_version, plan_append
-from ..models import SessionHeader
+from ..eventlog import check_stored_version, decode_events, plan_append
+from ..models import SessionEvent, SessionHeader
 from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
 
@@ -114,7 +114,7 @@ class SqliteEvents(EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         # A repairing read takes the write lock from the start, so the tail it cuts is
         # judged against a next_seq no other process can move meanwhile.
         with self._db.transaction(session_id, immediate=repair) as conn:
@@ -128,7 +128,7 @@ class SqliteEvents(EventBackend):
             events = self._events(conn, session_id, from_seq, wanted)
             if repair:
                 self._cut_tail(conn, session_id, next_seq)
-            return header, events
+        return header, decode_events(events)
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str

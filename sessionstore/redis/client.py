@@ -19,7 +19,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -176,21 +176,40 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
 
 
 def sync_client(options: RedisOptions) -> redis.Redis:
-    """A plain redis-py client for ``options``; no I/O."""
+    """A plain redis-py client for ``options`` (see :func:`_raw_stream_replies`); no I/O."""
     retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
-        return redis.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
+        client = redis.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
     except ValueError as exc:
         raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
+    return _raw_stream_replies(client)
 
 
 def async_client(options: RedisOptions) -> redis.asyncio.Redis:
-    """A plain ``redis.asyncio`` client for ``options``; no I/O."""
+    """A plain ``redis.asyncio`` client for ``options`` (see :func:`_raw_stream_replies`);
+    no I/O."""
     retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
-        return redis.asyncio.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
+        client = redis.asyncio.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
     except ValueError as exc:
         raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
+    return _raw_stream_replies(client)
+
+
+_Client = TypeVar("_Client", redis.Redis, redis.asyncio.Redis)
+
+
+def _raw_reply(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _raw_stream_replies(client: _Client) -> _Client:
+    """XRANGE replies stay as the server sent them, ``[id, [name, value, ...]]`` per entry:
+    the event-log reader decodes the flat field list itself, in one pass. (Cluster clients
+    parse at each node, and so still turn the fields into dicts; the reader takes both.)
+    """
+    client.set_response_callback("XRANGE", _raw_reply)
+    return client
 
 
 def is_cluster(client: Any) -> bool:
@@ -468,9 +487,9 @@ class ErrorBoundary:
         text = str(exc)
         what = f"{command} on {key}" if key else command
         where = f"the Redis server at {self.display_url}"
-        if isinstance(
-            exc, AuthenticationError | AuthorizationError | NoPermissionError
-        ) or any(mark in text for mark in _DENIED_MARKS):
+        if isinstance(exc, AuthenticationError | AuthorizationError | NoPermissionError) or any(
+            mark in text for mark in _DENIED_MARKS
+        ):
             return AccessDeniedError(f"access was denied by {where} for {what}: {text}")
         if isinstance(exc, OutOfMemoryError) or _OOM_MARK in text:
             return StoreUnavailableError(

@@ -26,7 +26,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 from .. import keys
 from ..contracts import EventBackend, StoredEvent
 from ..errors import CorruptLogError, SessionNotFoundError
-from ..models import SessionHeader
+from ..models import SessionEvent, SessionHeader
 from . import scripts
 from .client import (
     SCAN_COUNT,
@@ -165,7 +165,7 @@ class RedisEvents(_LogBase, EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         meta, stream = self._keys(session_id)
         for attempt in range(READ_ATTEMPTS):
             plan = LogRead(session_id, from_seq, limit)
@@ -299,7 +299,7 @@ class AsyncRedisEvents(_LogBase):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         meta, stream = self._keys(session_id)
         client = await self._handle.get()
         for attempt in range(READ_ATTEMPTS):

@@ -26,7 +26,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..eventlog import check_stored_version
-from ..models import FORMAT_VERSION, SessionHeader
+from ..models import FORMAT_VERSION, SessionEvent, SessionHeader, restored_event
 
 #: Stream entries fetched per XRANGE call.
 CHUNK = 1000
@@ -35,6 +35,8 @@ READ_ATTEMPTS = 3
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
 _INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
 _MAX_SEQUENCE_PART = 2**64 - 1
+#: The fields of a stream entry, in the order ``log_append.lua`` writes them (then ``id``).
+_FIELD_NAMES = [b"seq", b"type", b"time", b"data"]
 
 
 def text(value: Any) -> str:
@@ -204,7 +206,7 @@ class LogRead:
         self.from_seq = from_seq
         self.limit = limit
         self.count = CHUNK if limit is None else max(1, min(CHUNK, limit))
-        self.events: list[StoredEvent] = []
+        self.events: list[SessionEvent] = []
         self.header: SessionHeader | None = None
         self.next_seq = 0
         self.tail: bool | None = None
@@ -237,7 +239,8 @@ class LogRead:
 
     def take(self, entries: Sequence[Any]) -> None:
         """One XRANGE reply (a list of ``(id, fields)``)."""
-        for raw_id, fields in entries:
+        taken = self._take_well_formed(entries)
+        for raw_id, fields in entries[taken:]:
             entry_id = text(raw_id)
             self._last_id = entry_id
             seq = _seq_of(self.session_id, entry_id)
@@ -264,7 +267,61 @@ class LogRead:
         elif self._expect >= self._end:
             self.done = True
 
-    def _decode(self, entry_id: str, seq: int, fields: Any) -> StoredEvent:
+    def _take_well_formed(self, entries: Sequence[Any]) -> int:
+        """Decode the leading entries that are exactly what ``log_append.lua`` writes and
+        below the end of this read; return how many. :meth:`take` goes on with the rest,
+        one by one, and so finds the end, the tail or the damage, and names it."""
+        expect, end = self._expect, self._end
+        events = self.events
+        loads = orjson.loads
+        taken = 0
+        for raw_id, fields in entries:
+            if expect >= end:
+                break
+            seq_text = b"%d" % expect
+            if raw_id != seq_text + b"-1":
+                break
+            if type(fields) is list:
+                size = len(fields)
+                if fields[:8:2] != _FIELD_NAMES or fields[1] != seq_text:
+                    break
+                if size == 8:
+                    event_id = None
+                elif size == 10 and fields[8] == b"id":
+                    event_id = fields[9]
+                else:
+                    break
+                kind, time, data = fields[3], fields[5], fields[7]
+            elif type(fields) is dict:
+                kind, time, data = fields.get(b"type"), fields.get(b"time"), fields.get(b"data")
+                if fields.get(b"seq") != seq_text or kind is None or time is None or data is None:
+                    break
+                event_id = fields.get(b"id")
+            else:
+                break
+            try:
+                parsed = loads(data)
+                if type(parsed) is not dict:
+                    break
+                events.append(
+                    restored_event(
+                        expect,
+                        kind.decode(),
+                        int(time),
+                        parsed,
+                        None if event_id is None else event_id.decode(),
+                    )
+                )
+            except ValueError:  # UnicodeDecodeError too
+                break
+            expect += 1
+            taken += 1
+        if taken:
+            self._expect = expect
+            self._last_id = text(entries[taken - 1][0])
+        return taken
+
+    def _decode(self, entry_id: str, seq: int, fields: Any) -> SessionEvent:
         expect = self._expect
         if seq < expect:
             self._corrupt(f"entry {entry_id} repeats seq {seq}", seq)
@@ -283,15 +340,13 @@ class LogRead:
             self._corrupt(f"entry {entry_id} holds seq {raw['seq']!r:.20}", seq)
         raw_id = values.get(b"id")
         try:
-            time = int(raw["time"])
             parsed = orjson.loads(raw["data"])
-            event = StoredEvent(
+            event = restored_event(
                 seq,
                 raw["type"].decode(),
-                time,
-                raw["data"].decode(),
-                None if raw_id is None else raw_id.decode(),
+                int(raw["time"]),
                 parsed,
+                None if raw_id is None else raw_id.decode(),
             )
         except UnicodeDecodeError:
             self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
@@ -322,7 +377,7 @@ class LogRead:
         """ARGV of ``log_cut_tail.lua`` for the next_seq this read saw."""
         return [str(self.next_seq), restore_id(self.next_seq)]
 
-    def result(self) -> tuple[SessionHeader, list[StoredEvent]]:
+    def result(self) -> tuple[SessionHeader, list[SessionEvent]]:
         assert self.header is not None
         return self.header, self.events
 
