@@ -2,17 +2,14 @@
 --
 -- KEYS[1] - the session's meta hash (header fields, next_seq, last_time)
 -- KEYS[2] - the session's event stream (entry id "<seq>-1")
--- ARGV[1] - seq of the first event of the batch (integer text)
--- ARGV[2] - the next seq after the batch (integer text)
--- ARGV[3] - number of events in the batch, n >= 1
--- ARGV[4] - the header format version this client reads and writes
--- ARGV[5] - the stream's last id to restore after a torn tail is cut off: the
---           largest id below the batch's first entry ("0-0" when it starts at 0)
--- ARGV[6] - the retention in ms to store with a session this call materialises, "0"
+-- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
+-- ARGV[2] - the header format version this client reads and writes
+-- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
 --           for none (a stored session keeps the ttl_ms it was materialised with)
--- ARGV[7] - number of header fields h, or "-1" when no header is given
--- ARGV[8 .. 7+2h] - header field names and values (fields that are None left out)
--- then 6 values per event: seq, type, time, data, "1"/"0" (has an id), id
+-- ARGV[4] - number of header fields h, or "-1" when no header is given
+-- ARGV[5 .. 4+2h] - header field names and values (fields that are None left out)
+-- then 4 values per event, n >= 1 events: type, time, data, and the id prefixed with
+-- "=" ("" when the event has none)
 -- returns {"OK", next_seq}       the batch was written
 --         {"REPLAY", next_seq}   every event is already stored identically
 --         {"CONFLICT", next_seq} the batch does not start at next_seq
@@ -23,38 +20,75 @@
 -- Every check runs before the first write; next_seq is written last, so entries at
 -- or past it are a torn tail, never part of the log. A session with a ttl_ms then has
 -- both its keys expire ttl_ms from now, together (the script's clock stands still).
+-- Seqs are computed as Lua numbers: exact below 2^53, which next_seq never reaches.
 
 local meta, stream = KEYS[1], KEYS[2]
-local first, after, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local nheader = tonumber(ARGV[7])
-local base = 7 + 2 * math.max(nheader, 0)
+local first = ARGV[1]
+local nheader = tonumber(ARGV[4])
+local base = 4 + 2 * math.max(nheader, 0)
+local count = (#ARGV - base) / 4
+local first_number = tonumber(first)
+
+local function seq_text(index)
+  return string.format('%d', first_number + index - 1)
+end
 
 local function event_arg(index, offset)
-  return ARGV[base + 6 * (index - 1) + offset]
+  return ARGV[base + 4 * (index - 1) + offset]
 end
 
-local stored = redis.call('HGETALL', meta)
-local fields = {}
-for i = 1, #stored, 2 do
-  fields[stored[i]] = stored[i + 1]
+-- XADD event `index` with `call` (redis.call or redis.pcall).
+local function add(call, index)
+  local seq, id = seq_text(index), event_arg(index, 4)
+  if id == '' then
+    return call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(index, 1),
+      'time', event_arg(index, 2), 'data', event_arg(index, 3))
+  end
+  return call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(index, 1),
+    'time', event_arg(index, 2), 'data', event_arg(index, 3), 'id', string.sub(id, 2))
 end
 
-local next_seq = '0'
-local ttl = nil
-if #stored == 0 then
-  if nheader < 0 then
+-- True when stream entry `entry` is exactly what add() writes for event `index`.
+local function same(entry, index)
+  local seq, id, got = seq_text(index), event_arg(index, 4), entry[2]
+  local size = (id == '') and 8 or 10
+  return entry[1] == seq .. '-1' and #got == size and got[1] == 'seq' and got[2] == seq
+    and got[3] == 'type' and got[4] == event_arg(index, 1)
+    and got[5] == 'time' and got[6] == event_arg(index, 2)
+    and got[7] == 'data' and got[8] == event_arg(index, 3)
+    and (size == 8 or (got[9] == 'id' and got[10] == string.sub(id, 2)))
+end
+
+-- Load the meta hash: the three fields that matter, or all of it to compare a header.
+local stored, found, next_seq, ttl
+if nheader < 0 then
+  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms')
+  if not (got[1] or got[2] or got[3]) and redis.call('EXISTS', meta) == 0 then
     return {'NOTFOUND'}
   end
-  if ARGV[6] ~= '0' then
-    ttl = ARGV[6]
+  found, next_seq, stored = true, got[1], {version = got[2], ttl_ms = got[3]}
+else
+  local flat = redis.call('HGETALL', meta)
+  stored = {}
+  for i = 1, #flat, 2 do
+    stored[flat[i]] = flat[i + 1]
+  end
+  found = #flat > 0
+  next_seq = stored['next_seq']
+end
+
+if not found then
+  next_seq = '0'
+  if ARGV[3] ~= '0' then
+    ttl = ARGV[3]
   end
 else
-  if fields['version'] ~= ARGV[4] then
-    return {'VERSION', fields['version'] or ''}
+  if stored['version'] ~= ARGV[2] then
+    return {'VERSION', stored['version'] or ''}
   end
   if nheader >= 0 then
     local own = 0
-    for name, _ in pairs(fields) do
+    for name, _ in pairs(stored) do
       if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms' then
         own = own + 1
       end
@@ -62,60 +96,61 @@ else
     if own ~= nheader then
       return {'EXISTS'}
     end
-    for i = 8, 7 + 2 * nheader, 2 do
-      if fields[ARGV[i]] ~= ARGV[i + 1] then
+    for i = 5, 4 + 2 * nheader, 2 do
+      if stored[ARGV[i]] ~= ARGV[i + 1] then
         return {'EXISTS'}
       end
     end
   end
-  next_seq = fields['next_seq']
   if not next_seq or not tonumber(next_seq) then
     return {'CORRUPT', 'the meta hash has no valid next_seq'}
   end
-  ttl = fields['ttl_ms']
+  ttl = stored['ttl_ms']
   if ttl and not ((tonumber(ttl) or 0) > 0) then
     return {'CORRUPT', 'the meta hash has no valid ttl_ms'}
   end
 end
 
--- Entries at or past next_seq are a torn tail; the rest must be exactly next_seq
--- entries (XLEN is O(1)), else the log is damaged and nothing is written.
-local tail = redis.call('XRANGE', stream, next_seq, '+')
-local held = redis.call('XLEN', stream) - #tail
-if held ~= tonumber(next_seq) then
-  return {'CORRUPT', 'the stream holds ' .. held .. ' entries before next_seq ' .. next_seq}
-end
-
-local stored_next, batch_first = tonumber(next_seq), tonumber(first)
-if batch_first ~= stored_next then
-  local batch_last = batch_first + count - 1
-  if batch_first > stored_next or batch_last >= stored_next then
+local stored_next = tonumber(next_seq)
+if first ~= next_seq then
+  local batch_last = first_number + count - 1
+  if first_number > stored_next or batch_last >= stored_next then
     return {'CONFLICT', next_seq}
   end
-  local entries = redis.call('XRANGE', stream, first .. '-1', event_arg(count, 1) .. '-1')
+  local entries = redis.call('XRANGE', stream, first .. '-1', seq_text(count) .. '-1')
   if #entries ~= count then
     return {'CONFLICT', next_seq}
   end
   for i = 1, count do
-    local id, flat = entries[i][1], entries[i][2]
-    local got = {}
-    for j = 1, #flat, 2 do
-      got[flat[j]] = flat[j + 1]
-    end
-    local has_id = event_arg(i, 5) == '1'
-    if id ~= event_arg(i, 1) .. '-1' or #flat ~= (has_id and 10 or 8)
-        or got['seq'] ~= event_arg(i, 1) or got['type'] ~= event_arg(i, 2)
-        or got['time'] ~= event_arg(i, 3) or got['data'] ~= event_arg(i, 4)
-        or (has_id and got['id'] ~= event_arg(i, 6)) then
+    if not same(entries[i], i) then
       return {'CONFLICT', next_seq}
     end
   end
   return {'REPLAY', next_seq}
 end
 
--- Cut off the torn tail and lower the stream's last id, which XDEL leaves in place,
--- so that the batch's ids are accepted again.
-if #tail > 0 then
+-- The stream must hold exactly next_seq entries below next_seq (XLEN is O(1)); entries
+-- at or past it are a torn tail, cut off here. When XLEN is next_seq already, the first
+-- XADD proves there is no tail (its id would not be accepted); if it is refused, the
+-- careful path below looks, and nothing has been written yet.
+local added = nil
+if redis.call('XLEN', stream) == stored_next then
+  added = add(redis.pcall, 1)
+  if type(added) == 'table' and added.err then
+    if not string.find(added.err, 'equal or smaller', 1, true) then
+      return added
+    end
+    added = nil
+  end
+end
+if not added then
+  local tail = redis.call('XRANGE', stream, next_seq, '+')
+  local held = redis.call('XLEN', stream) - #tail
+  if held ~= stored_next then
+    return {'CORRUPT', 'the stream holds ' .. held .. ' entries before next_seq ' .. next_seq}
+  end
+  -- Cut off the torn tail and lower the stream's last id, which XDEL leaves in place,
+  -- so that the batch's ids are accepted again.
   local ids = {}
   for i = 1, #tail do
     ids[i] = tail[i][1]
@@ -124,23 +159,24 @@ if #tail > 0 then
   for i = 1, #ids, 1000 do
     redis.call('XDEL', stream, unpack(ids, i, math.min(i + 999, #ids)))
   end
-  redis.call('XSETID', stream, ARGV[5])
-end
-
-for i = 1, count do
-  local seq = event_arg(i, 1)
-  if event_arg(i, 5) == '1' then
-    redis.call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(i, 2),
-      'time', event_arg(i, 3), 'data', event_arg(i, 4), 'id', event_arg(i, 6))
-  else
-    redis.call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(i, 2),
-      'time', event_arg(i, 3), 'data', event_arg(i, 4))
+  local restore = '0-0'
+  if stored_next > 0 then
+    restore = string.format('%d', stored_next - 1) .. '-18446744073709551615'
   end
+  if redis.call('EXISTS', stream) == 1 then
+    redis.call('XSETID', stream, restore)
+  end
+  add(redis.call, 1)
 end
 
-local commit = {'next_seq', after, 'last_time', event_arg(count, 3)}
-if #stored == 0 then
-  for i = 8, 7 + 2 * nheader do
+for i = 2, count do
+  add(redis.call, i)
+end
+
+local after = seq_text(count + 1)
+local commit = {'next_seq', after, 'last_time', event_arg(count, 2)}
+if not found then
+  for i = 5, 4 + 2 * nheader do
     commit[#commit + 1] = ARGV[i]
   end
   if ttl then

@@ -71,21 +71,28 @@ def encode_batch(
     if isinstance(events, SessionEvent | Mapping):
         raise InvalidArgumentError("append takes a list of events, not a single event")
     stored: list[StoredEvent] = []
+    first = 0
     for index, raw in enumerate(events):
-        event = _as_event(session_id, raw, index)
-        check_unicode("event type", event.type)
-        if event.id is not None:
-            check_unicode("event id", event.id)
-        if stored and event.seq != stored[0].seq + index:
-            raise SeqConflictError(
-                session_id, stored[0].seq + index, event.seq, "gap inside the batch"
-            )
+        event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
+        seq, kind, event_id = event.seq, event.type, event.id
+        if not kind.isascii() or (event_id is not None and not event_id.isascii()):
+            _check_event_text(event)
+        if index == 0:
+            first = seq
+        elif seq != first + index:
+            raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
         try:
             data = dump_lossless(event.data)
         except JSONLossError as exc:
-            raise NotJSONSerializableError(event.type, event.seq, exc.path, exc.reason) from None
-        stored.append(StoredEvent(event.seq, event.type, event.time, data, event.id))
+            raise NotJSONSerializableError(kind, seq, exc.path, exc.reason) from None
+        stored.append(StoredEvent(seq, kind, event.time, data, event_id))
     return stored
+
+
+def _check_event_text(event: SessionEvent) -> None:
+    check_unicode(f"event type (seq {event.seq})", event.type)
+    if event.id is not None:
+        check_unicode(f"event id (seq {event.seq}, type {event.type!r})", event.id)
 
 
 def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:

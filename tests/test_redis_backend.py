@@ -572,6 +572,51 @@ def test_a_torn_tail_is_ignored_cut_by_repair_and_overwritten_by_append(redis_se
     client.close()
 
 
+def test_an_append_after_a_tail_deleted_by_hand_lowers_the_stale_last_id(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 3)
+    _, stream = keys.log_keys(ns, "s")
+    client = raw(redis_server.url)
+    client.xadd(stream, {"seq": 3, "type": "torn", "time": 1, "data": "{}"}, id="3-1")
+    client.xdel(stream, "3-1")  # XDEL keeps the stream's last id at 3-1
+    assert events.append("s", batch(3, 2), None) == 5
+    assert [e.seq for e in events.read("s")[1]] == [0, 1, 2, 3, 4]
+    client.close()
+
+
+def test_a_gap_hidden_by_a_torn_tail_is_corruption_not_a_tail(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 3)
+    _, stream = keys.log_keys(ns, "s")
+    client = raw(redis_server.url)
+    client.xdel(stream, keys.stream_id(1))
+    client.xadd(stream, {"seq": 3, "type": "torn", "time": 1, "data": "{}"}, id="3-1")
+    assert client.xlen(stream) == 3  # as many entries as next_seq
+    before = snapshot(redis_server.url, ns)
+    with pytest.raises(CorruptLogError, match="2 entries before next_seq 3"):
+        events.append("s", batch(3, 1), None)
+    assert snapshot(redis_server.url, ns) == before
+    client.close()
+
+
+def test_a_replay_compares_every_field_and_id(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 1)
+    assert events.append("s", batch(1, 4), None) == 5
+    before = snapshot(redis_server.url, ns)
+    assert events.append("s", batch(1, 4), None) == 5, "an applied replay"
+    for changed in (
+        [StoredEvent(2, "note", T0 + 2, '{"n":2}', "e2")],  # an id where there was none
+        [StoredEvent(3, "note", T0 + 3, '{"n":3}', None)],  # no id where there was one
+        [StoredEvent(3, "note", T0 + 3, '{"n":3}', "")],  # another id
+        [StoredEvent(3, "note", T0 + 4, '{"n":3}', "e3")],  # another time
+    ):
+        with pytest.raises(SeqConflictError) as caught:
+            events.append("s", changed, None)
+        assert caught.value.expected == 5
+    assert snapshot(redis_server.url, ns) == before
+
+
 def test_repair_never_cuts_what_a_concurrent_append_committed(redis_server, ns, open_):
     from sessionstore.redis import scripts
 

@@ -35,6 +35,7 @@ READ_ATTEMPTS = 3
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
 _INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
 _MAX_SEQUENCE_PART = 2**64 - 1
+_FORMAT_VERSION = str(FORMAT_VERSION)
 #: The fields of a stream entry, in the order ``log_append.lua`` writes them (then ``id``).
 _FIELD_NAMES = [b"seq", b"type", b"time", b"data"]
 
@@ -131,35 +132,30 @@ def _checked(value: str, what: str) -> str:
 def append_args(
     events: Sequence[StoredEvent], header: SessionHeader | None, ttl_ms: int | None = None
 ) -> list[str]:
-    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch; ``ttl_ms`` is the
-    retention stored with a session the call materialises.
+    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch (its seqs are
+    implied by the first); ``ttl_ms`` is the retention stored with a session the call
+    materialises.
 
-    Raises :class:`InvalidArgumentError` for text Redis cannot store as UTF-8 (a lone
-    surrogate in an event type, say), before anything is sent.
+    Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
+    (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
+    anything is sent.
     """
     if not events:
         raise InvalidArgumentError("append needs at least one event")
-    first = events[0].seq
     pairs = [] if header is None else [_checked(v, "header field") for v in header_fields(header)]
-    head = ["-1"] if header is None else [str(len(pairs) // 2), *pairs]
     args = [
-        str(first),
-        str(first + len(events)),
-        str(len(events)),
-        str(FORMAT_VERSION),
-        restore_id(first),
+        str(events[0].seq),
+        _FORMAT_VERSION,
         "0" if ttl_ms is None else str(ttl_ms),
-        *head,
+        "-1" if header is None else str(len(pairs) // 2),
+        *pairs,
     ]
     for event in events:
-        has_id = event.id is not None
         args += [
-            str(event.seq),
-            _checked(event.type, f"event type (seq {event.seq})"),
+            event.type,
             str(event.time),
             event.data,
-            "1" if has_id else "0",
-            _checked(event.id, f"event id (seq {event.seq})") if event.id is not None else "",
+            "" if event.id is None else "=" + event.id,
         ]
     return args
 
