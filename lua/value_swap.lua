@@ -15,7 +15,8 @@
 --           the hash keeps whatever expiry it had)
 -- returns "OK" when the record equalled the expected one and was replaced, or when
 --         this call's token is remembered (nothing written);
---         "CONFLICT" when it did not (nothing written)
+--         {"CONFLICT", v, w} when it did not: the record found, nil v and w when there
+--         is none (nothing written)
 
 -- Tokens remembered: a swap by another client may land between a lost reply and its
 -- retry, so more than the latest one is kept.
@@ -29,12 +30,9 @@ for seen in string.gmatch(tokens, '%S+') do
   end
 end
 
-if ARGV[1] == '0' then
-  if current[1] then
-    return 'CONFLICT'
-  end
-elseif current[1] ~= ARGV[2] or current[2] ~= ARGV[3] then
-  return 'CONFLICT'
+if (ARGV[1] == '0' and current[1])
+    or (ARGV[1] ~= '0' and (current[1] ~= ARGV[2] or current[2] ~= ARGV[3])) then
+  return {'CONFLICT', current[1], current[2]}
 end
 
 local kept, count = token, 1

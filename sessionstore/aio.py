@@ -115,7 +115,8 @@ class AsyncSession:
 
     async def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` (which may be
-        a coroutine function) and return what was stored."""
+        a coroutine function) and return what was stored; ``fn`` may run more than once,
+        as for :meth:`sessionstore.Session.update`."""
         return await arun(flows.update(self._state, self._lifecycle, fn, when), self._backend)
 
     async def delete(self) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Literal
 
 from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
@@ -29,6 +30,17 @@ class Stored:
 
     payload: bytes | None
     when: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """What :meth:`ValueBackend.swap` returns when the record was not the one expected:
+    ``current`` is the record it found instead (None when absent or expired)."""
+
+    current: Stored | None
+
+    def __bool__(self) -> bool:
+        return False
 
 
 @dataclass(slots=True)
@@ -75,9 +87,10 @@ class ValueBackend(ABC):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         """Atomically: if the record equals ``expected`` (None when absent or expired),
-        :meth:`write` and return True."""
+        :meth:`write` and return True; else write nothing and return the record found, so
+        that a compare-and-set loop needs no second read."""
 
     @abstractmethod
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:

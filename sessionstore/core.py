@@ -131,6 +131,10 @@ def session_state(
     )
 
 
+#: A handle that has not seen its record (or no longer knows it).
+_UNKNOWN = object()
+
+
 class SessionState:
     """The pure half of a session handle: its key, mode, retention and the disposed flag."""
 
@@ -144,6 +148,24 @@ class SessionState:
         self.ttl_ms = ttl_ms
         self.initialised = False
         self.disposed = False
+        self._last: Stored | None | object = _UNKNOWN
+
+    def remember(self, found: Stored | None) -> None:
+        """Note the record a plain handle just read or wrote: where its next ``update``
+        starts (a guess, checked by the swap). History handles remember nothing."""
+        if not self.history:
+            self._last = found
+
+    def forget(self) -> None:
+        """Drop the remembered record (before a write whose outcome may stay unknown)."""
+        self._last = _UNKNOWN
+
+    def remembers(self) -> bool:
+        return self._last is not _UNKNOWN
+
+    def remembered(self) -> Stored | None:
+        assert self._last is not _UNKNOWN
+        return self._last  # type: ignore[return-value]
 
     def check_alive(self) -> None:
         if self.disposed:

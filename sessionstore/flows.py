@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .contracts import Refused, Stored
 from .core import (
     REPAIR_ATTEMPTS,
     UPDATE_ATTEMPTS,
@@ -131,7 +132,9 @@ def _read(state: SessionState, ms: int) -> Call:
 def get_data(state: SessionState, lifecycle: Lifecycle, when: Any) -> Flow[Any]:
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
-    return state.visible((yield _read(state, ms)), ms)
+    found = yield _read(state, ms)
+    state.remember(found)
+    return state.visible(found, ms)
 
 
 def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -> Flow[None]:
@@ -142,7 +145,9 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
     if state.history:
         yield Call("write_version", (state.key, payload, ms, state.max_versions), options)
     else:
+        state.forget()
         yield Call("write", (state.key, payload, ms), options)
+        state.remember(Stored(payload, ms) if payload is not None else None)
 
 
 def update(
@@ -151,26 +156,41 @@ def update(
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
     options = _ttl(state.ttl_ms)
-    for attempt in range(UPDATE_ATTEMPTS):
-        if attempt:
-            yield Sleep(backoff(attempt))
-        found = yield _read(state, ms)
+    # A plain handle starts from the record it saw last, if any: a refused swap returns
+    # the record found, so a stale guess costs no extra round trip and is no lost race.
+    guessed = state.remembers()
+    found = state.remembered() if guessed else (yield _read(state, ms))
+    lost = 0
+    while True:
         payload = state.encode((yield Apply(fn, state.visible(found, ms))))
         if state.history:
             args: tuple[Any, ...] = (state.key, found, payload, ms, state.max_versions)
-            swap = Call("swap_version", args, options)
+            done = yield Call("swap_version", args, options)
         else:
-            swap = Call("swap", (state.key, found, payload, ms), options)
-        if (yield swap):
+            state.forget()
+            done = yield Call("swap", (state.key, found, payload, ms), options)
+        if done is True:
+            if not state.history:
+                state.remember(Stored(payload, ms) if payload is not None else None)
             return state.stored_value(payload)
-    raise ConcurrentModificationError(
-        f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
-    )
+        if guessed:
+            guessed = False
+        else:
+            lost += 1
+            if lost == UPDATE_ATTEMPTS:
+                raise ConcurrentModificationError(
+                    f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
+                )
+            yield Sleep(backoff(lost))
+        found = done.current if isinstance(done, Refused) else (yield _read(state, ms))
 
 
 def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
     yield from ready(state, lifecycle)
-    return bool((yield Call("forget", (state.key,))))
+    state.forget()
+    removed = yield Call("forget", (state.key,))
+    state.remember(None)
+    return bool(removed)
 
 
 # --- event logs -----------------------------------------------------------------------

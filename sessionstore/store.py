@@ -69,7 +69,9 @@ class Session:
 
     def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` and return
-        what was stored. ``fn`` may run more than once when other writers race."""
+        what was stored. ``fn`` may run more than once when other writers race, or when
+        another handle wrote since this one last read or wrote the value: the handle
+        starts from the record it saw last (one round trip when nobody else wrote)."""
         return run(flows.update(self._state, self._lifecycle, fn, when), self._backend)
 
     def delete(self) -> bool:

@@ -18,7 +18,7 @@ import sessionstore
 from sessionstore import AccessDeniedError, StoreUnavailableError
 from sessionstore.backends.files import FileValues
 from sessionstore.backends.fsutil import MAX_NAME_BYTES, TEMP_MAX_AGE, encode_name, temp_path
-from sessionstore.contracts import Stored
+from sessionstore.contracts import Refused, Stored
 from sessionstore.keys import ValueKey
 
 TRICKY_PARTS = [
@@ -190,9 +190,9 @@ def test_history_file_holds_sorted_versions_and_clears(tmp_path: Path) -> None:
 def test_swap_compares_the_stored_record(tmp_path: Path) -> None:
     values = FileValues(tmp_path)
     k = key()
-    assert values.swap(k, None, b"a", 1)
-    assert not values.swap(k, None, b"b", 2)
-    assert not values.swap(k, Stored(b"a", 2), b"b", 2)
+    assert values.swap(k, None, b"a", 1) is True
+    assert values.swap(k, None, b"b", 2) == Refused(Stored(b"a", 1))
+    assert values.swap(k, Stored(b"a", 2), b"b", 2) == Refused(Stored(b"a", 1))
     assert values.read(k) == Stored(b"a", 1)
     assert values.swap(k, Stored(b"a", 1), None, 3)
     assert values.read(k) is None

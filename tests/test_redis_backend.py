@@ -375,7 +375,8 @@ def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
     first = snapshot(redis_server.url, ns)
     assert swap(None, b"\x01", "a1") == b"OK"  # redis-py resends after a lost reply
     assert snapshot(redis_server.url, ns) == first
-    assert swap(None, b"\x01", "a2") == b"CONFLICT"
+    # a conflict reports the record found
+    assert swap(None, b"\x01", "a2") == [b"CONFLICT", b"\x01", str(T0).encode()]
     assert swap(Stored(b"\x01", T0), b"\x02", "b1") == b"OK"
     assert swap(None, b"\x01", "a1") == b"OK"  # a swap between the call and its retry
     assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"

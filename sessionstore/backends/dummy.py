@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
+from typing import Literal
+
+from ..contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
 from ..errors import SessionNotFoundError
 from ..keys import ValueKey
 from ..models import SessionEvent, SessionHeader
@@ -25,7 +27,7 @@ class DummyValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 import msgpack
 
 from ..connection import Backends
-from ..contracts import Stored, ValueBackend
+from ..contracts import Refused, Stored, ValueBackend
 from ..keys import ValueKey
 from ..when import now_ms
 from .fsutil import (
@@ -105,14 +105,15 @@ class FileValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         directory = self.key_dir(key)
         path = directory / VALUE_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
             found = _read_plain(key, path)
-            if _live_plain(found, now) != expected:
-                return False
+            current = _live_plain(found, now)
+            if current != expected:
+                return Refused(current)
             _write_plain(key, path, payload, when, _expiry(ttl_ms, found, now))
             return True
 

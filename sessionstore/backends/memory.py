@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Literal
 
-from ..contracts import EventBackend, Stored, StoredEvent, ValueBackend
+from ..contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
 from ..eventlog import decode_events, plan_append
 from ..keys import ValueKey
@@ -65,11 +66,12 @@ class MemoryValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         with self._lock:
             now = wall_clock_ms()
-            if self._read(key, now) != expected:
-                return False
+            current = self._read(key, now)
+            if current != expected:
+                return Refused(current)
             self._write(key, payload, when, ttl_ms, now)
             return True
 

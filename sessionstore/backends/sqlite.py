@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..connection import Backends
-from ..contracts import Stored, ValueBackend
+from ..contracts import Refused, Stored, ValueBackend
 from ..errors import CorruptLogError
 from ..keys import ValueKey
 from ..when import now_ms
@@ -118,15 +118,16 @@ class SqliteValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         with self._db.transaction(key.label(), immediate=True) as conn:
             now = now_ms()
             row = conn.execute(
                 f"SELECT when_ms, payload FROM kv_values WHERE {_KEY} AND {_LIVE}",
                 (*_key_params(key), now),
             ).fetchone()
-            if _stored(key, row) != expected:
-                return False
+            current = _stored(key, row)
+            if current != expected:
+                return Refused(current)
             self._write(conn, key, payload, when, ttl_ms, now)
             return True
 

@@ -29,10 +29,10 @@ the call and its resend forgets the tokens (see :mod:`sessionstore.keys`).
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 from .. import keys
-from ..contracts import Stored, ValueBackend
+from ..contracts import Refused, Stored, ValueBackend
 from ..errors import SessionStoreError
 from ..keys import ValueKey
 from . import scripts
@@ -99,6 +99,14 @@ def swap_args(
 def decode_status(reply: Any) -> bool:
     """``"OK"`` -> True, ``"CONFLICT"`` -> False."""
     return bytes(reply) == b"OK"
+
+
+def decode_swap(name: str, reply: Any) -> Literal[True] | Refused:
+    """``value_swap.lua``'s reply: ``"OK"`` -> True, ``{"CONFLICT", v, w}`` -> the record
+    found."""
+    if isinstance(reply, list):
+        return Refused(decode_plain(name, reply[1:]))
+    return True
 
 
 def decode_version(name: str, reply: list[Any]) -> Stored | None:
@@ -210,14 +218,14 @@ class RedisValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         if not _plain_expected_is_possible(expected):
-            return False
+            return Refused(self.read(key))
         name = keys.value_key(key)
         args = swap_args(expected, payload, when, new_token(), ttl_ms)
         with self._guard("value_swap.lua", name):
             reply = scripts.run(self._client, "value_swap", [name], args)
-        return decode_status(reply)
+        return decode_swap(name, reply)
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         names = keys.history_keys(key)
@@ -334,15 +342,15 @@ class AsyncRedisValues:
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
+    ) -> Literal[True] | Refused:
         if not _plain_expected_is_possible(expected):
-            return False
+            return Refused(await self.read(key))
         name = keys.value_key(key)
         args = swap_args(expected, payload, when, new_token(), ttl_ms)
         client = await self._handle.get()
         with self._guard("value_swap.lua", name):
             reply = await scripts.run_async(client, "value_swap", [name], args)
-        return decode_status(reply)
+        return decode_swap(name, reply)
 
     async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         names = keys.history_keys(key)

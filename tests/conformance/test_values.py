@@ -315,6 +315,34 @@ def test_update_does_not_see_the_future(store):
     assert s.get_data(T0) == 1
 
 
+def test_sequential_updates_through_one_handle_call_fn_once_each(store):
+    s = open_session(store)
+    seen = []
+    for _ in range(5):
+        s.update(lambda v: seen.append(v) or (v or 0) + 1, T0)
+    assert seen == [None, 1, 2, 3, 4]
+
+
+def test_an_update_after_writes_through_another_handle_starts_from_them(store):
+    mine, other = open_session(store), open_session(store)
+    mine.set_data(1, T0)
+    other.set_data(5, T0)
+    seen = []
+    assert mine.update(lambda v: seen.append(v) or v + 1, T0) == 6
+    assert seen[-1] == 5 and other.get_data(T0) == 6
+    other.delete()
+    assert mine.update(lambda v: (v or 0) + 10, T0) == 10
+
+
+def test_an_update_never_sees_a_later_write_it_missed(store):
+    mine, other = open_session(store), open_session(store)
+    mine.set_data(1, T0)
+    other.set_data(50, T0 + 10)
+    seen = []
+    assert mine.update(lambda v: seen.append(v) or 7, T0) == 7
+    assert seen[-1] is None and other.get_data(T0) == 7
+
+
 def test_update_returns_the_stored_form(store):
     s = open_session(store)
     assert s.update(lambda v: (1, 2), T0) == [1, 2]
