@@ -4,8 +4,10 @@ materialisation, torn tails versus corruption, headers, listing and cross-proces
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -582,3 +584,226 @@ def test_concurrent_appends_from_four_processes_stay_contiguous(tmp_path: Path) 
     for worker in range(4):
         mine = [e.data["n"] for e in logged if e.data["worker"] == worker]
         assert mine == list(range(count))
+
+
+# --- the line encoding --------------------------------------------------------------------
+
+
+def reference_lines(events: list[StoredEvent]) -> bytes:
+    """What ``orjson.dumps`` writes for each event's record: the format's definition."""
+    lines = []
+    for e in events:
+        record: dict[str, Any] = {
+            "seq": e.seq,
+            "type": e.type,
+            "time": e.time,
+            "data": orjson.Fragment(e.data),
+        }
+        if e.id is not None:
+            record["id"] = e.id
+        record["batch_end"] = events[-1].seq
+        lines.append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+    return b"".join(lines)
+
+
+texts = st.text(st.characters(exclude_categories=("Cs",)))
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.lists(
+        st.tuples(
+            texts,
+            st.integers(min_value=-(2**63 - 1), max_value=2**63 - 1),
+            st.dictionaries(texts, json_values, max_size=3),
+            st.none() | texts,
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_event_lines_are_the_bytes_orjson_writes_for_each_record(
+    first: int, fields: list[tuple[str, int, dict[str, Any], str | None]]
+) -> None:
+    special = ['"', "\\", "\n", "\x00", "\x1f", "\u2028", "ü", "😀", "\x7f"]
+    batch = [
+        StoredEvent(first + n, kind + special[n % 9], time, dump_lossless(data), event_id)
+        for n, (kind, time, data, event_id) in enumerate(fields)
+    ]
+    assert event_lines(batch) == reference_lines(batch)
+
+
+# --- open logs kept between appends -------------------------------------------------------
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+
+
+@pytest.fixture
+def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``os.open`` is called with while the test runs."""
+    calls: list[str] = []
+    real_open = os.open
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> int:
+        calls.append(os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    return calls
+
+
+def test_appends_keep_the_log_open(tmp_path: Path, opens: list[str]) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    path = backend.locate(SID)
+    opens.clear()
+    for first in range(3, 60, 3):
+        assert backend.append(SID, batch(first, first + 3), None) == first + 3
+    with pytest.raises(SeqConflictError):
+        backend.append(SID, encode_batch(SID, [event(3, other=True)]), None)
+    assert backend.append(SID, batch(60, 61), None) == 61
+    assert path not in opens
+    assert backend.read(SID) == (HEADER, decode_events(batch(0, 61)))
+
+
+def test_an_append_lands_in_the_log_that_replaced_the_open_one(tmp_path: Path) -> None:
+    mine, other = JsonlEvents(tmp_path / "a", "ns"), JsonlEvents(tmp_path / "b", "ns")
+    mine.append(SID, batch(0, 3), HEADER)
+    path = Path(mine.locate(SID) or "")
+    # The open file stays linked elsewhere: its link count alone would not tell.
+    old = tmp_path / "old.jsonl"
+    os.link(path, old)
+    before = old.read_bytes()
+    other.append(SID, batch(0, 5), HEADER)
+    os.replace(Path(other.locate(SID) or ""), path)
+    with pytest.raises(SeqConflictError) as caught:
+        mine.append(SID, encode_batch(SID, [event(3, other=True)]), None)
+    assert caught.value.expected == 5
+    assert mine.append(SID, batch(5, 6), None) == 6
+    assert old.read_bytes() == before
+    assert mine.read(SID) == (HEADER, decode_events(batch(0, 6)))
+
+
+def test_an_append_to_a_log_moved_away_or_deleted_elsewhere_finds_it_gone(
+    tmp_path: Path,
+) -> None:
+    mine, other = JsonlEvents(tmp_path, "ns"), JsonlEvents(tmp_path, "ns")
+    mine.append(SID, batch(0, 3), HEADER)
+    path = Path(mine.locate(SID) or "")
+    moved = tmp_path / "moved.jsonl"
+    os.rename(path, moved)
+    before = moved.read_bytes()
+    with pytest.raises(SessionNotFoundError):
+        mine.append(SID, batch(3, 4), None)
+    assert moved.read_bytes() == before
+    os.rename(moved, path)
+    assert mine.append(SID, batch(3, 4), None) == 4
+    other.delete(SID)
+    with pytest.raises(SessionNotFoundError):
+        mine.append(SID, batch(4, 5), None)
+    assert not path.exists()
+    assert mine.append(SID, batch(0, 1), HEADER) == 1
+    assert other.read(SID) == (HEADER, decode_events(batch(0, 1)))
+
+
+def test_a_same_size_rewrite_in_place_of_the_open_log_is_parsed_whole(
+    tmp_path: Path, parsing: dict[str, int]
+) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    path = Path(backend.locate(SID) or "")
+    raw = path.read_bytes()
+    damaged = raw.replace(b'"n":1,', b'"n":7,')
+    assert len(damaged) == len(raw) and damaged != raw
+    mtime = path.stat().st_mtime_ns
+    with path.open("r+b") as log:  # the same file, rewritten
+        log.write(damaged)
+    os.utime(path, ns=(mtime + 10_000_000, mtime + 10_000_000))
+    reset(parsing)
+    assert backend.append(SID, batch(3, 4), None) == 4
+    assert parsing["logs"] == 1
+    [changed] = [e for e in backend.read(SID)[1] if e.seq == 1]
+    assert changed.data["n"] == 7
+
+
+@needs_proc
+def test_few_logs_are_kept_open_and_close_closes_them(tmp_path: Path) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    start = open_fds()
+    for n in range(jsonl._HELD_LOGS + 8):
+        backend.append(f"s{n}", batch(0, 1), SessionHeader(id=f"s{n}"))
+    assert open_fds() == start + jsonl._HELD_LOGS
+    backend.delete("s20")
+    assert open_fds() == start + jsonl._HELD_LOGS - 1
+    backend.close()
+    assert open_fds() == start
+    assert backend.append("s0", batch(1, 2), None) == 2
+    assert open_fds() == start + 1
+    del backend
+    assert open_fds() == start, "a collected backend closes its logs"
+
+
+@needs_proc
+def test_closing_the_store_closes_the_logs_it_kept_open(tmp_path: Path) -> None:
+    start = open_fds()
+    store = connect(tmp_path)
+    store.events.create(HEADER)
+    store.events.append(SID, [SessionEvent(seq=0, type="note", time=1)])
+    assert open_fds() > start
+    store.close()
+    assert open_fds() == start
+
+
+def test_a_forked_child_opens_the_log_anew_and_the_parent_keeps_its_own(
+    tmp_path: Path, opens: list[str]
+) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 3), HEADER)
+    path = backend.locate(SID)
+
+    def child() -> None:
+        opens.clear()
+        backend.append(SID, batch(3, 5), None)
+        backend.append(SID, batch(5, 6), None)
+        sys.exit(opens.count(path or ""))
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    assert process.exitcode == 1
+    opens.clear()
+    assert backend.append(SID, batch(6, 8), None) == 8
+    assert opens == []
+    assert backend.read(SID) == (HEADER, decode_events(batch(0, 8)))
+
+
+def _append_from_threads(backend: JsonlEvents, threads: int, count: int) -> None:
+    def work(worker: int) -> None:
+        done = 0
+        while done < count:
+            next_seq = len(backend.read(SID)[1])
+            stored = encode_batch(SID, [event(next_seq, worker=worker, n=done)])
+            try:
+                backend.append(SID, stored, None)
+            except SeqConflictError:
+                continue
+            done += 1
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))
+
+
+def test_threads_sharing_a_backend_exclude_each_other(tmp_path: Path) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    backend.append(SID, batch(0, 1), HEADER)
+    _append_from_threads(backend, threads=4, count=40)
+    _, logged = JsonlEvents(tmp_path, "ns").read(SID)
+    assert [e.seq for e in logged] == list(range(1 + 4 * 40))
+    for worker in range(4):
+        assert [e.data["n"] for e in logged if e.data.get("worker") == worker] == list(range(40))

@@ -57,10 +57,12 @@ Plain = tuple[Stored, int | None]
 def open_files(root: Path, namespace: str, url: str) -> Backends:
     """The backends of a ``file://`` store rooted at ``root``; nothing is touched until used."""
     absolute = Path(os.path.abspath(root))
+    events = JsonlEvents(absolute, namespace)
     return Backends(
         values=FileValues(absolute),
-        events=JsonlEvents(absolute, namespace),
+        events=events,
         display_url=url,
+        closers=[events.close],
     )
 
 

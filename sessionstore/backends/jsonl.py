@@ -22,6 +22,19 @@ has just its new bytes parsed (other writers' batches, or a torn tail to cut off
 other change is parsed whole. So an append finds damage only in bytes it parses, while
 its seq decision always rests on the committed end it has validated.
 
+Between appends a :class:`JsonlEvents` keeps the last few logs it appended to open (one
+descriptor each, unlocked). An append takes its log's descriptor (no other thread of the
+process uses it meanwhile: ``flock`` does not exclude holders of one descriptor), locks
+it and checks with one ``stat`` of the path that the path still names that file: a log
+deleted, pruned or replaced by another process meanwhile is closed and opened anew, so an
+append never lands in a file that is no longer the log. The same ``stat`` gives the size
+and mtime compared with the remembered state, so an append to an unchanged log costs
+``flock``, ``stat``, ``write``, ``fsync``, an ``fstat`` (the new mtime, to remember) and
+the unlock. Permissions are checked when a log is opened, not at every append. A forked
+child never uses the descriptors or states of its parent: it closes its copies and
+starts afresh. :meth:`JsonlEvents.close` (or the backend's garbage collection) closes
+them; the backend stays usable.
+
 Retention: the file's mtime is the session's last activity, so every append renews it. A
 log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`prune`
 removes it (its one file) under the exclusive lock, so never during an append.
@@ -31,10 +44,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import warnings
-from dataclasses import dataclass, replace
+import weakref
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import orjson
 from pydantic import ValidationError
@@ -42,6 +58,7 @@ from pydantic import ValidationError
 from ..contracts import EventBackend, StoredEvent
 from ..errors import (
     CorruptLogError,
+    SeqConflictError,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
@@ -59,19 +76,23 @@ TTL_FIELD = "ttl_ms"
 _CHUNK = 64 * 1024
 #: How often an append or delete reopens a log that was replaced while it waited for the lock.
 _REOPEN_ATTEMPTS = 1000
-#: How many logs' states one :class:`JsonlEvents` remembers; past it, it forgets them all.
+#: How many logs' states (and paths) one :class:`JsonlEvents` remembers; past it, it
+#: forgets them all.
 _REMEMBERED_LOGS = 1024
+#: How many logs one :class:`JsonlEvents` keeps open between appends; past it, the one
+#: appended to longest ago is closed.
+_HELD_LOGS = 32
 #: How many committed bytes at the start and before the end of a log identify it.
 _PROBE = 256
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Seen:
     """A log as last validated: the file (``dev``, ``ino``) with its ``size`` and
     ``mtime_ns`` then, the ``header`` (None: no complete header line), the committed
     events' ``next_seq`` and the offset ``end`` where they end. ``head`` and ``tail`` are
     committed bytes from offset 0 and up to ``end``, checked to recognise the same log
-    once it has grown."""
+    once it has grown. Treated as immutable (not frozen: one is built per append)."""
 
     dev: int
     ino: int
@@ -93,24 +114,57 @@ class _Seen:
         return (st.st_dev, st.st_ino, st.st_size) == (self.dev, self.ino, self.size)
 
 
+@dataclass(slots=True)
+class _Held:
+    """A log file open for appends: its descriptor ``fd`` and the file (``dev``, ``ino``)
+    it was opened as."""
+
+    fd: int
+    dev: int
+    ino: int
+
+
 class JsonlEvents(EventBackend):
     """Event logs of one namespace, one JSONL file per session (see the module docstring).
 
-    Remembers the state of the logs it validated for its later appends; the memory is
-    per process (a forked child starts afresh) and is checked against the file each time.
+    Remembers the state of the logs it validated for its later appends and keeps the
+    logs it appended to last open; both are per process (a forked child starts afresh)
+    and checked against the file each time. :meth:`close` closes the open logs.
     """
 
     def __init__(self, root: Path, namespace: str) -> None:
         self._dir = root / encode_name(namespace) / LOGS_DIR
+        self._dir_name = os.fspath(self._dir)
         self._pid = os.getpid()
         self._seen: dict[str, _Seen] = {}
+        self._files: dict[str, str] = {}
+        #: Open logs not in use, oldest first; an append takes its log out while it runs.
+        self._held: dict[str, _Held] = {}
+        self._held_lock = threading.Lock()
+        self._closer = weakref.finalize(self, _close_held, self._held)
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LOG_SUFFIX)
 
+    def _file(self, session_id: str) -> str:
+        """:meth:`_path` as a string, remembered."""
+        name = self._files.get(session_id)
+        if name is None:
+            if len(self._files) >= _REMEMBERED_LOGS:
+                self._files.clear()
+            name = os.path.join(self._dir_name, encode_name(session_id) + LOG_SUFFIX)
+            self._files[session_id] = name
+        return name
+
     def locate(self, session_id: str) -> str | None:
         """Absolute path of the session's ``.jsonl`` file, whether it exists yet or not."""
-        return str(self._path(session_id))
+        return self._file(session_id)
+
+    def close(self) -> None:
+        """Close the logs kept open between appends (the next append opens its log again)."""
+        self._own()
+        with self._held_lock:
+            _close_held(self._held)
 
     def exists(self, session_id: str) -> bool:
         path = self._path(session_id)
@@ -132,53 +186,110 @@ class JsonlEvents(EventBackend):
         *,
         ttl_ms: int | None = None,
     ) -> int:
-        path = self._path(session_id)
-        with os_errors(path):
+        path = self._file(session_id)
+        try:
+            self._own()
+            with self._held_lock:
+                log = self._held.pop(session_id, None)
             for _ in range(_REOPEN_ATTEMPTS):
-                fd = self._open_for_append(session_id, path, events, header)
+                if log is None:
+                    log = self._open_for_append(session_id, path, events, header)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    if _still_named(fd, path):
-                        return self._append_locked(fd, path, session_id, events, header, ttl_ms)
-                finally:
-                    os.close(fd)
+                    fcntl.flock(log.fd, fcntl.LOCK_EX)
+                    st = _named_stat(path, log)
+                    if st is not None:
+                        next_seq = self._append_locked(
+                            log.fd, path, session_id, events, header, ttl_ms, st
+                        )
+                except SeqConflictError:
+                    self._put_back(session_id, log)
+                    raise
+                except BaseException:
+                    _discard(log.fd)
+                    raise
+                if st is not None:
+                    self._put_back(session_id, log)
+                    return next_seq
+                # Replaced or deleted since it was opened: open whatever the path names now.
+                _discard(log.fd)
+                log = None
+        except OSError as exc:
+            raise store_error(exc, path) from exc
         raise StoreUnavailableError(f"{path} kept being replaced during an append")
 
     def _open_for_append(
         self,
         session_id: str,
-        path: Path,
+        path: str,
         events: list[StoredEvent],
         header: SessionHeader | None,
-    ) -> int:
+    ) -> _Held:
         try:
-            return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         except FileNotFoundError:
             if header is None:
                 raise SessionNotFoundError(session_id) from None
-        # Refuse a batch that cannot start a new log before creating its file.
-        plan_append(session_id, 0, events, _no_events)
-        make_dirs(self._dir)
-        return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            # Refuse a batch that cannot start a new log before creating its file.
+            plan_append(session_id, 0, events, _no_events)
+            make_dirs(self._dir)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Held(fd, st.st_dev, st.st_ino)
+
+    def _put_back(self, session_id: str, log: _Held) -> None:
+        """Unlock ``log`` and keep it open for the next append, closing the log kept open
+        longest if there are too many."""
+        try:
+            fcntl.flock(log.fd, fcntl.LOCK_UN)
+        except OSError:
+            with suppress(OSError):
+                os.close(log.fd)  # closing releases the lock too
+            return
+        with self._held_lock:
+            held = self._held
+            replaced = held.pop(session_id, None)  # another thread's, opened meanwhile
+            held[session_id] = log
+            if replaced is None and len(held) <= _HELD_LOGS:
+                return
+            evicted = [held.pop(next(iter(held)))] if len(held) > _HELD_LOGS else []
+        for other in (replaced, *evicted):
+            if other is not None:
+                with suppress(OSError):  # the append is done; these were unlocked
+                    os.close(other.fd)
+
+    def _drop(self, session_id: str) -> None:
+        """Forget ``session_id``'s log: its state, and its descriptor if kept open."""
+        self._own()
+        self._seen.pop(session_id, None)
+        with self._held_lock:
+            log = self._held.pop(session_id, None)
+        if log is not None:
+            with suppress(OSError):
+                os.close(log.fd)
 
     def _append_locked(
         self,
         fd: int,
-        path: Path,
+        path: str,
         session_id: str,
         events: list[StoredEvent],
         header: SessionHeader | None,
         ttl_ms: int | None,
+        st: os.stat_result,
     ) -> int:
-        seen, parsed = self._catch_up(fd, session_id)
+        """Append under the lock, ``st`` describing the file open as ``fd``."""
+        seen, parsed = self._catch_up(fd, session_id, st)
+        new_header = None  # the header line, when this append materialises the session
         if seen.header is None:
             if header is None:
                 raise SessionNotFoundError(session_id)
-            data = header_line(header, ttl_ms) + event_lines(events)
-        else:
-            if header is not None and header != seen.header:
-                raise SessionExistsError(session_id)
-            data = event_lines(events)
+            new_header = header_line(header, ttl_ms)
+        elif header is not None and header != seen.header:
+            raise SessionExistsError(session_id)
 
         def stored_range(first: int, last: int) -> list[StoredEvent]:
             offset = seen.next_seq - len(parsed)
@@ -190,44 +301,46 @@ class JsonlEvents(EventBackend):
 
         if not plan_append(session_id, seen.next_seq, events, stored_range):
             return seen.next_seq
+        data = event_lines(events) if new_header is None else new_header + event_lines(events)
         if seen.torn:
             os.ftruncate(fd, seen.end)
             os.fsync(fd)
         _write_batch(fd, path, data, seen.end)
         if seen.header is None:
             fsync_dir(self._dir)
+            header_seen, head = header, data[:_PROBE]
+        else:
+            header_seen, head = seen.header, seen.head
         next_seq = events[-1].seq + 1
         st = os.fstat(fd)
         end = seen.end + len(data)
-        written = (
-            seen
-            if seen.header is not None
-            else replace(seen, header=header, head=data[:_PROBE])
+        tail = (seen.tail + data[-_PROBE:])[-_PROBE:]
+        written = _Seen(
+            st.st_dev, st.st_ino, end, st.st_mtime_ns, header_seen, next_seq, end, head, tail
         )
-        self._remember(
-            session_id,
-            replace(
-                written,
-                size=end,
-                mtime_ns=st.st_mtime_ns,
-                next_seq=next_seq,
-                end=end,
-                tail=(seen.tail + data[-_PROBE:])[-_PROBE:],
-            ),
-            st,
-        )
+        self._remember(session_id, written, st)
         return next_seq
 
-    def _catch_up(self, fd: int, session_id: str) -> tuple[_Seen, list[StoredEvent]]:
+    def _catch_up(
+        self, fd: int, session_id: str, st: os.stat_result
+    ) -> tuple[_Seen, list[StoredEvent]]:
         """The log's state, under the append lock, and the committed events parsed to
-        learn it, which are the last ones before its next seq.
+        learn it, which are the last ones before its next seq; ``st`` describes the file
+        open as ``fd``.
 
         Against the state remembered from this process's last look: if the file is the
         same and unchanged, nothing is read; if it only grew, just the bytes after the
         committed end are parsed; otherwise the whole log is.
         """
-        st = os.fstat(fd)
-        before = self._remembered().get(session_id)
+        before = self._seen.get(session_id)
+        if (
+            before is not None
+            and st.st_size == before.size
+            and st.st_mtime_ns == before.mtime_ns
+            and st.st_ino == before.ino
+            and st.st_dev == before.dev
+        ):
+            return before, []
         if before is None or not _continues(fd, before, st):
             raw = read_all(fd)
             log = parse_log(session_id, raw)
@@ -251,16 +364,19 @@ class JsonlEvents(EventBackend):
         self._remember(session_id, seen, st)
         return seen, parsed
 
-    def _remembered(self) -> dict[str, _Seen]:
-        """The states seen by this process: a forked child does not inherit them."""
+    def _own(self) -> None:
+        """In a forked child, forget the parent's states and close the copies of the
+        descriptors it kept open (the parent's own stay open, and unlocked)."""
         if self._pid != os.getpid():
-            self._seen = {}
             self._pid = os.getpid()
-        return self._seen
+            self._held_lock = threading.Lock()
+            self._seen = {}
+            _close_held(self._held)
 
     def _remember(self, session_id: str, seen: _Seen, st: os.stat_result) -> None:
-        """Keep ``seen`` for the next append if ``st``, taken under the lock, matches it."""
-        remembered = self._remembered()
+        """Keep ``seen`` for the next append if ``st``, taken under the lock, matches it.
+        Only after :meth:`_own` (as :meth:`_catch_up`): ``seen`` is this process's."""
+        remembered = self._seen
         if seen.header is None or not seen.same_file(st):
             remembered.pop(session_id, None)
             return
@@ -277,6 +393,7 @@ class JsonlEvents(EventBackend):
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         path = self._path(session_id)
+        self._own()
         with os_errors(path):
             log = self._load(session_id, path, repair=False)
             if repair and log.header is not None and log.torn:
@@ -333,7 +450,7 @@ class JsonlEvents(EventBackend):
             header, ttl_ms = found
             if ttl_ms is None or os.fstat(fd).st_mtime_ns // 1_000_000 + ttl_ms > now_ms:
                 return False
-            self._remembered().pop(header.id, None)
+            self._drop(header.id)
             os.unlink(path)
             fsync_dir(self._dir)
             return True
@@ -353,7 +470,7 @@ class JsonlEvents(EventBackend):
                     if _still_named(fd, path):
                         if _first_line(fd) is None:
                             raise SessionNotFoundError(session_id)
-                        self._remembered().pop(session_id, None)
+                        self._drop(session_id)
                         os.unlink(path)
                         fsync_dir(self._dir)
                         return
@@ -397,22 +514,42 @@ def header_line(header: SessionHeader, ttl_ms: int | None = None) -> bytes:
 
 
 def event_lines(events: list[StoredEvent]) -> bytes:
-    """The lines of one batch, each marked with the seq of the batch's last event."""
-    batch_end = events[-1].seq
-    return b"".join(_event_line(event, batch_end) for event in events)
+    """The lines of one batch, each marked with the seq of the batch's last event.
+
+    Each line is what ``orjson.dumps`` writes for the record ``{"seq", "type", "time",
+    "data", "id"?, "batch_end"}`` with ``data`` embedded as is, built as text in one
+    pass: the ints (plain 64-bit ints, as :func:`~sessionstore.eventlog.encode_batch`
+    makes them) written as orjson writes them, the strings encoded by orjson (an event
+    type once per process)."""
+    batch_end = f',"batch_end":{events[-1].seq}}}\n'
+    types = _TYPE_TEXTS
+    lines = []
+    for e in events:
+        kind = types.get(e.type) or _type_text(e.type)
+        if e.id is None:
+            lines.append(
+                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}{batch_end}'
+            )
+        else:
+            event_id = orjson.dumps(e.id).decode()
+            lines.append(
+                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}'
+                f',"id":{event_id}{batch_end}'
+            )
+    return "".join(lines).encode()
 
 
-def _event_line(event: StoredEvent, batch_end: int) -> bytes:
-    record: dict[str, Any] = {
-        "seq": event.seq,
-        "type": event.type,
-        "time": event.time,
-        "data": orjson.Fragment(event.data),
-    }
-    if event.id is not None:
-        record["id"] = event.id
-    record["batch_end"] = batch_end
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+#: The JSON text of each event type met, for :func:`event_lines`; forgotten past a bound.
+_TYPE_TEXTS: dict[str, str] = {}
+_TYPE_TEXTS_KEPT = 4096
+
+
+def _type_text(kind: str) -> str:
+    text = orjson.dumps(kind).decode()
+    if len(_TYPE_TEXTS) >= _TYPE_TEXTS_KEPT:
+        _TYPE_TEXTS.clear()
+    _TYPE_TEXTS[kind] = text
+    return text
 
 
 class _Malformed(Exception):
@@ -623,7 +760,7 @@ def _read_from(fd: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_batch(fd: int, path: Path, data: bytes, end: int) -> None:
+def _write_batch(fd: int, path: str, data: bytes, end: int) -> None:
     """One ``write`` and an fsync; on failure the file is cut back to ``end`` if possible,
     so a failed append leaves no torn tail behind."""
     try:
@@ -670,6 +807,34 @@ def _listed_header(path: Path, fd: int) -> tuple[SessionHeader, int | None] | No
     except (CorruptLogError, UnsupportedVersionError) as exc:
         warnings.warn(f"sessionstore: skipping {path}: {exc}", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _named_stat(path: str, log: _Held) -> os.stat_result | None:
+    """The ``stat`` of ``path`` if it still names the file open as ``log`` (not unlinked
+    or replaced), else None. An open descriptor keeps its inode from being reused, so
+    equal (``dev``, ``ino``) prove it is the same file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st if st.st_ino == log.ino and st.st_dev == log.dev else None
+
+
+def _discard(fd: int) -> None:
+    """Unlock (a forked child may share the descriptor's lock) and close ``fd``."""
+    with suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    with suppress(OSError):
+        os.close(fd)
+
+
+def _close_held(held: dict[str, _Held]) -> None:
+    """Close every log of ``held``, kept open and unlocked, and forget them."""
+    logs = list(held.values())
+    held.clear()
+    for log in logs:
+        with suppress(OSError):
+            os.close(log.fd)
 
 
 def _still_named(fd: int, path: Path) -> bool:
