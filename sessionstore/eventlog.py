@@ -16,7 +16,7 @@ from .errors import (
     SeqConflictError,
     UnsupportedVersionError,
 )
-from .jsondata import JSONLossError, dump_lossless, load
+from .jsondata import JSONLossError, dump_lossless, dump_lossless_all, load
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, restored_event
 
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
@@ -70,7 +70,7 @@ def encode_batch(
     """
     if isinstance(events, SessionEvent | Mapping):
         raise InvalidArgumentError("append takes a list of events, not a single event")
-    stored: list[StoredEvent] = []
+    checked: list[SessionEvent] = []
     first = 0
     for index, raw in enumerate(events):
         event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
@@ -81,12 +81,25 @@ def encode_batch(
             first = seq
         elif seq != first + index:
             raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
-        try:
-            data = dump_lossless(event.data)
-        except JSONLossError as exc:
-            raise NotJSONSerializableError(kind, seq, exc.path, exc.reason) from None
-        stored.append(StoredEvent(seq, kind, event.time, data, event_id))
+        checked.append(event)
+    if len(checked) > 1:
+        texts = dump_lossless_all([event.data for event in checked])
+        if texts is not None:
+            return [
+                StoredEvent(event.seq, event.type, event.time, text, event.id)
+                for event, text in zip(checked, texts, strict=True)
+            ]
+    stored: list[StoredEvent] = []
+    for event in checked:
+        stored.append(StoredEvent(event.seq, event.type, event.time, _dump_data(event), event.id))
     return stored
+
+
+def _dump_data(event: SessionEvent) -> str:
+    try:
+        return dump_lossless(event.data)
+    except JSONLossError as exc:
+        raise NotJSONSerializableError(event.type, event.seq, exc.path, exc.reason) from None
 
 
 def _check_event_text(event: SessionEvent) -> None:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstore import InvalidArgumentError, keys
+from sessionstore import InvalidArgumentError, NotJSONSerializableError, keys
 from sessionstore.connection import mask_url, resolve_url
-from sessionstore.eventlog import closers
-from sessionstore.jsondata import JSONLossError, dump_lossless
+from sessionstore.eventlog import closers, encode_batch
+from sessionstore.jsondata import JSONLossError, dump_lossless, dump_lossless_all
 from sessionstore.models import SessionEvent
 from sessionstore.when import to_epoch_ms
 
@@ -101,6 +101,23 @@ def test_lossless_json_round_trips_whatever_it_accepts(data):
     import orjson
 
     assert orjson.loads(dump_lossless(data)) == data
+
+
+@given(st.lists(st.dictionaries(st.text(), json_values, max_size=5), min_size=2, max_size=5))
+def test_a_batch_is_checked_at_once_with_the_same_texts(items):
+    assert dump_lossless_all(items) == [dump_lossless(item) for item in items]
+
+
+@pytest.mark.parametrize("bad", [(1, 2), float("inf"), {1, 2}, b"x"])
+def test_one_lossy_item_sends_the_batch_to_the_item_by_item_check(bad):
+    assert dump_lossless_all([{"a": 1}, {"b": bad}, {"c": 3}]) is None
+    batch = [
+        SessionEvent(seq=s, type="note", time=1, data={"v": bad if s == 6 else s})
+        for s in (5, 6, 7)
+    ]
+    with pytest.raises(NotJSONSerializableError) as caught:
+        encode_batch("s", batch)
+    assert (caught.value.seq, caught.value.path) == (6, "$.v")
 
 
 def event(seq, type, **data):
