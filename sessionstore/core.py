@@ -218,6 +218,8 @@ class PendingSessions:
         """The pending header of ``session_id`` and the retention it was created with
         (None, None when it is not pending)."""
         key = check_session_id(session_id)
+        if key not in self._headers:  # the common case needs no lock: a dict read is atomic
+            return None, None
         with self._lock:
             return self._headers.get(key), self._ttls.get(key)
 

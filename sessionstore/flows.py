@@ -12,7 +12,8 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from .contracts import Refused, Stored
@@ -34,21 +35,29 @@ from .when import now_ms, to_epoch_ms
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+_NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
+
+
 class Call:
-    """Call ``method`` of the backend with these arguments."""
+    """Call ``method`` of the backend with these arguments (a plain class: every
+    operation builds one or more)."""
 
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("method", "args", "kwargs")
+
+    def __init__(
+        self, method: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] = _NO_OPTIONS
+    ) -> None:
+        self.method = method
+        self.args = args
+        self.kwargs = kwargs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sleep:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Apply:
     """Call user code; the async runner awaits an awaitable result."""
 
@@ -113,9 +122,6 @@ def ready(state: SessionState, lifecycle: Lifecycle) -> Flow[SessionState]:
         yield Call("prepare", (state.key,))
         state.initialised = True
     return state
-
-
-_NO_OPTIONS: Mapping[str, Any] = {}
 
 
 def _ttl(ttl_ms: int | None) -> Mapping[str, Any]:
