@@ -387,6 +387,186 @@ def test_an_append_reads_no_event_rows_whatever_the_log_length(events, database)
     assert [e.seq for e in events.read("s-1", 198)[1]] == [198, 199, 200, 201]
 
 
+def traced(database: Database, action) -> list[str]:
+    """The first three words of each statement this thread's connection runs during
+    ``action()``."""
+    statements: list[str] = []
+    database.connection().set_trace_callback(statements.append)
+    try:
+        action()
+    finally:
+        database.connection().set_trace_callback(None)
+    return [" ".join(statement.split()[:3]) for statement in statements]
+
+
+def remembered(events: SqliteEvents, session_id: str, count: int, **create) -> SessionHeader:
+    """What :func:`started` stores (``count`` >= 2), in two appends: ``events`` has then
+    read the session row back, so that its next append is the one-UPDATE kind."""
+    header = SessionHeader(id=session_id, created_at=T0)
+    events.append(session_id, [event(0, '{"i":0}')], header, **create)
+    rest = [event(i, f'{{"i":{i}}}') for i in range(1, count)]
+    assert events.append(session_id, rest, None) == count
+    assert session_id in events._known
+    return header
+
+
+ONE_UPDATE = [
+    "BEGIN IMMEDIATE",
+    "UPDATE log_sessions SET",
+    "DELETE FROM log_events",
+    "INSERT INTO log_events",
+    "COMMIT",
+]
+READS_THE_ROW = ["BEGIN IMMEDIATE", "SELECT version, created_at,"]
+
+
+def test_an_append_to_a_remembered_session_is_one_update_a_delete_and_inserts(events, database):
+    started(events, "s-1", 1)
+    # The append after the one that created the session reads its row back, once.
+    ran = traced(database, lambda: events.append("s-1", [event(1)], None))
+    assert ran[:2] == READS_THE_ROW, ran
+    ran = traced(database, lambda: events.append("s-1", [event(2)], None))
+    assert ran == ONE_UPDATE
+    # So does another instance (another process).
+    other = SqliteEvents(database, NS)
+    ran = traced(database, lambda: other.append("s-1", [event(3)], None))
+    assert ran[:2] == READS_THE_ROW, ran
+    ran = traced(database, lambda: other.append("s-1", [event(4)], None))
+    assert ran == ONE_UPDATE
+    # A replay or a conflict matches no row; then the row is read and the batch judged.
+    ran = traced(database, lambda: events.append("s-1", [event(4)], None))
+    assert ran[1:3] == ["UPDATE log_sessions SET", "SELECT version, created_at,"], ran
+    assert [e.seq for e in events.read("s-1")[1]] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 63, 64, 65, 100, 129, 300])
+def test_batches_of_any_size_land_whole_and_in_order(events, db_path, size):
+    header = remembered(events, "s-1", 2)
+    batch = [
+        StoredEvent(
+            seq, f"t{seq % 7}", T0 - seq, f'{{"n":{seq}}}', None if seq % 3 else f"id-{seq}"
+        )
+        for seq in range(2, 2 + size)
+    ]
+    assert events.append("s-1", list(batch), None) == 2 + size
+    assert events.append("s-1", list(batch), None) == 2 + size  # an applied replay
+    rows = raw(
+        db_path,
+        "SELECT seq, type, time, data, event_id FROM log_events WHERE namespace=? ORDER BY seq",
+        (NS,),
+    )
+    assert rows[2:] == [(e.seq, e.type, e.time, e.data, e.id) for e in batch]
+    stored = [event(0, '{"i":0}'), event(1, '{"i":1}'), *batch]
+    assert events.read("s-1") == (header, decode_events(stored))
+
+
+def test_a_remembered_session_changed_by_another_process_is_judged_from_its_row(
+    events, database, db_path
+):
+    remembered(events, "s-1", 2)
+    other = SqliteEvents(database, NS)
+    # Another process appended: a conflict, and nothing written.
+    assert other.append("s-1", [event(2)], None) == 3
+    before = log_rows(db_path)
+    with pytest.raises(SeqConflictError):
+        events.append("s-1", [event(2, '{"mine":1}')], None)
+    assert log_rows(db_path) == before
+    # ... or deleted the session: it is gone for this instance too.
+    other.delete("s-1")
+    with pytest.raises(SessionNotFoundError):
+        events.append("s-1", [event(3)], None)
+    # ... or created it anew with another header: appends follow the new row.
+    remembered(events, "s-1", 2)
+    renewed = SessionHeader(id="s-1", created_at=T0 + 5, cwd="/elsewhere")
+    raw(db_path, "DELETE FROM log_events")
+    raw(db_path, "DELETE FROM log_sessions")
+    assert other.append("s-1", [event(0), event(1)], renewed) == 2
+    with pytest.raises(SessionExistsError):
+        events.append("s-1", [event(2)], SessionHeader(id="s-1", created_at=T0))
+    assert events.append("s-1", [event(2)], None) == 3
+    assert events.read("s-1")[0] == renewed
+    assert raw(db_path, "SELECT next_seq FROM log_sessions") == [(3,)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("UPDATE log_sessions SET created_at = 'yesterday'", CorruptLogError),
+        ("UPDATE log_sessions SET created_at = 1.5", CorruptLogError),
+        ("UPDATE log_sessions SET cwd = x'2f78'", CorruptLogError),
+        ("UPDATE log_sessions SET fork_seq = -3", CorruptLogError),
+        ("UPDATE log_sessions SET next_seq = 'many'", CorruptLogError),
+        ("UPDATE log_sessions SET ttl_ms = -5", CorruptLogError),
+        ("UPDATE log_sessions SET ttl_ms = 'soon'", CorruptLogError),
+        ("UPDATE log_sessions SET version = 7", UnsupportedVersionError),
+    ],
+)
+@pytest.mark.parametrize("ttl_ms", [None, 60_000])
+def test_damage_to_a_remembered_session_row_is_still_refused(events, db_path, sql, error, ttl_ms):
+    remembered(events, "s-1", 2, ttl_ms=ttl_ms)
+    raw(db_path, sql)
+    before = log_rows(db_path)
+    with pytest.raises(error):
+        events.append("s-1", [event(2)], None)
+    assert log_rows(db_path) == before
+
+
+def test_expiry_moves_only_for_a_session_with_a_ttl(events, database, db_path):
+    remembered(events, "timed", 2, ttl_ms=60_000)
+    remembered(events, "plain", 2)
+    expiry = "SELECT ttl_ms, expires_at FROM log_sessions WHERE id=?"
+    ((ttl, first),) = raw(db_path, expiry, ("timed",))
+    assert ttl == 60_000
+    raw(db_path, "UPDATE log_sessions SET expires_at = 5 WHERE id='timed'")
+    # The ttl given to an append of an existing session is ignored: the stored one counts.
+    ran = traced(database, lambda: events.append("timed", [event(2)], None, ttl_ms=1))
+    assert ran == ONE_UPDATE
+    ((ttl, moved),) = raw(db_path, expiry, ("timed",))
+    assert ttl == 60_000 and moved >= first
+    ran = traced(database, lambda: events.append("plain", [event(2)], None, ttl_ms=1))
+    assert ran == ONE_UPDATE
+    assert raw(db_path, expiry, ("plain",)) == [(None, None)]
+    # A stray expiry on a session without a ttl is cleared, as every append did before.
+    raw(db_path, "UPDATE log_sessions SET expires_at = 5 WHERE id='plain'")
+    assert events.append("plain", [event(3)], None) == 4
+    assert raw(db_path, expiry, ("plain",)) == [(None, None)]
+    assert events.prune(T0 * 2) == 1
+    assert [h.id for h in events.list()] == ["plain"]
+    assert "timed" not in events._known
+
+
+def test_a_failed_append_of_a_remembered_session_leaves_the_database_unchanged(events, db_path):
+    remembered(events, "s-1", 2)
+    before = log_rows(db_path)
+    batch = [event(2), event(3), StoredEvent(4, "t", 2**64, "{}")]
+    with pytest.raises(InvalidArgumentError):
+        events.append("s-1", batch, None)
+    assert log_rows(db_path) == before
+    assert events.append("s-1", batch[:2], None) == 4
+
+
+def test_a_transaction_rolls_back_and_translates_driver_errors(database, db_path):
+    count = "SELECT COUNT(*) FROM log_sessions"
+    insert = "INSERT INTO log_sessions (namespace, id) VALUES ('n', 'x')"
+    with pytest.raises(RuntimeError), database.transaction("x", immediate=True) as conn:
+        conn.execute(insert)
+        raise RuntimeError("boom")
+    assert raw(db_path, count) == [(0,)]
+    with (
+        pytest.raises(CorruptLogError) as caught,
+        database.transaction("x", immediate=False) as conn,
+    ):
+        conn.execute(insert)
+        conn.execute("SELECT nothing FROM no_such_table")
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert not database.connection().in_transaction
+    with database.transaction("x", immediate=True) as conn:
+        conn.execute(insert)
+    assert raw(db_path, count) == [(1,)]
+    with pytest.raises(CorruptLogError), database.guard("x") as conn:
+        conn.execute("SELECT nothing FROM no_such_table")
+
+
 def test_a_stored_header_of_another_version_is_unsupported(events, db_path):
     started(events, "s-1", 1)
     raw(db_path, "UPDATE log_sessions SET version = 7")

@@ -27,9 +27,9 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
+from types import TracebackType
 
 from ..errors import (
     AccessDeniedError,
@@ -55,8 +55,9 @@ _KEY_COLUMNS = """
 
 # The log columns carry no NOT NULL / type constraints on purpose: a damaged row must
 # still be readable so that it is reported as CorruptLogError, not as a driver error.
-# log_events keeps its rowid so that its primary key is a separate, narrow index:
-# every append counts a session's rows through it to detect a lost event.
+# log_events keeps its rowid although its primary key is then a separate index: a
+# WITHOUT ROWID table keeps at most about a quarter of a page of each row in its b-tree
+# (a rowid table nearly a whole page), and events of a few KB would overflow.
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS kv_values ({_KEY_COLUMNS},
     when_ms INTEGER NOT NULL,
@@ -233,30 +234,18 @@ class Database:
             )
         return int(version)
 
-    @contextmanager
-    def guard(self, subject: str) -> Iterator[sqlite3.Connection]:
+    def guard(self, subject: str) -> Guard:
         """This thread's connection (autocommit: each statement is its own transaction),
         with every driver error translated; ``subject`` names what a CorruptLogError is about."""
-        try:
-            yield self.connection()
-        except (sqlite3.Error, OSError, OverflowError) as exc:
-            raise translate(exc, subject, self.path) from exc
+        return Guard(self, subject)
 
-    @contextmanager
-    def transaction(self, subject: str, *, immediate: bool) -> Iterator[sqlite3.Connection]:
+    def transaction(self, subject: str, *, immediate: bool) -> Transaction:
         """One transaction, committed when the block ends and rolled back if it raises.
 
         ``immediate=True`` takes the write lock up front, so read-compare-write blocks of
         concurrent processes run one after the other (waiting up to ``timeout``).
         """
-        with self.guard(subject) as conn:
-            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
+        return Transaction(self, subject, "BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     def close_idle_before_fork(self) -> None:
         """Close this thread's connection unless it is in a transaction, so that a
@@ -288,6 +277,79 @@ class Database:
                 _INHERITED.extend(c for _, c in self._connections)
             self._connections = []
             self._generation += 1
+
+
+#: The driver errors :func:`translate` turns into sessionstore errors.
+_DRIVER_ERRORS = (sqlite3.Error, OSError, OverflowError)
+
+
+class Guard:
+    """``with database.guard(subject) as conn``: see :meth:`Database.guard`.
+
+    A class rather than a generator-based context manager: it is entered once per
+    operation, and ``contextlib`` costs several times as much."""
+
+    __slots__ = ("_db", "_subject")
+
+    def __init__(self, database: Database, subject: str) -> None:
+        self._db = database
+        self._subject = subject
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            return self._db.connection()
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc, self._subject, self._db.path) from exc
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, _DRIVER_ERRORS):
+            raise translate(exc, self._subject, self._db.path) from exc
+
+
+class Transaction:
+    """``with database.transaction(subject, immediate=...) as conn``: see
+    :meth:`Database.transaction`; a class for the same reason as :class:`Guard`."""
+
+    __slots__ = ("_db", "_subject", "_begin", "_conn")
+
+    def __init__(self, database: Database, subject: str, begin: str) -> None:
+        self._db = database
+        self._subject = subject
+        self._begin = begin
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            conn = self._db.connection()
+            conn.execute(self._begin)
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc, self._subject, self._db.path) from exc
+        self._conn = conn
+        return conn
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        if exc is None:
+            try:
+                conn.execute("COMMIT")
+                return
+            except BaseException as failed:
+                _rollback(conn)
+                if isinstance(failed, _DRIVER_ERRORS):
+                    raise translate(failed, self._subject, self._db.path) from failed
+                raise
+        _rollback(conn)
+        if isinstance(exc, _DRIVER_ERRORS):
+            raise translate(exc, self._subject, self._db.path) from exc
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

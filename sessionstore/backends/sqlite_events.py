@@ -8,13 +8,24 @@ An append touches only the session row, the rows it compares for an applied repl
 the rows at or past ``next_seq``, so it costs the same however long the log is; a row lost
 below ``next_seq`` is found by ``read``.
 
-Retention: a session row stores its ``ttl_ms`` and ``expires_at``, which every append
-moves in its own transaction; :meth:`SqliteEvents.prune` deletes an expired session's row
+An append to a session whose row this instance has read and validated before (its
+header and ``ttl_ms``) is three statements in one ``BEGIN IMMEDIATE`` transaction: an ``UPDATE`` of
+the session row that moves ``next_seq`` only if the row still holds that header and
+``ttl_ms`` and ``next_seq`` is the batch's first seq (the remembered state is checked again
+under the write lock, so another process's append, delete or damage is never missed), the
+``DELETE`` of the torn tail, and multi-row ``INSERT`` statements of the events. Any other
+append (a new session, a replay, a conflict, a row that does not match) reads the session
+row and judges it first.
+
+Retention: a session row stores its ``ttl_ms`` and ``expires_at``; every append to a
+session with a ``ttl_ms`` moves ``expires_at`` in its own transaction (without one,
+``expires_at`` stays NULL). :meth:`SqliteEvents.prune` deletes an expired session's row
 and all its event rows in one transaction.
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +43,38 @@ from .sqlite_db import Database
 _SESSION_COLUMNS = "version, created_at, cwd, parent_id, fork_seq, next_seq"
 _EVENT_COLUMNS = "seq, type, time, data, event_id"
 
+_CREATE_SESSION = (
+    f"INSERT INTO log_sessions (namespace, id, {_SESSION_COLUMNS}, ttl_ms, expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SET_NEXT_SEQ = "UPDATE log_sessions SET next_seq=?, expires_at=? WHERE namespace=? AND id=?"
+#: The row of the session whose header and ttl an append remembers, at ``next_seq``.
+_MATCHES = (
+    " WHERE namespace=? AND id=? AND next_seq=? AND version=? AND created_at=?"
+    " AND cwd IS ? AND parent_id IS ? AND fork_seq IS ?"
+)
+#: :meth:`SqliteEvents._advance` for a session without a ttl (its ``expires_at`` is NULL
+#: and stays so) and with one (``expires_at`` moves).
+_ADVANCE = f"UPDATE log_sessions SET next_seq=?{_MATCHES} AND ttl_ms IS NULL AND expires_at IS NULL"
+_ADVANCE_TTL = f"UPDATE log_sessions SET next_seq=?, expires_at=?{_MATCHES} AND ttl_ms=?"
+_SELECT_SESSION = f"SELECT {_SESSION_COLUMNS}, ttl_ms FROM log_sessions WHERE namespace=? AND id=?"
+_CUT_TAIL = "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq >= ?"
+#: The most event rows one INSERT statement carries (5 parameters each).
+_CHUNK = 64
+#: How many validated session rows an instance remembers for :meth:`SqliteEvents._advance`.
+_KNOWN_SESSIONS = 1024
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    """An INSERT of ``rows`` event rows; parameters: namespace, session id, then (seq,
+    type, time, data, event_id) per row."""
+    values = ", ".join(["(?1, ?2, ?, ?, ?, ?, ?)"] * rows)
+    return (
+        "INSERT INTO log_events (namespace, session_id, seq, type, time, data, event_id)"
+        f" VALUES {values}"
+    )
+
 
 class SqliteEvents(EventBackend):
     """Session event logs of one namespace: ``log_sessions`` and ``log_events``."""
@@ -39,6 +82,8 @@ class SqliteEvents(EventBackend):
     def __init__(self, database: Database, namespace: str) -> None:
         self._db = database
         self._ns = namespace
+        #: Session id -> (header, its columns, ttl_ms) last validated from its row.
+        self._known: dict[str, tuple[SessionHeader, tuple[object, ...], int | None]] = {}
 
     def locate(self, session_id: str) -> str | None:
         return None
@@ -59,53 +104,92 @@ class SqliteEvents(EventBackend):
         ttl_ms: int | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
-            found = self._session(conn, session_id)
-            if found is not None:
-                stored, next_seq, stored_ttl = found
-                if header is not None and header != stored:
-                    raise SessionExistsError(session_id)
-                ttl_ms = _checked_ttl(session_id, stored_ttl)
-            elif header is not None:
-                stored, next_seq = header, 0
-            else:
-                raise SessionNotFoundError(session_id)
+            first = events[0].seq
+            new_next = first + len(events)
+            if not self._advance(conn, session_id, header, first, new_next):
+                found = self._session(conn, session_id)
+                if found is not None:
+                    stored, next_seq, stored_ttl = found
+                    if header is not None and header != stored:
+                        raise SessionExistsError(session_id)
+                    ttl_ms = _checked_ttl(session_id, stored_ttl)
+                    self._remember(session_id, stored, ttl_ms)
+                elif header is not None:
+                    stored, next_seq = header, 0
+                else:
+                    raise SessionNotFoundError(session_id)
 
-            def stored_range(first: int, last: int) -> list[StoredEvent]:
-                return self._events(conn, session_id, first, last - first + 1)
+                def stored_range(first: int, last: int) -> list[StoredEvent]:
+                    return self._events(conn, session_id, first, last - first + 1)
 
-            if not plan_append(session_id, next_seq, events, stored_range):
-                return next_seq
-            self._cut_tail(conn, session_id, next_seq)
-            conn.executemany(
-                "INSERT INTO log_events (namespace, session_id, seq, type, time, data,"
-                " event_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(self._ns, session_id, e.seq, e.type, e.time, e.data, e.id) for e in events],
-            )
-            new_next = next_seq + len(events)
-            expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
-            if found is None:
-                conn.execute(
-                    f"INSERT INTO log_sessions (namespace, id, {_SESSION_COLUMNS}, ttl_ms,"
-                    " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        self._ns,
-                        session_id,
-                        stored.version,
-                        stored.created_at,
-                        stored.cwd,
-                        stored.parent_id,
-                        stored.fork_seq,
-                        new_next,
-                        ttl_ms,
-                        expires_at,
-                    ),
-                )
-            else:
-                conn.execute(
-                    "UPDATE log_sessions SET next_seq=?, expires_at=? WHERE namespace=? AND id=?",
-                    (new_next, expires_at, self._ns, session_id),
-                )
+                if not plan_append(session_id, next_seq, events, stored_range):
+                    return next_seq
+                expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
+                if found is None:
+                    conn.execute(
+                        _CREATE_SESSION,
+                        (self._ns, session_id, *_columns(stored), new_next, ttl_ms, expires_at),
+                    )
+                else:
+                    conn.execute(_SET_NEXT_SEQ, (new_next, expires_at, self._ns, session_id))
+            # The torn tail starts at the committed next seq, which is ``first`` here.
+            self._cut_tail(conn, session_id, first)
+            self._insert(conn, session_id, events)
             return new_next
+
+    def _advance(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        header: SessionHeader | None,
+        first: int,
+        new_next: int,
+    ) -> bool:
+        """The common append, in one statement: move ``next_seq`` from ``first`` to
+        ``new_next`` (and ``expires_at``) if the session row holds exactly the header
+        and ``ttl_ms`` this instance validated before, and ``next_seq`` is ``first``.
+
+        False, with nothing written, when the session is not remembered, ``header``
+        differs from it, or the row does not match (a conflict, a replay, another
+        process's delete or damage): the caller then reads and judges the row.
+        """
+        known = self._known.get(session_id)
+        if known is None:
+            return False
+        stored, columns, ttl_ms = known
+        if header is not None and header != stored:
+            return False
+        if ttl_ms is None:
+            cursor = conn.execute(_ADVANCE, (new_next, self._ns, session_id, first, *columns))
+        else:
+            expires_at = wall_clock_ms() + ttl_ms
+            cursor = conn.execute(
+                _ADVANCE_TTL, (new_next, expires_at, self._ns, session_id, first, *columns, ttl_ms)
+            )
+        return cursor.rowcount == 1
+
+    def _remember(self, session_id: str, header: SessionHeader, ttl_ms: int | None) -> None:
+        """Note the header and ``ttl_ms`` just read and validated from a session row,
+        for :meth:`_advance`. A bounded cache, and a stale entry (the row changed since)
+        only costs the slow path: :meth:`_advance` compares the row in SQL."""
+        known = self._known
+        if len(known) >= _KNOWN_SESSIONS and session_id not in known:
+            known.clear()
+        known[session_id] = (header, _columns(header), ttl_ms)
+
+    def _insert(self, conn: sqlite3.Connection, session_id: str, events: list[StoredEvent]) -> None:
+        """Insert the event rows with multi-row INSERTs of up to :data:`_CHUNK` rows
+        (a power of two each, so that few distinct statements are ever prepared)."""
+        count = len(events)
+        done = 0
+        while done < count:
+            size = min(_CHUNK, count - done)
+            size = 1 << (size.bit_length() - 1)
+            params: list[object] = [self._ns, session_id]
+            for e in events if size == count else events[done : done + size]:
+                params.extend((e.seq, e.type, e.time, e.data, e.id))
+            conn.execute(_insert_sql(size), params)
+            done += size
 
     def read(
         self,
@@ -135,10 +219,7 @@ class SqliteEvents(EventBackend):
     ) -> tuple[SessionHeader, int, object] | None:
         """The stored header, next seq and (unchecked) ``ttl_ms`` of ``session_id``, or
         None if it has no row."""
-        row = conn.execute(
-            f"SELECT {_SESSION_COLUMNS}, ttl_ms FROM log_sessions WHERE namespace=? AND id=?",
-            (self._ns, session_id),
-        ).fetchone()
+        row = conn.execute(_SELECT_SESSION, (self._ns, session_id)).fetchone()
         if row is None:
             return None
         check_stored_version(session_id, row[0])
@@ -173,10 +254,7 @@ class SqliteEvents(EventBackend):
 
     def _cut_tail(self, conn: sqlite3.Connection, session_id: str, next_seq: int) -> None:
         """Delete the torn tail: rows at or past the committed next seq."""
-        conn.execute(
-            "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq >= ?",
-            (self._ns, session_id, next_seq),
-        )
+        conn.execute(_CUT_TAIL, (self._ns, session_id, next_seq))
 
     # Defined after the helpers: inside the class body, ``list`` then names this method.
     def list(self) -> list[SessionHeader]:
@@ -187,6 +265,7 @@ class SqliteEvents(EventBackend):
         return [_header(row[0], row[1:6]) for row in rows]
 
     def delete(self, session_id: str) -> None:
+        self._known.pop(session_id, None)
         with self._db.transaction(session_id, immediate=True) as conn:
             gone = conn.execute(
                 "DELETE FROM log_sessions WHERE namespace=? AND id=?", (self._ns, session_id)
@@ -206,6 +285,7 @@ class SqliteEvents(EventBackend):
             ).fetchall()
         removed = 0
         for (session_id,) in expired:
+            self._known.pop(session_id, None)
             with self._db.transaction(session_id, immediate=True) as conn:
                 # Checked again under the write lock: an append since may have renewed it.
                 gone = conn.execute(
@@ -222,6 +302,11 @@ class SqliteEvents(EventBackend):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _columns(header: SessionHeader) -> tuple[object, ...]:
+    """The log_sessions (version, created_at, cwd, parent_id, fork_seq) of ``header``."""
+    return (header.version, header.created_at, header.cwd, header.parent_id, header.fork_seq)
 
 
 def _checked_ttl(session_id: str, ttl_ms: object) -> int | None:
