@@ -24,9 +24,10 @@ from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stored:
-    """One stored version of a value: msgpack ``payload`` (None for a clear) and its ``when``."""
+    """One stored version of a value: msgpack ``payload`` (None for a clear) and its
+    ``when``. Treated as immutable (not frozen: it is built on every read)."""
 
     payload: bytes | None
     when: int

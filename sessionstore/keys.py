@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote
 
 PREFIX = "ss"
@@ -89,9 +89,9 @@ def namespace_pattern(namespace: str) -> str:
     return namespace_prefix(namespace) + "*"
 
 
-@dataclass(frozen=True, slots=True)
-class ValueKey:
-    """Identity of one session value: the namespace plus the five key parts."""
+class ValueKey(NamedTuple):
+    """Identity of one session value: the namespace plus the five key parts (a named
+    tuple: it is hashed on every call, to look up its cached Redis key names)."""
 
     namespace: str
     symbol: str

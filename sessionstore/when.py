@@ -18,7 +18,9 @@ def to_epoch_ms(when: object) -> int:
     number of epoch milliseconds. Anything else (a bool, a float, a string, NaN, ...)
     raises :class:`InvalidArgumentError`.
     """
-    if isinstance(when, datetime):
+    if type(when) is int:
+        ms = when
+    elif isinstance(when, datetime):
         aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
         delta = aware - datetime(1970, 1, 1, tzinfo=UTC)
         ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
