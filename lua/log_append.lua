@@ -8,8 +8,8 @@
 --           for none (a stored session keeps the ttl_ms it was materialised with)
 -- ARGV[4] - number of header fields h, or "-1" when no header is given
 -- ARGV[5 .. 4+2h] - header field names and values (fields that are None left out)
--- then 4 values per event, n >= 1 events: type, time, data, and the id prefixed with
--- "=" ("" when the event has none)
+-- ARGV[5+2h] - the events, n >= 1: one MessagePack array of 4 strings per event, flat:
+--              type, time, data, and the id prefixed with "=" ("" when it has none)
 -- returns {"OK", next_seq}       the batch was written
 --         {"REPLAY", next_seq}   every event is already stored identically
 --         {"CONFLICT", next_seq} the batch does not start at next_seq
@@ -25,8 +25,8 @@
 local meta, stream = KEYS[1], KEYS[2]
 local first = ARGV[1]
 local nheader = tonumber(ARGV[4])
-local base = 4 + 2 * math.max(nheader, 0)
-local count = (#ARGV - base) / 4
+local batch = cmsgpack.unpack(ARGV[5 + 2 * math.max(nheader, 0)])
+local count = #batch / 4
 local first_number = tonumber(first)
 
 local function seq_text(index)
@@ -34,7 +34,7 @@ local function seq_text(index)
 end
 
 local function event_arg(index, offset)
-  return ARGV[base + 4 * (index - 1) + offset]
+  return batch[4 * (index - 1) + offset]
 end
 
 -- XADD event `index` with `call` (redis.call or redis.pcall).

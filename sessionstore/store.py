@@ -119,9 +119,7 @@ class EventLog:
         ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
         run(flows.create(self._pending, self._lifecycle, header, ttl_ms), self._backend)
 
-    def append(
-        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
-    ) -> int:
+    def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
         replay and writes nothing; anything else raises ``SeqConflictError``."""

@@ -35,7 +35,6 @@ def redis_cluster() -> Iterator[ClusterNodes]:
         yield cluster
 
 
-
 @pytest.fixture(scope="session")
 def acl_url(redis_server: RedisServer | ContainerRedis) -> str:
     """The documented least-privilege user (sessionstore.redis.acl), with a key pattern

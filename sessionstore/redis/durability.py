@@ -120,7 +120,11 @@ def wait_ms(timeout: float) -> int:
 
 
 def check_acks(
-    durability: Durability, acks: int, session_id: str, next_seq: int, display_url: str,
+    durability: Durability,
+    acks: int,
+    session_id: str,
+    next_seq: int,
+    display_url: str,
     waited_ms: int,
 ) -> None:
     """Raise :class:`DurabilityError` when fewer replicas than asked acknowledged an append."""

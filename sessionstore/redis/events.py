@@ -148,8 +148,12 @@ class RedisEvents(_LogBase, EventBackend):
         with self._guard("log_append.lua", names[0]):
             if self._durability.mode == REPLICAS:
                 reply, acks = scripts.run_then_wait(
-                    self._client, "log_append", names, args,
-                    self._durability.replicas, self._wait_ms,
+                    self._client,
+                    "log_append",
+                    names,
+                    args,
+                    self._durability.replicas,
+                    self._wait_ms,
                 )
             else:
                 reply, acks = scripts.run(self._client, "log_append", names, args), 0
@@ -282,8 +286,12 @@ class AsyncRedisEvents(_LogBase):
         with self._guard("log_append.lua", names[0]):
             if self._durability.mode == REPLICAS:
                 reply, acks = await scripts.run_then_wait_async(
-                    client, "log_append", names, args,
-                    self._durability.replicas, self._wait_ms,
+                    client,
+                    "log_append",
+                    names,
+                    args,
+                    self._durability.replicas,
+                    self._wait_ms,
                 )
             else:
                 reply, acks = await scripts.run_async(client, "log_append", names, args), 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+import msgpack
 import orjson
 
 from .. import keys
@@ -36,6 +37,7 @@ HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
 _INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
 _MAX_SEQUENCE_PART = 2**64 - 1
 _FORMAT_VERSION = str(FORMAT_VERSION)
+_packb = msgpack.Packer(use_bin_type=True).pack
 #: The fields of a stream entry, in the order ``log_append.lua`` writes them (then ``id``).
 _FIELD_NAMES = [b"seq", b"type", b"time", b"data"]
 
@@ -131,10 +133,11 @@ def _checked(value: str, what: str) -> str:
 
 def append_args(
     events: Sequence[StoredEvent], header: SessionHeader | None, ttl_ms: int | None = None
-) -> list[str]:
+) -> list[str | bytes]:
     """ARGV of ``log_append.lua`` for a contiguous, non-empty batch (its seqs are
-    implied by the first); ``ttl_ms`` is the retention stored with a session the call
-    materialises.
+    implied by the first; the events travel as one MessagePack argument, which costs the
+    client far less than four arguments per event); ``ttl_ms`` is the retention stored
+    with a session the call materialises.
 
     Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
     (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
@@ -143,21 +146,22 @@ def append_args(
     if not events:
         raise InvalidArgumentError("append needs at least one event")
     pairs = [] if header is None else [_checked(v, "header field") for v in header_fields(header)]
-    args = [
+    flat: list[str] = []
+    for event in events:
+        flat += (
+            event.type,
+            str(event.time),
+            event.data,
+            "" if event.id is None else "=" + event.id,
+        )
+    return [
         str(events[0].seq),
         _FORMAT_VERSION,
         "0" if ttl_ms is None else str(ttl_ms),
         "-1" if header is None else str(len(pairs) // 2),
         *pairs,
+        _packb(flat),
     ]
-    for event in events:
-        args += [
-            event.type,
-            str(event.time),
-            event.data,
-            "" if event.id is None else "=" + event.id,
-        ]
-    return args
 
 
 def decode_append(session_id: str, events: Sequence[StoredEvent], reply: list[Any]) -> int:

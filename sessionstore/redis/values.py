@@ -254,9 +254,7 @@ class RedisValues(ValueBackend):
         *,
         ttl_ms: int | None = None,
     ) -> bool:
-        return self._set_version(
-            key, payload, when, max_versions, expected, ttl_ms, compare=True
-        )
+        return self._set_version(key, payload, when, max_versions, expected, ttl_ms, compare=True)
 
     def _set_version(
         self,

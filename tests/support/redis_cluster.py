@@ -48,8 +48,7 @@ def require_cli() -> str:
     if CLI:
         return CLI
     reason = (
-        "redis-cli is not on PATH: the Redis Cluster tests cannot run "
-        "(apt-get install redis-tools)"
+        "redis-cli is not on PATH: the Redis Cluster tests cannot run (apt-get install redis-tools)"
     )
     if os.environ.get("CI"):
         pytest.fail(reason)
