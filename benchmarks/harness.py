@@ -124,13 +124,18 @@ class Result:
         return f"{'<=' if self.lower_is_better else '>='} {self.target:g}"
 
 
-def compare(ours: Side, baseline: Side, reps: int, blocks: int = 1) -> Samples:
+def compare(ours: Side, baseline: Side, reps: int, blocks: int = 2) -> Samples:
     """Throughput samples of both sides, one per repetition.
 
     One untimed block of each side warms up; then each repetition prepares ``blocks``
     blocks of each side and runs them interleaved (ours, baseline, baseline, ours, ...),
     each timed on its own, so that a change of the machine's pace weighs on both alike.
+    ``blocks`` is even, so that in every repetition each side runs first equally often:
+    which side runs first shifts the figures (by when the garbage collector runs, for
+    one), by up to a third for the 10k-event loads.
     """
+    if blocks % 2:
+        raise ValueError(f"blocks must be even, not {blocks}")
     ours()()
     baseline()()
     mine: list[float] = []

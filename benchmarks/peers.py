@@ -110,7 +110,7 @@ def _results(
     ours, peer = OurLog(store), PeerSession(loop, client)
     ours.fill(count)
     peer.fill(count)
-    samples = compare(lambda: load_side(ours, count), lambda: peer.get_side(count), sizes.reps, 3)
+    samples = compare(lambda: load_side(ours, count), lambda: peer.get_side(count), sizes.reps, 4)
     rows.append(
         result(
             AREA,

@@ -167,7 +167,7 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
         client = redis.Redis.from_url(url)
         try:
             rows = []
-            cases = ((sizes.load_small, sizes.reps, 3), (sizes.load_large, sizes.large_reps, 1))
+            cases = ((sizes.load_small, sizes.reps, 4), (sizes.load_large, sizes.large_reps, 2))
             for count, reps, blocks in cases:
                 ours = OurLog(store)
                 ours.fill(count)

@@ -271,13 +271,11 @@ class LogRead:
         """Decode the leading entries that are exactly what ``log_append.lua`` writes and
         below the end of this read; return how many. :meth:`take` goes on with the rest,
         one by one, and so finds the end, the tail or the damage, and names it."""
-        expect, end = self._expect, self._end
+        start = expect = self._expect
         events = self.events
-        loads = orjson.loads
-        taken = 0
-        for raw_id, fields in entries:
-            if expect >= end:
-                break
+        loads, restore = orjson.loads, restored_event
+        kinds: dict[bytes, str] = {}  # each event type decoded once per reply
+        for raw_id, fields in entries[: max(0, self._end - start)]:
             seq_text = b"%d" % expect
             if raw_id != seq_text + b"-1":
                 break
@@ -303,10 +301,13 @@ class LogRead:
                 parsed = loads(data)
                 if type(parsed) is not dict:
                     break
+                name = kinds.get(kind)
+                if name is None:
+                    name = kinds[kind] = kind.decode()
                 events.append(
-                    restored_event(
+                    restore(
                         expect,
-                        kind.decode(),
+                        name,
                         int(time),
                         parsed,
                         None if event_id is None else event_id.decode(),
@@ -315,7 +316,7 @@ class LogRead:
             except ValueError:  # UnicodeDecodeError too
                 break
             expect += 1
-            taken += 1
+        taken = expect - start
         if taken:
             self._expect = expect
             self._last_id = text(entries[taken - 1][0])
