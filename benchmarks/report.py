@@ -205,10 +205,9 @@ steadier because both sides run interleaved. Every sample is listed at the end.
 
 {LANDED}
 
-Found by profiling the scenario (pyinstrument and `time.process_time` on the client,
-`INFO commandstats` on the server, `strace -c` for system calls) and by timing prototypes
-of the fixes applied by monkeypatching in a scratch process; each note names the cause,
-the proposed fix and, where measured, its effect.
+Found by profiling the scenario (cProfile and `time.process_time` on the client, with the
+network or the fsync stubbed out where a note says so, `INFO commandstats` on the server);
+each note names what the time goes to and why it is still there.
 
 {_findings(results)}
 
