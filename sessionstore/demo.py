@@ -11,6 +11,7 @@ contiguous and balanced logs, no cached answer lost or read from the future.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -22,8 +23,9 @@ from typing import Any
 
 import sessionstore
 
+from .errors import SessionNotFoundError
 from .eventlog import closers
-from .models import SessionHeader
+from .models import SessionEvent, SessionHeader
 
 START_MS = 1_718_000_000_000
 CANDLE_MS = 3_600_000
@@ -235,6 +237,7 @@ def run(
     workers = workers or os.cpu_count() or 2
     with sessionstore.connect(url, namespace) as store:
         _reset(store, symbol_count)
+        _preflight(store)
     dealt = [jobs for jobs in plan(symbol_count, workers) if jobs]
     context = multiprocessing.get_context("spawn")
     progress, results = context.Queue(), context.Queue()
@@ -299,6 +302,18 @@ def _reset(store: Any, symbol_count: int) -> None:
         store.events.delete(header.id)
     for symbol in symbols(symbol_count):
         store.session(symbol, "llm-signal", EXCHANGE, FRAME, history=True).set_data(None, -1)
+
+
+def _preflight(store: Any) -> None:
+    """Append to (and delete) a scratch log before any worker starts, so that a store the
+    workers could not write to (a Redis without durable AOF, refused credentials, a
+    read-only folder) raises its error here, once, instead of in every worker."""
+    probe = "demo-preflight"
+    with contextlib.suppress(SessionNotFoundError):
+        store.events.delete(probe)
+    store.events.create(SessionHeader(id=probe))
+    store.events.append(probe, [SessionEvent(seq=0, type="preflight", time=0)])
+    store.events.delete(probe)
 
 
 def _check(

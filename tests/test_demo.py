@@ -48,6 +48,20 @@ def test_demo_with_a_crash_repairs_the_interrupted_turn(tmp_path, request, backe
     assert "all invariants hold" in result.stdout
 
 
+def test_a_redis_without_durable_aof_is_refused_once_with_a_hint(tmp_path):
+    from support.redis_server import RedisServer
+
+    with RedisServer(durable=False) as server:
+        result = run_demo(tmp_path, "--url", server.url)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "DurabilityError" in result.stderr and "appendonly no" in result.stderr
+        assert "?durability=none" in result.stderr
+        assert "Traceback" not in result.stderr, "no worker started"
+        throwaway = run_demo(tmp_path, "--url", server.url + "?durability=none")
+        assert throwaway.returncode == 0, throwaway.stdout + throwaway.stderr
+        assert "all invariants hold" in throwaway.stdout
+
+
 def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
     url = (tmp_path / "store").as_uri()
     result = demo.run(url, workers=1, symbol_count=1, candle_count=8)

@@ -56,7 +56,7 @@ def open_store(url: str | None, namespace: str) -> Iterator[sessionstore.Store]:
         fail(exc, resolved)
 
 
-def fail(exc: SessionStoreError, url: str) -> None:
+def fail(exc: SessionStoreError, url: str, hint: str | None = None) -> None:
     kind = {
         StoreUnavailableError: "cannot reach the store",
         AccessDeniedError: "access denied",
@@ -64,6 +64,8 @@ def fail(exc: SessionStoreError, url: str) -> None:
         InvalidArgumentError: "invalid argument",
     }.get(type(exc), type(exc).__name__)
     errors.print(f"error: {kind} ({mask_url(url)}): {exc}", soft_wrap=True)
+    if hint:
+        errors.print(f"hint: {hint}", soft_wrap=True)
     raise typer.Exit(EXIT_ERROR)
 
 

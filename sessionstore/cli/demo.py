@@ -12,6 +12,13 @@ from rich.table import Table
 
 from .. import demo as engine
 from ..connection import DEFAULT_DIR, ENV_URL, mask_url, resolve_url
+from ..errors import DurabilityError, SessionStoreError
+from .common import fail
+
+_DURABILITY_HINT = (
+    "for a throwaway run on this server, add ?durability=none to the URL (the demo then "
+    "accepts losing the latest events in a crash)"
+)
 
 
 def demo(
@@ -53,15 +60,19 @@ def demo(
             n: progress.add_task(f"worker {n}", total=len(jobs) * candles)
             for n, jobs in enumerate(plan)
         }
-        result = engine.run(
-            store_url,
-            namespace=namespace,
-            workers=worker_count,
-            symbol_count=symbols,
-            candle_count=candles,
-            crash=crash,
-            on_progress=lambda worker, count: progress.advance(tasks[worker], count),
-        )
+        try:
+            result = engine.run(
+                store_url,
+                namespace=namespace,
+                workers=worker_count,
+                symbol_count=symbols,
+                candle_count=candles,
+                crash=crash,
+                on_progress=lambda worker, count: progress.advance(tasks[worker], count),
+            )
+        except SessionStoreError as exc:
+            progress.stop()
+            fail(exc, store_url, _DURABILITY_HINT if isinstance(exc, DurabilityError) else None)
     console.print(summary(result))
     if result.repaired:
         console.print(
