@@ -66,10 +66,10 @@ plus `orjson.loads` into a dict. The difference is the contract's `SessionEvent`
 pydantic model costs 0.4 us more to build than a dict (an object, its `__dict__` and
 three slots, set by `sessionstore/models.py` `restored_event`, which already skips
 `model_construct`'s 1.7 us), and checking each entry's id, seq field and field names
-(damage must be refused, not returned) costs 0.25 us. Taking the raw reply instead of
-redis-py's dict per entry saves 0.3 us, so the two nearly cancel out; with the collector
-running, the model's extra tracked object per event makes collections more frequent,
-which costs both sides but ours more.""",
+(damage must be refused, not returned) costs 0.25 us; taking the raw reply instead of
+redis-py's dict per entry wins back 0.3 us of that. With the collector running, the
+model's extra tracked object per event makes collections more frequent, which costs both
+sides but ours more.""",
     "Redis event log: load 100k events": """\
 As for 10k events: the `SessionEvent` objects the contract returns (0.4 us more per event
 than a dict, and one more object for the garbage collector to track) against the checks
@@ -86,11 +86,15 @@ Two cores serve the four clients, the Redis server and whatever else runs on the
 One client process at fast pace already keeps most of a core busy, so four processes can
 add at most the second core, and nothing at all when other work takes it.""",
     "Redis values: get_data": f"""\
-{_FACADE} For `get_data` that is 3.2 us per call in a hot loop against 0.8 us for HMGET
+{_FACADE}
+
+For `get_data` that is 3.2 us per call in a hot loop against 0.8 us for HMGET
 plus `msgpack.unpackb` (network stubbed out): the flow driver, `to_epoch_ms`, the
 look-ahead check and the handle remembering the record for the next `update`.""",
     "Redis values: set_data": f"""\
-{_FACADE} For `set_data` that is 4.5 us per call in a hot loop: besides the flow driver,
+{_FACADE}
+
+For `set_data` that is 4.5 us per call in a hot loop: besides the flow driver,
 `codec.encode_value` packs the value and unpacks it again to prove it round-trips (1.5 us
 more than `msgpack.packb`).""",
     "Redis values: update, 1 process": """\
