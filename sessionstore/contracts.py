@@ -36,7 +36,8 @@ class Stored:
 @dataclass(frozen=True, slots=True)
 class Refused:
     """What :meth:`ValueBackend.swap` returns when the record was not the one expected:
-    ``current`` is the record it found instead (None when absent or expired)."""
+    ``current`` is the record it found instead (None when absent or expired). It is
+    falsy, so ``if backend.swap(...)`` still reads as "if it was swapped"."""
 
     current: Stored | None
 
