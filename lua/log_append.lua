@@ -6,9 +6,11 @@
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
 --           for none (a stored session keeps the ttl_ms it was materialised with)
--- ARGV[4] - number of header fields h, or "-1" when no header is given
--- ARGV[5 .. 4+2h] - header field names and values (fields that are None left out)
--- ARGV[5+2h] - the events, n >= 1: one MessagePack array of 4 strings per event, flat:
+-- ARGV[4] - the stream's last id to restore after a torn tail is cut off: the
+--           largest id below the batch's first entry ("0-0" when it starts at 0)
+-- ARGV[5] - number of header fields h, or "-1" when no header is given
+-- ARGV[6 .. 5+2h] - header field names and values (fields that are None left out)
+-- ARGV[6+2h] - the events, n >= 1: one MessagePack array of 4 strings per event, flat:
 --              type, time, data, and the id prefixed with "=" ("" when it has none)
 -- returns {"OK", next_seq}       the batch was written
 --         {"REPLAY", next_seq}   every event is already stored identically
@@ -24,8 +26,8 @@
 
 local meta, stream = KEYS[1], KEYS[2]
 local first = ARGV[1]
-local nheader = tonumber(ARGV[4])
-local batch = cmsgpack.unpack(ARGV[5 + 2 * math.max(nheader, 0)])
+local nheader = tonumber(ARGV[5])
+local batch = cmsgpack.unpack(ARGV[6 + 2 * math.max(nheader, 0)])
 local count = #batch / 4
 local first_number = tonumber(first)
 
@@ -96,7 +98,7 @@ else
     if own ~= nheader then
       return {'EXISTS'}
     end
-    for i = 5, 4 + 2 * nheader, 2 do
+    for i = 6, 5 + 2 * nheader, 2 do
       if stored[ARGV[i]] ~= ARGV[i + 1] then
         return {'EXISTS'}
       end
@@ -159,12 +161,8 @@ if not added then
   for i = 1, #ids, 1000 do
     redis.call('XDEL', stream, unpack(ids, i, math.min(i + 999, #ids)))
   end
-  local restore = '0-0'
-  if stored_next > 0 then
-    restore = string.format('%d', stored_next - 1) .. '-18446744073709551615'
-  end
   if redis.call('EXISTS', stream) == 1 then
-    redis.call('XSETID', stream, restore)
+    redis.call('XSETID', stream, ARGV[4])
   end
   add(redis.call, 1)
 end
@@ -176,7 +174,7 @@ end
 local after = seq_text(count + 1)
 local commit = {'next_seq', after, 'last_time', event_arg(count, 2)}
 if not found then
-  for i = 5, 4 + 2 * nheader do
+  for i = 6, 5 + 2 * nheader do
     commit[#commit + 1] = ARGV[i]
   end
   if ttl then

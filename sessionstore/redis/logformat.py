@@ -158,6 +158,7 @@ def append_args(
         str(events[0].seq),
         _FORMAT_VERSION,
         "0" if ttl_ms is None else str(ttl_ms),
+        restore_id(events[0].seq),
         "-1" if header is None else str(len(pairs) // 2),
         *pairs,
         _packb(flat),
