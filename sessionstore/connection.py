@@ -15,20 +15,19 @@ no URL                                     ``$SESSIONSTORE_URL``, else ``./.sess
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from .contracts import EventBackend, ValueBackend
 from .errors import InvalidArgumentError
+from .urls import mask_url
 
 ENV_URL = "SESSIONSTORE_URL"
 DEFAULT_DIR = ".sessionstore"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-_PASSWORD_PARAM = re.compile(r"(?i)((?:^|[?&])password=)[^&#]*")
 
 
 @dataclass
@@ -66,21 +65,6 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     if not isinstance(url, str) or not url:
         raise InvalidArgumentError(f"url must be a non-empty string or path, not {url!r:.80}")
     return url
-
-
-def mask_url(url: str) -> str:
-    """``url`` with every password replaced by ``***``: in the user-info part and in a
-    ``?password=`` query parameter."""
-    url = _PASSWORD_PARAM.sub(r"\1***", url)
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def scheme_of(url: str) -> str:
