@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -24,6 +26,30 @@ store.events.append("w", [sessionstore.SessionEvent(seq=0, type="note", time=1)]
 assert [e.seq for e in store.events.load("w").events] == [0]
 print("wheel ok")
 """
+
+
+def _dependency_dirs() -> list[str]:
+    """Where the running interpreter finds the dependencies: its own site-packages (a
+    virtualenv's, when the tests run in one), the user site and the base ones."""
+    dirs = [sysconfig.get_paths()[name] for name in ("purelib", "platlib")]
+    dirs += site.getsitepackages() + [site.getusersitepackages()]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir()]
+
+
+def probe_venv(env_dir: Path) -> Path:
+    """A fresh venv that sees the running interpreter's dependencies (not the base
+    interpreter's: ``system_site_packages`` would, which breaks inside a virtualenv)
+    after its own site-packages, so a wheel installed into it wins over any other copy."""
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(own) / "outer-dependencies.pth").write_text("\n".join(_dependency_dirs()) + "\n")
+    return python
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +85,7 @@ def test_the_wheel_contains_every_lua_script(wheel):
 
 @pytest.mark.slow
 def test_the_installed_wheel_runs_redis_scripts(wheel, tmp_path, redis_server):
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
+    python = probe_venv(tmp_path / "venv")
     subprocess.run(
         [
             sys.executable,
