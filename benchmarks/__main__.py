@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import local, peers, redis_log, report, values, workload
+from . import local, peers, redis_log, report, values, workload, writers
 from .harness import Result, Sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,9 +34,12 @@ GROUPS: dict[str, list[Group]] = {
         lambda _url, sizes: local.sqlite_results(sizes),
         lambda _url, sizes: local.jsonl_results(sizes),
     ],
+    "writers": [writers.writer_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
-DESCRIPTIONS = [module.__doc__ or "" for module in (workload, redis_log, values, peers, local)]
+DESCRIPTIONS = [
+    module.__doc__ or "" for module in (workload, redis_log, values, peers, local, writers)
+]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -131,6 +131,31 @@ more per event than a plain dict (the model), so it meets those full passes more
 An application with a large heap that loads long logs gains the same by calling
 `gc.freeze()` once its start-up is done; the library does not switch the collector off
 behind its caller's back.""",
+    "openai-agents Session: add_items, 1 item per call": """\
+`SessionStoreSession.add_items` is one `EVALSHA` of `log_append.lua` (the object keeps the
+stored next seq from its last append); the peer's is WATCH, two TYPE checks and
+MULTI/EXEC. What remains of ours is described for "Redis event log: append 1 event per
+call".""",
+    "openai-agents Session: add_items, 100 items per call": f"""\
+The two come out about even: ours saves the peer's extra round trips (WATCH, two TYPE
+checks, MULTI/EXEC) but spends about 200 us of server time adding 100 stream entries where
+the peer's `RPUSH` of 100 strings takes 30-57 us (see "vs openai-agents: append 100 events
+per call"), and the client builds 100 `SessionEvent` objects (1.2 us each, validated)
+before `encode_batch`:
+
+{_ENCODE}""",
+    "openai-agents Session: get_items of 10k items, a new session object": """\
+A new session object reads the whole log: XRANGE in chunks of 1000 entries of five fields
+each, every entry decoded into a `SessionEvent`, against the peer's one `LRANGE` of 10k
+strings and a `json.loads` of each (see "vs openai-agents: load 10k events": the same
+reading cost, and the same garbage-collector passes over the SDK's heap). Then the items
+are copied (`orjson` dumps and loads of the list, about 7 ms for 10k) so that a caller may
+change them without changing what the object keeps. A stream entry costs more to read
+than a list element; what the adapter gives instead is the next row: an object that has
+read the log reads only the events appended since.""",
+    "openai-agents Session: get_items of 10k items, the same object again": """\
+The object keeps the items it has read: a `get_items` reads from the last event it knows
+(one XRANGE, checking that event is still there) and copies the items it returns.""",
     "SQLite event log: append 1 event per call": """\
 The time is the COMMIT (fsync of the WAL). Ours writes one page more per commit than the
 raw insert: `next_seq` in the session row, which is how a lost last row is detected. An

@@ -57,6 +57,10 @@ class Sizes:
     load_large: int = 100_000
     #: Repetitions of the large load (it is the slowest single operation).
     large_reps: int = 3
+    #: Writers open at once in one process, and repetitions of each count.
+    writers_small: int = 1_000
+    writers_large: int = 10_000
+    writer_reps: int = 1
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -72,6 +76,8 @@ class Sizes:
             load_small=800,
             load_large=2_000,
             large_reps=2,
+            writers_small=100,
+            writers_large=1_000,
         )
 
 

@@ -249,7 +249,8 @@ Settings:
 
 def chart(results: Sequence[Result], path: Path, title: str = "") -> None:
     """A horizontal bar per scenario: its ratio, green when it meets the target (the
-    black mark); memory rows, where lower is better, in their own panel."""
+    black mark); memory and cost-per-writer rows, where lower is better, in their own
+    panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,7 +261,10 @@ def chart(results: Sequence[Result], path: Path, title: str = "") -> None:
             [r for r in results if not r.lower_is_better],
             "throughput: ours / baseline (higher is better)",
         ),
-        ([r for r in results if r.lower_is_better], "memory: ours / baseline (lower is better)"),
+        (
+            [r for r in results if r.lower_is_better],
+            "memory, cost per writer: ours / baseline (lower is better)",
+        ),
     ]
     groups = [(rows, title) for rows, title in groups if rows]
     heights = [len(rows) for rows, _ in groups]

@@ -1,12 +1,13 @@
 -- Record a version of a history value, optionally only if the version in force is
--- the expected one: drop every version at or after its time, record it, trim. A
--- compared call is idempotent: when its token is already remembered it was applied
--- before (its reply was lost and redis-py sent it again) and returns OK unwritten.
+-- the expected one: drop every version at or after its time, record it, trim. At most
+-- once per call: a call whose token is remembered was applied before (its reply was
+-- lost and redis-py sent it again) and returns OK without writing, whatever landed
+-- meanwhile.
 --
 -- KEYS[1] - the versions zset (member = score = when, integer text)
--- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear), and
---           field t: the tokens of the latest compared calls, newest first, space
---           separated (never a when: whens are integers)
+-- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear)
+-- KEYS[3] - the value's ops zset: member = token of an applied write, score = server
+--           time (ms) it was applied
 -- ARGV[1] - when of the new version (integer text)
 -- ARGV[2] - the new value ("" records a clear)
 -- ARGV[3] - how many versions to keep, "0" for all
@@ -14,19 +15,16 @@
 -- ARGV[5] - "1" when a version is expected, "0" when none is
 -- ARGV[6] - the expected version's when (integer text)
 -- ARGV[7] - the expected version's value ("" for a clear)
--- ARGV[8] - with ARGV[4] "1": this call's token (non-empty, no spaces, unique per call)
--- ARGV[9] - optional: a retention in ms, after which both keys expire together ("0" or
---           absent: they keep whatever expiry they had)
+-- ARGV[8] - this call's token: non-empty, without ":", unique per call
+-- ARGV[9] - the resend window (ms): how long the token is remembered
+-- ARGV[10] - optional: a retention in ms, after which both keys expire together ("0"
+--            or absent: they keep whatever expiry they had)
 -- returns "OK" when written or when the token is remembered (nothing written),
 --         "CONFLICT" when the comparison failed (nothing written)
 
--- Tokens remembered: a call by another client may land between a lost reply and its
--- retry, so more than the latest one is kept.
-local KEEP = 8
-
-local at, values = KEYS[1], KEYS[2]
+local at, values, ops = KEYS[1], KEYS[2], KEYS[3]
 local when = ARGV[1]
-local compare, token = ARGV[4] == '1', ARGV[8]
+local token, window = ARGV[8], tonumber(ARGV[9])
 
 local function hdel_all(names)
   -- unpack() is bounded by the Lua stack: delete in slices
@@ -35,14 +33,10 @@ local function hdel_all(names)
   end
 end
 
-local tokens = ''
-if compare then
-  tokens = redis.call('HGET', values, 't') or ''
-  for seen in string.gmatch(tokens, '%S+') do
-    if seen == token then
-      return 'OK'
-    end
-  end
+if redis.call('ZSCORE', ops, token) then
+  return 'OK'
+end
+if ARGV[4] == '1' then
   local found = redis.call('ZREVRANGEBYSCORE', at, when, '-inf', 'LIMIT', 0, 1)
   if ARGV[5] == '0' then
     if #found > 0 then
@@ -53,22 +47,12 @@ if compare then
     return 'CONFLICT'
   end
 end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
--- script here, before anything has changed. An uncompared write keeps the tokens, as
--- a plain write does: a compared call resent after it must still find its own.
-if compare then
-  local kept, count = token, 1
-  for seen in string.gmatch(tokens, '%S+') do
-    if count >= KEEP then
-      break
-    end
-    kept, count = kept .. ' ' .. seen, count + 1
-  end
-  redis.call('HSET', values, when, ARGV[2], 't', kept)
-else
-  redis.call('HSET', values, when, ARGV[2])
-end
+-- script here, before anything has changed.
+redis.call('HSET', values, when, ARGV[2])
 redis.call('ZADD', at, when, when)
 
 local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
@@ -87,8 +71,11 @@ if keep > 0 then
   end
 end
 
-if ARGV[9] and ARGV[9] ~= '0' then
-  redis.call('PEXPIRE', at, ARGV[9])
-  redis.call('PEXPIRE', values, ARGV[9])
+if ARGV[10] and ARGV[10] ~= '0' then
+  redis.call('PEXPIRE', at, ARGV[10])
+  redis.call('PEXPIRE', values, ARGV[10])
 end
+redis.call('ZADD', ops, ms, token)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
+redis.call('PEXPIRE', ops, window)
 return 'OK'

@@ -1,6 +1,7 @@
 -- Append a contiguous batch of events to a session log, all or nothing.
 --
--- KEYS[1] - the session's meta hash (header fields, next_seq, last_time)
+-- KEYS[1] - the session's meta hash (header fields, next_seq, last_time, and for a
+--           session with a ttl: ttl_ms, expires_at)
 -- KEYS[2] - the session's event stream (entry id "<seq>-1")
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
@@ -19,6 +20,8 @@
 --         {"EXISTS"}             the stored header differs from the given one
 --         {"VERSION", version}   the stored header has another format version
 --         {"CORRUPT", detail}    the meta hash or the stream is damaged
+-- A session with a ttl_ms also gets "expires_at" in its meta hash: the server's TIME
+-- (ms) plus ttl_ms, when both keys expire.
 -- Every check runs before the first write; next_seq is written last, so entries at
 -- or past it are a torn tail, never part of the log. A session with a ttl_ms then has
 -- both its keys expire ttl_ms from now, together (the script's clock stands still).
@@ -91,7 +94,8 @@ else
   if nheader >= 0 then
     local own = 0
     for name, _ in pairs(stored) do
-      if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms' then
+      if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms'
+          and name ~= 'expires_at' then
         own = own + 1
       end
     end
@@ -181,6 +185,12 @@ if not found then
     commit[#commit + 1] = 'ttl_ms'
     commit[#commit + 1] = ttl
   end
+end
+if ttl then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  commit[#commit + 1] = 'expires_at'
+  commit[#commit + 1] = string.format('%d', ms + tonumber(ttl))
 end
 redis.call('HSET', meta, unpack(commit))
 if ttl then

@@ -1,15 +1,36 @@
--- Remove every stored record of one session value: its plain record and its history.
+-- Remove every stored record of one session value: its plain record and its history,
+-- at most once per call: a call whose token is remembered was applied before (its reply
+-- was lost and redis-py sent it again) and returns what it returned then, removing
+-- nothing (a value written meanwhile stays). The ops zset stays, for the resends of
+-- other calls.
 --
--- KEYS[1] - the plain value hash (fields v, w, t)
+-- KEYS[1] - the plain value hash (fields v, w)
 -- KEYS[2] - the history versions zset
 -- KEYS[3] - the history values hash
--- (the three share one hash tag, so one slot)
+-- KEYS[4] - the value's ops zset: member = token of an applied write ("<token>:<reply>"
+--           for this script), score = server time (ms) it was applied
+-- (the four share one hash tag, so one slot)
+-- ARGV[1] - this call's token: non-empty, without ":", unique per call
+-- ARGV[2] - the resend window (ms): how long the token is remembered
 -- returns 1 when a plain record (a v field) or a history version was there, else 0;
---         the keys are gone either way (a plain hash left with t alone holds no value)
+--         the three data keys are gone either way
 
-local found = redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-if found then
+local ops, token, window = KEYS[4], ARGV[1], tonumber(ARGV[2])
+if redis.call('ZSCORE', ops, token .. ':1') then
   return 1
 end
-return 0
+if redis.call('ZSCORE', ops, token .. ':0') then
+  return 0
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+
+local found = 0
+if redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1 then
+  found = 1
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZADD', ops, ms, token .. ':' .. found)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
+redis.call('PEXPIRE', ops, window)
+return found

@@ -1,58 +1,54 @@
--- Compare-and-set of one plain session value (the hash of keys.value_key), idempotent
--- per call: a call whose token is already remembered was applied before (its reply
--- was lost and redis-py sent it again) and returns OK without writing.
+-- Write one plain session value (the hash of keys.value_key), optionally only if the
+-- record is the expected one (compare-and-set), at most once per call: a call whose
+-- token is remembered was applied before (its reply was lost and redis-py sent it
+-- again) and returns OK without writing, whatever landed meanwhile.
 --
--- KEYS[1] - the value hash: fields v (msgpack bytes), w (when, integer text) and
---           t (the tokens of the latest swaps, newest first, space separated)
--- ARGV[1] - "1" when a record is expected, "0" when none is
--- ARGV[2] - the expected v (ignored when ARGV[1] is "0")
--- ARGV[3] - the expected w (ignored when ARGV[1] is "0")
+-- KEYS[1] - the value hash: fields v (msgpack bytes) and w (when, integer text)
+-- KEYS[2] - the value's ops zset: member = token of an applied write, score = server
+--           time (ms) it was applied
+-- ARGV[1] - "1" when a record is expected, "0" when none is, "-" to write whatever
+--           the record is (ARGV[2] and ARGV[3] ignored)
+-- ARGV[2] - the expected v (ignored unless ARGV[1] is "1")
+-- ARGV[3] - the expected w (ignored unless ARGV[1] is "1")
 -- ARGV[4] - "1" to store ARGV[5] and ARGV[6] as v and w, "0" to delete the record
 -- ARGV[5] - the new v
 -- ARGV[6] - the new w
--- ARGV[7] - this call's token: non-empty, no spaces, unique per call
--- ARGV[8] - optional: a retention in ms, after which the hash expires ("0" or absent:
+-- ARGV[7] - this call's token: non-empty, without ":", unique per call
+-- ARGV[8] - the resend window (ms): how long the token is remembered
+-- ARGV[9] - optional: a retention in ms, after which the hash expires ("0" or absent:
 --           the hash keeps whatever expiry it had)
--- returns "OK" when the record equalled the expected one and was replaced, or when
---         this call's token is remembered (nothing written);
+-- returns "OK" when the record was written (it equalled the expected one, or none was
+--         expected), or when this call's token is remembered (nothing written);
 --         {"CONFLICT", v, w} when it did not: the record found, nil v and w when there
 --         is none (nothing written)
 
--- Tokens remembered: a swap by another client may land between a lost reply and its
--- retry, so more than the latest one is kept.
-local KEEP = 8
+local ops, token, window = KEYS[2], ARGV[7], tonumber(ARGV[8])
+if redis.call('ZSCORE', ops, token) then
+  return 'OK'
+end
 
-local current = redis.call('HMGET', KEYS[1], 'v', 'w', 't')
-local token, tokens = ARGV[7], current[3] or ''
-for seen in string.gmatch(tokens, '%S+') do
-  if seen == token then
-    return 'OK'
+if ARGV[1] ~= '-' then
+  local current = redis.call('HMGET', KEYS[1], 'v', 'w')
+  if (ARGV[1] == '0' and current[1])
+      or (ARGV[1] == '1' and (current[1] ~= ARGV[2] or current[2] ~= ARGV[3])) then
+    return {'CONFLICT', current[1], current[2]}
   end
 end
-
-if (ARGV[1] == '0' and current[1])
-    or (ARGV[1] ~= '0' and (current[1] ~= ARGV[2] or current[2] ~= ARGV[3])) then
-  return {'CONFLICT', current[1], current[2]}
-end
-
-local kept, count = token, 1
-for seen in string.gmatch(tokens, '%S+') do
-  if count >= KEEP then
-    break
-  end
-  kept, count = kept .. ' ' .. seen, count + 1
-end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
--- script here, before anything has changed. A deleted record keeps its hash with t
--- alone: a retry must still find the token.
+-- script here, before anything has changed. A clear also drops the field t of the
+-- older layout, so that no hash is left without a value.
 if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'w', ARGV[6], 't', kept)
+  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'w', ARGV[6])
+  if ARGV[9] and ARGV[9] ~= '0' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[9])
+  end
 else
-  redis.call('HSET', KEYS[1], 't', kept)
-  redis.call('HDEL', KEYS[1], 'v', 'w')
+  redis.call('HDEL', KEYS[1], 'v', 'w', 't')
 end
-if ARGV[8] and ARGV[8] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[8])
-end
+redis.call('ZADD', ops, ms, token)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
+redis.call('PEXPIRE', ops, window)
 return 'OK'

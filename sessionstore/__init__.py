@@ -15,17 +15,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .connection import open_backends, resolve_url
+from .connection import ConnectArgs, open_backends, resolve_url
 from .core import LoadedSession, ValueRef, check_namespace, check_ttl
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
     CorruptLogError,
     DurabilityError,
+    HarnessFieldError,
     InvalidArgumentError,
     NotJSONSerializableError,
     NotSerializableError,
     SeqConflictError,
+    SessionBusyError,
     SessionDisposedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -34,7 +36,7 @@ from .errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from .models import FORMAT_VERSION, SessionEvent, SessionHeader
+from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
 from .store import EventLog, Session, Store
 from .writer import SessionWriter
 
@@ -60,11 +62,18 @@ def connect(
     sessions this store creates (``events.create(..., ttl=...)`` overrides it): each
     expires ``ttl`` after its last append; None (default) keeps them for good. A bad
     ``ttl`` raises ``InvalidArgumentError``. Opening does no I/O; the first call connects.
+
+    The store pickles, and so do its handles and ``store.events``: another process gets
+    the URL (password included), namespace and these options, and connects on first use
+    (see :meth:`Store.__reduce__`). A ``memory://`` store cannot travel: pickling it
+    raises ``SessionStoreError``.
     """
     resolved = resolve_url(url)
     ttl_ms = check_ttl(ttl)
     options: dict[str, Any] = {"timeout": timeout, "durability": durability}
-    return Store(open_backends(resolved, check_namespace(namespace), options), namespace, ttl_ms)
+    backends = open_backends(resolved, check_namespace(namespace), options)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl)
+    return Store(backends, namespace, ttl_ms, args=args)
 
 
 __all__ = [
@@ -76,14 +85,17 @@ __all__ = [
     "EventLog",
     "InvalidArgumentError",
     "LoadedSession",
+    "HarnessFieldError",
     "NotJSONSerializableError",
     "NotSerializableError",
     "SeqConflictError",
     "Session",
+    "SessionBusyError",
     "SessionDisposedError",
     "SessionEvent",
     "SessionExistsError",
     "SessionHeader",
+    "SessionInfo",
     "SessionNotFoundError",
     "SessionStoreError",
     "SessionWriter",

@@ -16,29 +16,45 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from . import flows
-from .connection import AsyncBackends, Backends, open_backends, resolve_url
+from .connection import (
+    AsyncBackends,
+    Backends,
+    ConnectArgs,
+    open_backends,
+    resolve_url,
+    travel_args,
+)
 from .core import (
     Lifecycle,
     LoadedSession,
     PendingSessions,
     SessionState,
     ValueRef,
-    check_from_seq,
     check_namespace,
     check_poll,
     check_ttl,
     session_state,
     value_refs,
 )
-from .errors import SessionNotFoundError, StoreClosedError
-from .eventlog import check_session_id
+from .drain import AsyncDrain
+from .errors import SessionStoreError
+from .eventlog import (
+    check_batch,
+    check_header,
+    check_lease,
+    check_seq,
+    check_session_id,
+    check_window,
+)
 from .flows import arun
-from .models import SessionEvent, SessionHeader
-from .writer import WriterBuffer
+from .models import SessionEvent, SessionHeader, SessionInfo
+from .store import DEFAULT_LEASE
+from .writer import WriterBuffer, WriterContext, new_token
 
 DEFAULT_NAMESPACE = "default"
 
@@ -56,7 +72,8 @@ def connect(
     ttl_ms = check_ttl(ttl)
     options: dict[str, Any] = {"timeout": timeout, "durability": durability}
     backends = open_backends(resolved, check_namespace(namespace), options)
-    return AsyncStore(backends, namespace, ttl_ms)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl)
+    return AsyncStore(backends, namespace, ttl_ms, args=args)
 
 
 class _Offload:
@@ -65,8 +82,10 @@ class _Offload:
     def __init__(self, target: Any) -> None:
         self._target = target
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+    def __getattr__(self, name: str) -> Any:
         method = getattr(self._target, name)
+        if not callable(method):  # a plain attribute (``renews_leases``)
+            return method
 
         @functools.wraps(method)
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -94,12 +113,24 @@ class _Done:
 
 
 class AsyncSession:
-    """Async twin of :class:`sessionstore.Session`."""
+    """Async twin of :class:`sessionstore.Session` (it pickles the same way)."""
 
-    def __init__(self, backend: Any, state: SessionState, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        state: SessionState,
+        lifecycle: Lifecycle,
+        owner: AsyncStore | None = None,
+    ) -> None:
         self._backend = backend
         self._state = state
         self._lifecycle = lifecycle
+        self._owner = owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._owner is None:
+            raise SessionStoreError("this session handle has no store to travel with")
+        return (_session_of, (self._owner, self._state))
 
     async def wait_for_init(self, initial: bool = True) -> None:
         """Prepare the backend for this key. Idempotent and optional."""
@@ -131,13 +162,27 @@ class AsyncSession:
 
 
 class AsyncEventLog:
-    """Async twin of :class:`sessionstore.EventLog` (retention works the same way)."""
+    """Async twin of :class:`sessionstore.EventLog` (retention and pickling work the
+    same way)."""
 
-    def __init__(self, backend: Any, lifecycle: Lifecycle, ttl_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        lifecycle: Lifecycle,
+        ttl_ms: int | None = None,
+        owner: AsyncStore | None = None,
+    ) -> None:
         self._backend = backend
         self._lifecycle = lifecycle
         self._pending = PendingSessions()
         self._ttl_ms = ttl_ms
+        self._drain = AsyncDrain()
+        self._owner = owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._owner is None:
+            raise SessionStoreError("this event log has no store to travel with")
+        return (getattr, (self._owner, "events"))
 
     async def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None."""
@@ -163,13 +208,35 @@ class AsyncEventLog:
         """The header and a balanced log (torn tail cut, interrupted turn closed)."""
         return await arun(flows.load(self._lifecycle, session_id), self._backend)
 
+    async def inspect(self, session_id: str) -> LoadedSession:
+        """What :meth:`load` would return, without writing or looking at the lease."""
+        return await arun(flows.inspect_session(self._lifecycle, session_id), self._backend)
+
+    async def info(self, session_id: str) -> SessionInfo:
+        """The session's metadata (see :meth:`sessionstore.EventLog.info`)."""
+        return await arun(flows.info(self._lifecycle, session_id), self._backend)
+
+    async def list_info(self) -> list[SessionInfo]:
+        """:meth:`info` of every session :meth:`list` lists, in the same order."""
+        return await arun(flows.list_info(self._lifecycle), self._backend)
+
+    async def fork(
+        self, parent_id: str, child_id: str, *, at_seq: int | None = None
+    ) -> SessionHeader:
+        """Create ``child_id`` from the parent's first events; see
+        :meth:`sessionstore.EventLog.fork`."""
+        flow = flows.fork(self._pending, self._lifecycle, parent_id, child_id, at_seq, self._ttl_ms)
+        return await arun(flow, self._backend)
+
     async def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
+        check_seq(seq)
         return await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     async def iter_events(self, session_id: str, batch: int = 1000) -> AsyncIterator[SessionEvent]:
-        """Stream the committed events ``batch`` at a time, without repair."""
-        check_from_seq(batch - 1)
+        """Stream the committed events ``batch`` at a time, without repair (a bad
+        ``batch`` raises ``InvalidArgumentError`` at the first step)."""
+        check_batch(batch)
         seq = 0
         while True:
             flow = flows.read_from(self._lifecycle, session_id, seq, batch)
@@ -184,7 +251,7 @@ class AsyncEventLog:
         self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
     ) -> AsyncIterator[SessionEvent]:
         """Async twin of :meth:`sessionstore.EventLog.follow`."""
-        seq, wait = check_from_seq(from_seq), check_poll(poll)
+        seq, wait = check_seq(from_seq), check_poll(poll)
         while True:
             chunk = await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
             for event in chunk:
@@ -208,28 +275,49 @@ class AsyncEventLog:
         return await arun(flows.prune(self._lifecycle), self._backend)
 
     async def writer(
-        self, header: SessionHeader, *, window: float = 0.2, ttl: float | None = None
+        self,
+        header: SessionHeader,
+        *,
+        window: float = 0.2,
+        ttl: float | None = None,
+        lease: float = DEFAULT_LEASE,
     ) -> AsyncSessionWriter:
-        """A write-behind writer for ``header``'s session (created here, with ``ttl``,
-        if new)."""
-        check_ttl(ttl)
-        try:
-            start = flows.next_position(await self.load(header.id))
-        except SessionNotFoundError:
-            await self.create(header, ttl=ttl)
-            start = (0, 0)
-        return AsyncSessionWriter(self, WriterBuffer(header.id, *start), window)
+        """A write-behind writer holding the session's lease; see
+        :meth:`sessionstore.EventLog.writer`."""
+        self._lifecycle.check_open()
+        check_header(header)
+        check_window(window)
+        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
+        lease_ms = check_lease(lease)
+        token = new_token()
+        flow = flows.open_writer(self._pending, self._lifecycle, header, ttl_ms, token, lease_ms)
+        next_seq, last_time = await arun(flow, self._backend)
+        renews = bool(self._backend.renews_leases)
+        buffer = WriterBuffer(
+            header.id,
+            next_seq,
+            last_time,
+            window=window,
+            token=token,
+            lease_ms=lease_ms,
+            renews=renews,
+        )
+        context = WriterContext(self._backend, self._pending, self._lifecycle, self._drain)
+        return AsyncSessionWriter(context, buffer)
 
 
 class AsyncSessionWriter:
-    """Async twin of :class:`sessionstore.SessionWriter`; ``emit`` does no I/O."""
+    """Async twin of :class:`sessionstore.SessionWriter`; ``emit`` does no I/O. The
+    writers of one log share one drain task."""
 
-    def __init__(self, log: AsyncEventLog, buffer: WriterBuffer, window: float) -> None:
-        self._log = log
+    def __init__(self, context: WriterContext, buffer: WriterBuffer) -> None:
+        self._context = context
         self._buffer = buffer
-        self._window = window
         self._drain_lock = asyncio.Lock()
-        self._timer: asyncio.Task[None] | None = None
+        self._drain: AsyncDrain = context.drain
+        due = buffer.next_due()
+        if due is not None:
+            self._drain.schedule(self, due)
 
     @property
     def session_id(self) -> str:
@@ -240,27 +328,35 @@ class AsyncSessionWriter:
         return self._buffer.next_seq
 
     def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
-        """Queue one event (seq and time assigned here) and return it."""
-        if self._buffer.closed:
-            raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
-        event = self._buffer.make(type, data)
-        if self._timer is None or self._timer.done():
-            self._timer = asyncio.get_running_loop().create_task(self._drain_later())
+        """Snapshot, check and queue one event (seq and time assigned here); return it."""
+        self._buffer.check_owner("emit")
+        event, due = self._buffer.make(type, data)
+        if due is not None:
+            self._drain.schedule(self, due)
         return event
 
     async def flush(self) -> None:
-        """Return once every event emitted before this call is durable."""
-        error = self._buffer.take_error()
-        if error is not None:
-            raise error
-        await self._drain()
+        """Return once every event emitted before this call is durable (a failed append
+        is retried first; the error of this attempt is raised)."""
+        self._buffer.check_owner("flush")
+        try:
+            await self._write(self._buffer.next_seq)
+        except Exception as exc:
+            self._buffer.failed(exc)
+            raise
 
     async def close(self) -> None:
-        """Flush and stop."""
+        """Flush (retrying a failed append), then give the session's lease up."""
+        self._buffer.check_owner("close")
         self._buffer.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-        await self.flush()
+        try:
+            await self.flush()
+        finally:
+            async with self._drain_lock:
+                if not self._buffer.released:
+                    self._buffer.released = True
+                    flow = flows.release_lease(self.session_id, self._buffer.token)
+                    await arun(flow, self._context.backend)
 
     async def __aenter__(self) -> AsyncSessionWriter:
         return self
@@ -268,33 +364,63 @@ class AsyncSessionWriter:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _drain(self) -> None:
-        async with self._drain_lock:
-            batch = list(self._buffer.pending)
-            if not batch:
-                return
-            await self._log.append(self.session_id, batch)
-            del self._buffer.pending[: len(batch)]
-
-    async def _drain_later(self) -> None:
-        await asyncio.sleep(self._window)
-        if self._buffer.error is not None:
-            return
+    async def _serve(self) -> float | None:
+        """Run by the drain when due (see :meth:`sessionstore.SessionWriter._serve`)."""
+        buffer = self._buffer
+        if os.getpid() != buffer.owner:
+            return None
         try:
-            await self._drain()
-        except Exception as exc:  # noqa: BLE001 - surfaced by the next flush
-            self._buffer.error = exc
+            await self._write(None)
+        except Exception as exc:  # noqa: BLE001 - kept, raised by flush or close
+            buffer.failed(exc)
+        return buffer.next_due()
+
+    async def _write(self, target: int | None) -> None:
+        buffer, context = self._buffer, self._context
+        async with self._drain_lock:
+            now = time.monotonic()
+            if buffer.renewal_due(now):
+                renewal = flows.renew_lease(buffer.session_id, buffer.token, buffer.lease_ms)
+                await arun(renewal, context.backend)
+                buffer.renewed_at = now
+            while True:
+                if target is None and buffer.paused:
+                    return
+                if target is not None and buffer.durable_seq >= target:
+                    return
+                batch = buffer.take()
+                if not batch:
+                    return
+                flow = flows.append_stored(
+                    context.pending, context.lifecycle, buffer.session_id, batch
+                )
+                await arun(flow, context.backend)
+                buffer.written(len(batch))
+                if target is None:
+                    return
 
 
 class AsyncStore:
-    """Async twin of :class:`sessionstore.Store`."""
+    """Async twin of :class:`sessionstore.Store`; it pickles as
+    :meth:`sessionstore.Store.__reduce__` says, and arrives as an ``AsyncStore``."""
 
-    def __init__(self, backends: Backends, namespace: str, ttl_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        backends: Backends,
+        namespace: str,
+        ttl_ms: int | None = None,
+        *,
+        args: ConnectArgs | None = None,
+    ) -> None:
         self._backends = backends
         self._async = _async_backends(backends)
         self.namespace = namespace
         self._lifecycle = Lifecycle()
-        self.events = AsyncEventLog(self._async.events, self._lifecycle, ttl_ms)
+        self._args = args
+        self.events = AsyncEventLog(self._async.events, self._lifecycle, ttl_ms, self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen, (travel_args(self._args, "store"), self._lifecycle.closed))
 
     @property
     def url(self) -> str:
@@ -318,7 +444,7 @@ class AsyncStore:
         self._lifecycle.check_open()
         parts = (symbol, strategy, exchange, frame)
         state = session_state(self.namespace, parts, mode, history, max_versions, ttl)
-        return AsyncSession(self._async.values, state, self._lifecycle)
+        return AsyncSession(self._async.values, state, self._lifecycle, self)
 
     async def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
@@ -330,6 +456,7 @@ class AsyncStore:
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
             self._lifecycle.closed = True
+            await self.events._drain.close()
             await self._async.aclose()
             if self._backends.make_async is not None:
                 await asyncio.to_thread(self._backends.close)
@@ -342,3 +469,18 @@ class AsyncStore:
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.url!r}, namespace={self.namespace!r})"
+
+
+def _reopen(args: ConnectArgs, closed: bool) -> AsyncStore:
+    """An async store unpickled from ``args``. No I/O; a closed store arrives closed
+    (nothing was opened, so nothing needs releasing)."""
+    store = connect(
+        args.url, args.namespace, timeout=args.timeout, durability=args.durability, ttl=args.ttl
+    )
+    store._lifecycle.closed = closed
+    return store
+
+
+def _session_of(store: AsyncStore, state: SessionState) -> AsyncSession:
+    """A handle unpickled with its store."""
+    return AsyncSession(store._async.values, state, store._lifecycle, store)

@@ -19,15 +19,86 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
+from .backends.fsutil import local_path
 from .contracts import EventBackend, ValueBackend
-from .errors import InvalidArgumentError
-from .urls import mask_url
+from .errors import InvalidArgumentError, SessionStoreError
+from .urls import mask_url, query_names, reject_unknown_params
 
 ENV_URL = "SESSIONSTORE_URL"
 DEFAULT_DIR = ".sessionstore"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclass(frozen=True)
+class ConnectArgs:
+    """What ``connect`` was called with, made portable: enough for another process to
+    open the same store (see :meth:`sessionstore.Store.__reduce__`).
+
+    ``url`` is the resolved URL with its password, a file or SQLite path made absolute
+    (so a worker with another working directory opens the same folder or database). It
+    is never shown: :meth:`__repr__` masks it.
+    """
+
+    url: str
+    namespace: str
+    timeout: float | None = None
+    durability: str | None = None
+    ttl: float | None = None
+
+    @classmethod
+    def of(
+        cls,
+        url: str,
+        namespace: str,
+        timeout: float | None,
+        durability: str | None,
+        ttl: float | None,
+    ) -> ConnectArgs:
+        """The args of a ``connect`` whose ``url`` was resolved and opened already."""
+        return cls(portable_url(url), namespace, timeout, durability, ttl)
+
+    @property
+    def travels(self) -> bool:
+        """False for ``memory://``: its data lives in the process that opened it."""
+        return scheme_of(self.url) != "memory"
+
+    def __repr__(self) -> str:
+        return (
+            f"ConnectArgs({mask_url(self.url)!r}, namespace={self.namespace!r}, "
+            f"timeout={self.timeout!r}, durability={self.durability!r}, ttl={self.ttl!r})"
+        )
+
+
+def travel_args(args: ConnectArgs | None, what: str) -> ConnectArgs:
+    """The args a pickled ``what`` (a store, or a handle of one) carries; raises
+    :class:`SessionStoreError` when it cannot travel: a ``memory://`` store (the receiver
+    would get an empty store of its own) or one not opened by ``connect``."""
+    if args is None:
+        raise SessionStoreError(
+            f"this {what} was not opened by connect(), so another process cannot reopen it"
+        )
+    if not args.travels:
+        raise SessionStoreError(
+            f"a memory:// {what} cannot be pickled: its data lives in this process only, "
+            "and another process would get an empty store of its own; share a file://, "
+            "sqlite:// or redis:// store between processes"
+        )
+    return args
+
+
+def portable_url(url: str) -> str:
+    """``url`` with a relative file or SQLite path made absolute; other URLs unchanged.
+    Only for a URL :func:`open_backends` accepted."""
+    scheme = scheme_of(url)
+    if scheme in ("", "file"):
+        return file_root(url).as_uri()
+    if scheme == "sqlite":
+        from .backends.sqlite_db import database_path
+
+        return f"sqlite:///{database_path(url)}"
+    return url
 
 
 @dataclass
@@ -73,15 +144,36 @@ def scheme_of(url: str) -> str:
 
 
 def file_root(url: str) -> Path:
-    """The folder of a ``file://`` URL or a plain path, made absolute."""
-    if scheme_of(url) == "file":
-        parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
-            raise InvalidArgumentError(f"file URLs must be local: {url!r}")
-        path = Path(unquote(parts.path))
-    else:
-        path = Path(url)
-    return path.expanduser().resolve()
+    """The folder of a ``file://`` URL or a plain path, made absolute (``~`` expanded,
+    symbolic links resolved). No I/O but reading links; nothing is created.
+
+    A plain path is taken as it is (``?`` and ``#`` included). A ``file://`` URL must be
+    local (no host but ``localhost``) and carry no query parameter and no fragment; its
+    path is percent-decoded. Raises :class:`InvalidArgumentError` for those, and for a path
+    that cannot name a folder (see :func:`~.backends.fsutil.local_path`).
+    """
+    shown = mask_url(url)
+    if scheme_of(url) != "file":
+        return local_path(url, shown)
+    rest = url.partition("://")[2]
+    # Split by hand: urlsplit silently drops tabs and newlines, which would name another folder.
+    authority_end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    host, rest = rest[:authority_end], rest[authority_end:]
+    if host not in ("", "localhost"):
+        raise InvalidArgumentError(
+            f"file URLs must be local (no host but localhost): {shown!r}; "
+            "use file:///absolute/dir or a plain path"
+        )
+    rest, hash_sep, _ = rest.partition("#")
+    path, query_sep, _ = rest.partition("?")
+    if query_sep:
+        reject_unknown_params(query_names(shown), (), shown)
+        raise InvalidArgumentError(f"file URLs take no query string: {shown!r}")
+    if hash_sep:
+        raise InvalidArgumentError(
+            f"file URLs take no fragment: {shown!r} (write a # in a folder name as %23)"
+        )
+    return local_path(unquote(path), shown)
 
 
 def open_backends(url: str, namespace: str, options: dict[str, Any]) -> Backends:
@@ -92,14 +184,18 @@ def open_backends(url: str, namespace: str, options: dict[str, Any]) -> Backends
 
         return open_redis(url, namespace, **options)
     _refuse_options(scheme or "file", options)
+    if scheme in ("memory", "dummy"):
+        # Neither reads a parameter: a query string is a mistake, not something to ignore.
+        shown = mask_url(url)
+        reject_unknown_params(query_names(shown), (), shown)
     if scheme == "memory":
         from .backends.memory import MemoryEvents, MemoryValues
 
-        return Backends(MemoryValues(), MemoryEvents(), url)
+        return Backends(MemoryValues(), MemoryEvents(), mask_url(url))
     if scheme == "dummy":
         from .backends.dummy import DummyEvents, DummyValues
 
-        return Backends(DummyValues(), DummyEvents(), url)
+        return Backends(DummyValues(), DummyEvents(), mask_url(url))
     if scheme == "sqlite":
         from .backends.sqlite import open_sqlite
 

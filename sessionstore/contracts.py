@@ -1,6 +1,9 @@
 """What a backend must do. The facades (:mod:`sessionstore.store`, :mod:`sessionstore.aio`)
 hold every decision; a backend only stores and fetches, atomically where stated.
 
+Leases: a live writer holds a lease on its session, visible to every process using
+the same store, until it is closed or dies (see :meth:`EventBackend.acquire_lease`).
+
 Retention: a value written with ``ttl_ms`` expires ``ttl_ms`` milliseconds (of the
 backend's clock: the server's for Redis, the wall clock elsewhere) after that write; an
 expired value is absent for every method. An event-log session keeps the ``ttl_ms`` it was
@@ -15,13 +18,15 @@ the async API runs a blocking backend in a worker thread, or uses the backend's 
 
 from __future__ import annotations
 
+import builtins
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from .keys import ValueKey
-from .models import SessionEvent, SessionHeader
+from .leases import ProcessLeases
+from .models import SessionEvent, SessionHeader, SessionInfo
 
 
 @dataclass(slots=True)
@@ -200,7 +205,16 @@ class EventBackend(ABC):
 
     @abstractmethod
     def list(self) -> list[SessionHeader]:
-        """Headers of every materialised session, from metadata only (unsorted)."""
+        """Headers of every materialised session, from metadata only (unsorted).
+
+        One damaged session never hides the others: a session whose stored header
+        cannot be read as a :class:`SessionHeader` of this format version (damaged,
+        of another version, naming another session) is left out, with a warning on
+        the ``logging`` logger ``"sessionstore"`` that names it and says what was
+        wrong; ``list`` raises neither ``CorruptLogError`` nor
+        ``UnsupportedVersionError``. Events are not read, so a session whose events
+        are damaged is listed. ``read`` of a left-out session still raises.
+        """
 
     @abstractmethod
     def delete(self, session_id: str) -> None:
@@ -213,6 +227,53 @@ class EventBackend(ABC):
         renewed, stays); return how many. Until then an expired session is still there
         for every other method. A backend whose server expires sessions by itself
         returns 0."""
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's :class:`SessionInfo` from metadata only: the header, the committed
+        ``next_seq``, the ``time`` of the last committed event, the expiry and whether a
+        live lease is held. ``SessionNotFoundError`` if it is not materialised; an
+        unknown header version raises ``UnsupportedVersionError`` naming the log. This
+        default reads the whole log; the backends read only metadata."""
+        header, events = self.read(session_id)
+        last = events[-1].time if events else None
+        return SessionInfo(header, len(events), last, None, self.lease_busy(session_id))
+
+    def list_info(self) -> builtins.list[SessionInfo]:
+        """:meth:`info` of every session :meth:`list` lists (unsorted), from metadata
+        only; a session that cannot be read is left out as :meth:`list` does."""
+        found = []
+        for header in self.list():
+            try:
+                found.append(self.info(header.id))
+            except Exception:  # noqa: BLE001, S112 - gone or damaged meanwhile: left out
+                continue
+        return found
+
+    #: Whether a lease expires unless renewed (False: it lasts until released or until
+    #: its holder dies, as an OS file lock does).
+    renews_leases: ClassVar[bool] = True
+
+    def _process_leases(self) -> ProcessLeases:
+        leases: ProcessLeases | None = getattr(self, "_leases", None)
+        if leases is None:
+            leases = ProcessLeases()
+            self._leases = leases
+        return leases
+
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        """Take, or renew for ``owner``, the session's lease for ``ttl_ms`` (ignored by a
+        backend whose leases do not expire); False, with nothing changed, when another
+        owner holds a live one. The session need not exist. This default holds leases
+        within the process."""
+        return self._process_leases().acquire(session_id, owner, ttl_ms)
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease on the session (nothing if it holds none)."""
+        self._process_leases().release(session_id, owner)
+
+    def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        """Whether a live lease on the session is held by an owner other than ``owner``."""
+        return self._process_leases().busy(session_id, owner)
 
     def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
         """Return once an event with ``seq >= from_seq`` may have landed, or after about

@@ -9,6 +9,7 @@ import random
 import threading
 from typing import Any, NamedTuple
 
+from . import forksafe
 from .codec import decode_value, encode_value
 from .contracts import Stored
 from .errors import (
@@ -18,6 +19,7 @@ from .errors import (
     StoreClosedError,
 )
 from .eventlog import check_header, check_session_id
+from .jsondata import short_repr
 from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
 
@@ -74,7 +76,7 @@ def value_key(
     namespace: str, symbol: object, strategy: object, exchange: object, frame: object, mode: object
 ) -> ValueKey:
     if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {MODES}, not {mode!r:.40}")
+        raise InvalidArgumentError(f"mode must be one of {MODES}, not {short_repr(mode)}")
     return ValueKey(
         namespace,
         check_text("symbol", symbol),
@@ -108,10 +110,10 @@ def check_ttl(ttl: object) -> int | None:
         or ttl <= 0
     ):
         raise InvalidArgumentError(
-            f"ttl must be a positive number of seconds or None, not {ttl!r:.40}"
+            f"ttl must be a positive number of seconds or None, not {short_repr(ttl)}"
         )
     if ttl > MAX_TTL_MS / 1000:
-        raise InvalidArgumentError(f"ttl {ttl!r:.40} is too long (at most {MAX_TTL_MS} ms)")
+        raise InvalidArgumentError(f"ttl {short_repr(ttl)} is too long (at most {MAX_TTL_MS} ms)")
     # Rounded to the microsecond first, so that 0.3 s is 300 ms, not 301.
     return max(1, math.ceil(round(ttl * 1000, 3)))
 
@@ -150,6 +152,11 @@ class SessionState:
         self.disposed = False
         self._last: Stored | None | object = _UNKNOWN
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """What travels: the key, mode, retention and disposed flag; the remembered
+        record stays behind (the receiver reads afresh)."""
+        return (_arrived, (self.key, self.history, self.max_versions, self.ttl_ms, self.disposed))
+
     def remember(self, found: Stored | None) -> None:
         """Note the record a plain handle just read or wrote: where its next ``update``
         starts (a guess, checked by the swap). History handles remember nothing."""
@@ -185,6 +192,15 @@ class SessionState:
         return None if payload is None else decode_value(payload)
 
 
+def _arrived(
+    key: ValueKey, history: bool, max_versions: int | None, ttl_ms: int | None, disposed: bool
+) -> SessionState:
+    """A :class:`SessionState` unpickled in another process (see its ``__reduce__``)."""
+    state = SessionState(key, history, max_versions, ttl_ms)
+    state.disposed = disposed
+    return state
+
+
 def backoff(attempt: int) -> float:
     """Seconds to wait after losing ``attempt`` races in a row (jittered, capped)."""
     return random.uniform(0, min(0.0005 * 2**attempt, 0.02))
@@ -192,10 +208,12 @@ def backoff(attempt: int) -> float:
 
 class PendingSessions:
     """Headers (and retentions) of sessions created by this store but not yet
-    materialised by an append."""
+    materialised by an append. A forked child gets a new lock; a header is stored last
+    and removed first, so a child never sees one without its retention."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        forksafe.renew_locks(self, "_lock")
         self._headers: dict[str, SessionHeader] = {}
         self._ttls: dict[str, int] = {}
 
@@ -210,9 +228,10 @@ class PendingSessions:
         with self._lock:
             if header.id in self._headers:
                 raise SessionExistsError(header.id)
-            self._headers[header.id] = header
+            # The retention first: a header is pending (for ``lookup``) once it is stored.
             if ttl_ms is not None:
                 self._ttls[header.id] = ttl_ms
+            self._headers[header.id] = header
 
     def lookup(self, session_id: object) -> tuple[SessionHeader | None, int | None]:
         """The pending header of ``session_id`` and the retention it was created with
@@ -231,8 +250,9 @@ class PendingSessions:
 
     def discard(self, session_id: str) -> bool:
         with self._lock:
+            found = self._headers.pop(session_id, None)
             self._ttls.pop(session_id, None)
-            return self._headers.pop(session_id, None) is not None
+            return found is not None
 
 
 class Lifecycle:
@@ -248,11 +268,11 @@ class Lifecycle:
 
 def check_from_seq(seq: object) -> int:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise InvalidArgumentError(f"seq must be an int >= 0, not {seq!r:.40}")
+        raise InvalidArgumentError(f"seq must be an int >= 0, not {short_repr(seq)}")
     return seq
 
 
 def check_poll(poll: object) -> float:
     if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < 3600:
-        raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {poll!r:.40}")
+        raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {short_repr(poll)}")
     return float(poll)

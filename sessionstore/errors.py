@@ -7,7 +7,8 @@ the original chained as ``__cause__``::
     SessionStoreError
     ├── InvalidArgumentError (also ValueError)   bad argument; nothing was written
     │   ├── NotSerializableError                 a value msgpack cannot carry (names key, type)
-    │   └── NotJSONSerializableError             event data that would not survive JSON
+    │   ├── NotJSONSerializableError             event data that would not survive JSON
+    │   └── HarnessFieldError                    a harness event field repair reads is malformed
     ├── SessionDisposedError                     a disposed session handle was used
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
@@ -16,12 +17,27 @@ the original chained as ``__cause__``::
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
     ├── SessionExistsError                       create() of an id that already exists
+    ├── SessionBusyError                         a live writer holds the session's lease
     ├── SeqConflictError                         append did not name the next seq
     ├── CorruptLogError                          a stored log is damaged before its end
     └── UnsupportedVersionError                  a stored header has an unknown format version
 """
 
 from __future__ import annotations
+
+import contextlib
+
+#: How many characters of a quoted id or type an error message keeps at each end.
+_KEPT = 60
+
+
+def _q(value: object) -> str:
+    """``repr(value)`` with its middle elided when long: messages stay short."""
+    text = f"<{type(value).__name__}>"
+    if value is None or isinstance(value, str | int | float):
+        with contextlib.suppress(ValueError):  # an int too long to print
+            text = repr(value)
+    return text if len(text) <= 2 * _KEPT + 3 else f"{text[:_KEPT]}...{text[-_KEPT:]}"
 
 
 class SessionStoreError(Exception):
@@ -51,8 +67,20 @@ class NotJSONSerializableError(InvalidArgumentError):
         self.path = path
         self.reason = reason
         super().__init__(
-            f"event {event_type!r} (seq {seq}) is not lossless JSON at {path}: {reason}"
+            f"event {_q(event_type)} (seq {seq}) is not lossless JSON at {path}: {reason}"
         )
+
+
+class HarnessFieldError(InvalidArgumentError):
+    """A field of a harness event that crash repair reads is missing or malformed (see
+    :mod:`sessionstore.harness`); nothing of the batch was written."""
+
+    def __init__(self, event_type: str, seq: int, path: str, reason: str) -> None:
+        self.event_type = event_type
+        self.seq = seq
+        self.path = path
+        self.reason = reason
+        super().__init__(f"event {_q(event_type)} (seq {seq}) is malformed at {path}: {reason}")
 
 
 class SessionDisposedError(SessionStoreError):
@@ -84,18 +112,34 @@ class SessionNotFoundError(SessionStoreError, KeyError):
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        super().__init__(f"session {session_id!r} not found")
+        super().__init__(f"session {_q(session_id)} not found")
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
 class SessionExistsError(SessionStoreError):
-    """A session with this id already exists."""
+    """A session with this id already exists; ``fields`` names the header fields in
+    which the stored header differs from the one given (empty when not compared)."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, fields: tuple[str, ...] = ()) -> None:
         self.session_id = session_id
-        super().__init__(f"session {session_id!r} already exists")
+        self.fields = tuple(fields)
+        message = f"session {_q(session_id)} already exists"
+        if self.fields:
+            message += f" with another header (it differs in {', '.join(self.fields)})"
+        super().__init__(message)
+
+
+class SessionBusyError(SessionStoreError):
+    """A live writer, in this process or another, holds the session's lease: ``load``
+    and a second ``writer`` wait until it is closed or dies (``inspect`` and ``append``
+    stay allowed)."""
+
+    def __init__(self, session_id: str, detail: str = "") -> None:
+        self.session_id = session_id
+        message = f"session {_q(session_id)} is busy: a live writer holds its lease"
+        super().__init__(f"{message} ({detail})" if detail else message)
 
 
 class SeqConflictError(SessionStoreError):
@@ -105,7 +149,7 @@ class SeqConflictError(SessionStoreError):
         self.session_id = session_id
         self.expected = expected
         self.got = got
-        message = f"session {session_id!r}: expected seq {expected}, got {got}"
+        message = f"session {_q(session_id)}: expected seq {expected}, got {got}"
         super().__init__(f"{message} ({detail})" if detail else message)
 
 
@@ -125,17 +169,29 @@ class CorruptLogError(SessionStoreError):
         if seq is not None:
             where.append(f"seq {seq}")
         at = f" at {', '.join(where)}" if where else ""
-        super().__init__(f"session {session_id!r} is corrupt{at}: {detail}")
+        super().__init__(f"session {_q(session_id)} is corrupt{at}: {detail}")
 
 
 class UnsupportedVersionError(SessionStoreError):
-    """A stored header carries a format version this library does not read."""
+    """A stored header carries a format version this library does not read. ``where``
+    names the log (its file path or Redis key) when known; the message says whether the
+    stored version is newer (upgrade sessionstore) or older (migrate the log)."""
 
-    def __init__(self, session_id: str, found: object, supported: int) -> None:
+    def __init__(
+        self, session_id: str, found: object, supported: int, where: str | None = None
+    ) -> None:
         self.session_id = session_id
         self.found = found
         self.supported = supported
+        self.where = where
+        at = f" ({where})" if where else ""
+        if isinstance(found, int) and not isinstance(found, bool) and found > supported:
+            advice = "it is newer: upgrade sessionstore to read it"
+        elif isinstance(found, int) and not isinstance(found, bool):
+            advice = "it is older: migrate the log to read it"
+        else:
+            advice = "it is not a version sessionstore knows"
         super().__init__(
-            f"session {session_id!r} has format version {found!r}; "
-            f"this sessionstore reads version {supported}"
+            f"session {_q(session_id)}{at} has format version {_q(found)}; "
+            f"this sessionstore reads version {supported}: {advice}"
         )

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import harness
 from .contracts import StoredEvent
 from .errors import (
     InvalidArgumentError,
@@ -16,11 +17,18 @@ from .errors import (
     SeqConflictError,
     UnsupportedVersionError,
 )
-from .jsondata import JSONLossError, dump_lossless, dump_lossless_all, load
-from .models import FORMAT_VERSION, SessionEvent, SessionHeader, restored_event
-
-TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
-TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
+from .harness import TOOL_NOT_STARTED as TOOL_NOT_STARTED
+from .harness import TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN
+from .harness import harness_warnings as harness_warnings
+from .jsondata import JSONLossError, dump_lossless, dump_lossless_all, load, short_repr
+from .models import (
+    FORMAT_VERSION,
+    INT64_MAX,
+    SessionEvent,
+    SessionHeader,
+    describe_invalid,
+    restored_event,
+)
 
 
 def check_unicode(name: str, text: str) -> str:
@@ -28,21 +36,27 @@ def check_unicode(name: str, text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"{name} {text!r:.80} is not valid Unicode") from exc
+        raise InvalidArgumentError(f"{name} {short_repr(text)} is not valid Unicode") from exc
     return text
 
 
 def check_session_id(session_id: object) -> str:
-    """A session id is a non-empty string of valid Unicode."""
+    """A session id is a non-empty string of valid Unicode without NUL characters."""
     if not isinstance(session_id, str) or not session_id:
-        raise InvalidArgumentError(f"session id must be a non-empty string, not {session_id!r:.80}")
+        raise InvalidArgumentError(
+            f"session id must be a non-empty string, not {short_repr(session_id)}"
+        )
+    if "\0" in session_id:
+        raise InvalidArgumentError(f"session id {short_repr(session_id)} contains a NUL character")
     return check_unicode("session id", session_id)
 
 
 def check_header(header: object) -> SessionHeader:
     """Validate a header given to ``create``/``writer``."""
     if not isinstance(header, SessionHeader):
-        raise InvalidArgumentError(f"expected a SessionHeader, not {type(header).__name__}")
+        raise InvalidArgumentError(
+            f"expected a SessionHeader, not {type(header).__name__} {short_repr(header)}"
+        )
     check_session_id(header.id)
     for name in ("cwd", "parent_id"):
         value = getattr(header, name)
@@ -53,10 +67,59 @@ def check_header(header: object) -> SessionHeader:
     return header
 
 
-def check_stored_version(session_id: str, version: object) -> None:
-    """Raise :class:`UnsupportedVersionError` for a stored header of another version."""
+def check_stored_version(session_id: str, version: object, where: str | None = None) -> None:
+    """Raise :class:`UnsupportedVersionError` for a stored header of another version;
+    ``where`` names the log (its path or key) in the message."""
     if version != FORMAT_VERSION:
-        raise UnsupportedVersionError(session_id, version, FORMAT_VERSION)
+        raise UnsupportedVersionError(session_id, version, FORMAT_VERSION, where)
+
+
+def header_differences(stored: SessionHeader, given: SessionHeader) -> tuple[str, ...]:
+    """The names of the fields in which two headers differ, in field order."""
+    return tuple(
+        name for name in SessionHeader.model_fields if getattr(stored, name) != getattr(given, name)
+    )
+
+
+def check_lease(lease: object) -> int:
+    """A writer's ``lease``: seconds > 0 and at most a day (not a bool), in whole ms."""
+    if (
+        isinstance(lease, bool)
+        or not isinstance(lease, int | float)
+        or not 0 < lease <= 86400
+        or lease != lease
+    ):
+        raise InvalidArgumentError(f"lease must be seconds in (0, 86400], not {short_repr(lease)}")
+    return max(1, round(lease * 1000))
+
+
+def check_seq(seq: object) -> int:
+    """A seq argument (``read_from``, ``follow``): an int from 0 to 2**63 - 1 (not a bool)."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= INT64_MAX:
+        raise InvalidArgumentError(f"seq must be an int >= 0, not {short_repr(seq)}")
+    return seq
+
+
+def check_batch(batch: object) -> int:
+    """The ``batch`` size of ``iter_events``: an int from 1 to 2**63 - 1 (not a bool)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= INT64_MAX:
+        raise InvalidArgumentError(f"batch must be an int >= 1, not {short_repr(batch)}")
+    return batch
+
+
+def check_window(window: object) -> float:
+    """The drain ``window`` of a writer: seconds in [0, 86400] (not a bool); a long window
+    leaves draining to ``flush``."""
+    if isinstance(window, bool) or not isinstance(window, int | float) or not 0 <= window <= 86400:
+        raise InvalidArgumentError(
+            f"window must be seconds in [0, 86400], not {short_repr(window)}"
+        )
+    return float(window)
+
+
+_TIME_MIN = -INT64_MAX
+#: What ``append`` refuses as its batch: one event, or text.
+_NOT_A_BATCH = (SessionEvent, Mapping, str, bytes)
 
 
 def encode_batch(
@@ -65,34 +128,72 @@ def encode_batch(
     """Validate a batch for ``append`` and encode its data as canonical JSON.
 
     Raises :class:`InvalidArgumentError` for an event that is not a valid
-    :class:`SessionEvent`, :class:`SeqConflictError` for a gap inside the batch and
-    :class:`NotJSONSerializableError` for data that is not lossless JSON.
+    :class:`SessionEvent`, :class:`SeqConflictError` for a gap inside the batch,
+    :class:`NotJSONSerializableError` for data that is not lossless JSON and
+    :class:`~sessionstore.errors.HarnessFieldError` for a harness event whose fields
+    repair reads are malformed (see :mod:`sessionstore.harness`).
     """
-    if isinstance(events, SessionEvent | Mapping):
-        raise InvalidArgumentError("append takes a list of events, not a single event")
+    if type(events) is not list:
+        if isinstance(events, _NOT_A_BATCH):
+            raise InvalidArgumentError("append takes a list of events, not a single event")
+        try:
+            events = list(events)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"append takes a list of events, not {type(events).__name__}"
+            ) from None
     checked: list[SessionEvent] = []
+    suspect: list[SessionEvent] = []  # harness events that need a closer look
+    well_formed = harness.WELL_FORMED
     first = 0
     for index, raw in enumerate(events):
         event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
-        seq, kind, event_id = event.seq, event.type, event.id
+        seq, kind, event_id, time = event.seq, event.type, event.id, event.time
+        if (
+            type(seq) is not int
+            or type(time) is not int
+            or type(kind) is not str
+            or (event_id is not None and type(event_id) is not str)
+            or not _TIME_MIN <= time <= INT64_MAX
+            or (index == 0 and not 0 <= seq <= INT64_MAX)
+        ):
+            # Built without validation (``model_construct``): validate it now. (Only the
+            # first seq needs its range checked here: the others must continue it.)
+            fields = {name: getattr(event, name, None) for name in SessionEvent.model_fields}
+            event = _as_event(session_id, fields, index)
+            seq, kind, event_id = event.seq, event.type, event.id
         if not kind.isascii() or (event_id is not None and not event_id.isascii()):
             _check_event_text(event)
         if index == 0:
             first = seq
         elif seq != first + index:
             raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
+        quick = well_formed.get(kind)
+        if quick is not None and not (type(event.data) is dict and quick(event.data)):
+            suspect.append(event)
         checked.append(event)
-    if len(checked) > 1:
-        texts = dump_lossless_all([event.data for event in checked])
-        if texts is not None:
-            return [
-                StoredEvent(event.seq, event.type, event.time, text, event.id)
-                for event, text in zip(checked, texts, strict=True)
-            ]
-    stored: list[StoredEvent] = []
-    for event in checked:
-        stored.append(StoredEvent(event.seq, event.type, event.time, _dump_data(event), event.id))
-    return stored
+    texts = dump_lossless_all([event.data for event in checked]) if len(checked) > 1 else None
+    if texts is None:
+        texts = [_dump_data(event) for event in checked]
+    # Harness fields are judged once the data is known to be JSON, so that lossy data
+    # is reported as such.
+    for event in suspect:
+        harness.check_event(event.type, event.seq, event.data)
+    return [
+        StoredEvent(event.seq, event.type, event.time, text, event.id)
+        for event, text in zip(checked, texts, strict=True)
+    ]
+
+
+def new_event(seq: int, type: object, time: int, data: object) -> SessionEvent:
+    """A new event as a writer's ``emit`` builds it: ``type`` must be a string, else
+    :class:`InvalidArgumentError` (``data`` is checked by :func:`encode_batch`)."""
+    if not isinstance(type, str):
+        raise InvalidArgumentError(f"event type must be a string, not {short_repr(type)}")
+    try:
+        return SessionEvent(seq=seq, type=type, time=time, data={} if data is None else data)
+    except ValidationError as exc:
+        raise InvalidArgumentError(f"event {short_repr(type)}: {describe_invalid(exc)}") from exc
 
 
 def _dump_data(event: SessionEvent) -> str:
@@ -105,7 +206,7 @@ def _dump_data(event: SessionEvent) -> str:
 def _check_event_text(event: SessionEvent) -> None:
     check_unicode(f"event type (seq {event.seq})", event.type)
     if event.id is not None:
-        check_unicode(f"event id (seq {event.seq}, type {event.type!r})", event.id)
+        check_unicode(f"event id (seq {event.seq}, type {short_repr(event.type)})", event.id)
 
 
 def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
@@ -113,16 +214,17 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
         return raw
     if not isinstance(raw, Mapping):
         raise InvalidArgumentError(
-            f"session {session_id!r}: event #{index} must be a SessionEvent or a dict, "
-            f"not {type(raw).__name__}"
+            f"session {short_repr(session_id)}: event #{index} must be a SessionEvent or a "
+            f"dict, not {type(raw).__name__}"
         )
     try:
         return SessionEvent.model_validate(dict(raw))
     except ValidationError as exc:
         raise InvalidArgumentError(
-            f"session {session_id!r}: event #{index} (type {raw.get('type')!r}, seq "
-            f"{raw.get('seq')!r}) is invalid: {exc.errors(include_url=False)}"
-        ) from None
+            f"session {short_repr(session_id)}: event #{index} (type "
+            f"{short_repr(raw.get('type'))}, seq {short_repr(raw.get('seq'))}) is invalid: "
+            f"{describe_invalid(exc)}"
+        ) from exc
 
 
 def decode_events(stored: list[StoredEvent]) -> list[SessionEvent]:
@@ -162,11 +264,16 @@ def plan_append(
 def closers(events: list[SessionEvent]) -> list[SessionEvent]:
     """The events that close an interrupted final turn, in order (none if balanced).
 
-    For each tool call of the open turn that has no ``tool/result``: an error result,
-    ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was recorded, ``TOOL_NOT_STARTED`` if the
-    call was only requested by an ``assistant/message``; then ``step/end`` if a step is
-    open; then ``turn/end`` with reason ``interrupted``. Seqs continue the log and every
+    For each tool call of the step still open that has no ``tool/result``: an error
+    result, ``TOOL_OUTCOME_UNKNOWN`` if a ``tool/call`` was recorded, ``TOOL_NOT_STARTED``
+    if the call was only requested by an ``assistant/message``, worded as
+    :data:`~sessionstore.harness.CLOSER_MESSAGES` says; a call of a step that has ended
+    gets none. Then ``step/end`` if a step is open; then ``turn/end`` with reason
+    ``interrupted``. Seqs continue the log and every
     closer reuses the last event's time, so two repairers produce identical closers.
+
+    The fields read are those of :mod:`sessionstore.harness`; one that is malformed (in
+    a log written before append checked them) counts as absent, so this never raises.
     """
     start = _open_turn_start(events)
     if start is None:
@@ -175,24 +282,26 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
     step: Any = None
     calls: dict[str, dict[str, Any]] = {}
     for event in events[start:]:
-        data = event.data if isinstance(event.data, dict) else {}
+        data = event.data if isinstance(event.data, Mapping) else {}
         kind = event.type
-        if kind == "turn/start":
-            turn = data.get("turn")
-        elif kind == "step/start":
-            step = data.get("step")
-        elif kind == "step/end":
+        if kind == harness.TURN_START:
+            turn = harness.marker(data, "turn")
+        elif kind == harness.STEP_START:
+            step = harness.marker(data, "step")
+        elif kind == harness.STEP_END:
+            # A call of a step that has ended gets no closer: only the open step's do.
             step = None
-        elif kind == "assistant/message":
-            for call in data.get("tool_calls") or ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    calls.setdefault(call["id"], {"step": data.get("step", step), "started": False})
-        elif kind == "tool/call" and isinstance(data.get("call_id"), str):
-            entry = calls.setdefault(data["call_id"], {"step": data.get("step", step)})
+            calls = {}
+        elif kind == harness.ASSISTANT_MESSAGE:
+            requested_step = harness.marker(data, "step", step)
+            for requested in harness.requested_calls(data):
+                calls.setdefault(requested, {"step": requested_step, "started": False})
+        elif kind == harness.TOOL_CALL and (started := harness.call_id(data)) is not None:
+            entry = calls.setdefault(started, {"step": harness.marker(data, "step", step)})
             entry["started"] = True
-            entry["step"] = data.get("step", entry.get("step"))
-        elif kind == "tool/result" and isinstance(data.get("call_id"), str):
-            calls.setdefault(data["call_id"], {})["done"] = True
+            entry["step"] = harness.marker(data, "step", entry.get("step"))
+        elif kind == harness.TOOL_RESULT and (done := harness.call_id(data)) is not None:
+            calls.setdefault(done, {})["done"] = True
     seq = events[-1].seq + 1
     time = events[-1].time
     out: list[SessionEvent] = []
@@ -200,11 +309,7 @@ def closers(events: list[SessionEvent]) -> list[SessionEvent]:
         if entry.get("done"):
             continue
         code = TOOL_OUTCOME_UNKNOWN if entry.get("started") else TOOL_NOT_STARTED
-        message = (
-            "the session was interrupted after the tool call started; its outcome is unknown"
-            if entry.get("started")
-            else "the session was interrupted before the tool call started"
-        )
+        message = harness.CLOSER_MESSAGES[code]
         out.append(
             SessionEvent(
                 seq=seq + len(out),
@@ -241,8 +346,8 @@ def _open_turn_start(events: list[SessionEvent]) -> int | None:
     """Index of the final ``turn/start`` when no ``turn/end`` follows it, else None."""
     for index in range(len(events) - 1, -1, -1):
         kind = events[index].type
-        if kind == "turn/end":
+        if kind == harness.TURN_END:
             return None
-        if kind == "turn/start":
+        if kind == harness.TURN_START:
             return index
     return None

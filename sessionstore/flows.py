@@ -9,6 +9,7 @@ stay thin and cannot drift apart: their methods only pick a flow and a runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .contracts import Refused, Stored
+from .contracts import Refused, Stored, StoredEvent
 from .core import (
     REPAIR_ATTEMPTS,
     UPDATE_ATTEMPTS,
@@ -27,9 +28,16 @@ from .core import (
     backoff,
     check_from_seq,
 )
-from .errors import ConcurrentModificationError, SeqConflictError, SessionExistsError
-from .eventlog import check_session_id, closers, encode_batch
-from .models import SessionEvent, SessionHeader
+from .errors import (
+    ConcurrentModificationError,
+    InvalidArgumentError,
+    SeqConflictError,
+    SessionBusyError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
+from .models import SessionEvent, SessionHeader, SessionInfo
 from .when import now_ms, to_epoch_ms
 
 T = TypeVar("T")
@@ -159,14 +167,24 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
 def update(
     state: SessionState, lifecycle: Lifecycle, fn: Callable[[Any], Any], when: Any
 ) -> Flow[Any]:
+    """Read-modify-write by compare-and-swap, retried until a swap is accepted.
+
+    Fairness against a writer that updates in a tight loop: a refused plain swap returns
+    the record it found under the backend's lock, the freshest start there is, so the
+    next attempt goes at once with it. When that loses too, the flow backs off (growing,
+    jittered: :func:`~sessionstore.core.backoff`) and then re-reads: after the sleep the
+    record the refusal returned is stale, and a swap with it could only lose again. Reads
+    take no write lock, so they do not queue behind the fast writer. Gives up with
+    :class:`ConcurrentModificationError` after ``UPDATE_ATTEMPTS`` back-offs.
+    """
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
     options = _ttl(state.ttl_ms)
     # A plain handle starts from the record it saw last, if any: a refused swap returns
     # the record found, so a stale guess costs no extra round trip and is no lost race.
-    guessed = state.remembers()
-    found = state.remembered() if guessed else (yield _read(state, ms))
+    found = state.remembered() if state.remembers() else (yield _read(state, ms))
     lost = 0
+    at_once = False
     while True:
         payload = state.encode((yield Apply(fn, state.visible(found, ms))))
         if state.history:
@@ -179,16 +197,16 @@ def update(
             if not state.history:
                 state.remember(Stored(payload, ms) if payload is not None else None)
             return state.stored_value(payload)
-        if guessed:
-            guessed = False
-        else:
-            lost += 1
-            if lost == UPDATE_ATTEMPTS:
-                raise ConcurrentModificationError(
-                    f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
-                )
-            yield Sleep(backoff(lost))
-        found = done.current if isinstance(done, Refused) else (yield _read(state, ms))
+        if isinstance(done, Refused) and not at_once:
+            found, at_once = done.current, True
+            continue
+        lost += 1
+        if lost == UPDATE_ATTEMPTS:
+            raise ConcurrentModificationError(
+                f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
+            )
+        yield Sleep(backoff(lost))
+        found, at_once = (yield _read(state, ms)), False
 
 
 def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
@@ -236,9 +254,25 @@ def append(
     return next_seq
 
 
-def load(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession]:
+def append_stored(
+    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: list[StoredEvent]
+) -> Flow[int]:
+    """:func:`append` of a batch a writer encoded (and so checked) when it was emitted."""
+    _open(lifecycle)
+    header, ttl_ms = pending.lookup(session_id)
+    next_seq: int = yield Call("append", (session_id, batch, header), _ttl(ttl_ms))
+    if header is not None:
+        pending.materialised(header)
+    return next_seq
+
+
+def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flow[LoadedSession]:
+    """Read and repair; a session whose lease a live writer other than ``owner`` holds
+    raises :class:`SessionBusyError` (its open turn is not interrupted)."""
     _open(lifecycle)
     check_session_id(session_id)
+    if (yield Call("lease_busy", (session_id, owner))):
+        raise SessionBusyError(session_id)
     for _ in range(REPAIR_ATTEMPTS):
         header, events = yield Call("read", (session_id, 0), {"repair": True})
         extra = closers(events)
@@ -250,6 +284,107 @@ def load(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession]:
             continue
         return LoadedSession(header, events + extra)
     raise ConcurrentModificationError(f"session {session_id!r} kept changing during load")
+
+
+def inspect_session(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession]:
+    """What :func:`load` returns, closers included, without writing anything and
+    without looking at the lease."""
+    _open(lifecycle)
+    header, events = yield Call("read", (check_session_id(session_id), 0))
+    return LoadedSession(header, events + closers(events))
+
+
+def info(lifecycle: Lifecycle, session_id: str) -> Flow[SessionInfo]:
+    _open(lifecycle)
+    found: SessionInfo = yield Call("info", (check_session_id(session_id),))
+    return found
+
+
+def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:
+    _open(lifecycle)
+    found: list[SessionInfo] = yield Call("list_info")
+    return sorted(found, key=lambda i: (i.header.created_at, i.header.id))
+
+
+def open_writer(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    header: SessionHeader,
+    ttl_ms: int | None,
+    owner: str,
+    lease_ms: int,
+) -> Flow[tuple[int, int]]:
+    """Take the session's lease for ``owner``, then find where a writer continues: (next
+    seq, last time) of the repaired log, creating the session when it does not exist.
+
+    :class:`SessionBusyError` when another live writer holds the lease;
+    :class:`SessionExistsError` naming the differing fields when the stored (or
+    pending) header differs from ``header``. On any error the lease is given up."""
+    _open(lifecycle)
+    session_id = header.id
+    if not (yield Call("acquire_lease", (session_id, owner, lease_ms))):
+        raise SessionBusyError(session_id)
+    try:
+        try:
+            loaded = yield from load(lifecycle, session_id, owner)
+        except SessionNotFoundError:
+            waiting, _ = pending.lookup(session_id)
+            if waiting is None:
+                yield from create(pending, lifecycle, header, ttl_ms)
+            elif waiting != header:
+                raise SessionExistsError(session_id, header_differences(waiting, header)) from None
+            return 0, 0
+        if loaded.header != header:
+            raise SessionExistsError(session_id, header_differences(loaded.header, header))
+        return next_position(loaded)
+    except BaseException:
+        yield from release_lease(session_id, owner)
+        raise
+
+
+def renew_lease(session_id: str, owner: str, lease_ms: int) -> Flow[None]:
+    """Renew ``owner``'s lease; :class:`SessionBusyError` when another writer took it over
+    (it expired meanwhile)."""
+    if not (yield Call("acquire_lease", (session_id, owner, lease_ms))):
+        raise SessionBusyError(session_id, "its lease expired and another writer took it over")
+
+
+def release_lease(session_id: str, owner: str) -> Flow[None]:
+    """Give the lease up; a failure here is not the caller's: the lease then expires."""
+    with contextlib.suppress(Exception):  # it ends by itself (or with the process)
+        yield Call("release_lease", (session_id, owner))
+
+
+def fork(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    parent_id: str,
+    child_id: str,
+    at_seq: int | None,
+    ttl_ms: int | None,
+) -> Flow[SessionHeader]:
+    """Create ``child_id`` from the parent's committed events below ``at_seq`` (all when
+    None), written in one atomic append; a fork of no events is created lazily."""
+    _open(lifecycle)
+    check_session_id(parent_id)
+    check_session_id(child_id)
+    if at_seq is not None:
+        check_seq(at_seq)
+    parent, events = yield Call("read", (parent_id, 0), {"limit": at_seq})
+    if at_seq is not None and len(events) < at_seq:
+        raise InvalidArgumentError(
+            f"fork at seq {at_seq}: session {parent_id!r:.80} has only {len(events)}"
+            " committed events"
+        )
+    child = SessionHeader(id=child_id, cwd=parent.cwd, parent_id=parent_id, fork_seq=len(events))
+    pending.check_new(child)
+    if (yield Call("exists", (child_id,))):
+        raise SessionExistsError(child_id)
+    if not events:
+        pending.add(child, ttl_ms)
+        return child
+    yield Call("append", (child_id, encode_batch(child_id, events), child), _ttl(ttl_ms))
+    return child
 
 
 def read_from(

@@ -1,9 +1,22 @@
 """Fork safety: objects that hold locks, threads or sockets reset them in a forked child.
 
-``at_fork(obj, "method")`` calls ``obj.method()`` in the child right after every
-``os.fork`` for as long as ``obj`` is alive (a weak reference: registering never keeps an
-object alive). The reset runs before any other code of the child, so a lock that another
-thread of the parent held at the fork is never inherited held.
+A lock that another thread of the parent held at ``os.fork`` stays held forever in the
+child (that thread does not exist there), and a background thread does not exist there
+at all. Two registrations deal with that, each for as long as the object lives (a weak
+reference: registering never keeps an object alive):
+
+- ``renew_locks(obj, "_lock")``: in the child ``obj._lock`` is a new, free
+  ``threading.Lock``. The data such a lock guards must never be torn by a fork in the
+  middle of an operation: each change is published by one store (a dict item, an
+  attribute), so the child sees it made or not made.
+- ``at_fork(obj, "method")``: ``obj.method()`` runs in the child right after the fork,
+  after the locks were renewed and before any other code of the child; it resets what
+  else the object holds (events, a background thread's bookkeeping).
+
+Objects are handled in the order they registered. A reset that raises does not stop
+the others; the first error is raised at the end (Python reports it and the child goes
+on). The registry itself is locked across the fork, so a registration running in
+another thread is never half made in the child.
 """
 
 from __future__ import annotations
@@ -13,25 +26,66 @@ import threading
 import weakref
 from typing import Any
 
-_registered: weakref.WeakSet[Any] = weakref.WeakSet()
-_methods: dict[type, str] = {}
+
+class _Entry:
+    __slots__ = ("locks", "methods")
+
+    def __init__(self) -> None:
+        self.locks: list[str] = []
+        self.methods: list[str] = []
+
+
+_entries: weakref.WeakKeyDictionary[Any, _Entry] = weakref.WeakKeyDictionary()
 _guard = threading.Lock()
 
 
 def at_fork(obj: Any, method: str) -> None:
     """Call ``obj.<method>()`` in every forked child while ``obj`` lives."""
     with _guard:
-        _methods.setdefault(type(obj), method)
-        _registered.add(obj)
+        _entry(obj).methods.append(method)
+
+
+def renew_locks(obj: Any, *locks: str) -> None:
+    """Give the ``threading.Lock`` attributes ``locks`` of ``obj`` new, free locks in
+    every forked child while ``obj`` lives."""
+    with _guard:
+        _entry(obj).locks.extend(locks)
+
+
+def _entry(obj: Any) -> _Entry:
+    found = _entries.get(obj)
+    if found is None:
+        found = _entries[obj] = _Entry()
+    return found
+
+
+def _before_fork() -> None:
+    _guard.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _guard.release()
 
 
 def _after_fork_in_child() -> None:
     global _guard
     _guard = threading.Lock()
-    for obj in list(_registered):
-        method = _methods.get(type(obj))
-        if method is not None:
-            getattr(obj, method)()
+    first: BaseException | None = None
+    for obj, entry in list(_entries.items()):
+        for name in entry.locks:
+            setattr(obj, name, threading.Lock())
+        for method in entry.methods:
+            try:
+                getattr(obj, method)()
+            except Exception as exc:  # noqa: BLE001 - every object gets its reset
+                first = first or exc
+    if first is not None:
+        raise first
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

@@ -7,12 +7,19 @@ are identical when their seq, type, time, id and canonical data text are equal.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 import orjson
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _MAX_DEPTH = 250
+#: How many characters of a long path or value an error message keeps at each end.
+KEPT = 60
+
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = KEPT
+_short.maxlevel = 3
 
 
 class JSONLossError(Exception):
@@ -40,11 +47,11 @@ def dump_lossless(data: Any) -> str:
     except (orjson.JSONEncodeError, TypeError, RecursionError):
         pass
     # Slow path: find out what does not survive, and where.
-    _check(data, "$", set(), 0)
+    _check(data, [], set())
     try:
         return orjson.dumps(data).decode()
     except (orjson.JSONEncodeError, TypeError) as exc:
-        raise JSONLossError(_find_bad_string(data, "$") or "$", str(exc)) from exc
+        raise JSONLossError(format_path(_find_bad_string(data, []) or []), str(exc)) from exc
 
 
 def dump_lossless_all(items: list[Any]) -> list[str] | None:
@@ -59,42 +66,81 @@ def dump_lossless_all(items: list[Any]) -> list[str] | None:
     return None
 
 
-def _check(value: Any, path: str, active: set[int], depth: int) -> None:
+def _check(value: Any, parts: list[str | int], active: set[int]) -> None:
+    """Raise :class:`JSONLossError` for the first part of ``value`` (at ``parts``) that
+    does not survive a round trip. The path is formatted only then: building it at every
+    level costs as much as the data when keys are long and nesting is deep."""
     if isinstance(value, str) or value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
-            raise JSONLossError(path, "integer outside the 64-bit range")
+            raise JSONLossError(format_path(parts), "integer outside the 64-bit range")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise JSONLossError(path, f"{value!r} is not representable in JSON")
+            raise JSONLossError(format_path(parts), f"{value!r} is not representable in JSON")
         return
     if isinstance(value, dict | list):
-        if depth >= _MAX_DEPTH:
-            raise JSONLossError(path, f"nested deeper than {_MAX_DEPTH} levels")
+        if len(parts) >= _MAX_DEPTH:
+            raise JSONLossError(format_path(parts), f"nested deeper than {_MAX_DEPTH} levels")
         marker = id(value)
         if marker in active:
-            raise JSONLossError(path, "cycle: the container contains itself")
+            raise JSONLossError(format_path(parts), "cycle: the container contains itself")
         active.add(marker)
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise JSONLossError(
-                        path, f"key {key!r:.40} is a {type(key).__name__}, not a string"
+                        format_path(parts),
+                        f"key {short_repr(key)} is a {type(key).__name__}, not a string",
                     )
-                _check(item, child_path(path, key), active, depth + 1)
+                parts.append(key)
+                _check(item, parts, active)
+                parts.pop()
         else:
             for index, item in enumerate(value):
-                _check(item, f"{path}[{index}]", active, depth + 1)
+                parts.append(index)
+                _check(item, parts, active)
+                parts.pop()
         active.discard(marker)
         return
-    raise JSONLossError(path, f"{type(value).__name__} does not survive a JSON round trip")
+    raise JSONLossError(
+        format_path(parts), f"{type(value).__name__} does not survive a JSON round trip"
+    )
 
 
 def child_path(path: str, key: str) -> str:
     """``$.name`` for identifier-like keys, ``$['odd key']`` otherwise."""
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+
+
+def format_path(parts: list[str | int]) -> str:
+    """The JSON path of ``parts`` (keys and list indexes from the top), as
+    :func:`child_path` writes it, with its middle elided when long (see :func:`elide`)."""
+    path = "$"
+    for part in parts:
+        path = f"{path}[{part}]" if isinstance(part, int) else child_path(path, elide(part))
+        if len(path) > 4 * KEPT:
+            path = elide(path)
+    return path
+
+
+def elide(text: str, keep: int = KEPT) -> str:
+    """``text`` with its middle replaced by ``...`` when it is longer than ``2 * keep + 3``
+    characters: what an error message quotes of a path or a value stays short."""
+    if len(text) <= 2 * keep + 3:
+        return text
+    return f"{text[:keep]}...{text[-keep:]}"
+
+
+def short_repr(value: object) -> str:
+    """A ``repr`` of ``value`` for an error message: bounded in length and in nesting
+    (a value nested thousands deep does not exhaust the stack)."""
+    try:
+        text = _short.repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    return elide(text)
 
 
 def _utf8(text: str) -> bool:
@@ -105,20 +151,20 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _find_bad_string(value: Any, path: str) -> str | None:
+def _find_bad_string(value: Any, parts: list[str | int]) -> list[str | int] | None:
     if isinstance(value, str):
-        return None if _utf8(value) else path
+        return None if _utf8(value) else parts
     if isinstance(value, dict):
         for key, item in value.items():
             if not _utf8(key):
-                return f"{path}[{key!r}]"
-            found = _find_bad_string(item, child_path(path, key))
-            if found:
+                return [*parts, key]
+            found = _find_bad_string(item, [*parts, key])
+            if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _find_bad_string(item, f"{path}[{index}]")
-            if found:
+            found = _find_bad_string(item, [*parts, index])
+            if found is not None:
                 return found
     return None
 

@@ -11,47 +11,74 @@ session live in one slot, so every script touches a single slot.
 ======================================================  ======  ===================================  ==============  ==================
 key                                                     type    fields / members                     written by      TTL
 ======================================================  ======  ===================================  ==============  ==================
-``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  HSET, HDEL,      the handle's ttl
-                                                                  ``t`` swap tokens (see below)         MULTI/EXEC       when it has one,
-                                                                                                        with PEXPIRE,    else none
-                                                                                                        value_swap.lua
-                                                                                                        value_forget.lua
+``ss:<ns>:val:{<sym>:<strategy>:<exch>:<frame>:<mode>}``  hash    ``v`` msgpack value, ``w`` when (ms)  value_swap.lua   the handle's ttl
+                                                                                                      value_forget.lua when it has one,
+                                                                                                                       else none
 ``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   the handle's ttl,
                                                                                                       value_forget.lua same as ``:v``
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
-                                                                 for a clear; ``t`` swap tokens       value_forget.lua same as ``:at``
+                                                                 for a clear                          value_forget.lua same as ``:at``
+``ss:<ns>:ops:{<sym>:...:<mode>}``                       zset    member = the token of an applied     value_*.lua,    the resend window
+                                                                 write (``<token>:<0|1>`` for a       history_set.lua after the latest
+                                                                 delete: what it returned), score =                   write
+                                                                 server time (ms) it was applied
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
-                                                                 ``ttl_ms`` (absent = no ttl)                          none
+                                                                 ``ttl_ms`` (absent = no ttl),                         none
+                                                                 ``expires_at`` (server ms, with ttl)
 ``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_*.lua       same as ``:meta``
                                                                  ``type`` ``time`` ``data`` (JSON)
                                                                  and ``id`` when the event has one
+``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's token  lease_*.lua     the writer's lease
+                                                                                                                       (10 s), renewed
+                                                                                                                       every third of it
+``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         ZADD before the  none
+                                                                 score = writer's clock (ms) at its   creating append;
+                                                                 latest creating append               index_forget.lua
+``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  ZADD before     none
+                                                                 ``ss:<ns>:`` (``val:{...}`` or        each write that
+                                                                 ``hist:{...}:at``), score as above    stores a value;
+                                                                                                      index_forget.lua
 ======================================================  ======  ===================================  ==============  ==================
 
 TTL: no key expires unless a ttl was asked for. A write through a value handle opened
-with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``: a plain write
-sends its ``HSET``/``HDEL`` and ``PEXPIRE`` in one ``MULTI``/``EXEC``; ``value_swap.lua``
-and ``history_set.lua`` call ``PEXPIRE`` themselves, on both keys of a history. A write
-without a ttl leaves a key's expiry as it was. A log session created with a ttl keeps it
-in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that writes ends with
-``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys always carry the
-same expiry and vanish together.
+with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``, inside its
+script (``value_swap.lua``, ``history_set.lua``: on both keys of a history). A write without a ttl leaves a key's expiry as it was. A log session created
+with a ttl keeps it in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that
+writes ends with ``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys
+always carry the same expiry and vanish together.
 
-``t`` holds the tokens of the latest swaps (``value_swap.lua``, ``history_set.lua`` with
-an expected version), newest first, space separated, at most 8: each call carries a
-random token and stores it with its write, so the same call sent again after a lost
-reply finds its token and is reported applied, not conflicting, even when another
-client wrote in between: plain writes (``HSET v w``, ``HDEL v w``) and uncompared
-``history_set.lua`` calls keep them. Reads never look at ``t``. A cleared value whose
-key ever saw a swap keeps its hash with ``t`` alone: a value hash without ``v`` holds
-no value (listing skips it). ``value_forget.lua`` removes the three keys of
-one value, plain and history.
+Exactly once: every value write (set, clear, compare-and-set, delete; plain and history)
+carries a random token, made once per call, so redis-py's automatic resend of the call
+after a lost reply or a timeout carries the same one. Its script first looks for the
+token in the value's ``ops`` zset: found, the call was applied before and it returns
+that outcome without writing; else it writes, adds its token (score = the server's
+``TIME``), drops tokens older than the resend window and sets the zset's expiry to the
+window. The window (ms) comes from the client, at least twice as long as one call can
+keep resending (``sessionstore.redis.client.resend_window_ms``). Deletes and ttl expiry
+of the data leave the ``ops`` zset alone, so a resend is recognised however many other
+writes, deletes or expiries landed in between. Its name is of its own kind (``ops``), so
+no pattern of a value or a history matches it. ``value_forget.lua`` removes the three
+data keys of one value, plain and history. Hashes written by older versions may hold a
+field ``t`` (the tokens of that time): reads and writes ignore it, and a clear removes it.
 
 ``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
 a torn tail, never part of the log; ``log_append.lua`` and ``log_cut_tail.lua`` cut it
 off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
 ``KEYS``, built here; the Lua never builds a key name.
+
+The two ``idx`` sorted sets index the namespace, so listing never needs ``SCAN`` (which
+a least-privilege user may not run, and whose cost grows with the whole keyspace).
+Their hash tag is the namespace: on a Cluster both live in one slot. Every write that
+can create data adds its index entry *first* (``ZADD``, score = the writer's wall clock
+in ms; on a single server in the same round trip, on a Cluster as a call of its own),
+so data without its index entry never exists. Deletes and expiry never touch the index:
+a listing skips an entry whose data is gone and, once its score is older than
+``GRACE_MS``, removes it with ``index_forget.lua`` (which re-checks the score
+atomically, so an entry a writer has just refreshed stays). Clients' clocks must agree
+within ``GRACE_MS``. Stores written before the index existed are indexed once by
+``sessionstore doctor --fix``.
 """
 
 from __future__ import annotations
@@ -65,6 +92,12 @@ PREFIX = "ss"
 VALUE_KIND = "val"
 HISTORY_KIND = "hist"
 LOG_KIND = "log"
+INDEX_KIND = "idx"
+OPS_KIND = "ops"
+#: How old (ms, by the writer's clock) an index entry whose data is gone must be before a
+#: listing removes it: far above any call's retry window, so an entry whose writer has
+#: added it but not yet written its data is never removed under it.
+GRACE_MS = 10 * 60 * 1000
 
 _ESCAPED = re.compile(r"[%:{}*?\[\]\\\s\x00-\x1f\x7f]")
 
@@ -126,6 +159,13 @@ def history_keys(key: ValueKey) -> tuple[str, str]:
     return f"{base}:at", f"{base}:v"
 
 
+@functools.lru_cache(maxsize=4096)
+def ops_key(key: ValueKey) -> str:
+    """The zset of the tokens of the writes applied to one value, plain and history,
+    within the resend window (see the module doc)."""
+    return f"{namespace_prefix(key.namespace)}{OPS_KIND}:{_tag(key)}"
+
+
 def value_pattern(namespace: str) -> str:
     """SCAN pattern for the plain value hashes of ``namespace``."""
     return f"{namespace_prefix(namespace)}{VALUE_KIND}:*"
@@ -173,6 +213,49 @@ def log_meta_pattern(namespace: str) -> str:
     return f"{namespace_prefix(namespace)}{LOG_KIND}:*:meta"
 
 
+@functools.lru_cache(maxsize=256)
+def index_keys(namespace: str) -> tuple[str, str]:
+    """(sessions index, values index) of ``namespace``: two zsets sharing one hash tag."""
+    base = f"{namespace_prefix(namespace)}{INDEX_KIND}:{{{escape(namespace)}}}"
+    return f"{base}:sessions", f"{base}:values"
+
+
+def session_member(session_id: str) -> str:
+    """A session's member in the sessions index."""
+    return escape(session_id)
+
+
+def session_of_member(member: str) -> str | None:
+    """Invert :func:`session_member`; None for a member that is not one."""
+    try:
+        return unescape(member)
+    except UnicodeDecodeError:
+        return None
+
+
+def value_member(key: ValueKey, history: bool) -> str:
+    """A value's member in the values index: its key name (the versions zset of a
+    history) without the namespace prefix."""
+    name = history_keys(key)[0] if history else value_key(key)
+    return name[len(namespace_prefix(key.namespace)) :]
+
+
+def value_of_member(member: str, namespace: str) -> tuple[ValueKey, bool] | None:
+    """Invert :func:`value_member`: (key, history); None for a member that is not one."""
+    name = namespace_prefix(namespace) + member
+    plain = parse_value_key(name, namespace)
+    if plain is not None:
+        return plain, False
+    history = parse_history_key(name, namespace)
+    return None if history is None else (history, True)
+
+
 def stream_id(seq: int) -> str:
     """The stream entry id of event ``seq``."""
     return f"{seq}-1"
+
+
+@functools.lru_cache(maxsize=4096)
+def log_lease_key(namespace: str, session_id: str) -> str:
+    """The lease of one event-log session's live writer (same hash tag as its log)."""
+    return f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}:lease"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .connection import Backends
+from .connection import Backends, ConnectArgs, travel_args
 from .contracts import EventBackend, ValueBackend
 from .core import (
     Lifecycle,
@@ -18,16 +18,27 @@ from .core import (
     PendingSessions,
     SessionState,
     ValueRef,
-    check_from_seq,
     check_poll,
     check_ttl,
     session_state,
     value_refs,
 )
-from .eventlog import check_session_id
+from .drain import Drain
+from .errors import SessionStoreError
+from .eventlog import (
+    check_batch,
+    check_header,
+    check_lease,
+    check_seq,
+    check_session_id,
+    check_window,
+)
 from .flows import run
-from .models import SessionEvent, SessionHeader
-from .writer import SessionWriter
+from .models import SessionEvent, SessionHeader, SessionInfo
+from .writer import SessionWriter, WriterContext
+
+#: A writer's lease, in seconds, unless it names one.
+DEFAULT_LEASE = 10.0
 
 
 class Session:
@@ -38,12 +49,27 @@ class Session:
     through it (``set_data``, ``update``) expire the value ``ttl`` seconds of wall-clock
     time later; an expired value reads as None, is not listed and counts as absent. Safe
     to share between threads.
+
+    A handle pickles as its store (see :meth:`Store.__reduce__`), its key, mode, history
+    and retention options and whether it was disposed: a disposed handle arrives disposed.
     """
 
-    def __init__(self, backend: ValueBackend, state: SessionState, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        backend: ValueBackend,
+        state: SessionState,
+        lifecycle: Lifecycle,
+        owner: Store | None = None,
+    ) -> None:
         self._backend = backend
         self._state = state
         self._lifecycle = lifecycle
+        self._owner = owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._owner is None:
+            raise SessionStoreError("this session handle has no store to travel with")
+        return (_session_of, (self._owner, self._state))
 
     def wait_for_init(self, initial: bool = True) -> None:
         """Prepare the backend for this key. Idempotent and optional: first use does it too."""
@@ -96,12 +122,25 @@ class EventLog:
     """
 
     def __init__(
-        self, backend: EventBackend, lifecycle: Lifecycle, ttl_ms: int | None = None
+        self,
+        backend: EventBackend,
+        lifecycle: Lifecycle,
+        ttl_ms: int | None = None,
+        owner: Store | None = None,
     ) -> None:
         self._backend = backend
         self._lifecycle = lifecycle
         self._pending = PendingSessions()
         self._ttl_ms = ttl_ms
+        self._drain = Drain()
+        self._owner = owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its store's ``events``. Sessions created here but not yet appended
+        to (nothing stored) and open writers stay behind."""
+        if self._owner is None:
+            raise SessionStoreError("this event log has no store to travel with")
+        return (getattr, (self._owner, "events"))
 
     def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None (SQLite, Redis, memory). No I/O."""
@@ -128,16 +167,46 @@ class EventLog:
 
     def load(self, session_id: str) -> LoadedSession:
         """The header and a balanced log: a torn tail is cut off, an interrupted final
-        turn is closed by durably appended closers."""
+        turn is closed by durably appended closers. While a live writer, in any process,
+        holds the session's lease, raises ``SessionBusyError`` instead (its turn is not
+        interrupted); once the writer is closed or dies (its lease ends) load repairs."""
         return run(flows.load(self._lifecycle, session_id), self._backend)
+
+    def inspect(self, session_id: str) -> LoadedSession:
+        """What :meth:`load` would return, closers included, without writing anything
+        and without looking at the lease: a live session can be looked at."""
+        return run(flows.inspect_session(self._lifecycle, session_id), self._backend)
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The session's header, ``next_seq``, ``last_time``, ``expires_at`` and ``busy``,
+        from metadata only (the log is not parsed). ``SessionNotFoundError`` if it is not
+        materialised."""
+        return run(flows.info(self._lifecycle, session_id), self._backend)
+
+    def list_info(self) -> list[SessionInfo]:
+        """:meth:`info` of every session :meth:`list` lists, in the same order."""
+        return run(flows.list_info(self._lifecycle), self._backend)
+
+    def fork(self, parent_id: str, child_id: str, *, at_seq: int | None = None) -> SessionHeader:
+        """Create ``child_id`` whose log begins with the parent's committed events
+        ``[0, at_seq)`` (all when None): same seqs, types, times, data and ids, written
+        atomically. Its header has ``parent_id``, ``fork_seq`` (the number of events
+        copied: ``at_seq`` when given) and the parent's ``cwd``; later parent appends
+        never reach it. An ``at_seq`` inside a turn gives a child whose ``load`` closes
+        that turn as interrupted. ``SessionExistsError`` if ``child_id`` exists;
+        ``InvalidArgumentError`` for an ``at_seq`` past the parent's end."""
+        flow = flows.fork(self._pending, self._lifecycle, parent_id, child_id, at_seq, self._ttl_ms)
+        return run(flow, self._backend)
 
     def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
+        check_seq(seq)
         return run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     def iter_events(self, session_id: str, batch: int = 1000) -> Iterator[SessionEvent]:
-        """Stream the committed events ``batch`` at a time, without repair."""
-        check_from_seq(batch - 1)
+        """Stream the committed events ``batch`` at a time, without repair. A bad
+        ``batch`` (not an int >= 1) raises ``InvalidArgumentError`` at the first step."""
+        check_batch(batch)
         seq = 0
         while True:
             chunk = run(flows.read_from(self._lifecycle, session_id, seq, batch), self._backend)
@@ -152,7 +221,7 @@ class EventLog:
         """The committed events from ``from_seq`` on, then each new one as it lands, without
         end (stop by leaving the loop). Redis blocks on the stream (``XREAD BLOCK``);
         the other backends look again every ``poll`` seconds."""
-        seq, wait = check_from_seq(from_seq), check_poll(poll)
+        seq, wait = check_seq(from_seq), check_poll(poll)
         while True:
             chunk = run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
             yield from chunk
@@ -175,11 +244,33 @@ class EventLog:
         return run(flows.prune(self._lifecycle), self._backend)
 
     def writer(
-        self, header: SessionHeader, *, window: float = 0.2, ttl: float | None = None
+        self,
+        header: SessionHeader,
+        *,
+        window: float = 0.2,
+        ttl: float | None = None,
+        lease: float = DEFAULT_LEASE,
     ) -> SessionWriter:
         """A write-behind writer for ``header``'s session (created here, with ``ttl``
-        as in :meth:`create`, if new)."""
-        return SessionWriter(self, header, window=window, ttl=ttl)
+        as in :meth:`create`, if new; a stored session continues at its next seq after
+        :meth:`load` repaired it). ``header`` must be a :class:`SessionHeader`, ``window``
+        seconds in [0, 86400], ``lease`` seconds in (0, 86400], else
+        ``InvalidArgumentError``; a stored header that differs from ``header`` raises
+        ``SessionExistsError`` naming the differing fields.
+
+        The writer holds the session's lease until :meth:`SessionWriter.close`, visible
+        to every process using the same store: ``load`` and another ``writer`` of the
+        session raise ``SessionBusyError`` meanwhile. Redis and SQLite leases expire
+        ``lease`` seconds after the writer's last renewal (it renews every third of
+        it); a file lock ends with the process; memory leases within the process.
+        """
+        self._lifecycle.check_open()
+        check_header(header)
+        check_window(window)
+        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
+        lease_ms = check_lease(lease)
+        context = WriterContext(self._backend, self._pending, self._lifecycle, self._drain)
+        return SessionWriter(context, header, window=window, ttl_ms=ttl_ms, lease_ms=lease_ms)
 
 
 class Store:
@@ -187,13 +278,33 @@ class Store:
 
     ``store.session(...)`` gives value sessions, ``store.events`` the event logs.
     Usable as a context manager; ``close()`` releases connections.
+
+    A store opened by :func:`sessionstore.connect` pickles, so it can be a task argument
+    of a process pool, joblib or Dask: see :meth:`__reduce__`.
     """
 
-    def __init__(self, backends: Backends, namespace: str, ttl_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        backends: Backends,
+        namespace: str,
+        ttl_ms: int | None = None,
+        *,
+        args: ConnectArgs | None = None,
+    ) -> None:
         self._backends = backends
         self.namespace = namespace
         self._lifecycle = Lifecycle()
-        self.events = EventLog(backends.events, self._lifecycle, ttl_ms)
+        self._args = args
+        self.events = EventLog(backends.events, self._lifecycle, ttl_ms, self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """What travels: the resolved URL (with its password: the receiver must connect;
+        a relative file or SQLite path made absolute), the namespace and the ``timeout``,
+        ``durability`` and ``ttl`` given to ``connect``. Unpickling calls ``connect``
+        again, which does no I/O: the receiving process connects on first use. A closed
+        store arrives closed. A ``memory://`` store raises ``SessionStoreError``: its
+        data cannot leave this process."""
+        return (_reopen, (travel_args(self._args, "store"), self._lifecycle.closed))
 
     @property
     def url(self) -> str:
@@ -220,7 +331,7 @@ class Store:
         self._lifecycle.check_open()
         parts = (symbol, strategy, exchange, frame)
         state = session_state(self.namespace, parts, mode, history, max_versions, ttl)
-        return Session(self._backends.values, state, self._lifecycle)
+        return Session(self._backends.values, state, self._lifecycle, self)
 
     def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
@@ -232,6 +343,7 @@ class Store:
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
             self._lifecycle.closed = True
+            self.events._drain.close()
             self._backends.close()
 
     def __enter__(self) -> Store:
@@ -242,3 +354,20 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url!r}, namespace={self.namespace!r})"
+
+
+def _reopen(args: ConnectArgs, closed: bool) -> Store:
+    """A store unpickled from ``args`` (see :meth:`Store.__reduce__`). No I/O."""
+    from . import connect
+
+    store = connect(
+        args.url, args.namespace, timeout=args.timeout, durability=args.durability, ttl=args.ttl
+    )
+    if closed:
+        store.close()
+    return store
+
+
+def _session_of(store: Store, state: SessionState) -> Session:
+    """A handle unpickled with its store (see :meth:`Session.__reduce__`)."""
+    return Session(store._backends.values, state, store._lifecycle, store)

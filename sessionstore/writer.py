@@ -1,87 +1,234 @@
-"""Write-behind writer for harnesses: ``emit`` buffers, a background drain appends in
-batches within a bounded window, ``flush`` is a durability checkpoint.
+"""Write-behind writers for harnesses: ``emit`` snapshots, checks and queues, the log's
+shared background drain (:mod:`sessionstore.drain`) appends in batches within a bounded
+window, ``flush`` is a durability checkpoint. A writer holds its session's lease while
+it is open (see :meth:`sessionstore.EventLog.writer`).
+
+:class:`WriterBuffer` holds every decision (seq and time, the queue, failure and retry,
+when to be served); :class:`SessionWriter` and :class:`sessionstore.aio.AsyncSessionWriter`
+only do the I/O it asks for.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import TYPE_CHECKING, Any
+import time
+import uuid
+from typing import Any, NamedTuple
 
-from .core import check_ttl
-from .errors import SessionNotFoundError, StoreClosedError
+import orjson
+
+from . import flows
+from .contracts import EventBackend, StoredEvent
+from .core import Lifecycle, PendingSessions
+from .drain import Drain
+from .errors import InvalidArgumentError, SessionStoreError, StoreClosedError
 from .eventlog import encode_batch
-from .flows import next_position
-from .models import SessionEvent, SessionHeader
+from .flows import run
+from .models import SessionEvent, SessionHeader, restored_event
 from .when import now_ms
 
-if TYPE_CHECKING:
-    from .store import EventLog
+#: The most events one append of a writer carries (a long backlog goes in several).
+BATCH_MAX = 5000
+
+
+class WriterContext(NamedTuple):
+    """What a writer uses of its event log."""
+
+    backend: Any
+    pending: PendingSessions
+    lifecycle: Lifecycle
+    drain: Any
 
 
 class WriterBuffer:
-    """Seq and time assignment plus the pending queue; shared by the sync and async writers."""
+    """Seq and time assignment, the queue of encoded events and the failure and lease
+    bookkeeping; shared by the sync and async writers, which call it under their lock.
 
-    def __init__(self, session_id: str, next_seq: int, last_time: int) -> None:
-        self.session_id = session_id
-        self.next_seq = next_seq
-        self.last_time = last_time
-        self.pending: list[SessionEvent] = []
-        self.error: BaseException | None = None
-        self.closed = False
-
-    def make(self, type: str, data: dict[str, Any] | None) -> SessionEvent:
-        """Build the next event; its data is checked now, so a bad emit raises at once."""
-        self.last_time = max(self.last_time, now_ms())
-        event = SessionEvent(
-            seq=self.next_seq, type=type, time=self.last_time, data={} if data is None else data
-        )
-        encode_batch(self.session_id, [event])
-        self.next_seq += 1
-        self.pending.append(event)
-        return event
-
-    def take_error(self) -> BaseException | None:
-        error, self.error = self.error, None
-        return error
-
-
-def resume_point(log: EventLog, header: SessionHeader, ttl: float | None) -> tuple[int, int]:
-    """(next seq, last time) of the session, creating it (with ``ttl``) when it does not
-    exist yet."""
-    try:
-        return next_position(log.load(header.id))
-    except SessionNotFoundError:
-        log.create(header, ttl=ttl)
-        return 0, 0
-
-
-class SessionWriter:
-    """Buffers events and drains them to the log at most ``window`` seconds after ``emit``.
-
-    A failed background append keeps its batch, in order, at the head of the queue
-    and the error is raised by the next :meth:`flush` (which may then be retried).
+    Failure: a failed append keeps its batch at the head of the queue and pauses
+    background writing (:attr:`paused`); the next ``emit`` resumes it, so the failed
+    batch is retried first, then the new events, in order; a later successful append
+    of that batch clears the error for good.
     """
 
     def __init__(
         self,
-        log: EventLog,
-        header: SessionHeader,
+        session_id: str,
+        next_seq: int,
+        last_time: int,
         *,
         window: float = 0.2,
-        ttl: float | None = None,
+        token: str = "",
+        lease_ms: int = 0,
+        renews: bool = False,
     ) -> None:
-        check_ttl(ttl)
-        self._log = log
-        self._window = window
-        self._buffer = WriterBuffer(header.id, *resume_point(log, header, ttl))
+        self.session_id = session_id
+        self.next_seq = next_seq
+        self.last_time = last_time
+        self.window = window
+        self.pending: list[StoredEvent] = []
+        #: When each pending event was emitted (monotonic seconds).
+        self.emitted: list[float] = []
+        #: Events were emitted while an append was in flight: they go right after it.
+        self.hurry = False
+        self.error: BaseException | None = None
+        self.paused = False
+        self.closed = False
+        #: Set once the lease is given up: the writer is served no more.
+        self.released = False
+        self.token = token
+        self.lease_ms = lease_ms
+        self.renews = renews
+        self.renewed_at = time.monotonic()
+        #: The process that opened the writer: the only one it writes for.
+        self.owner = os.getpid()
+
+    def check_owner(self, operation: str) -> None:
+        """A writer belongs to the process that opened it: in a forked child its queue
+        and its lease are the parent's, so it refuses to do anything there."""
+        if os.getpid() != self.owner:
+            raise SessionStoreError(
+                f"{operation} on the writer of session {self.session_id!r} in process"
+                f" {os.getpid()}: a writer belongs to the process that opened it"
+                f" ({self.owner}); open a new writer in this process"
+            )
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
+
+    def make(self, type: str, data: dict[str, Any] | None) -> tuple[SessionEvent, float | None]:
+        """Snapshot, check and queue the next event; return it (with data of its own)
+        and the time the writer must be served at, if it must be queued for it now.
+
+        Everything is checked first, so a bad emit raises :class:`InvalidArgumentError`
+        (a ``type`` that is not a non-empty str, ``data`` that is not a dict or None),
+        :class:`NotJSONSerializableError` (data that is not lossless JSON) or
+        :class:`HarnessFieldError`, and queues nothing: a bad event never wedges the
+        events after it. The queued event is its canonical JSON text, so changing
+        ``data`` or the returned event afterwards changes nothing stored.
+        """
+        check_emit(type, data)
+        self.check_open()
+        when = max(self.last_time, now_ms())
+        event = SessionEvent.model_construct(
+            seq=self.next_seq, type=type, time=when, data={} if data is None else data, id=None
+        )
+        [stored] = encode_batch(self.session_id, [event])
+        self.last_time = when
+        self.next_seq += 1
+        moment = time.monotonic()
+        head = not self.pending or self.paused
+        self.pending.append(stored)
+        self.emitted.append(moment)
+        self.paused = False
+        returned = restored_event(stored.seq, type, when, orjson.loads(stored.data), None)
+        return returned, (self.emitted[0] + self.window if head else None)
+
+    @property
+    def durable_seq(self) -> int:
+        """The seq below which every emitted event is durable."""
+        return self.next_seq - len(self.pending)
+
+    def take(self) -> list[StoredEvent]:
+        """The next batch to append: the head of the queue."""
+        return self.pending[:BATCH_MAX]
+
+    def written(self, count: int) -> None:
+        """The first ``count`` pending events are durable: drop them; any earlier error
+        was about them, so it is cleared."""
+        del self.pending[:count]
+        del self.emitted[:count]
+        self.error = None
+        self.paused = False
+        self.hurry = bool(self.pending)
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+        self.paused = True
+
+    def renewal_due(self, now: float) -> bool:
+        return self.renews and not self.released and now >= self.renewed_at + self.lease_ms / 3000
+
+    def next_due(self) -> float | None:
+        """When the writer wants the drain next: the oldest pending event's window (not
+        while paused), or the lease's renewal; None for neither."""
+        if self.released:
+            return None
+        due = []
+        if self.pending and not self.paused:
+            due.append(self.emitted[0] + (0.0 if self.hurry else self.window))
+        if self.renews:
+            due.append(self.renewed_at + self.lease_ms / 3000)
+        return min(due) if due else None
+
+
+def check_emit(event_type: object, data: object) -> None:
+    """Refuse what ``emit`` cannot log: the type must be a non-empty str, the data a
+    dict or None."""
+    if not isinstance(event_type, str):
+        raise InvalidArgumentError(
+            f"emit: the event type must be a str, not {_kind(event_type)} {event_type!r:.40}"
+        )
+    if not event_type:
+        raise InvalidArgumentError("emit: the event type must not be empty")
+    if data is not None and not isinstance(data, dict):
+        raise InvalidArgumentError(
+            f"emit({event_type!r:.40}): data must be a dict or None, not {_kind(data)}"
+        )
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def new_token() -> str:
+    """A writer's lease owner token: unique across processes and hosts."""
+    return uuid.uuid4().hex
+
+
+class SessionWriter:
+    """Buffers events and drains them to the log on the log's shared background drain:
+    an event emitted while no append is in flight is written within ``window`` seconds;
+    the events emitted while one is in flight are written right after it, together.
+
+    A failed background append keeps its batch, in order, at the head of the queue and
+    pauses background writing; the next :meth:`emit` retries it first, :meth:`flush`
+    and :meth:`close` retry before they raise, and an error whose batch was written
+    later is never raised.
+    """
+
+    def __init__(
+        self,
+        context: WriterContext,
+        header: SessionHeader,
+        *,
+        window: float,
+        ttl_ms: int | None,
+        lease_ms: int,
+    ) -> None:
+        self._context = context
+        token = new_token()
+        flow = flows.open_writer(
+            context.pending, context.lifecycle, header, ttl_ms, token, lease_ms
+        )
+        next_seq, last_time = run(flow, context.backend)
+        backend: EventBackend = context.backend
+        self._buffer = WriterBuffer(
+            header.id,
+            next_seq,
+            last_time,
+            window=window,
+            token=token,
+            lease_ms=lease_ms,
+            renews=backend.renews_leases,
+        )
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"sessionstore-writer-{header.id}", daemon=True
-        )
-        self._thread.start()
+        self._drain: Drain = context.drain
+        due = self._buffer.next_due()
+        if due is not None:
+            self._drain.schedule(self, due)
 
     @property
     def session_id(self) -> str:
@@ -92,31 +239,42 @@ class SessionWriter:
         return self._buffer.next_seq
 
     def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
-        """Queue one event (seq and time assigned here) and return it."""
+        """Snapshot and check ``data`` (see :meth:`WriterBuffer.make`), queue the event
+        (seq and time assigned here) and return it. No I/O."""
+        self._buffer.check_owner("emit")
         with self._lock:
-            if self._buffer.closed:
-                raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
-            event = self._buffer.make(type, data)
-        self._wake.set()
+            event, due = self._buffer.make(type, data)
+        if due is not None:
+            self._drain.schedule(self, due)
         return event
 
     def flush(self) -> None:
-        """Return once every event emitted before this call is durable, or raise the
-        error that stopped the background drain."""
+        """Return once every event emitted before this call is durable. A failed
+        append is retried here first; the error of this attempt is raised."""
+        self._buffer.check_owner("flush")
         with self._lock:
-            error = self._buffer.take_error()
-        if error is not None:
-            raise error
-        self._drain()
+            target = self._buffer.next_seq
+        try:
+            self._write(target)
+        except Exception as exc:
+            with self._lock:
+                self._buffer.failed(exc)
+            raise
 
     def close(self) -> None:
-        """Flush and stop the background drain."""
+        """Flush (retrying a failed append), then give the session's lease up. Emits
+        are refused from now on; after an error, ``flush`` or ``close`` may retry."""
+        self._buffer.check_owner("close")
         with self._lock:
             self._buffer.closed = True
-        self._stop.set()
-        self._wake.set()
-        self._thread.join()
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            with self._drain_lock:
+                if not self._buffer.released:
+                    self._buffer.released = True
+                    flow = flows.release_lease(self.session_id, self._buffer.token)
+                    run(flow, self._context.backend)
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -124,28 +282,44 @@ class SessionWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drain(self) -> None:
-        with self._drain_lock:
+    def _serve(self) -> float | None:
+        """Run by the drain when due: renew the lease if it is time, append the head of
+        the queue unless paused; return when to be served next."""
+        buffer = self._buffer
+        if os.getpid() != buffer.owner:
+            return None
+        try:
+            self._write(None)
+        except Exception as exc:  # noqa: BLE001 - kept, raised by flush or close
             with self._lock:
-                batch = list(self._buffer.pending)
-            if not batch:
-                return
-            self._log.append(self.session_id, batch)
-            with self._lock:
-                del self._buffer.pending[: len(batch)]
+                buffer.failed(exc)
+        with self._lock:
+            return buffer.next_due()
 
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._stop.wait(self._window)
-            self._wake.clear()
-            with self._lock:
-                if self._buffer.closed:
-                    return
-                if self._buffer.error is not None:
-                    continue
-            try:
-                self._drain()
-            except Exception as exc:  # noqa: BLE001 - surfaced by the next flush
+    def _write(self, target: int | None) -> None:
+        """Under the drain lock: renew the lease when due, then append batches until
+        ``target`` is durable (None: one batch, unless paused)."""
+        buffer, backend = self._buffer, self._context.backend
+        with self._drain_lock:
+            now = time.monotonic()
+            if buffer.renewal_due(now):
+                run(flows.renew_lease(buffer.session_id, buffer.token, buffer.lease_ms), backend)
+                buffer.renewed_at = now
+            while True:
                 with self._lock:
-                    self._buffer.error = exc
+                    if target is None and buffer.paused:
+                        return
+                    if target is not None and buffer.durable_seq >= target:
+                        return
+                    batch = buffer.take()
+                if not batch:
+                    return
+                context = self._context
+                flow = flows.append_stored(
+                    context.pending, context.lifecycle, buffer.session_id, batch
+                )
+                run(flow, backend)
+                with self._lock:
+                    buffer.written(len(batch))
+                if target is None:
+                    return

@@ -38,7 +38,8 @@ def redis_cluster() -> Iterator[ClusterNodes]:
 @pytest.fixture(scope="session")
 def acl_url(redis_server: RedisServer | ContainerRedis) -> str:
     """The documented least-privilege user (sessionstore.redis.acl), with a key pattern
-    widened from one namespace to every test namespace (``t-...``)."""
+    widened from one namespace to every test namespace (``t-...``). It may not run
+    CONFIG, so its event logs use ``durability=aof`` (checked through INFO persistence)."""
     import redis
 
     args = setuser_args(ACL_USER, ACL_PASSWORD, "x")
@@ -46,7 +47,7 @@ def acl_url(redis_server: RedisServer | ContainerRedis) -> str:
     admin = redis.Redis(port=redis_server.port)
     admin.execute_command(*args)
     admin.close()
-    return f"redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{redis_server.port}/0"
+    return f"redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{redis_server.port}/0?durability=aof"
 
 
 @pytest.fixture

@@ -57,3 +57,9 @@ def test_async_context_managers_mirror_sync_ones():
     assert hasattr(sessionstore.Store, "__enter__") and hasattr(aio.AsyncStore, "__aenter__")
     assert hasattr(sessionstore.SessionWriter, "__enter__")
     assert hasattr(aio.AsyncSessionWriter, "__aenter__")
+
+
+@pytest.mark.parametrize(("sync", "async_"), PAIRS[:3], ids=[s.__name__ for s, _ in PAIRS[:3]])
+def test_sync_and_async_objects_travel_alike(sync, async_):
+    """Both twins pickle (as their store's URL, namespace and options)."""
+    assert "__reduce__" in vars(sync) and "__reduce__" in vars(async_)

@@ -13,8 +13,14 @@ from support import artifacts
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader
+from sessionstore.cli.common import DURABILITY_HINT
 
 T = 1_718_000_000_000
+
+
+def rows_of(stdout: str) -> list[dict]:
+    """The JSON lines of a listing: one object per line."""
+    return [json.loads(line) for line in stdout.splitlines()]
 
 
 def cli(*args: str, cwd=None, env_extra=None) -> subprocess.CompletedProcess[str]:
@@ -82,7 +88,7 @@ def test_sessions_list_shows_counts_and_turn_state(target):
     _, url, ns = target
     result = cli("sessions", "list", "--url", url, "-n", ns, "--json")
     assert result.returncode == 0, result.stderr
-    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    rows = {row["id"]: row for row in rows_of(result.stdout)}
     assert rows["done"]["events"] == 4 and rows["done"]["state"] == "balanced"
     assert rows["live"]["state"] == "open turn 7"
     table = cli("sessions", "list", "--url", url, "-n", ns)
@@ -152,7 +158,7 @@ def test_sessions_verify_passes_reports_open_turns_and_fails_on_corruption(targe
     artifacts.remove_event(backend, url, ns, "done", path, 1)
     bad = cli("sessions", "verify", "--url", url, "-n", ns, "--json")
     assert bad.returncode == 1
-    results = {r["id"]: r for r in json.loads(bad.stdout)}
+    results = {r["id"]: r for r in rows_of(bad.stdout)}
     assert results["done"]["state"] == "corrupt" and "done" in results["done"]["reason"]
     assert results["live"]["ok"] is True
 
@@ -165,6 +171,58 @@ def test_sessions_delete_removes_and_reports_missing_ids(target):
     assert again.stderr.startswith("error: not found") and "Traceback" not in again.stderr
 
 
+LONG_ID = "agent-" + "0123456789abcdef" * 7 + "-end"
+
+
+@pytest.mark.parametrize("columns", [None, "40", "300"])
+def test_sessions_list_never_cuts_an_id(tmp_path, columns):
+    url = (tmp_path / "store").as_uri()
+    with sessionstore.connect(url, "ns") as store:
+        for sid in (LONG_ID, "short"):
+            store.events.create(SessionHeader(id=sid, created_at=T))
+            store.events.append(sid, [SessionEvent(seq=0, type="note", time=T, data={})])
+    env = {"COLUMNS": columns} if columns else {}
+    result = cli("sessions", "list", "--url", url, "-n", "ns", env_extra=env)  # not a terminal
+    assert result.returncode == 0, result.stderr
+    assert any(LONG_ID in line for line in result.stdout.splitlines()), result.stdout
+    assert "…" not in result.stdout
+    if columns == "300":
+        assert "created (wall clock)" in result.stdout
+        assert "last event (logical time)" in result.stdout
+        assert result.stderr == ""
+    else:
+        assert result.stderr.startswith("note: left out for width: ")
+
+
+def test_sessions_list_labels_creation_as_wall_clock_and_last_event_as_logical(target):
+    _, url, ns = target
+    result = cli("sessions", "list", "--url", url, "-n", ns, env_extra={"COLUMNS": "200"})
+    header = next(line for line in result.stdout.splitlines() if "id" in line)
+    assert "created (wall clock)" in header and "last event (logical time)" in header
+    done = next(line for line in result.stdout.splitlines() if " done " in line)
+    assert "2024-06-10T06:13:20.000Z" in done  # the events' logical time
+    assert "1970-01-01T00:00:00.001Z" in done  # created_at=1 (wall-clock ms)
+
+
+def test_every_durability_error_ends_with_the_demos_hint():
+    from support.redis_server import RedisServer
+
+    with RedisServer(durable=False) as server:
+        with sessionstore.connect(server.url + "?durability=none", "ns") as store:
+            store.events.create(SessionHeader(id="s"))
+            store.events.append("s", [SessionEvent(seq=0, type="note", time=T)])
+        deleted = cli("sessions", "delete", "s", "--url", server.url, "-n", "ns")
+        assert deleted.returncode == 2
+        lines = deleted.stderr.splitlines()
+        assert lines[0].startswith("error: DurabilityError") and len(lines) == 2
+        assert lines[1] == f"hint: {DURABILITY_HINT}"
+        with sessionstore.connect(server.url, "ns") as store:
+            assert [h.id for h in store.events.list()] == ["s"]
+        doctor = cli("doctor", "--url", server.url, "-n", "ns", "--json")
+        checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+        assert checks["persistence"]["detail"].endswith(DURABILITY_HINT)
+
+
 def test_environment_variables_supply_url_and_namespace(target):
     _, url, ns = target
     result = cli(
@@ -173,7 +231,7 @@ def test_environment_variables_supply_url_and_namespace(target):
         "--json",
         env_extra={"SESSIONSTORE_URL": url, "SESSIONSTORE_NAMESPACE": ns},
     )
-    assert {row["id"] for row in json.loads(result.stdout)} == {"done", "live"}
+    assert {row["id"] for row in rows_of(result.stdout)} == {"done", "live"}
 
 
 def test_an_unreachable_server_is_one_line_with_the_password_masked():
@@ -208,19 +266,61 @@ def values_target(target):
 
 def test_values_list_shows_plain_and_history_keys(values_target):
     url, ns = values_target
-    rows = json.loads(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
+    rows = rows_of(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
     assert [(r["symbol"], r["history"]) for r in rows] == [("BTCUSDT", False), ("ETHUSDT", True)]
     assert "history" in cli("values", "list", "--url", url, "-n", ns).stdout
 
 
 def test_values_get_reads_as_of_when_and_never_the_future(values_target):
     url, ns = values_target
+    base = ("values", "get", "ETHUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
+    assert json.loads(cli(*base, "--json").stdout)["value"] == "late"
+    assert json.loads(cli(*base, "--when", str(T + 1), "--json").stdout)["value"] == "early"
+    early = json.loads(cli(*base, "--when", "2024-06-10T06:13:19", "--json").stdout)
+    assert early == {"history": True, "state": "withheld", "when": T, "value": None}
+
+
+def test_values_get_without_history_reads_a_history_value_as_one_and_says_so(values_target):
+    url, ns = values_target
+    result = cli("values", "get", "ETHUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == '"late"'
+    assert "a history value" in result.stderr and "--history" in result.stderr
+
+
+def test_values_get_reports_a_value_stored_for_a_later_time_as_withheld(values_target):
+    url, ns = values_target
+    for key in (("BTCUSDT", "llm", "binance", "1h"), ("ETHUSDT", "llm", "binance", "1h")):
+        early = cli("values", "get", *key, "--when", str(T - 1), "--url", url, "-n", ns)
+        assert early.returncode == 0, early.stderr
+        assert early.stdout.strip() == (
+            "stored for 2024-06-10T06:13:20.000Z, later than --when: withheld"
+        )
+    missing = cli("values", "get", "XRPUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
+    assert missing.stdout.strip() == "(nothing stored)"
+
+
+def test_values_get_history_lists_every_version_as_a_table_or_json_lines(values_target):
+    url, ns = values_target
     base = ("values", "get", "ETHUSDT", "llm", "binance", "1h", "--history", "--url", url, "-n", ns)
-    assert json.loads(cli(*base, "--json").stdout) == "late"
-    assert json.loads(cli(*base, "--when", str(T + 1), "--json").stdout) == "early"
-    assert json.loads(cli(*base, "--when", "2024-06-10T06:13:19", "--json").stdout) is None
-    plain = cli("values", "get", "BTCUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
-    assert plain.stdout.strip() == "{'signal': 'buy'}"
+    table = cli(*base, "--when", str(T + 1), env_extra={"COLUMNS": "200"})
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    (early,) = [line for line in lines if "2024-06-10T06:13:20.000Z" in line]
+    (late,) = [line for line in lines if "2024-06-10T07:13:20.000Z" in line]
+    assert '"early"' in early and "visible" in early
+    assert '"late"' in late and "withheld" in late
+    versions = rows_of(cli(*base, "--when", str(T + 1), "--json").stdout)
+    assert versions == [
+        {"when": T, "value": "early", "at_when": "visible"},
+        {"when": T + 3_600_000, "value": "late", "at_when": "withheld"},
+    ]
+
+
+def test_values_print_as_json_not_as_a_python_repr(values_target):
+    url, ns = values_target
+    shown = cli("values", "get", "BTCUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
+    assert json.loads(shown.stdout) == {"signal": "buy"}
 
 
 def test_values_get_rejects_a_bad_when_in_one_line(values_target):
@@ -237,7 +337,7 @@ def test_values_clear_removes_the_key(values_target):
         "values", "clear", "ETHUSDT", "llm", "binance", "1h", "--url", url, "-n", ns, "--json"
     )
     assert json.loads(cleared.stdout) == {"cleared": True}
-    rows = json.loads(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
+    rows = rows_of(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
     assert [r["symbol"] for r in rows] == ["BTCUSDT"]
 
 
@@ -272,3 +372,41 @@ def test_doctor_fails_when_the_server_is_down():
     result = cli("doctor", "--url", "redis://:s3cret@127.0.0.1:1/0")
     assert result.returncode == 1
     assert "FAIL" in result.stdout and "s3cret" not in result.stdout + result.stderr
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("acl", "u", "-n", ""),
+        ("acl", "u", "-n", "  "),
+        ("acl", ""),
+        ("acl", "u v"),
+        ("acl", "u", "--password", "p q"),
+        ("acl", "u\x1b[31m"),
+        ("sessions", "show"),
+        ("sessions", "show", "x", "--from", "[bold]soon[/]"),
+        ("sessions", "nope"),
+        ("values", "get", "a", "b", "c", "d", "--mode", "[red]x\x1b[2J"),
+    ],
+)
+def test_every_bad_input_is_one_escaped_line_and_exit_2(args, tmp_path):
+    result = cli(*args, "--url", (tmp_path / "s").as_uri()) if args[0] == "values" else cli(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert "\x1b" not in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_password_is_never_echoed_in_an_error():
+    result = cli("acl", "u", "--password", "s3cret pass")
+    assert result.returncode == 2 and "s3cret" not in result.stderr
+
+
+def test_a_hostile_session_id_in_an_error_is_printed_literally(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    result = cli("sessions", "show", "[bold]x[/]\x1b]8;;http://evil\x07", "--url", url)
+    assert result.returncode == 2
+    assert "[bold]x[/]\\x1b]8;;http://evil\\x07" in result.stderr and "\x1b" not in result.stderr

@@ -209,9 +209,10 @@ def test_the_fsync_check_covers_every_primary_and_only_writes(redis_cluster, ns,
 def test_replicas_durability_waits_on_the_primary_of_the_slot(redis_cluster, ns, open_, api):
     """WAIT runs on the connection that wrote: with the slot's replica stopped it times
     out (a WAIT elsewhere would count the idle replicas at once and pass)."""
-    url = redis_cluster.url + "?durability=replicas:1"
-    backends = open_(url, ns, timeout=0.5)
     owner = redis_cluster.owner(keys.log_keys(ns, "w")[0])
+    # The URL names another primary: the error must name the one that waited.
+    other = next(n for n in redis_cluster.primaries() if n is not owner)
+    backends = open_(other.url + "?durability=replicas:1", ns, timeout=0.5)
     replica = next(
         n for n in redis_cluster.nodes
         if redis_cluster.role(n) == "replica"
@@ -234,8 +235,9 @@ def test_replicas_durability_waits_on_the_primary_of_the_slot(redis_cluster, ns,
     assert replica.process is not None
     replica.process.send_signal(signal.SIGSTOP)
     try:
-        with pytest.raises(DurabilityError, match="0 of 1 replica"):
+        with pytest.raises(DurabilityError, match="0 of 1 replica") as caught:
             append(1)
+        assert f"the primary at 127.0.0.1:{owner.port} " in str(caught.value)
     finally:
         replica.process.send_signal(signal.SIGCONT)
     redis_cluster.wait_ok()

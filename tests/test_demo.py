@@ -9,15 +9,16 @@ import sys
 import pytest
 
 from sessionstore import demo
+from sessionstore.cli.common import DURABILITY_HINT
 
 SMALL = ["--workers", "2", "--symbols", "2", "--candles", "12"]
 
 
-def run_demo(cwd, *args: str) -> subprocess.CompletedProcess[str]:
+def run_demo(cwd, *args: str, small: list[str] = SMALL) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
     env["COLUMNS"] = "120"
     return subprocess.run(
-        [sys.executable, "-m", "sessionstore", "demo", *SMALL, *args],
+        [sys.executable, "-m", "sessionstore", "demo", *small, *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -45,6 +46,10 @@ def test_demo_with_a_crash_repairs_the_interrupted_turn(tmp_path, request, backe
     assert result.returncode == 0, result.stdout + result.stderr
     assert "TOOL_OUTCOME_UNKNOWN" in result.stdout
     assert "crashed workers" in result.stdout
+    (crashed,) = [line for line in result.stdout.splitlines() if line.startswith("crashed worker")]
+    assert "killed mid-turn in " in crashed and "turn" in crashed
+    assert f"namespace 'demo-{backend}'" in result.stdout.splitlines()[0]
+    assert f"sessions list -n demo-{backend} --url" in result.stdout
     assert "all invariants hold" in result.stdout
 
 
@@ -55,7 +60,7 @@ def test_a_redis_without_durable_aof_is_refused_once_with_a_hint(tmp_path):
         result = run_demo(tmp_path, "--url", server.url)
         assert result.returncode == 2, result.stdout + result.stderr
         assert "DurabilityError" in result.stderr and "appendonly no" in result.stderr
-        assert "?durability=none" in result.stderr
+        assert result.stderr.rstrip().endswith(DURABILITY_HINT)
         assert "Traceback" not in result.stderr, "no worker started"
         throwaway = run_demo(tmp_path, "--url", server.url + "?durability=none")
         assert throwaway.returncode == 0, throwaway.stdout + throwaway.stderr
@@ -70,7 +75,7 @@ def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
 
     with sessionstore.connect(url, "demo") as store:
         cache = store.session(
-            demo.symbols(1)[0], "llm-signal", demo.EXCHANGE, demo.FRAME, history=True
+            demo.symbols(1)[0], demo.STRATEGY, demo.EXCHANGE, demo.FRAME, history=True
         )
         answer = cache.get_data(demo.START_MS + 4 * demo.CANDLE_MS)
         cache.set_data({**answer, "signal": "flipped"}, answer["confirmedAt"])

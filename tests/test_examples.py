@@ -42,6 +42,18 @@ def test_the_event_log_example_repairs_and_resumes(tmp_path):
     assert str(tmp_path) in out
 
 
+def test_the_event_log_example_inspects_a_live_session_from_another_process_and_forks(
+    tmp_path,
+):
+    out = run("eventlog.py", tmp_path)
+    assert (
+        "inspected: ['turn/start', 'step/start', 'step/end', 'turn/end'] (stored: 2, busy: True);"
+        " load: busy"
+    ) in out
+    assert "after close: ['step/end', 'turn/end']" in out
+    assert "fork of agent-1 at 3 -> ['turn/start', 'step/start', 'tool/call', 'tool/result'" in out
+
+
 @pytest.mark.slow
 def test_running_it_twice_starts_afresh(tmp_path):
     assert run("eventlog.py", tmp_path) == run("eventlog.py", tmp_path)

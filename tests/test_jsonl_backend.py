@@ -353,7 +353,9 @@ def test_a_duplicated_line_is_corruption(tmp_path: Path) -> None:
     assert caught.value.line == 5
 
 
-def test_an_unknown_header_version_is_unsupported(tmp_path: Path) -> None:
+def test_an_unknown_header_version_is_unsupported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with connect(tmp_path) as store:
         path, _ = three_batch_log(store)
     damaged = _edit_line(path.read_bytes(), 1, lambda r: {**r, "version": 2, "new": "field"})
@@ -364,8 +366,9 @@ def test_an_unknown_header_version_is_unsupported(tmp_path: Path) -> None:
         assert caught.value.found == 2
         with pytest.raises(UnsupportedVersionError):
             store.events.append(SID, [event(8)])
-        with pytest.warns(RuntimeWarning, match="version 2"):
+        with caplog.at_level("WARNING", logger="sessionstore"):
             assert store.events.list() == []
+        assert "version 2" in caplog.text
     assert path.read_bytes() == damaged
 
 
@@ -419,9 +422,9 @@ def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["lines"] += 1
         return parse_event(line)
 
-    def counted_log(session_id: str, raw: bytes) -> jsonl.ParsedLog:
+    def counted_log(session_id: str, raw: bytes, where: str | None = None) -> jsonl.ParsedLog:
         counts["logs"] += 1
-        return parse_log(session_id, raw)
+        return parse_log(session_id, raw, where)
 
     monkeypatch.setattr(jsonl, "parse_event", counted_event)
     monkeypatch.setattr(jsonl, "parse_log", counted_log)

@@ -71,7 +71,7 @@ def test_the_recipes_use_the_library_key_names():
         keys.ValueKey("run-42", "BTCUSDT", "llm-momentum", "binance", "1h", "backtest")
     )
     meta, events = keys.log_keys("run-42", "agent-7")
-    for name in (value, meta, events):
+    for name in (value, meta, events, *keys.index_keys("run-42")):
         assert name in text
 
 
@@ -84,6 +84,10 @@ def test_the_layout_table_lists_every_kind_of_key_the_library_builds():
         "}:v`",
         "ss:<ns>:log:{<session id>}:meta",
         "ss:<ns>:log:{<session id>}:events",
+        "ss:<ns>:idx:{<ns>}:sessions",
+        "ss:<ns>:idx:{<ns>}:values",
+        "ss:<ns>:ops:{",
+        "ss:<ns>:log:{<session id>}:lease",
     ):
         assert pattern in text
     for name in (
@@ -93,6 +97,9 @@ def test_the_layout_table_lists_every_kind_of_key_the_library_builds():
         "log_append",
         "log_cut_tail",
         "log_delete",
+        "index_forget",
+        "lease_acquire",
+        "lease_release",
     ):
         assert f"{name}.lua" in text
         assert (DOC.parent.parent / "lua" / f"{name}.lua").exists()

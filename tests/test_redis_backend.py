@@ -40,7 +40,7 @@ from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
-from sessionstore.redis.client import display, split_own_params
+from sessionstore.redis.client import display, retry_delay, split_own_params
 from sessionstore.redis.scripts import lua_dir, scripts
 
 T0 = 1_718_000_000_000
@@ -83,12 +83,19 @@ def started(events: Any, session_id: str, count: int) -> SessionHeader:
 
 
 def snapshot(url: str, ns: str) -> dict[bytes, Any]:
-    """Every key of ``ns`` and its content, to prove nothing changed."""
+    """Every data key of ``ns`` and its content, to prove nothing changed. The index is
+    left out: a creating call refreshes its entry's score first, even when the call
+    then finds nothing to write (tests/test_redis_index.py covers it)."""
     client = raw(url)
     try:
-        return namespace_snapshot(client, ns)
+        found = namespace_snapshot(client, ns)
     finally:
         client.close()
+    return {name: content for name, content in found.items() if name not in index_names(ns)}
+
+
+def index_names(ns: str) -> set[bytes]:
+    return {name.encode() for name in keys.index_keys(ns)}
 
 
 def preload_scripts(url: str) -> None:
@@ -258,6 +265,8 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
     assert found == [
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:at",
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:v",
+        f"{prefix}ops:{{BTCUSDT:llm:binance:1h:backtest}}",
+        f"{prefix}ops:{{BTCUSDT:llm:binance:4h:backtest}}",
         f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}",
     ]
     meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
@@ -294,7 +303,8 @@ def test_key_parts_cannot_collide_or_escape_the_namespace(redis_server, ns, open
         assert name.startswith(keys.namespace_prefix(ns))
         assert name.count("{") == 1 and name.count("}") == 1 and "*" not in name
     client = raw(redis_server.url)
-    assert len(list(client.scan_iter(match=keys.namespace_pattern(ns)))) == len(names)
+    found = {n.decode() for n in client.scan_iter(match=keys.namespace_pattern(ns))}
+    assert found == {*names, *(keys.ops_key(k) for k in tricky), keys.index_keys(ns)[1]}
     client.close()
 
 
@@ -303,8 +313,14 @@ def test_a_glob_namespace_matches_only_itself(redis_server, open_):
     for namespace in (f"{base}*", f"{base}x"):
         open_(redis_server.url, namespace).values.write(vkey(namespace), b"\x01", T0)
     client = raw(redis_server.url)
-    matched = list(client.scan_iter(match=keys.namespace_pattern(f"{base}*")))
-    assert matched == [keys.value_key(vkey(f"{base}*")).encode()]
+    matched = set(client.scan_iter(match=keys.namespace_pattern(f"{base}*")))
+    values_index = keys.index_keys(f"{base}*")[1]
+    mine = vkey(f"{base}*")
+    assert matched == {
+        keys.value_key(mine).encode(),
+        keys.ops_key(mine).encode(),
+        values_index.encode(),
+    }
     client.close()
 
 
@@ -363,51 +379,84 @@ def test_history_trims_and_drops_later_versions_with_their_values(redis_server, 
 
 def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import swap_args
+    from sessionstore.redis.values import plain_keys, swap_args
 
     client = raw(redis_server.url)
-    name = keys.value_key(vkey(ns))
+    names = plain_keys(vkey(ns))
 
-    def swap(expected: Stored | None, payload: bytes | None, token: str) -> bytes:
-        return scripts.run(client, "value_swap", [name], swap_args(expected, payload, T0, token))
+    def swap(expected: Stored | None, payload: bytes | None, token: str) -> Any:
+        args = swap_args(expected, payload, T0, token, 60_000)
+        return scripts.run(client, "value_swap", names, args)
 
     assert swap(None, b"\x01", "a1") == b"OK"
     first = snapshot(redis_server.url, ns)
     assert swap(None, b"\x01", "a1") == b"OK"  # redis-py resends after a lost reply
     assert snapshot(redis_server.url, ns) == first
-    # a conflict reports the record found
+    # a conflict reports the record found, and remembers no token
     assert swap(None, b"\x01", "a2") == [b"CONFLICT", b"\x01", str(T0).encode()]
+    assert client.zscore(names[1], "a2") is None
     assert swap(Stored(b"\x01", T0), b"\x02", "b1") == b"OK"
-    assert swap(None, b"\x01", "a1") == b"OK"  # a swap between the call and its retry
     assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"
-    cleared = snapshot(redis_server.url, ns)
-    assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"
-    assert snapshot(redis_server.url, ns) == cleared
-    assert client.hmget(name, ["v", "w"]) == [None, None]
-    assert client.hget(name, "t") == b"c1 b1 a1"
-    assert swap(None, b"\x03", "d1") == b"OK"
-    open_redis(redis_server.url, ns).values.write(vkey(ns), b"\x04", T0)  # keeps tokens
-    assert swap(None, b"\x03", "d1") == b"OK"  # a resend after the write: still applied
-    assert client.hgetall(name) == {b"v": b"\x04", b"w": str(T0).encode(), b"t": b"d1 c1 b1 a1"}
-    for step in range(20):
-        current = Stored(bytes([5 + step - 1]) if step else b"\x04", T0)
-        assert swap(current, bytes([5 + step]), f"e{step}") == b"OK"
-    assert client.hget(name, "t") == b" ".join(f"e{s}".encode() for s in range(19, 11, -1))
+    assert client.exists(names[0]) == 0  # a clear leaves no hash behind
+    # 30 swaps and a delete later, every earlier token is still recognised
+    assert open_redis(redis_server.url, ns).values.forget(vkey(ns)) is False
+    current: Stored | None = None
+    for step in range(30):
+        assert swap(current, bytes([step + 10]), f"e{step}") == b"OK"
+        current = Stored(bytes([step + 10]), T0)
+    for token in ("a1", "b1", "c1", "e0"):
+        assert swap(None, b"\x01", token) == b"OK"
+    assert client.hgetall(names[0]) == {b"v": bytes([39]), b"w": str(T0).encode()}
+    assert client.zcard(names[1]) == 3 + 1 + 30  # a1 b1 c1, the delete, e0..e29
+    assert 0 < client.pttl(names[1]) <= 60_000
     client.close()
 
 
-def test_a_history_swap_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+def test_tokens_older_than_the_resend_window_are_dropped(redis_server, ns):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import history_set_args
+    from sessionstore.redis.values import ANY, plain_keys, swap_args
+
+    client = raw(redis_server.url)
+    names = plain_keys(vkey(ns))
+
+    def write(payload: bytes, token: str) -> Any:
+        return scripts.run(client, "value_swap", names, swap_args(ANY, payload, T0, token, 50))
+
+    assert write(b"\x01", "old") == b"OK"
+    time.sleep(0.1)
+    assert write(b"\x02", "new") == b"OK"
+    assert client.zrange(names[1], 0, -1) == [b"new"]
+    time.sleep(0.1)
+    assert client.exists(names[1]) == 0  # the zset expires with the window
+    assert client.hgetall(names[0]) == {b"v": b"\x02", b"w": str(T0).encode()}
+    client.close()
+
+
+def test_the_resend_window_covers_every_retry_of_a_call():
+    from sessionstore.redis.client import MIN_RESEND_WINDOW_MS, RETRIES, resend_window_ms
+
+    assert resend_window_ms(0.01) == MIN_RESEND_WINDOW_MS
+    for timeout in (1.0, 5.0, 30.0):
+        longest_call_ms = (RETRIES + 1) * (2 * timeout + retry_delay(RETRIES)) * 1000
+        assert resend_window_ms(timeout) >= 2 * longest_call_ms
+
+
+def test_a_history_write_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+    from sessionstore.redis import scripts
+    from sessionstore.redis.values import history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)
     values.write_version(key, b"\x01", T0, None)
-    names = keys.history_keys(key)
+    names = history_set_keys(key)
     client = raw(redis_server.url)
 
-    def swap(expected: Stored | None, payload: bytes | None, when: int, token: str) -> bytes:
-        args = history_set_args(payload, when, 3, expected, True, token)
+    def swap(expected: Stored | None, payload: bytes | None, when: int, token: str) -> Any:
+        args = history_set_args(payload, when, 3, expected, True, token, 60_000)
+        return scripts.run(client, "history_set", names, args)
+
+    def write(payload: bytes, when: int, token: str) -> Any:
+        args = history_set_args(payload, when, 3, None, False, token, 60_000)
         return scripts.run(client, "history_set", names, args)
 
     assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
@@ -415,25 +464,62 @@ def test_a_history_swap_sent_again_with_its_token_is_applied_once(redis_server, 
     assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
     assert snapshot(redis_server.url, ns) == first
     assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h2") == b"CONFLICT"
-    assert values.read_as_of(key, T0 + 5) == Stored(b"\x02", T0 + 1)
-    assert sorted(client.hkeys(names[1])) == [str(T0).encode(), str(T0 + 1).encode(), b"t"]
-    values.write_version(key, b"\x03", T0 + 2, 3)  # an uncompared write keeps the tokens
-    assert client.hget(names[1], "t") == b"h1"
+    assert sorted(client.hkeys(names[1])) == [str(T0).encode(), str(T0 + 1).encode()]
+    assert write(b"\x03", T0 + 1, "w1") == b"OK"
+    values.write_version(key, b"\x04", T0 + 1, 3)
+    values.forget(key)
+    values.write_version(key, b"\x05", T0 + 1, 3)
+    # resends of the compared and of the uncompared write: applied, nothing written
     assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
+    assert write(b"\x03", T0 + 1, "w1") == b"OK"
+    assert values.read_as_of(key, T0 + 5) == Stored(b"\x05", T0 + 1)
+    assert values.read_as_of(key, T0) is None
+    client.close()
+
+
+def test_values_written_with_the_older_token_field_read_and_write_as_before(
+    redis_server, ns, open_
+):
+    """Hashes of the older layout hold a field ``t`` with the tokens of their latest
+    swaps, space separated; they must keep working."""
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    name = keys.value_key(key)
+    at, held = keys.history_keys(key)
+    client = raw(redis_server.url)
+    client.hset(name, mapping={"v": b"\x01", "w": str(T0), "t": "x1 x2"})
+    client.zadd(at, {str(T0): T0})
+    client.hset(held, mapping={str(T0): b"\x01", "t": "y1"})
+    assert values.read(key) == Stored(b"\x01", T0)
+    assert values.read_as_of(key, T0) == Stored(b"\x01", T0)
+    assert values.swap(key, Stored(b"\x01", T0), b"\x02", T0) is True
+    assert values.read(key) == Stored(b"\x02", T0)
+    values.write(key, b"\x03", T0 + 1)
+    assert values.read(key) == Stored(b"\x03", T0 + 1)
+    assert values.swap_version(key, Stored(b"\x01", T0), b"\x02", T0 + 1, 2) is True
+    values.write_version(key, b"\x03", T0 + 2, 2)
     assert values.read_as_of(key, T0 + 5) == Stored(b"\x03", T0 + 2)
+    assert sorted(client.zrange(at, 0, -1)) == [str(T0 + 1).encode(), str(T0 + 2).encode()]
+    values.write(key, None, T0)  # a clear drops the older field too: no hash is left
+    assert client.exists(name) == 0 and values.read(key) is None
+    client.hset(name, mapping={"v": b"\x01", "w": str(T0), "t": "x1"})
+    assert values.forget(key) is True
+    assert client.exists(name, at, held) == 0
     client.close()
 
 
 def test_a_value_cleared_by_a_swap_is_neither_listed_nor_found(redis_server, ns):
-    name = keys.value_key(ValueKey(ns, "BTCUSDT", "s", "e", "1h", "backtest"))
+    key = ValueKey(ns, "BTCUSDT", "s", "e", "1h", "backtest")
+    name = keys.value_key(key)
     with sessionstore.connect(redis_server.url, ns) as store:
         session = store.session("BTCUSDT", "s", "e", "1h")
         session.set_data(1, T0)
         assert session.update(lambda v: None, T0) is None
-        assert raw(redis_server.url).hkeys(name) == [b"t"]  # kept for a resent swap
+        assert raw(redis_server.url).exists(name) == 0
         assert session.get_data(T0) is None and store.list_values() == []
         assert session.delete() is False
-        assert snapshot(redis_server.url, ns) == {}
+        # the tokens stay for resends, within the resend window
+        assert set(snapshot(redis_server.url, ns)) == {keys.ops_key(key).encode()}
 
 
 @pytest.fixture
@@ -447,20 +533,22 @@ def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def parse(self: Any, connection: Any, command: str, *args: Any, **options: Any) -> Any:
         reply = original(self, connection, command, *args, **options)
-        if command == "EVALSHA" and pending and connection.last_sha == script(pending[0]).sha:
+        sent = getattr(connection, "last_sent", b"")
+        if command == "EVALSHA" and pending and script(pending[0]).sha.encode() in sent:
             pending.pop(0)
             connection.disconnect()
             raise redis.ConnectionError("the reply was lost")
         return reply
 
-    original_send = Connection.send_command
+    original_send = Connection.send_packed_command
 
-    def send(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self.last_sha = args[1] if args and args[0] == "EVALSHA" else None
-        return original_send(self, *args, **kwargs)
+    def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        # A single command or a pipeline (its ZADD of the index entry, then EVALSHA).
+        self.last_sent = command if isinstance(command, bytes) else b"".join(command)
+        return original_send(self, command, *args, **kwargs)
 
     monkeypatch.setattr(redis.Redis, "parse_response", parse)
-    monkeypatch.setattr(Connection, "send_command", send)
+    monkeypatch.setattr(Connection, "send_packed_command", send)
     return pending
 
 
@@ -773,19 +861,42 @@ def test_durability_none_skips_the_check(open_, how):
         assert len(events.read("s")[1]) == 2
 
 
-def test_a_user_without_config_is_warned_not_refused(server, open_):
+def test_fsync_for_a_user_without_config_raises_and_says_what_to_do(server, open_):
+    """No warning and carrying on: the first write raises, nothing is written, and
+    ``durability="aof"`` works for the same user."""
     client = raw(server.url)
     client.acl_setuser(
         "app", enabled=True, passwords=["+pw"], keys=["ss:*"], commands=["+@all", "-config"]
     )
     url = f"redis://app:pw@127.0.0.1:{server.port}/0"
     events = open_(url, "ns").events
-    with pytest.warns(RuntimeWarning, match="CONFIG"):
-        started(events, "s", 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert events.exists("s")
+        for _ in range(2):  # checked again on the next write
+            with pytest.raises(DurabilityError) as caught:
+                started(events, "s", 1)
+    message = str(caught.value)
+    assert "CONFIG GET" in message and "sessionstore doctor" in message
+    assert "durability='aof'" in message and "replicas:N" in message and "'none'" in message
+    assert ":pw@" not in message and not events.exists("s")
+    started(open_(url + "?durability=aof", "ns").events, "s", 1)
     client.close()
+
+
+def test_durability_aof_reads_info_persistence(open_):
+    """``aof``: AOF on and its last write ok, by INFO persistence; an AOF switched off
+    is refused, naming the server, and turning it on is enough."""
+    with RedisServer(durable=False) as lax:
+        events = open_(lax.url + "?durability=aof", "ns").events
+        with pytest.raises(DurabilityError, match="aof_enabled:0") as caught:
+            started(events, "s", 1)
+        assert "127.0.0.1" in str(caught.value) and not events.exists("s")
+        client = raw(lax.url)
+        client.config_set("appendonly", "yes")  # appendfsync stays everysec: trusted
+        started(events, "s", 1)
+        assert events.exists("s")
+        client.close()
+        lax.kill()  # a graceful stop would wait for the AOF rewrite CONFIG SET started
 
 
 def test_replicas_durability_waits_for_acknowledgements(server, open_):

@@ -16,7 +16,13 @@ from cryptography.x509.oid import NameOID
 from support.redis_server import RedisServer
 
 import sessionstore
-from sessionstore import AccessDeniedError, SessionEvent, SessionHeader, SessionStoreError
+from sessionstore import (
+    AccessDeniedError,
+    DurabilityError,
+    SessionEvent,
+    SessionHeader,
+    SessionStoreError,
+)
 from sessionstore.redis.acl import setuser_args
 
 T0 = 1_718_000_000_000
@@ -33,8 +39,9 @@ def admin(server: RedisServer) -> redis.Redis:
     return redis.Redis(port=server.port)
 
 
-def user_url(server: RedisServer, user: str) -> str:
-    return f"redis://{user}:{PASSWORD}@127.0.0.1:{server.port}/0"
+def user_url(server: RedisServer, user: str, durability: str = "aof") -> str:
+    """A user's URL; ``durability=aof``: a user without CONFIG cannot use ``fsync``."""
+    return f"redis://{user}:{PASSWORD}@127.0.0.1:{server.port}/0?durability={durability}"
 
 
 def exercise(store) -> None:
@@ -92,17 +99,109 @@ def test_a_user_granted_all_but_dangerous_commands_works(server):
         exercise(store)
 
 
-def test_a_user_without_config_rights_still_works_with_a_warning(server):
+def test_fsync_for_a_user_without_config_raises_at_the_first_write_never_warns(server):
     admin(server).execute_command(
         "ACL", "SETUSER", "noconfig", "reset", "on", f">{PASSWORD}", "~ss:noconfig:*",
-        "+@all", "-@dangerous",
+        "+@all", "-@dangerous", "+info",
     )  # fmt: skip
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with sessionstore.connect(user_url(server, "noconfig"), "noconfig") as store:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with sessionstore.connect(user_url(server, "noconfig", "fsync"), "noconfig") as store:
+            store.events.create(SessionHeader(id="s"))
+            with pytest.raises(DurabilityError) as caught:
+                store.events.append("s", [SessionEvent(seq=0, type="note", time=T0)])
+            assert store.events.list() == []
+    assert "CONFIG GET" in str(caught.value) and "durability='aof'" in str(caught.value)
+    assert PASSWORD not in str(caught.value)
+    with sessionstore.connect(user_url(server, "noconfig"), "noconfig") as ok:
+        exercise(ok)
+
+
+# --- the least-privilege user cannot escalate ------------------------------------------
+
+ADMIN_PASSWORD = "adm1n-Secret-pw"
+
+
+@pytest.fixture(scope="module")
+def locked():
+    """A server of its own whose default user (the admin) needs a password."""
+    with RedisServer() as own:
+        redis.Redis(port=own.port).config_set("requirepass", ADMIN_PASSWORD)
+        yield own
+
+
+def _shell_words(line: str) -> list[str]:
+    import shlex
+
+    words = shlex.split(line)
+    assert words[:1] == ["redis-cli"]
+    return words[1:]
+
+
+def _refused(client: redis.Redis, *command: str) -> bool:
+    try:
+        client.execute_command(*command)
+    except redis.exceptions.NoPermissionError:
+        return True
+    except redis.exceptions.ResponseError as exc:  # a script's own call refused
+        return "The user executing the script can't" in str(exc)
+    return False
+
+
+def test_the_printed_acl_line_makes_a_user_that_cannot_escalate(locked):
+    from sessionstore.redis.acl import setuser_line
+
+    root = redis.Redis(port=locked.port, password=ADMIN_PASSWORD)
+    root.execute_command(*_shell_words(setuser_line("lp", PASSWORD, "mine")))
+    root.hset("ss:theirs:val:{BTC:s:e:1h:backtest}", mapping={"v": "secret", "w": 1})
+    root.xadd("ss:theirs:log:{s}:events", {"seq": 0}, id="0-1")
+    root.set("ss:theirs:plain", "secret")
+    user = redis.Redis(port=locked.port, username="lp", password=PASSWORD)
+    sha = root.script_load("return redis.call('HGETALL', ARGV[1])")
+    denied = [
+        ("CONFIG", "GET", "*"), ("CONFIG", "GET", "requirepass"),
+        ("CONFIG", "SET", "appendonly", "no"), ("CONFIG", "RESETSTAT"), ("CONFIG", "REWRITE"),
+        ("ACL", "LIST"), ("ACL", "WHOAMI"), ("ACL", "GETUSER", "default"), ("ACL", "USERS"),
+        ("SCAN", "0"), ("KEYS", "*"), ("RANDOMKEY",), ("MONITOR",),
+        ("CLIENT", "LIST"), ("CLIENT", "KILL", "127.0.0.1:1"), ("CLIENT", "INFO"),
+        ("DEBUG", "SLEEP", "0"), ("MODULE", "LIST"), ("FUNCTION", "LIST"),
+        ("SHUTDOWN", "NOSAVE"), ("SLOWLOG", "GET"), ("FLUSHALL",), ("FLUSHDB",),
+        ("INFO",), ("INFO", "keyspace"), ("INFO", "clients"), ("INFO", "all"),
+        ("INFO", "server"), ("INFO", "commandstats"),
+        ("EVAL", "return 1", "0"), ("SUBSCRIBE", "ch"), ("PUBLISH", "ch", "x"),
+        ("DBSIZE",), ("MEMORY", "USAGE", "ss:theirs:plain"), ("OBJECT", "FREQ", "x"),
+        ("GET", "ss:theirs:plain"), ("HGETALL", "ss:theirs:val:{BTC:s:e:1h:backtest}"),
+        ("XRANGE", "ss:theirs:log:{s}:events", "-", "+"), ("EXISTS", "ss:theirs:plain"),
+        ("DEL", "ss:theirs:plain"), ("HSET", "ss:theirs:plain2", "v", "x"),
+        ("EVALSHA", sha, "1", "ss:theirs:plain", "ss:theirs:plain"),
+        ("EVALSHA", sha, "1", "ss:mine:x", "ss:theirs:val:{BTC:s:e:1h:backtest}"),
+    ]  # fmt: skip
+    # ACL DRYRUN asks the server's ACL without running the command (SHUTDOWN, MONITOR,
+    # DEBUG, which the server may refuse for other reasons first); the others run too.
+    unsafe = ("SHUTDOWN", "MONITOR", "DEBUG")
+    # (A script's own calls are checked only when it runs: DRYRUN cannot see them.)
+    dry = [c for c in denied if c[0] != "EVALSHA"]
+    allowed_by_acl = [c for c in dry if root.execute_command("ACL", "DRYRUN", "lp", *c) == b"OK"]
+    ran = [c for c in denied if c[0] not in unsafe and not _refused(user, *c)]
+    assert allowed_by_acl == [] and ran == []
+    # A script the user loads itself is held to the same key pattern.
+    own_sha = user.script_load("return redis.call('HGETALL', ARGV[1])")
+    assert _refused(
+        user, "EVALSHA", own_sha, "1", "ss:mine:x", "ss:theirs:val:{BTC:s:e:1h:backtest}"
+    )
+    assert root.get("ss:theirs:plain") == b"secret" and root.ping()
+    # What it may ask of INFO shows no key name and no secret.
+    text = str(user.info("persistence")) + str(user.info("cluster"))
+    assert "theirs" not in text and ADMIN_PASSWORD not in text and PASSWORD not in text
+    for durability in ("aof", "none"):
+        url = f"redis://lp:{PASSWORD}@127.0.0.1:{locked.port}/0?durability={durability}"
+        with sessionstore.connect(url, "mine") as store:
             exercise(store)
-    assert any("CONFIG" in str(w.message) for w in caught)
-    assert all(PASSWORD not in str(w.message) for w in caught)
+            assert [v.symbol for v in store.list_values()] == ["BTCUSDT", "BTCUSDT"]
+            store.session("BTCUSDT", "s", "e", "1h").delete()
+            store.session("BTCUSDT", "s", "e", "1h", history=True).delete()
+    user.close()
+    root.close()
 
 
 def test_a_wrong_password_is_access_denied_and_never_shown(server):

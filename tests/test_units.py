@@ -165,3 +165,36 @@ def test_unknown_schemes_are_refused():
 
     with pytest.raises(InvalidArgumentError, match="unknown URL scheme"):
         sessionstore.connect("mongodb://x")
+
+
+def test_a_new_event_takes_a_string_type():
+    from sessionstore.eventlog import new_event
+
+    assert new_event(3, "note", 7, None) == SessionEvent(seq=3, type="note", time=7, data={})
+    for bad in (5, None, b"note"):
+        with pytest.raises(InvalidArgumentError, match="type"):
+            new_event(0, bad, 7, {})
+
+
+def test_long_paths_and_values_are_elided_in_the_middle():
+    from sessionstore.jsondata import elide, format_path, short_repr
+
+    assert elide("short") == "short"
+    long = "a" * 60 + "b" * 1000 + "c" * 60
+    assert elide(long) == "a" * 60 + "..." + "c" * 60
+    path = format_path(["k" * 10_000, *range(5000), "end"])
+    assert len(path) < 300 and path.startswith("$['kkk") and path.endswith("[4999].end")
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    assert len(short_repr(deep)) < 130 and len(short_repr("x" * 10**6)) < 130
+
+
+@pytest.mark.parametrize("bad", ["5", True, 5.0])
+def test_models_are_strict_when_built_directly(bad):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        SessionEvent(seq=bad, type="x", time=1)
+    with pytest.raises(ValidationError):
+        SessionEvent(seq=1, type="x", time=bad)

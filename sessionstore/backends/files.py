@@ -32,6 +32,7 @@ import msgpack
 from ..connection import Backends
 from ..contracts import Refused, Stored, ValueBackend
 from ..keys import ValueKey
+from ..urls import mask_url
 from ..when import now_ms
 from .fsutil import (
     atomic_write,
@@ -61,7 +62,7 @@ def open_files(root: Path, namespace: str, url: str) -> Backends:
     return Backends(
         values=FileValues(absolute),
         events=events,
-        display_url=url,
+        display_url=mask_url(url),
         closers=[events.close],
     )
 

@@ -18,7 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ..errors import AccessDeniedError, SessionStoreError, StoreUnavailableError
+from ..errors import (
+    AccessDeniedError,
+    InvalidArgumentError,
+    SessionStoreError,
+    StoreUnavailableError,
+)
 
 #: Encoded names longer than this (in UTF-8 bytes) are shortened to a prefix plus a digest.
 MAX_NAME_BYTES = 150
@@ -29,6 +34,11 @@ DIGEST_MARK = "~"
 #: Leftover temp files older than this many seconds are removed whoever created them.
 TEMP_MAX_AGE = 3600.0
 TEMP_PREFIX = ".tmp."
+
+#: ``OSError`` numbers that say the path itself is unusable, not the disk or the permissions.
+BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
+#: Shown of a path in an error message, at most (a longer one is cut).
+_SHOWN_CHARS = 300
 
 _KEPT_ASCII = frozenset(string.ascii_letters + string.digits + "_-")
 _READ_CHUNK = 1 << 20
@@ -65,11 +75,75 @@ def _encode_char(char: str) -> str:
     return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
 
 
+def local_path(text: str, shown: str) -> Path:
+    """``text`` as an absolute path: ``~`` expanded, relative to the working directory,
+    symbolic links resolved. Reads links but creates nothing.
+
+    Raises :class:`InvalidArgumentError` naming ``shown`` (the path or its masked URL) for
+    a path that no file operation could use: one holding a NUL byte or a character the
+    file system encoding cannot carry, an unknown ``~user``, symbolic links that loop, a
+    name longer than the file system allows or a path longer than the system's limit.
+    """
+    where = f"{shown!r:.{_SHOWN_CHARS}}"
+    if "\0" in text:
+        raise InvalidArgumentError(f"the path of {where} holds a NUL byte")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"the path of {where} cannot be encoded for the file system: {exc.reason}"
+        ) from exc
+    try:
+        path = Path(text).expanduser().resolve()
+    except RuntimeError as exc:
+        # pathlib's words for a symlink loop and for a ~ with no home directory.
+        raise InvalidArgumentError(f"the path of {where} cannot be resolved: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidArgumentError(f"the path of {where} is not usable: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in BAD_PATH_ERRNOS:
+            raise InvalidArgumentError(f"the path of {where} is not usable: {exc}") from exc
+        raise store_error(exc, text) from exc
+    name_max, path_max = _limits(path)
+    if len(os.fsencode(path)) >= path_max:
+        raise InvalidArgumentError(
+            f"the path of {where} is longer than this system's limit ({path_max} bytes)"
+        )
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise InvalidArgumentError(
+                f"the path of {where} has a name longer than the file system allows "
+                f"({name_max} bytes): {part!r:.80}"
+            )
+    return path
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """(longest name, longest path) in bytes on the file system that holds ``path``,
+    asked of its nearest existing ancestor (255 and 4096 when it cannot say)."""
+    existing = path
+    while not os.path.exists(existing) and existing.parent != existing:
+        existing = existing.parent
+    limits = []
+    for name, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        try:
+            limits.append(os.pathconf(existing, name))
+        except (OSError, ValueError):
+            limits.append(default)
+    return limits[0], limits[1]
+
+
 def store_error(exc: OSError, path: str | os.PathLike[str]) -> SessionStoreError:
-    """The library error for ``exc``: refused permission is :class:`AccessDeniedError`,
-    anything else (missing folder, full disk, I/O error, ...) :class:`StoreUnavailableError`."""
+    """The library error for ``exc``: refused permission is :class:`AccessDeniedError`, a
+    path that cannot be used (a name too long, symbolic links that loop)
+    :class:`InvalidArgumentError`, anything else (missing folder, full disk, I/O error,
+    ...) :class:`StoreUnavailableError`."""
     where = os.fsdecode(exc.filename) if exc.filename else os.fspath(path)
     reason = exc.strerror or str(exc)
+    if exc.errno in BAD_PATH_ERRNOS:
+        return InvalidArgumentError(
+            f"file store path {where!r:.{_SHOWN_CHARS}} is not usable: {reason}"
+        )
     if exc.errno in (errno.EACCES, errno.EPERM):
         return AccessDeniedError(f"file store access denied at {where}: {reason}")
     return StoreUnavailableError(f"file store unavailable at {where}: {reason}")

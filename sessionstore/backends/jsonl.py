@@ -43,9 +43,9 @@ removes it (its one file) under the exclusive lock, so never during an append.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
-import warnings
 import weakref
 from contextlib import suppress
 from dataclasses import dataclass
@@ -65,11 +65,17 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..eventlog import check_stored_version, decode_events, plan_append
-from ..models import SessionEvent, SessionHeader
+from ..jsondata import short_repr
+from ..models import SessionEvent, SessionHeader, SessionInfo, describe_invalid
 from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
 
 LOGS_DIR = "logs"
 LOG_SUFFIX = ".jsonl"
+#: The folder of the lease files: ``<namespace>/leases/<session id>.lock``, each
+#: ``flock``ed exclusively by the live writer of its session (the kernel releases the
+#: lock when the process dies); the files stay, empty.
+LEASES_DIR = "leases"
+LEASE_SUFFIX = ".lock"
 #: The header-line key holding a session's retention in ms (absent: none).
 TTL_FIELD = "ttl_ms"
 
@@ -84,6 +90,8 @@ _REMEMBERED_LOGS = 1024
 _HELD_LOGS = 32
 #: How many committed bytes at the start and before the end of a log identify it.
 _PROBE = 256
+
+logger = logging.getLogger("sessionstore")
 
 
 @dataclass(slots=True)
@@ -142,6 +150,11 @@ class JsonlEvents(EventBackend):
         self._held: dict[str, _Held] = {}
         self._held_lock = threading.Lock()
         self._closer = weakref.finalize(self, _close_held, self._held)
+        self._lease_dir = root / encode_name(namespace) / LEASES_DIR
+        #: Leases this object holds: session id -> (owner, locked descriptor).
+        self._leases_held: dict[str, tuple[str, int]] = {}
+        self._lease_lock = threading.Lock()
+        self._lease_closer = weakref.finalize(self, _close_leases, self._leases_held)
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LOG_SUFFIX)
@@ -343,7 +356,7 @@ class JsonlEvents(EventBackend):
             return before, []
         if before is None or not _continues(fd, before, st):
             raw = read_all(fd)
-            log = parse_log(session_id, raw)
+            log = parse_log(session_id, raw, self._file(session_id))
             seen = _parsed_whole(st, log, raw, len(raw))
             self._remember(session_id, seen, st)
             return seen, log.events
@@ -372,6 +385,10 @@ class JsonlEvents(EventBackend):
             self._held_lock = threading.Lock()
             self._seen = {}
             _close_held(self._held)
+            # The parent's leases stay the parent's: closing the child's copies of the
+            # descriptors leaves its locks in place.
+            self._lease_lock = threading.Lock()
+            _close_leases(self._leases_held)
 
     def _remember(self, session_id: str, seen: _Seen, st: os.stat_result) -> None:
         """Keep ``seen`` for the next append if ``st``, taken under the lock, matches it.
@@ -403,9 +420,124 @@ class JsonlEvents(EventBackend):
         stop = None if limit is None else from_seq + limit
         return log.header, decode_events(log.events[from_seq:stop])
 
+    # --- leases: an OS file lock, released by the kernel when the process dies -------
+
+    renews_leases = False
+
+    def _lease_path(self, session_id: str) -> Path:
+        return self._lease_dir / (encode_name(session_id) + LEASE_SUFFIX)
+
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        self._own()
+        path = self._lease_path(session_id)
+        with os_errors(path), self._lease_lock:
+            held = self._leases_held.get(session_id)
+            if held is not None:
+                return held[0] == owner
+            make_dirs(self._lease_dir)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
+            self._leases_held[session_id] = (owner, fd)
+            return True
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        self._own()
+        with self._lease_lock:
+            held = self._leases_held.get(session_id)
+            if held is None or held[0] != owner:
+                return
+            del self._leases_held[session_id]
+        with suppress(OSError):
+            os.close(held[1])  # closing releases the lock
+
+    def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        self._own()
+        held = self._leases_held.get(session_id)
+        if held is not None:
+            return held[0] != owner
+        path = self._lease_path(session_id)
+        with os_errors(path):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            finally:
+                os.close(fd)
+            return False
+
+    # --- metadata: the header line and the last committed line -----------------------
+
+    def info(self, session_id: str) -> SessionInfo:
+        """From the header line and the end of the file: the log is not parsed."""
+        path = self._file(session_id)
+        with os_errors(path):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise SessionNotFoundError(session_id) from None
+            try:
+                line = _first_line(fd)
+                if line is None:
+                    raise SessionNotFoundError(session_id)
+                header, ttl_ms = parse_header_line(session_id, line, path)
+                if header.id != session_id:
+                    raise CorruptLogError(
+                        session_id, f"the header names session {header.id!r}", line=1
+                    )
+                return self._info(session_id, fd, header, ttl_ms, len(line) + 1)
+            finally:
+                os.close(fd)
+
+    def _info(
+        self, session_id: str, fd: int, header: SessionHeader, ttl_ms: int | None, start: int
+    ) -> SessionInfo:
+        st = os.fstat(fd)
+        next_seq, last_time = _last_committed(fd, start, st.st_size)
+        expires_at = None if ttl_ms is None else st.st_mtime_ns // 1_000_000 + ttl_ms
+        busy = self.lease_busy(session_id)
+        return SessionInfo(header, next_seq, last_time, expires_at, busy)
+
+    def list_info(self) -> list[SessionInfo]:
+        """:meth:`info` of every log :meth:`list` lists."""
+        with os_errors(self._dir):
+            try:
+                names = os.listdir(self._dir)
+            except FileNotFoundError:
+                return []
+            found = []
+            for name in names:
+                if not name.endswith(LOG_SUFFIX):
+                    continue
+                path = self._dir / name
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except (FileNotFoundError, PermissionError, IsADirectoryError):
+                    continue
+                try:
+                    listed = _listed_header(path, fd)
+                    if listed is not None:
+                        start = len(_first_line(fd) or b"") + 1
+                        found.append(self._info(listed[0].id, fd, *listed, start))
+                finally:
+                    os.close(fd)
+            return found
+
     def list(self) -> list[SessionHeader]:
         """Headers read from the first line of each log; logs without a complete header
-        are skipped, unreadable headers too, with a warning."""
+        are skipped, and so (with a warning on the ``sessionstore`` logger) are logs
+        whose header is damaged, of another format version or names another session,
+        and files that cannot be read."""
         with os_errors(self._dir):
             try:
                 names = os.listdir(self._dir)
@@ -414,7 +546,11 @@ class JsonlEvents(EventBackend):
             headers = []
             for name in names:
                 if name.endswith(LOG_SUFFIX):
-                    found = _read_listed_header(self._dir / name)
+                    try:
+                        found = _read_listed_header(self._dir / name)
+                    except (PermissionError, IsADirectoryError) as exc:
+                        logger.warning("sessionstore: list skips %s: %s", self._dir / name, exc)
+                        continue
                     if found is not None:
                         headers.append(found[0])
             return headers
@@ -489,7 +625,7 @@ class JsonlEvents(EventBackend):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
             raw = read_all(fd)
-            log = parse_log(session_id, raw)
+            log = parse_log(session_id, raw, os.fspath(path))
             size = len(raw)
             if repair and log.header is not None and log.torn:
                 os.ftruncate(fd, log.end)
@@ -560,21 +696,24 @@ class _Malformed(Exception):
         self.seq = seq
 
 
-def parse_header(session_id: str, line: bytes) -> SessionHeader:
+def parse_header(session_id: str, line: bytes, where: str | None = None) -> SessionHeader:
     """The header on line 1 (without its newline); ``session_id`` names the log in errors."""
-    return parse_header_line(session_id, line)[0]
+    return parse_header_line(session_id, line, where)[0]
 
 
-def parse_header_line(session_id: str, line: bytes) -> tuple[SessionHeader, int | None]:
+def parse_header_line(
+    session_id: str, line: bytes, where: str | None = None
+) -> tuple[SessionHeader, int | None]:
     """The header on line 1 (without its newline) and the session's ``ttl_ms`` (None
-    when it has none); ``session_id`` names the log in errors."""
+    when it has none); ``session_id`` names the log in errors, ``where`` (its path) in
+    an :class:`UnsupportedVersionError`."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise CorruptLogError(session_id, f"the header is not JSON: {exc}", line=1) from exc
     if not isinstance(record, dict) or "version" not in record:
         raise CorruptLogError(session_id, "the header is not an object with a version", line=1)
-    check_stored_version(session_id, record["version"])
+    check_stored_version(session_id, record["version"], where)
     missing = [name for name in SessionHeader.model_fields if name not in record]
     if missing:
         raise CorruptLogError(session_id, f"the header lacks {', '.join(missing)}", line=1)
@@ -586,7 +725,7 @@ def parse_header_line(session_id: str, line: bytes) -> tuple[SessionHeader, int 
     try:
         return SessionHeader.model_validate(record, strict=True), ttl_ms
     except ValidationError as exc:
-        detail = f"the header is invalid: {exc.errors(include_url=False)}"
+        detail = f"the header is invalid: {describe_invalid(exc)}"
         raise CorruptLogError(session_id, detail, line=1) from exc
 
 
@@ -637,7 +776,7 @@ class ParsedLog:
         return self.end < self.size
 
 
-def parse_log(session_id: str, raw: bytes) -> ParsedLog:
+def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLog:
     """Parse a whole log, leaving out a torn final batch.
 
     Raises :class:`CorruptLogError` (with the 1-based line) for damage before it and
@@ -646,7 +785,7 @@ def parse_log(session_id: str, raw: bytes) -> ParsedLog:
     first = raw.find(b"\n")
     if first < 0:
         return ParsedLog(None, [], 0, len(raw))
-    header = parse_header(session_id, raw[:first])
+    header = parse_header(session_id, raw[:first], where)
     if header.id != session_id:
         raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
     events, end = parse_batches(session_id, raw, first + 1, 0, 2)
@@ -798,15 +937,24 @@ def _read_listed_header(path: Path) -> tuple[SessionHeader, int | None] | None:
 
 def _listed_header(path: Path, fd: int) -> tuple[SessionHeader, int | None] | None:
     """The header and ``ttl_ms`` of the log open as ``fd``; None without a complete
-    header line, and (with a warning) for an unreadable one."""
+    header line, and (with a warning logged) for an unreadable one or one that names
+    another session than the file does."""
     line = _first_line(fd)
     if line is None:
         return None
     try:
-        return parse_header_line(path.name, line)
+        header, ttl_ms = parse_header_line(path.name, line, os.fspath(path))
     except (CorruptLogError, UnsupportedVersionError) as exc:
-        warnings.warn(f"sessionstore: skipping {path}: {exc}", RuntimeWarning, stacklevel=3)
+        logger.warning("sessionstore: skipping the log %s: %s", path, exc)
         return None
+    if encode_name(header.id) + LOG_SUFFIX != path.name:
+        logger.warning(
+            "sessionstore: skipping the log %s: its header names session %s",
+            path,
+            short_repr(header.id),
+        )
+        return None
+    return header, ttl_ms
 
 
 def _named_stat(path: str, log: _Held) -> os.stat_result | None:
@@ -826,6 +974,43 @@ def _discard(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
     with suppress(OSError):
         os.close(fd)
+
+
+def _close_leases(held: dict[str, tuple[str, int]]) -> None:
+    """Close the lease descriptors of ``held`` (releasing their locks) and forget them."""
+    fds = [fd for _, fd in held.values()]
+    held.clear()
+    for fd in fds:
+        with suppress(OSError):
+            os.close(fd)
+
+
+def _last_committed(fd: int, start: int, size: int) -> tuple[int, int | None]:
+    """(next seq, time of the last committed event) of a log whose events start at
+    offset ``start``, read backwards from its end: the last complete line that ends its
+    batch is the last committed event; what follows it is a torn tail. (0, None) for a
+    log without events. Lines that do not parse are passed over (``read`` judges them)."""
+    pos, carry, ended = size, b"", False
+    while pos > start:
+        step = min(_CHUNK, pos - start)
+        pos -= step
+        carry = os.pread(fd, step, pos) + carry
+        if not ended:
+            cut = carry.rfind(b"\n")
+            if cut < 0:
+                continue
+            carry, ended = carry[: cut + 1], True
+        lines = carry.split(b"\n")
+        complete = lines[1:-1] if pos > start else lines[:-1]
+        for line in reversed(complete):
+            try:
+                event, batch_end = parse_event(line)
+            except _Malformed:
+                continue
+            if event.seq == batch_end:
+                return event.seq + 1, event.time
+        carry = lines[0] + b"\n" if pos > start else b""
+    return 0, None
 
 
 def _close_held(held: dict[str, _Held]) -> None:

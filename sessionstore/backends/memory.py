@@ -1,6 +1,10 @@
 """In-process backend (``memory://``): thread-safe, private to one ``connect`` call.
 
 Expiry times are wall-clock epoch ms kept next to each record, history and log.
+
+Fork: a child gets new locks (:mod:`sessionstore.forksafe`) and a copy of the data. Each
+change is published by one store into a dict (or one list extension), so a child forked
+while a thread of the parent was in the middle of a change sees it made or not made.
 """
 
 from __future__ import annotations
@@ -9,11 +13,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .. import forksafe
 from ..contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
 from ..eventlog import decode_events, plan_append
 from ..keys import ValueKey
-from ..models import SessionEvent, SessionHeader
+from ..models import SessionEvent, SessionHeader, SessionInfo
 from ..when import now_ms as wall_clock_ms
 
 Versions = dict[int, bytes | None]
@@ -31,6 +36,7 @@ def _expiry(ttl_ms: int | None, kept: int | None, now: int) -> int | None:
 class MemoryValues(ValueBackend):
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        forksafe.renew_locks(self, "_lock")
         # Each record and each history with its expiry (None: never).
         self._plain: dict[ValueKey, tuple[Stored, int | None]] = {}
         self._history: dict[ValueKey, tuple[Versions, int | None]] = {}
@@ -52,9 +58,10 @@ class MemoryValues(ValueBackend):
     def _write(
         self, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None, now: int
     ) -> None:
-        found = self._plain.pop(key, None)
         if payload is None:
+            self._plain.pop(key, None)
             return
+        found = self._plain.get(key)
         kept = found[1] if found is not None and _live(found[1], now) else None
         self._plain[key] = (Stored(payload, when), _expiry(ttl_ms, kept, now))
 
@@ -171,6 +178,7 @@ class _Log:
 class MemoryEvents(EventBackend):
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        forksafe.renew_locks(self, "_lock")
         self._logs: dict[str, _Log] = {}
 
     def locate(self, session_id: str) -> str | None:
@@ -219,6 +227,22 @@ class MemoryEvents(EventBackend):
             end = None if limit is None else from_seq + limit
             header, events = found.header, found.events[from_seq:end]
         return header, decode_events(events)
+
+    def info(self, session_id: str) -> SessionInfo:
+        with self._lock:
+            found = self._logs.get(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+            return self._info(session_id, found)
+
+    def _info(self, session_id: str, log: _Log) -> SessionInfo:
+        last = log.events[-1].time if log.events else None
+        busy = self.lease_busy(session_id)
+        return SessionInfo(log.header, len(log.events), last, log.expires_at, busy)
+
+    def list_info(self) -> list[SessionInfo]:
+        with self._lock:
+            return [self._info(session_id, log) for session_id, log in self._logs.items()]
 
     def list(self) -> list[SessionHeader]:
         with self._lock:

@@ -17,6 +17,7 @@ from ..connection import Backends
 from ..contracts import Refused, Stored, ValueBackend
 from ..errors import CorruptLogError
 from ..keys import ValueKey
+from ..urls import mask_url
 from ..when import now_ms
 from .sqlite_db import DEFAULT_TIMEOUT, Database, database_path
 from .sqlite_events import SqliteEvents
@@ -38,7 +39,7 @@ def open_sqlite(url: str, namespace: str, *, timeout: float | None = None) -> Ba
     return Backends(
         SqliteValues(database),
         SqliteEvents(database, namespace),
-        url,
+        mask_url(url),
         closers=[database.close],
     )
 

@@ -14,6 +14,8 @@ table                     rows
 ``log_sessions``          one header per session, ``next_seq`` (committed last), the
                           retention ``ttl_ms`` and ``expires_at`` (NULL: never)
 ``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
+``log_leases``            the live writer's lease of a session: its ``owner`` token and
+                          ``expires_at``; removed when the writer closes
 ========================  =================================================================
 
 An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
@@ -39,9 +41,11 @@ from ..errors import (
     SessionStoreError,
     StoreUnavailableError,
 )
+from ..urls import mask_url, query_names, reject_unknown_params
+from .fsutil import BAD_PATH_ERRNOS, local_path
 
 #: Written to ``PRAGMA user_version`` when the tables are created or migrated.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds a statement waits for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 10.0
 
@@ -94,6 +98,13 @@ CREATE TABLE IF NOT EXISTS log_events (
     event_id TEXT,
     PRIMARY KEY (namespace, session_id, seq)
 );
+CREATE TABLE IF NOT EXISTS log_leases (
+    namespace TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, session_id)
+) WITHOUT ROWID;
 """
 
 #: The statements that bring a file of schema version ``n`` to ``n + 1``, by ``n``.
@@ -104,28 +115,41 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE log_sessions ADD COLUMN ttl_ms INTEGER",
         "ALTER TABLE log_sessions ADD COLUMN expires_at INTEGER",
     ),
+    2: (
+        "CREATE TABLE IF NOT EXISTS log_leases (namespace TEXT NOT NULL,"
+        " session_id TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,"
+        " PRIMARY KEY (namespace, session_id)) WITHOUT ROWID",
+    ),
 }
+
+#: The tables every schema version has: a file holding them is ours.
+_TABLES = frozenset({"kv_values", "kv_history", "log_sessions", "log_events"})
 
 _USAGE = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
 
 
 def database_path(url: str) -> Path:
-    """The absolute database path of a ``sqlite:///...`` URL.
+    """The absolute database path of a ``sqlite:///...`` URL (taken as written: no
+    percent-decoding), resolved now against the working directory. Creates nothing.
 
-    Raises :class:`InvalidArgumentError` for a URL with a host, a query string, no path
-    or an in-memory database (which other processes could not share).
+    Raises :class:`InvalidArgumentError` for a URL with a host, a query parameter, no path
+    or an in-memory database (which other processes could not share), and for a path no
+    file operation could use (see :func:`~.fsutil.local_path`).
     """
+    shown = mask_url(url)
     scheme, _, rest = url.partition("://")
     if scheme.lower() != "sqlite" or not rest.startswith("/"):
-        raise InvalidArgumentError(f"not a local SQLite URL: {url!r}; {_USAGE}")
+        raise InvalidArgumentError(f"not a local SQLite URL: {shown!r}; {_USAGE}")
     raw = rest[1:]
     if "?" in raw:
-        raise InvalidArgumentError(f"SQLite URLs take no query string: {url!r}")
+        # The database reads no parameter: a misspelt option must not be ignored.
+        reject_unknown_params(query_names(shown), (), shown)
+        raise InvalidArgumentError(f"SQLite URLs take no query string: {shown!r}")
     if not raw or raw == ":memory:" or raw.startswith("file:"):
         raise InvalidArgumentError(
-            f"{url!r} names no database file (an in-memory database cannot be shared); " + _USAGE
+            f"{shown!r} names no database file (an in-memory database cannot be shared); " + _USAGE
         )
-    return Path(raw).expanduser().resolve()
+    return local_path(raw, shown)
 
 
 # Connections a forked child inherited: SQLite must neither use nor close them there,
@@ -188,13 +212,17 @@ class Database:
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
         )
         try:
+            # First, before anything that writes (the WAL switch included): a file that is
+            # not ours, or of a newer schema, must be left exactly as it was.
+            version = self._schema_version(conn)
             (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
             if str(mode).lower() != "wal":
                 raise DurabilityError(
                     f"SQLite database {self.path} cannot use WAL journaling (got {mode!r})"
                 )
             conn.execute("PRAGMA synchronous=FULL")
-            self._ensure_schema(conn)
+            if version != SCHEMA_VERSION:
+                self._ensure_schema(conn)
         except BaseException:
             conn.close()
             raise
@@ -203,12 +231,13 @@ class Database:
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         """Create the tables of a new file, or migrate those of an older schema version,
         in one transaction."""
-        if self._schema_version(conn) == SCHEMA_VERSION:
-            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Read again under the write lock: another process may have just done it.
             version = self._schema_version(conn)
+            if version == SCHEMA_VERSION:
+                conn.execute("COMMIT")
+                return
             if version == 0:
                 # executescript would COMMIT first; run the statements one by one instead.
                 for statement in _SCHEMA.split(";"):
@@ -225,8 +254,23 @@ class Database:
             raise
 
     def _schema_version(self, conn: sqlite3.Connection) -> int:
-        """The file's schema version; one this library cannot read raises."""
+        """The file's schema version: 0 for an empty file (no schema, ``user_version`` 0),
+        else that of a file holding this library's tables. Reads only.
+
+        Raises :class:`InvalidArgumentError` for any other file (another application's
+        database) and :class:`StoreUnavailableError` for a schema version this library
+        cannot read; neither is changed.
+        """
         (version,) = conn.execute("PRAGMA user_version").fetchone()
+        names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        empty = version == 0 and not names
+        if not empty and not (isinstance(version, int) and version > 0 and names >= _TABLES):
+            shown = ", ".join(sorted(names)[:8]) or "none"
+            raise InvalidArgumentError(
+                f"SQLite database {self.path} is not a sessionstore database (user_version "
+                f"{version!r:.20}, tables: {shown:.300}); it was left unchanged: point "
+                "sqlite:/// at a new file or one sessionstore created"
+            )
         if version > SCHEMA_VERSION:
             raise StoreUnavailableError(
                 f"SQLite database {self.path} has schema version {version}; "
@@ -382,6 +426,8 @@ def translate(exc: BaseException, subject: str, path: Path) -> SessionStoreError
     """The sessionstore error for a driver error raised while serving ``subject``."""
     if isinstance(exc, OverflowError):
         return InvalidArgumentError(f"{subject}: a number does not fit SQLite's 64 bits: {exc}")
+    if isinstance(exc, OSError) and exc.errno in BAD_PATH_ERRNOS:
+        return InvalidArgumentError(f"SQLite database path {path} is not usable: {exc}")
     if isinstance(exc, PermissionError):
         return AccessDeniedError(f"SQLite database {path}: {exc}")
     if isinstance(exc, OSError):

@@ -17,6 +17,13 @@ under the write lock, so another process's append, delete or damage is never mis
 append (a new session, a replay, a conflict, a row that does not match) reads the session
 row and judges it first.
 
+Leases: ``log_leases`` holds the live writer's lease of a session, (``owner``,
+``expires_at``); it is taken, renewed and checked in ``BEGIN IMMEDIATE`` transactions
+and deleted when the writer closes. One that has expired is free.
+
+Metadata (:meth:`SqliteEvents.info`): the session row, the time of the event row just
+below ``next_seq`` and the lease row, in one statement.
+
 Retention: a session row stores its ``ttl_ms`` and ``expires_at``; every append to a
 session with a ``ttl_ms`` moves ``expires_at`` in its own transaction (without one,
 ``expires_at`` stays NULL). :meth:`SqliteEvents.prune` deletes an expired session's row
@@ -26,6 +33,7 @@ and all its event rows in one transaction.
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -34,9 +42,15 @@ import orjson
 from pydantic import ValidationError
 
 from ..contracts import EventBackend, StoredEvent
-from ..errors import CorruptLogError, SessionExistsError, SessionNotFoundError
+from ..errors import (
+    CorruptLogError,
+    SessionExistsError,
+    SessionNotFoundError,
+    UnsupportedVersionError,
+)
 from ..eventlog import check_stored_version, decode_events, plan_append
-from ..models import SessionEvent, SessionHeader
+from ..jsondata import short_repr
+from ..models import SessionEvent, SessionHeader, SessionInfo, describe_invalid
 from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
 
@@ -59,10 +73,22 @@ _ADVANCE = f"UPDATE log_sessions SET next_seq=?{_MATCHES} AND ttl_ms IS NULL AND
 _ADVANCE_TTL = f"UPDATE log_sessions SET next_seq=?, expires_at=?{_MATCHES} AND ttl_ms=?"
 _SELECT_SESSION = f"SELECT {_SESSION_COLUMNS}, ttl_ms FROM log_sessions WHERE namespace=? AND id=?"
 _CUT_TAIL = "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq >= ?"
+#: The columns of :meth:`SqliteEvents.info`: the session row, the last committed event's
+#: time and whether a live lease is held (parameter 1: now).
+_INFO = (
+    f"SELECT s.id, s.{_SESSION_COLUMNS.replace(', ', ', s.')}, s.expires_at,"
+    " (SELECT e.time FROM log_events e WHERE e.namespace=s.namespace AND e.session_id=s.id"
+    " AND e.seq=s.next_seq - 1),"
+    " EXISTS (SELECT 1 FROM log_leases l WHERE l.namespace=s.namespace AND l.session_id=s.id"
+    " AND l.expires_at > ?1)"
+    " FROM log_sessions s WHERE s.namespace=?2"
+)
 #: The most event rows one INSERT statement carries (5 parameters each).
 _CHUNK = 64
 #: How many validated session rows an instance remembers for :meth:`SqliteEvents._advance`.
 _KNOWN_SESSIONS = 1024
+
+logger = logging.getLogger("sessionstore")
 
 
 @functools.cache
@@ -222,7 +248,7 @@ class SqliteEvents(EventBackend):
         row = conn.execute(_SELECT_SESSION, (self._ns, session_id)).fetchone()
         if row is None:
             return None
-        check_stored_version(session_id, row[0])
+        check_stored_version(session_id, row[0], f"{self._db.path} (log_sessions)")
         header = _header(session_id, row[:5])
         next_seq = row[5]
         if type(next_seq) is not int or next_seq < 0:
@@ -256,13 +282,93 @@ class SqliteEvents(EventBackend):
         """Delete the torn tail: rows at or past the committed next seq."""
         conn.execute(_CUT_TAIL, (self._ns, session_id, next_seq))
 
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        with self._db.transaction(session_id, immediate=True) as conn:
+            now = wall_clock_ms()
+            row = conn.execute(
+                "SELECT owner, expires_at FROM log_leases WHERE namespace=? AND session_id=?",
+                (self._ns, session_id),
+            ).fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT INTO log_leases (namespace, session_id, owner, expires_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE"
+                " SET owner=excluded.owner, expires_at=excluded.expires_at",
+                (self._ns, session_id, owner, now + ttl_ms),
+            )
+            return True
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        with self._db.transaction(session_id, immediate=True) as conn:
+            conn.execute(
+                "DELETE FROM log_leases WHERE namespace=? AND session_id=? AND owner=?",
+                (self._ns, session_id, owner),
+            )
+
+    def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        with self._db.guard(session_id) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM log_leases WHERE namespace=? AND session_id=?"
+                " AND owner IS NOT ? AND expires_at > ?",
+                (self._ns, session_id, owner, wall_clock_ms()),
+            ).fetchone()
+        return row is not None
+
+    def info(self, session_id: str) -> SessionInfo:
+        with self._db.guard(session_id) as conn:
+            row = conn.execute(
+                _INFO + " AND s.id=?3", (wall_clock_ms(), self._ns, session_id)
+            ).fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        return self._info(session_id, row)
+
+    def _info(self, session_id: str, row: Sequence[Any]) -> SessionInfo:
+        check_stored_version(session_id, row[1], f"{self._db.path} (log_sessions)")
+        header = _header(session_id, row[1:6])
+        next_seq, expires_at, last_time = row[6], row[7], row[8]
+        if type(next_seq) is not int or next_seq < 0:
+            raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
+        if next_seq > 0 and type(last_time) is not int:
+            raise CorruptLogError(
+                session_id, "the last committed event is missing", seq=next_seq - 1
+            )
+        return SessionInfo(header, next_seq, last_time, expires_at, bool(row[9]))
+
+    def list_info(self) -> list[SessionInfo]:
+        """:meth:`info` of every session row; a damaged one is skipped as :meth:`list`
+        skips it."""
+        with self._db.guard("(list)") as conn:
+            rows = conn.execute(_INFO, (wall_clock_ms(), self._ns)).fetchall()
+        found = []
+        for row in rows:
+            try:
+                if not isinstance(row[0], str):
+                    raise CorruptLogError(short_repr(row[0]), "the stored session id is not text")
+                found.append(self._info(row[0], row))
+            except (CorruptLogError, UnsupportedVersionError) as exc:
+                logger.warning("sessionstore: list skips a session: %s", exc)
+        return found
+
     # Defined after the helpers: inside the class body, ``list`` then names this method.
     def list(self) -> list[SessionHeader]:
+        """The header of every session row; a row whose header is damaged or of another
+        format version is skipped, with a warning on the ``sessionstore`` logger."""
         with self._db.guard("(list)") as conn:
             rows = conn.execute(
                 f"SELECT id, {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=?", (self._ns,)
             ).fetchall()
-        return [_header(row[0], row[1:6]) for row in rows]
+        headers = []
+        for row in rows:
+            try:
+                if not isinstance(row[0], str):
+                    raise CorruptLogError(short_repr(row[0]), "the stored session id is not text")
+                check_stored_version(row[0], row[1])
+                headers.append(_header(row[0], row[1:6]))
+            except (CorruptLogError, UnsupportedVersionError) as exc:
+                logger.warning("sessionstore: list skips a session: %s", exc)
+        return headers
 
     def delete(self, session_id: str) -> None:
         self._known.pop(session_id, None)
@@ -334,9 +440,8 @@ def _header(session_id: str, row: Sequence[Any]) -> SessionHeader:
             strict=True,
         )
     except ValidationError as exc:
-        raise CorruptLogError(
-            session_id, f"stored header is malformed: {exc.errors(include_url=False)}"
-        ) from None
+        detail = f"stored header is malformed: {describe_invalid(exc)}"
+        raise CorruptLogError(session_id, detail) from None
 
 
 def _event(session_id: str, row: Sequence[Any]) -> StoredEvent:

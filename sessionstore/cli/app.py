@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import typer
 
+from . import doctor as doctor_module
 from . import sessions, values
+from .common import JSON_RULE, guarded
 from .demo import demo
-from .doctor import acl, doctor
+from .doctor import doctor
+
+HELP = (
+    "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
+    f"Every subcommand takes --json. {JSON_RULE} Errors are one line on stderr: exit 2 "
+    "when the command could not run, 1 when a check failed (verify, doctor, demo)."
+)
 
 app = typer.Typer(
     name="sessionstore",
-    help="Shared, durable, look-ahead-safe session store: demo and operator tools.",
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
 
 
-@app.callback()
+@app.callback(help=HELP)
 def root() -> None:
-    """Shared, durable, look-ahead-safe session store: demo and operator tools."""
+    pass
 
 
 app.command()(demo)
-app.command()(doctor)
-app.command()(acl)
+app.command("doctor")(guarded(doctor))
+app.command("acl")(guarded(doctor_module.acl))
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

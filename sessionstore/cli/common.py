@@ -1,16 +1,43 @@
 """What every operator subcommand shares: ``--url``, ``--namespace``, ``--json``, a lazily
-opened store, and one clear line plus a non-zero exit code for every store error."""
+opened store, one clear line plus a non-zero exit code for every store error, and the
+JSON form of stored values.
+
+The ``--json`` rule, the same for every subcommand (:data:`JSON_RULE`): JSON lines, one
+object per line. A command that lists things (sessions, events, verdicts, values, the
+versions of a history) prints one object per row and nothing else (no rows: no lines);
+a command with one result (``doctor``, ``values get``, ``delete``, ``clear``, ``acl``,
+``demo``) prints exactly one object. Nothing but those lines goes to stdout; warnings
+and errors go to stderr.
+
+The JSON is exact and plain, with tagged forms for what JSON cannot hold (an object
+whose only key is one of these tags is always such a form):
+
+- ``{"$bytes": "<base64>"}``: bytes;
+- ``{"$map": [[key, value], ...]}``: a map with a key that is not a string (bytes, int,
+  float, bool, null), or whose only key is one of these tags;
+- ``{"$float": "nan" | "inf" | "-inf"}``: a float JSON has no number for;
+- ``{"$ext": [code, "<base64>"]}``, ``{"$timestamp": ns}``: msgpack extension values;
+  anything else is ``{"$repr": "..."}``.
+
+Characters that are not printable are written as ``\\uXXXX`` escapes, so the output is
+safe on a terminal and parses to the exact values.
+"""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
+import logging
+import math
 import sys
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
+import msgpack
 import typer
 from rich.console import Console
 
@@ -19,11 +46,13 @@ import sessionstore
 from ..connection import ENV_URL, mask_url, resolve_url
 from ..errors import (
     AccessDeniedError,
+    DurabilityError,
     InvalidArgumentError,
     SessionNotFoundError,
     SessionStoreError,
     StoreUnavailableError,
 )
+from .text import plain
 
 ENV_NAMESPACE = "SESSIONSTORE_NAMESPACE"
 #: Exit codes: 1 = the check failed (verify, doctor); 2 = the command could not run.
@@ -38,34 +67,104 @@ Url = Annotated[
 Namespace = Annotated[
     str, typer.Option("--namespace", "-n", envvar=ENV_NAMESPACE, help="Namespace to work in.")
 ]
-Json = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]
+#: How every subcommand's ``--json`` output is shaped (see the module docstring).
+JSON_RULE = (
+    "--json prints JSON lines, one object per line: one per row for a listing, exactly "
+    "one for a single result."
+)
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="JSON lines: one object per row, or one object for a single result."
+    ),
+]
+#: What every DurabilityError the CLI prints ends with (the demo's too).
+DURABILITY_HINT = (
+    "make the server durable (appendonly yes, appendfsync always; `sessionstore doctor` "
+    "checks it), or, for a throwaway store, add ?durability=none to the URL (the latest "
+    "events may then be lost in a crash)"
+)
 
-console = Console(highlight=False, soft_wrap=True)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, emoji=False)
+errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextmanager
 def open_store(url: str | None, namespace: str) -> Iterator[sessionstore.Store]:
-    """Open the store (no I/O yet); store errors inside the block become one line."""
+    """Open the store (no I/O yet); store errors inside the block become one line, and
+    what the library reports on the way (a session it skipped, say) one line each."""
     resolved = resolve_url(url)
     try:
-        with sessionstore.connect(resolved, namespace) as store:
+        with library_notices(), sessionstore.connect(resolved, namespace) as store:
             yield store
     except SessionStoreError as exc:
         fail(exc, resolved)
 
 
-def fail(exc: SessionStoreError, url: str, hint: str | None = None) -> None:
+class _Notices(logging.Handler):
+    """Prints each record of the ``sessionstore`` loggers as one escaped stderr line and
+    keeps its message in every list of the open :func:`library_notices` blocks."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.sinks: list[list[str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        note(record.getMessage(), *self.sinks)
+
+
+def note(message: str, *into: list[str]) -> None:
+    """One escaped ``warning:`` line on stderr; the message is appended to each of ``into``."""
+    for sink in into:
+        sink.append(message)
+    errors.print(plain("warning: ", message))
+
+
+@contextmanager
+def library_notices() -> Iterator[list[str]]:
+    """Inside the block, what the library warns of (``logging`` records of the
+    ``sessionstore`` loggers, Python warnings) is printed as one escaped ``warning:``
+    line each on stderr; yields the list of those messages. Blocks nest: each message is
+    printed once and lands in the list of every open block."""
+    logger = logging.getLogger("sessionstore")
+    handler = next((h for h in logger.handlers if isinstance(h, _Notices)), None)
+    owner = handler is None
+    if handler is None:
+        handler = _Notices()
+        logger.addHandler(handler)
+    sink: list[str] = []
+    handler.sinks.append(sink)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield sink
+            finally:
+                for warning in caught:
+                    note(str(warning.message), *handler.sinks)
+    finally:
+        handler.sinks = [other for other in handler.sinks if other is not sink]
+        if owner:
+            logger.removeHandler(handler)
+
+
+def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
+    """One ``error:`` line on stderr (the URL masked, every quoted value escaped), then a
+    ``hint:`` line when there is one (always :data:`DURABILITY_HINT` for a
+    :class:`DurabilityError`); exit 2."""
+    if isinstance(exc, DurabilityError):
+        hint = DURABILITY_HINT
     kind = {
         StoreUnavailableError: "cannot reach the store",
         AccessDeniedError: "access denied",
         SessionNotFoundError: "not found",
         InvalidArgumentError: "invalid argument",
     }.get(type(exc), type(exc).__name__)
-    errors.print(f"error: {kind} ({mask_url(url)}): {exc}", soft_wrap=True)
+    where = f" ({mask_url(url)})" if url is not None else ""
+    errors.print(plain(f"error: {kind}{where}: ", exc))
     if hint:
-        errors.print(f"hint: {hint}", soft_wrap=True)
+        errors.print(plain("hint: ", hint))
     raise typer.Exit(EXIT_ERROR)
 
 
@@ -77,26 +176,95 @@ def guarded(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except SessionStoreError as exc:
-            fail(exc, resolve_url(kwargs.get("url")))
+            fail(exc, resolve_url(kwargs.get("url")) if "url" in kwargs else None)
 
     return run  # type: ignore[return-value]
 
 
-def emit_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, ensure_ascii=False, default=_jsonable) + "\n")
+def emit_json(payload: dict[str, Any]) -> None:
+    """One result: ``payload`` as one line of JSON (see the module docstring)."""
+    sys.stdout.write(json_text(payload) + "\n")
     sys.stdout.flush()
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bytes": value.hex()}
-    return repr(value)
+def emit_rows(rows: Iterable[dict[str, Any]]) -> None:
+    """A listing: one line of JSON per row (see the module docstring)."""
+    for row in rows:
+        emit_json(row)
+
+
+def json_text(payload: Any) -> str:
+    """``payload`` as JSON text with only printable characters (see the module docstring)."""
+    limit = sys.getrecursionlimit()
+    # A map nested 511 deep is three times as deep in its "$map" form.
+    sys.setrecursionlimit(max(limit, 4 * _MAX_DEPTH))
+    try:
+        text = json.dumps(jsonable(payload), ensure_ascii=False, allow_nan=False)
+    finally:
+        sys.setrecursionlimit(limit)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _json_escape(char) for char in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+#: Deeper than msgpack nests (511 levels).
+_MAX_DEPTH = 600
+_TAGS = frozenset({"$bytes", "$map", "$float", "$ext", "$timestamp", "$repr"})
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """``value`` (a msgpack or JSON value) as plain JSON data, exactly: bytes, maps with
+    keys that are not strings and non-finite floats become the tagged forms."""
+    if depth > _MAX_DEPTH:
+        return {"$repr": f"nesting deeper than {_MAX_DEPTH} levels"}
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    # Loops rather than comprehensions: one stack frame a level (msgpack nests 511 deep).
+    if isinstance(value, list | tuple):
+        items = []
+        for item in value:
+            items.append(jsonable(item, depth + 1))
+        return items
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value) and not (
+            len(value) == 1 and next(iter(value)) in _TAGS
+        ):
+            mapping = {}
+            for key, item in value.items():
+                mapping[key] = jsonable(item, depth + 1)
+            return mapping
+        pairs = []
+        for key, item in value.items():
+            pairs.append([jsonable(key, depth + 1), jsonable(item, depth + 1)])
+        return {"$map": pairs}
+    if isinstance(value, msgpack.Timestamp):
+        return {"$timestamp": value.to_unix_nano()}
+    if isinstance(value, msgpack.ExtType):
+        return {"$ext": [value.code, base64.b64encode(value.data).decode("ascii")]}
+    if hasattr(value, "_asdict"):
+        return jsonable(value._asdict(), depth + 1)
+    if hasattr(value, "model_dump"):
+        return jsonable(value.model_dump(), depth + 1)
+    return {"$repr": repr(value)}
 
 
 def iso(ms: int | None) -> str:
+    """Epoch ms as ISO 8601 in UTC (``2024-06-10T06:13:20.000Z``); ``-`` for None."""
     if ms is None:
         return "-"
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     except (OverflowError, OSError, ValueError):
         return str(ms)

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
 
 import sessionstore
 
-from ..connection import REDIS_SCHEMES, mask_url, resolve_url, scheme_of
-from ..errors import SessionStoreError
+from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
+from ..demo import check_durable
+from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
 from ..models import SessionEvent, SessionHeader
 from ..redis.acl import setuser_line
-from .common import EXIT_FAILED, Json, Namespace, Url, console, emit_json
+from ..redis.client import ErrorBoundary, SyncClient, Topology, is_cluster, parse_options
+from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
+from ..store import Store
+from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
+from .text import plain
 
-#: URL query parameters sessionstore reads itself (redis-py must not see them).
-OWN_PARAMS = {"durability", "cluster"}
+Fix = Annotated[
+    bool,
+    typer.Option(
+        "--fix",
+        help="Index the sessions and values written before the namespace index existed "
+        "(needs SCAN: run it as an admin, once).",
+    ),
+]
 
 
 @dataclass
@@ -29,115 +44,243 @@ class Check:
     detail: str
 
 
-def doctor(url: Url = None, namespace: Namespace = "default", json: Json = False) -> None:
-    """Check the server (version, cluster, persistence against the chosen durability), the
-    permissions of the current user and the scripts, by a real round trip in the
-    namespace. Exit 0 when nothing blocks use, 1 when something does."""
+def doctor(
+    url: Url = None, namespace: Namespace = "default", json: Json = False, fix: Fix = False
+) -> None:
+    """Check the server (version, cluster, persistence against the chosen durability, on
+    every primary of a cluster), the namespace index, the permissions of the current user
+    and the scripts, by a real round trip in the namespace (on a file store, every file
+    and folder it makes is removed again). The URL is read and the durability checked by
+    the library itself, as a store would. Exit 0 when nothing blocks use, 1 when
+    something does. With --fix, first index what was stored before the index existed.
+    --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
+    "detail"}]}."""
     resolved = resolve_url(url)
-    checks = []
-    if scheme_of(resolved) in REDIS_SCHEMES:
-        checks += redis_checks(resolved)
-    checks += [round_trip(resolved, namespace)]
+    checks = run_checks(resolved, namespace, fix)
+    failed = any(check.status == "FAIL" for check in checks)
     if json:
-        emit_json({"url": mask_url(resolved), "checks": [c.__dict__ for c in checks]})
-    else:
-        console.print(
-            f"sessionstore doctor: {mask_url(resolved)} (namespace {namespace!r})", markup=False
+        emit_json(
+            {
+                "url": mask_url(resolved),
+                "namespace": namespace,
+                "ok": not failed,
+                "checks": [c.__dict__ for c in checks],
+            }
         )
+    else:
+        console.print(plain(f"sessionstore doctor: {mask_url(resolved)} (namespace {namespace!r})"))
         colour = {"OK": "green", "WARN": "yellow", "FAIL": "red"}
         for check in checks:
-            console.print(
-                f"[{colour[check.status]}]{check.status:<4}[/] {check.name}: {check.detail}"
-            )
-    if any(check.status == "FAIL" for check in checks):
+            console.print(f"[{colour[check.status]}]{check.status:<4}[/] ", end="")
+            console.print(plain(f"{check.name}: {check.detail}"))
+    if failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def run_checks(url: str, namespace: str, fix: bool) -> list[Check]:
+    """Every check for ``url``; a URL the library refuses is one FAIL."""
+    try:
+        with sessionstore.connect(url, namespace):  # reads the URL as a store does; no I/O
+            pass
+    except SessionStoreError as exc:
+        return [Check("url", "FAIL", str(exc))]
+    checks = []
+    if scheme_of(url) in REDIS_SCHEMES:
+        checks += guarded_check("server", redis_checks, url, namespace)
+        checks += guarded_check("index", lambda: [index_check(url, namespace, fix)])
+    checks += guarded_check("read/write", lambda: [round_trip(url, namespace)])
+    return checks
+
+
+def guarded_check(name: str, check: Callable[..., list[Check]], *args: Any) -> list[Check]:
+    """``check(*args)``; an error it did not expect is one FAIL line (never a traceback)."""
+    try:
+        return check(*args)
+    except SessionStoreError as exc:
+        return [Check(name, "FAIL", f"{type(exc).__name__}: {exc}")]
+    except Exception as exc:  # noqa: BLE001 - any URL gets lines, not a traceback
+        return [Check(name, "FAIL", f"unexpected {type(exc).__name__}: {exc}")]
 
 
 def acl(
     user: Annotated[str, typer.Argument(help="Name of the Redis user to create.")],
     password: Annotated[str, typer.Option(help="Its password.")] = "<password>",
     namespace: Namespace = "default",
+    json: Json = False,
 ) -> None:
     """Print the redis-cli line that creates a user confined to the namespace's keys and
-    to the commands sessionstore needs."""
-    console.print(setuser_line(user, password, namespace), markup=False)
+    to the commands sessionstore needs. --json: one object {"user", "namespace",
+    "command"}."""
+    line = setuser_line(user, password, namespace)
+    if json:
+        emit_json({"user": user, "namespace": namespace, "command": line})
+    else:
+        console.print(plain(line), soft_wrap=True)
 
 
-def split_own_params(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in OWN_PARAMS}
-    rest = urlencode([(k, v) for k, v in query if k not in OWN_PARAMS])
-    return urlunsplit(parts._replace(query=rest)), own
-
-
-def redis_checks(url: str) -> list[Check]:
-    import redis
-
-    plain_url, own = split_own_params(url)
-    durability = own.get("durability", "fsync")
-    client = redis.Redis.from_url(plain_url, socket_timeout=5, socket_connect_timeout=5)
+def redis_checks(url: str, namespace: str) -> list[Check]:
+    """Server, mode and persistence, through the library's own client (the cluster's
+    primaries as it finds them) and its own durability check."""
+    options = parse_options(url, None, None)
+    boundary = ErrorBoundary(options.display_url, options.timeout)
+    handle = SyncClient(options, Topology(options.cluster), boundary)
     try:
         try:
-            info = client.info()
-        except redis.exceptions.NoPermissionError:
-            return [Check("server", "WARN", "INFO is not permitted: version and mode unknown")]
-        except redis.exceptions.RedisError as exc:
+            client = handle.get()
+        except SessionStoreError as exc:
             return [Check("server", "FAIL", f"cannot reach it: {exc}")]
-        checks = [
-            Check("server", "OK", f"Redis {info.get('redis_version')} ({info.get('role')})"),
-            Check("mode", "OK", "cluster" if info.get("cluster_enabled") else "standalone"),
-            persistence(client, durability, info),
-        ]
+        servers = primaries(client, options.display_url)
+        with sessionstore.connect(url, namespace) as store:
+            return [
+                server_check(client, servers),
+                persistence(client, servers, options.durability, store),
+            ]
     finally:
-        client.close()
-    return checks
+        handle.close()
 
 
-def persistence(client: Any, durability: str, info: dict[str, Any]) -> Check:
+def primaries(client: Any, display_url: str) -> list[tuple[str, Any]]:
+    """(name, target) of every server whose persistence counts: each primary of a cluster
+    (target: its node), or the one server (target: None)."""
+    if is_cluster(client):
+        return [(node.name, node) for node in client.get_primaries()]
+    return [(display_url, None)]
+
+
+def ask(client: Any, node: Any, *args: Any) -> Any:
+    """A redis-py call to one server (a cluster node, or the one server)."""
+    method = getattr(client, args[0])
+    return method(*args[1:], **({} if node is None else {"target_nodes": node}))
+
+
+def server_check(client: Any, servers: list[tuple[str, Any]]) -> Check:
     import redis
 
-    if durability == "none":
+    versions = []
+    for name, node in servers:
+        try:
+            info = ask(client, node, "info", "server")
+        except redis.exceptions.NoPermissionError:
+            return Check("server", "WARN", "INFO is not permitted: version unknown")
+        except redis.exceptions.RedisError as exc:
+            return Check("server", "FAIL", f"{name}: {exc}")
+        versions.append(f"{name} Redis {info.get('redis_version')}")
+    mode = f"cluster of {len(servers)} primaries" if node_targets(servers) else "standalone"
+    return Check("server", "OK", f"{mode}: {', '.join(versions)}")
+
+
+def node_targets(servers: list[tuple[str, Any]]) -> bool:
+    return any(node is not None for _, node in servers)
+
+
+def persistence(
+    client: Any, servers: list[tuple[str, Any]], durability: Durability, store: Store
+) -> Check:
+    """What the chosen durability needs of every primary, judged by the check the
+    store's first event-log write makes (:func:`sessionstore.demo.check_durable`, which
+    writes nothing)."""
+    where = f"on {len(servers)} primaries" if node_targets(servers) else "on the server"
+    if durability.mode == NONE:
         return Check("persistence", "OK", "durability=none: nothing is required of the server")
-    if durability.startswith("replicas:"):
-        wanted = int(durability.split(":", 1)[1] or 0)
-        have = int(info.get("connected_slaves", 0))
-        if have < wanted:
+    if durability.mode == REPLICAS:
+        return replicas_check(client, servers, durability)
+    try:
+        check_durable(store)
+    except DurabilityError as exc:
+        return Check("persistence", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
+    if durability.mode == FSYNC:
+        return Check("persistence", "OK", f"appendonly yes, appendfsync always {where}")
+    return aof_fsync_check(client, servers, where)
+
+
+def replicas_check(client: Any, servers: list[tuple[str, Any]], durability: Durability) -> Check:
+    short = []
+    for name, node in servers:
+        have = int(ask(client, node, "info", "replication").get("connected_slaves", 0))
+        if have < durability.replicas:
+            short.append(f"{name} has {have}")
+    if short:
+        return Check(
+            "persistence",
+            "FAIL",
+            f"durability={durability} but {'; '.join(short)} connected replica(s): appends "
+            "will raise DurabilityError",
+        )
+    return Check("persistence", "OK", f"each primary has the replicas durability={durability} asks")
+
+
+def aof_fsync_check(client: Any, servers: list[tuple[str, Any]], where: str) -> Check:
+    """``durability=aof`` trusts the fsync policy: confirm it where this user may read it."""
+    import redis
+
+    lax = []
+    for name, node in servers:
+        try:
+            policy = ask(client, node, "config_get", "appendfsync").get("appendfsync")
+        except redis.exceptions.ResponseError:
             return Check(
                 "persistence",
-                "FAIL",
-                f"durability={durability} but only {have} "
-                "replica(s) are connected: appends will raise DurabilityError",
+                "WARN",
+                f"AOF is on {where} (durability=aof); this user may not read appendfsync: "
+                "have an admin run `sessionstore doctor` once to confirm `appendfsync always`",
             )
-        return Check("persistence", "OK", f"{have} replica(s) connected for {durability}")
-    try:
-        aof = client.config_get("appendonly").get("appendonly")
-        fsync = client.config_get("appendfsync").get("appendfsync")
-    except redis.exceptions.RedisError:
+        if str(policy) != "always":
+            lax.append(f"{name} has appendfsync {policy}")
+    if lax:
         return Check(
             "persistence",
             "WARN",
-            "CONFIG GET is not permitted: durability=fsync "
-            "cannot be verified (grant +config|get, or choose durability=none)",
+            f"AOF is on but {'; '.join(lax)}: an acknowledged append may be lost in a crash; "
+            "set `appendfsync always`",
         )
-    if aof == "yes" and fsync == "always":
-        return Check("persistence", "OK", "appendonly yes, appendfsync always (durability=fsync)")
     return Check(
-        "persistence",
-        "FAIL",
-        f"appendonly {aof}, appendfsync {fsync}: durability=fsync"
-        " appends will raise DurabilityError; set `appendonly yes` and `appendfsync "
-        "always`, or connect with ?durability=replicas:N or ?durability=none",
+        "persistence", "OK", f"AOF on, appendfsync always confirmed {where} (durability=aof)"
     )
+
+
+def index_check(url: str, namespace: str, fix: bool) -> Check:
+    """Data of the namespace missing from its index (stores written before it existed):
+    FAIL with the remedy; with ``fix``, index it. Both need SCAN (an admin)."""
+    from ..redis.index import audit, rebuild
+
+    try:
+        if fix:
+            added = rebuild(url, namespace)
+            return Check(
+                "index",
+                "OK",
+                f"indexed {added.sessions} session(s) and {added.values} value(s) that "
+                f"the index of namespace {namespace!r} lacked",
+            )
+        missing = audit(url, namespace)
+    except AccessDeniedError:
+        return Check(
+            "index",
+            "WARN",
+            "this user may not SCAN, so the namespace index cannot be audited: an admin "
+            "can (`sessionstore doctor`)",
+        )
+    except SessionStoreError as exc:
+        return Check("index", "FAIL", f"{type(exc).__name__}: {exc}")
+    if missing.total:
+        return Check(
+            "index",
+            "FAIL",
+            f"{missing.sessions} session(s) and {missing.values} value(s) of namespace "
+            f"{namespace!r} are stored but not indexed (written before the index existed), "
+            "so listings miss them: run `sessionstore doctor --fix` once as an admin",
+        )
+    return Check("index", "OK", f"every session and value of {namespace!r} is indexed")
 
 
 def round_trip(url: str, namespace: str) -> Check:
     """Write, read and delete a probe value and a probe log session in the namespace: this
-    exercises every permission and script the library needs."""
+    exercises every permission and script the library needs. On a file store every file
+    and folder the probe made is removed again."""
     probe = f"doctor-{uuid.uuid4().hex[:12]}"
     started = time.perf_counter()
     try:
-        with sessionstore.connect(url, namespace) as store:
+        with sessionstore.connect(url, namespace) as store, FileScratch(url, store, probe):
             session = store.session(probe, "doctor", "doctor", "doctor")
             session.set_data({"probe": True}, 0)
             session.update(lambda value: value, 0)
@@ -150,6 +293,8 @@ def round_trip(url: str, namespace: str) -> Check:
             store.events.append(probe, [SessionEvent(seq=0, type="doctor/probe", time=0)])
             store.events.load(probe)
             store.events.delete(probe)
+    except DurabilityError as exc:
+        return Check("read/write", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
     except SessionStoreError as exc:
         return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
     elapsed = (time.perf_counter() - started) * 1000
@@ -159,3 +304,41 @@ def round_trip(url: str, namespace: str) -> Check:
         f"values, history, update, scripts and the event log "
         f"work in namespace {namespace!r} ({elapsed:.0f} ms)",
     )
+
+
+class FileScratch:
+    """On a file store, what the round trip of ``probe`` leaves is removed on leaving the
+    block: the probe key's folder and log file (their names hold the probe's unique id),
+    then every folder on the way to them that did not exist before (the namespace's,
+    the store's own), each only while it is empty. Nothing on other stores."""
+
+    def __init__(self, url: str, store: Store, probe: str) -> None:
+        self.probe_paths: list[Path] = []
+        self.new_dirs: list[Path] = []
+        if scheme_of(url) not in ("", "file"):
+            return
+        from ..backends.files import FileValues
+        from ..core import value_key
+
+        key = value_key(store.namespace, probe, "doctor", "doctor", "doctor", "backtest")
+        key_dir = FileValues(file_root(url)).key_dir(key)
+        log = Path(store.events.locate(probe) or key_dir)
+        self.probe_paths = [key_dir, log]
+        for path in (key_dir, log.parent):
+            while not path.exists() and path != path.parent:
+                self.new_dirs.append(path)
+                path = path.parent
+
+    def __enter__(self) -> FileScratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for path in self.probe_paths:
+            if path.is_dir() and path in self.new_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.is_file() or path.is_symlink():
+                path.unlink(missing_ok=True)
+        for folder in sorted(set(self.new_dirs), key=lambda p: len(p.parts), reverse=True):
+            # Not empty (written meanwhile by someone else), or gone already: kept.
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)

@@ -1,16 +1,41 @@
-"""``sessionstore values ...``: get, list and clear session values."""
+"""``sessionstore values ...``: get, list and clear session values.
+
+Values are printed as JSON (the exact form of :mod:`.common`), never as a Python repr.
+``get`` tells apart a key with nothing stored, a value stored for a later time than
+``--when`` (withheld: look-ahead protection), and a history value read without
+``--history`` (read as the history it is, and said so).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from ..codec import decode_value
+from ..contracts import Stored
+from ..core import value_key
 from ..errors import InvalidArgumentError
-from ..when import MAX_ABS_EPOCH_MS
-from .common import Json, Namespace, Url, console, emit_json, guarded, open_store
+from ..keys import ValueKey
+from ..store import Store
+from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
+from .common import (
+    Json,
+    Namespace,
+    Url,
+    console,
+    emit_json,
+    emit_rows,
+    errors,
+    guarded,
+    iso,
+    json_text,
+    open_store,
+)
+from .text import plain, shorten
 
 app = typer.Typer(help="Session values.", no_args_is_help=True, pretty_exceptions_show_locals=False)
 
@@ -19,21 +44,77 @@ Strategy = Annotated[str, typer.Argument(help="Strategy name.")]
 Exchange = Annotated[str, typer.Argument(help="Exchange name.")]
 Frame = Annotated[str, typer.Argument(help="Frame, e.g. 1h.")]
 Mode = Annotated[str, typer.Option(help="backtest or live.")]
-History = Annotated[bool, typer.Option("--history", help="The key's as-of history.")]
+History = Annotated[
+    bool,
+    typer.Option(
+        "--history",
+        help="Every version of the key (when, value), oldest first, instead of the one "
+        "visible at --when.",
+    ),
+]
+#: Longest value ``get`` prints whole without --json.
+SHOWN_CHARS = 2000
 
 
-def parse_when(text: str) -> int | datetime:
-    """``latest`` (the newest value of any time), epoch ms, or an ISO-8601 datetime."""
+def parse_when(text: str) -> int:
+    """``latest`` (the newest value of any time), epoch ms, or an ISO-8601 datetime (naive
+    is UTC), as epoch ms."""
     if text == "latest":
         return MAX_ABS_EPOCH_MS
+    when: int | datetime
     if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"--when must be 'latest', epoch milliseconds or an ISO datetime, not {text!r}"
-        ) from None
+        when = int(text)
+    else:
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"--when must be 'latest', epoch milliseconds or an ISO datetime, not {text!r}"
+            ) from None
+    return to_epoch_ms(when)
+
+
+@dataclass
+class Records:
+    """What is stored under one key: the plain record and the history versions (oldest
+    first; a version whose value is None is a clear)."""
+
+    plain: Stored | None
+    versions: list[Stored]
+
+    @property
+    def history(self) -> bool:
+        """True when the key is read as a history (it has versions and no plain record)."""
+        return self.plain is None and bool(self.versions)
+
+    def records(self) -> list[Stored]:
+        return self.versions if self.history else [self.plain] if self.plain else []
+
+
+def read_records(store: Store, key: ValueKey) -> Records:
+    """The records of ``key``, as stored (no look-ahead filter), by reads only: nothing
+    is prepared or written."""
+    # The public Session API gives values, not the times they were stored for.
+    backend = store._backends.values
+    versions: list[Stored] = []
+    at = MAX_ABS_EPOCH_MS
+    while at >= -MAX_ABS_EPOCH_MS:
+        version = backend.read_as_of(key, at)
+        if version is None:
+            break
+        versions.append(version)
+        at = version.when - 1
+    return Records(backend.read(key), versions[::-1])
+
+
+def value_of(record: Stored) -> Any:
+    return None if record.payload is None else decode_value(record.payload)
+
+
+def visible(records: list[Stored], at: int) -> Stored | None:
+    """The record a read at ``at`` sees: the newest stored for a time at or before it."""
+    seen = [record for record in records if record.when <= at]
+    return seen[-1] if seen else None
 
 
 @app.command()
@@ -50,33 +131,100 @@ def get(
     namespace: Namespace = "default",
     json: Json = False,
 ) -> None:
-    """The value visible at --when (never one written for a later time)."""
+    """The value visible at --when (never one stored for a later time), printed as JSON.
+    A history value is read as of --when (and said so on stderr). A value stored for a
+    later time than --when is reported as withheld, with the time it is stored for.
+
+    --json: one object {"history", "state", "when", "value"}: state is "stored",
+    "withheld" (stored for "when", later than --when), "cleared" or "absent". With
+    --history, one object per version {"when", "value", "at_when"}, at_when being
+    "visible", "withheld" (later than --when) or "older". Values are exact JSON: bytes as
+    {"$bytes": base64}, a map with keys that are not strings as {"$map": [[key, value],
+    ...]}, NaN and infinities as {"$float": "nan"}."""
     at = parse_when(when)
     with open_store(url, namespace) as store:
-        session = store.session(symbol, strategy, exchange, frame, mode=mode, history=history)
-        value = session.get_data(at)
+        key = value_key(store.namespace, symbol, strategy, exchange, frame, mode)
+        found = read_records(store, key)
+    if history:
+        print_versions(found, at, json)
+        return
+    if found.history:
+        errors.print(
+            plain("note: a history value: read as of --when (--history lists its versions)")
+        )
+    records = found.records()
+    shown = visible(records, at)
+    result: dict[str, Any] = {"history": found.history, "state": "absent", "when": None}
+    if shown is not None:
+        state = "stored" if shown.payload is not None else "cleared"
+        result.update(state=state, when=shown.when, value=value_of(shown))
+    elif records:
+        result.update(state="withheld", when=records[0].when)
+    result.setdefault("value", None)
     if json:
-        emit_json(value)
+        emit_json(result)
     else:
-        console.print(_show(value), markup=False)
+        console.print(plain(describe(result)))
 
 
-def _show(value: Any) -> str:
-    return "(nothing stored)" if value is None else repr(value)
+def describe(result: dict[str, Any]) -> str:
+    """What ``get`` prints without --json: the value as JSON, or why there is none."""
+    state = result["state"]
+    if state == "absent":
+        return "(nothing stored)"
+    if state == "withheld":
+        return f"stored for {iso(result['when'])}, later than --when: withheld"
+    if state == "cleared":
+        return f"(cleared for {iso(result['when'])})"
+    text = json_text(result["value"])
+    if len(text) > SHOWN_CHARS:
+        return f"{shorten(text, SHOWN_CHARS)} (--json gives it whole)"
+    return text
+
+
+def print_versions(found: Records, at: int, json: bool) -> None:
+    """``get --history``: every version (a plain value's one record) as a table or JSON lines."""
+    records = found.records()
+    if found.plain is not None:
+        errors.print(plain("note: a plain value: its one record"))
+    current = visible(records, at)
+    rows = [
+        {
+            "when": record.when,
+            "value": value_of(record),
+            "at_when": "visible"
+            if record is current
+            else "withheld"
+            if record.when > at
+            else "older",
+        }
+        for record in records
+    ]
+    if json:
+        emit_rows(rows)
+        return
+    if not rows:
+        console.print("(nothing stored)", markup=False)
+        return
+    table = Table("when (logical time)", "value (JSON)", "at --when")
+    for row in rows:
+        shown = plain(shorten(json_text(row["value"]), 200))
+        table.add_row(iso(row["when"]), shown, row["at_when"])
+    console.print(table)
 
 
 @app.command("list")
 @guarded
 def list_values(url: Url = None, namespace: Namespace = "default", json: Json = False) -> None:
-    """Every stored value of the namespace."""
+    """Every stored value of the namespace. --json: one object per value."""
     with open_store(url, namespace) as store:
         refs = store.list_values()
     if json:
-        emit_json([ref._asdict() for ref in refs])
+        emit_rows(ref._asdict() for ref in refs)
         return
     table = Table("symbol", "strategy", "exchange", "frame", "mode", "kind")
     for ref in refs:
-        table.add_row(*ref[:5], "history" if ref.history else "value")
+        table.add_row(*(plain(part) for part in ref[:5]), "history" if ref.history else "value")
     console.print(table)
 
 

@@ -3,37 +3,63 @@
 ``setuser_args`` builds the ``ACL SETUSER`` arguments; ``setuser_line`` the same as one
 ``redis-cli`` line (docs/operations.md shows it, and a test runs both conformance
 suites through a user made from it).
+
+The user reads and writes only its namespace's keys (``~ss:<namespace>:*``) and cannot
+enumerate the keyspace (no ``SCAN``, ``KEYS``, ``RANDOMKEY``: listings read the
+namespace's index), read or change the configuration (no ``CONFIG``, ``ACL``), watch
+others (no ``MONITOR``, ``CLIENT``, pub/sub) or run arbitrary Lua (no ``EVAL``; a script
+loaded with ``SCRIPT LOAD`` runs under the same key pattern). ``INFO`` is granted only
+for its ``persistence`` section (``durability="aof"``) and ``cluster`` section (finding
+out whether the server is a cluster node). Redis checks only the first argument of such
+a rule: ``INFO persistence clients`` passes. INFO shows counters and settings, never a
+key name or a secret.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from ..errors import InvalidArgumentError
 from ..keys import namespace_pattern
 
-#: Commands sent by the library itself and by its Lua scripts. (redis-py's CLIENT SETINFO
-#: on connect, Redis 7.2+, may be refused: redis-py ignores that refusal.)
+#: Commands sent by the library itself, by redis-py on its behalf and by the Lua
+#: scripts. (redis-py's CLIENT SETINFO on connect, Redis 7.2+, may be refused: redis-py
+#: ignores that refusal.)
 COMMANDS = (
     # connection and checks
-    "ping", "info", "config|get", "wait",
+    "ping", "info|persistence", "info|cluster", "wait",
     # cluster topology (RedisCluster asks any node for it, and its command table)
-    "cluster|slots", "cluster|shards", "cluster|info", "readonly", "command",
-    # scripts: called by SHA, loaded on NOSCRIPT
-    "evalsha", "script|load",
-    # a plain write with a ttl: the write and PEXPIRE in one transaction
-    "multi", "exec",
-    # keys, hashes, sorted sets and streams (direct and inside the scripts)
-    "scan", "exists", "del", "pexpire",
+    "cluster|slots", "cluster|shards", "readonly", "command",
+    # scripts: called by SHA, loaded on NOSCRIPT; TIME stamps a value write's token
+    "evalsha", "script|load", "time",
+    # keys, hashes, sorted sets (values, the namespace index) and streams
+    "exists", "del", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hdel",
-    "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore",
+    "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
     "xadd", "xdel", "xlen", "xrange", "xread", "xsetid",
 )  # fmt: skip
 
 
+def check_acl_text(name: str, value: object) -> str:
+    """An ACL user name, password or namespace: a non-blank string with no white space
+    and nothing unprintable (a redis-cli line and the ACL file split on white space).
+    Raises :class:`InvalidArgumentError`, which never quotes a password."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError(f"{name} must be a non-empty string")
+    if any(char.isspace() or not char.isprintable() for char in value):
+        quoted = "" if name == "password" else f" {value.encode('unicode_escape')!r:.80}"
+        raise InvalidArgumentError(
+            f"{name}{quoted} must not hold white space or control characters"
+        )
+    return value
+
+
 def setuser_args(user: str, password: str, namespace: str) -> list[str]:
     """``ACL SETUSER`` arguments for a user confined to ``namespace``'s keys and to
-    :data:`COMMANDS` (no pub/sub channels)."""
+    :data:`COMMANDS` (no pub/sub channels); :func:`check_acl_text` checks each part."""
+    for name, value in (("user", user), ("password", password), ("namespace", namespace)):
+        check_acl_text(name, value)
     return [
         "ACL", "SETUSER", user, "reset", "on", f">{password}",
         f"~{namespace_pattern(namespace)}", "resetchannels", "-@all",

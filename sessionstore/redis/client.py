@@ -6,6 +6,13 @@ a short back-off on a connection error or timeout, after which the call raises
 :class:`StoreUnavailableError`. The pool reconnects by itself on a later call once the
 server is back, and is reset in a forked child.
 
+Connections come from a pool of at most ``?max_connections=N`` (default
+:data:`DEFAULT_MAX_CONNECTIONS`) per server: a call that finds every connection busy
+waits for one, up to ``timeout``, and only then raises :class:`StoreUnavailableError`
+(redis-py's plain pools refuse the call at once instead). On a Redis Cluster the sync
+client has such a pool per node; the async cluster client cannot wait for one, so
+:class:`AsyncClient` lets at most N calls of the store run at once.
+
 A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks the
 server at first use (``INFO cluster``) and then talks to the whole cluster with
 ``redis.cluster.RedisCluster`` (or its ``redis.asyncio`` twin), built from the same URL
@@ -15,10 +22,14 @@ and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-import re
+import os
 import threading
+import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
@@ -27,7 +38,7 @@ import redis.asyncio.cluster
 import redis.asyncio.retry
 import redis.cluster
 from redis.backoff import ExponentialBackoff
-from redis.connection import parse_url
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -35,6 +46,7 @@ from redis.exceptions import (
     ClusterError,
     MasterDownError,
     NoPermissionError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -47,23 +59,37 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from ..connection import mask_url
+from .. import forksafe
 from ..errors import (
     AccessDeniedError,
     InvalidArgumentError,
     SessionStoreError,
     StoreUnavailableError,
 )
+from ..urls import invalid_url, mask_url, reject_unknown_params
 from .durability import Durability, parse_durability
 
 DEFAULT_TIMEOUT = 5.0
+#: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
+DEFAULT_MAX_CONNECTIONS = 50
 #: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
-OWN_PARAMS = ("durability", "cluster")
+OWN_PARAMS = ("durability", "cluster", "max_connections")
+#: Query parameters handed to redis-py: those its ``parse_url`` converts (less the ones
+#: sessionstore sets itself: ``timeout`` is the store's, ``max_connections`` is ours),
+#: plus the connection options it takes as text (credentials, names, TLS files).
+REDIS_PY_PARAMS = tuple(
+    sorted(
+        (set(URL_QUERY_ARGUMENT_PARSERS) - {"timeout", "max_connections"})
+        | {"password", "username", "client_name", "lib_name", "lib_version"}
+        | {"encoding", "encoding_errors"}
+        | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path"}
+        | {"ssl_ca_data", "ssl_password", "ssl_ciphers"}
+    )
+)
 #: Values of ``?cluster=``: ask the server, or force a Redis Cluster client or a plain one.
 CLUSTER_MODES = ("auto", "yes", "no")
 RETRIES = 2
 _BACKOFF = {"cap": 0.5, "base": 0.05}
-_PASSWORD_PARAM = re.compile(r"(?i)((?:^|[?&])password=)[^&#]*")
 
 
 @dataclass(frozen=True)
@@ -78,11 +104,23 @@ class RedisOptions:
     durability: Durability
     #: One of :data:`CLUSTER_MODES`.
     cluster: str = "auto"
+    #: Connections per server (per node of a cluster); see the module doc.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 def display(url: str) -> str:
     """``url`` with every password masked: in the user-info part and in ``?password=``."""
-    return _PASSWORD_PARAM.sub(r"\1***", mask_url(url))
+    return mask_url(url)
+
+
+def _max_connections(raw: str | None, shown: str) -> int:
+    if raw is None:
+        return DEFAULT_MAX_CONNECTIONS
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise InvalidArgumentError(
+            f"?max_connections= must be a whole number >= 1, not {raw!r:.40} in {shown!r}"
+        )
+    return int(raw)
 
 
 def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
@@ -103,6 +141,7 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
     ):
         raise InvalidArgumentError(f"timeout must be a positive number of seconds, not {timeout!r}")
     clean, own = split_own_params(url)
+    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS), shown)
     from_url = own.get("durability")
     if durability is not None and from_url is not None and durability != from_url:
         raise InvalidArgumentError(
@@ -114,7 +153,14 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
         raise InvalidArgumentError(
             f"?cluster= must be one of {', '.join(CLUSTER_MODES)}, not {cluster!r:.40} in {shown!r}"
         )
-    options = RedisOptions(clean, shown, float(timeout), parse_durability(chosen), cluster)
+    options = RedisOptions(
+        clean,
+        shown,
+        float(timeout),
+        parse_durability(chosen),
+        cluster,
+        _max_connections(own.get("max_connections"), shown),
+    )
     if cluster == "yes":
         check_cluster_url(options)
     return options
@@ -126,7 +172,7 @@ def check_cluster_url(options: RedisOptions) -> None:
     try:
         parsed = parse_url(options.url)
     except ValueError as exc:
-        raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
+        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
     if "path" in parsed:
         raise InvalidArgumentError(
             f"a Redis Cluster is reached by a redis:// or rediss:// URL (host and port), "
@@ -162,9 +208,29 @@ def split_own_params(url: str) -> tuple[str, dict[str, str]]:
     return head + ("?" + rest if rest else "") + hash_sep + fragment, own
 
 
+def query_names(url: str) -> list[str]:
+    """The names of ``url``'s query parameters, in order."""
+    _, sep, query = url.partition("?")
+    query = query.partition("#")[0]
+    return [item.partition("=")[0] for item in query.split("&") if item] if sep else []
+
+
 def retry_delay(failures: int) -> float:
     """Seconds to wait before repeating a call that failed ``failures`` times."""
     return float(ExponentialBackoff(**_BACKOFF).compute(failures))
+
+
+#: The shortest resend window (ms), whatever the timeout.
+MIN_RESEND_WINDOW_MS = 10_000
+
+
+def resend_window_ms(timeout: float) -> int:
+    """How long (ms) the server remembers a value write's token (see
+    :mod:`sessionstore.keys`): twice the longest time one call may keep sending the same
+    command (``RETRIES`` + 1 attempts, each a connect and a reply of up to ``timeout``
+    and the longest back-off), and at least :data:`MIN_RESEND_WINDOW_MS`."""
+    attempt = 2 * timeout + _BACKOFF["cap"]
+    return max(MIN_RESEND_WINDOW_MS, math.ceil(2 * (RETRIES + 1) * attempt * 1000))
 
 
 def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
@@ -175,28 +241,38 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
     }
 
 
+def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
+    """A blocking pool's size and how long a call waits in it for a connection."""
+    return {"max_connections": options.max_connections, "timeout": options.timeout}
+
+
 def sync_client(options: RedisOptions) -> redis.Redis:
-    """A plain redis-py client for ``options`` (see :func:`_raw_stream_replies`); no I/O."""
+    """A plain redis-py client for ``options`` on a blocking pool (see the module doc and
+    :func:`_raw_stream_replies`); no I/O."""
     retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
-        client = redis.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
+        pool = redis.BlockingConnectionPool.from_url(
+            options.url, retry=retry, **_client_kwargs(options), **_pool_kwargs(options)
+        )
     except ValueError as exc:
-        raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
-    return _raw_stream_replies(client)
+        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
+    return _raw_stream_replies(redis.Redis.from_pool(pool))
 
 
 def async_client(options: RedisOptions) -> redis.asyncio.Redis:
-    """A plain ``redis.asyncio`` client for ``options`` (see :func:`_raw_stream_replies`);
-    no I/O."""
+    """:func:`sync_client` for ``redis.asyncio``; no I/O."""
     retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
-        client = redis.asyncio.Redis.from_url(options.url, retry=retry, **_client_kwargs(options))
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            options.url, retry=retry, **_client_kwargs(options), **_pool_kwargs(options)
+        )
     except ValueError as exc:
-        raise InvalidArgumentError(f"invalid Redis URL {options.display_url!r}: {exc}") from exc
-    return _raw_stream_replies(client)
+        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
+    return _raw_stream_replies(redis.asyncio.Redis.from_pool(pool))
 
 
 _Client = TypeVar("_Client", redis.Redis, redis.asyncio.Redis)
+_T = TypeVar("_T")
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
@@ -210,6 +286,72 @@ def _raw_stream_replies(client: _Client) -> _Client:
     """
     client.set_response_callback("XRANGE", _raw_reply)
     return client
+
+
+_DRIVER_DIR = os.path.dirname(redis.__file__) + os.sep
+#: Attempts of one call that meets :func:`driver_defect` (see :class:`ClusterClient`).
+DEFECT_ATTEMPTS = 6
+
+
+def driver_defect(exc: BaseException) -> bool:
+    """``exc`` is the ``AttributeError`` redis-py's cluster client raises when a slot
+    being migrated answers ``ASK`` with a node it does not know yet (a primary just added
+    by ``redis-cli --cluster add-node``): it looks the node up, finds None and uses it.
+    The command was not applied (``ASK`` means the node that answered did not run it)."""
+    if not isinstance(exc, AttributeError) or getattr(exc, "obj", object()) is not None:
+        return False
+    trace = exc.__traceback__
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    return trace is not None and trace.tb_frame.f_code.co_filename.startswith(_DRIVER_DIR)
+
+
+class ClusterClient(redis.cluster.RedisCluster):
+    """``RedisCluster`` that survives :func:`driver_defect`: the slot map is refreshed and
+    the command sent again, with a back-off, until the node is known (the first slot
+    moved to it makes it part of the map); after :data:`DEFECT_ATTEMPTS` a
+    ``ClusterError`` (the boundary makes it :class:`StoreUnavailableError`)."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(DEFECT_ATTEMPTS):
+            try:
+                return super().execute_command(*args, **kwargs)
+            except AttributeError as exc:
+                if not driver_defect(exc):
+                    raise
+                if attempt == DEFECT_ATTEMPTS - 1:
+                    raise ClusterError(_defect_text(args)) from exc
+            time.sleep(retry_delay(attempt + 1))
+            # A failed refresh is left to the next attempt to report.
+            with contextlib.suppress(RedisError, RedisClusterException):
+                self.nodes_manager.initialize()
+        raise AssertionError("unreachable")
+
+
+class AsyncClusterClient(redis.asyncio.cluster.RedisCluster):
+    """:class:`ClusterClient` for ``redis.asyncio``."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(DEFECT_ATTEMPTS):
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as exc:
+                if not driver_defect(exc):
+                    raise
+                if attempt == DEFECT_ATTEMPTS - 1:
+                    raise ClusterError(_defect_text(args)) from exc
+            await asyncio.sleep(retry_delay(attempt + 1))
+            with contextlib.suppress(RedisError, RedisClusterException):
+                await self.nodes_manager.initialize()
+        raise AssertionError("unreachable")
+
+
+def _defect_text(args: tuple[Any, ...]) -> str:
+    name = args[0].decode() if args and isinstance(args[0], bytes) else str(args[:1])
+    return (
+        f"{name} was redirected (ASK) to a node the cluster client did not know yet, "
+        f"{DEFECT_ATTEMPTS} times: a slot is migrating to a new primary"
+    )
 
 
 def is_cluster(client: Any) -> bool:
@@ -282,6 +424,7 @@ class SyncClient:
         self._plain = sync_client(options)
         self._client: Any = None
         self._lock = threading.Lock()
+        forksafe.renew_locks(self, "_lock")
         self._first_use = FirstUse()
 
     def get(self) -> Any:
@@ -303,8 +446,12 @@ class SyncClient:
         check_cluster_url(self._options)
         retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
         with self._guard("CLUSTER SLOTS"):
-            cluster = redis.cluster.RedisCluster.from_url(
-                self._options.url, retry=retry, **_client_kwargs(self._options)
+            cluster = ClusterClient.from_url(
+                self._options.url,
+                retry=retry,
+                connection_pool_class=redis.BlockingConnectionPool,
+                **_client_kwargs(self._options),
+                **_pool_kwargs(self._options),
             )
         self._plain.close()
         return cluster
@@ -345,6 +492,13 @@ class AsyncClient:
         self._client: Any = None
         self._lock: asyncio.Lock | None = None
         self._first_use = FirstUse()
+        self._slots: asyncio.Semaphore | None = None
+
+    def use(self) -> _Use:
+        """``async with client.use() as redis_client:`` around one call of a backend: the
+        client (as :meth:`get`), and on a cluster a place among the
+        ``max_connections`` calls that may run at once (see the module doc)."""
+        return _Use(self)
 
     async def get(self) -> Any:
         """The client to use (see :class:`SyncClient`)."""
@@ -370,13 +524,34 @@ class AsyncClient:
             return self._plain
         check_cluster_url(self._options)
         retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
-        cluster = redis.asyncio.cluster.RedisCluster.from_url(
-            self._options.url, retry=retry, **_client_kwargs(self._options)
+        cluster = AsyncClusterClient.from_url(
+            self._options.url,
+            retry=retry,
+            max_connections=self._options.max_connections,
+            **_client_kwargs(self._options),
         )
         with self._guard("CLUSTER SLOTS"):
             await cluster.initialize()
         await self._plain.aclose()
+        self._slots = asyncio.Semaphore(self._options.max_connections)
         return cluster
+
+    async def _wait_for_slot(self) -> asyncio.Semaphore | None:
+        """On a cluster, a place among the calls that may run at once (see the module
+        doc): the semaphore to release after the call; None on a single server."""
+        slots = self._slots
+        if slots is None:
+            return None
+        try:
+            await asyncio.wait_for(slots.acquire(), self._options.timeout)
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"no connection to the Redis Cluster at {self._options.display_url} "
+                f"became free within {self._options.timeout:g} s: "
+                f"{self._options.max_connections} calls of this store were running "
+                "(raise ?max_connections= or the timeout)"
+            ) from None
+        return slots
 
     async def _detect(self) -> bool:
         with self._guard("INFO cluster"):
@@ -400,6 +575,65 @@ class AsyncClient:
         if self._client is not None and self._client is not self._plain:
             await self._client.aclose()
         await self._plain.aclose()
+
+
+class _Use:
+    """What :meth:`AsyncClient.use` returns (a plain class: it sits on every call's path)."""
+
+    __slots__ = ("_client", "_held")
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+        self._held: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> Any:
+        found = await self._client.get()
+        self._held = await self._client._wait_for_slot()
+        return found
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._held is not None:
+            self._held.release()
+
+
+# One operation, two drivers ---------------------------------------------------------------
+
+#: An operation written once: it yields zero-argument calls (which return a reply, or an
+#: awaitable of it on a ``redis.asyncio`` client) and receives their replies; an error a
+#: call raises is thrown into it at that point.
+Steps = Generator[Callable[[], Any], Any, _T]
+
+
+def drive(steps: Steps[_T]) -> _T:
+    """Run ``steps`` on a redis-py client."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = step(), None
+        except Exception as exc:  # noqa: BLE001 - handed to the operation
+            reply, error = None, exc
+
+
+async def adrive(steps: Steps[_T]) -> _T:
+    """:func:`drive` on a ``redis.asyncio`` client (each call's reply is awaited)."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = await step(), None
+        except Exception as exc:  # noqa: BLE001 - handed to the operation
+            reply, error = None, exc
 
 
 # Keys on every primary -------------------------------------------------------------------
@@ -437,7 +671,24 @@ async def scan_keys_async(client: Any, pattern: str, count: int) -> list[Any]:
 
 _DENIED_MARKS = ("NOPERM", "WRONGPASS", "NOAUTH")
 _OOM_MARK = "OOM command not allowed"
-_UNAVAILABLE_MARKS = ("READONLY", "MASTERDOWN", "LOADING", "CLUSTERDOWN", "TRYAGAIN")
+#: Replies of a server that cannot take the command right now (a replica, a primary
+#: without its replicas or its disk, a server loading its data or busy in a script).
+_UNAVAILABLE_MARKS = (
+    "READONLY",
+    "MASTERDOWN",
+    "LOADING",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "BUSY",
+    "NOREPLICAS",
+    "MISCONF",
+)
+#: ``WAIT`` ended by a failover (``CLUSTER FAILOVER``, a primary turned replica): the
+#: write before it was applied on a primary that may no longer be one.
+_UNBLOCKED_MARK = "UNBLOCKED"
+#: Said of every error that can follow a send of a write whose reply never came (a
+#: resend meets a restarted server, a replica, a full memory...).
+_UNDECIDED = "the call may or may not have been applied"
 #: Errors of a cluster in motion (failover, resharding, a node down): a later call may pass.
 _CLUSTER_IN_MOTION = (ClusterError, TryAgainError, SlotNotCoveredError)
 
@@ -458,6 +709,10 @@ class _Guard:
     def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
         if isinstance(exc, RedisError | RedisClusterException):
             raise self.boundary.translate(exc, self.command, self.key) from exc
+        if exc is not None and driver_defect(exc):
+            raise self.boundary.translate(
+                ClusterError(f"{type(exc).__name__}: {exc}"), self.command, self.key
+            ) from exc
 
 
 class ErrorBoundary:
@@ -466,11 +721,19 @@ class ErrorBoundary:
     ``with boundary("HMGET", key): ...`` wraps one call (sync or awaited): connection
     errors and timeouts become :class:`StoreUnavailableError`, refused credentials or
     ACLs :class:`AccessDeniedError`, a server out of memory :class:`StoreUnavailableError`,
-    a cluster that cannot serve the slot right now (``CLUSTERDOWN``, ``TRYAGAIN``, a
-    slot not covered, redirections that do not settle, no reachable node)
-    :class:`StoreUnavailableError`, a plain server addressed as a cluster
-    (``?cluster=yes``) :class:`InvalidArgumentError`, anything else
+    a server that cannot take the command now (a replica, ``LOADING``, ``BUSY``,
+    ``NOREPLICAS``, ``MISCONF``) or a cluster that cannot serve the slot right now
+    (``CLUSTERDOWN``, ``TRYAGAIN``, a slot not covered, redirections that do not settle,
+    no reachable node) :class:`StoreUnavailableError`, a script cache lost again after
+    the script was loaded (``NOSCRIPT`` reaching the boundary) and a ``WAIT`` unblocked by
+    a failover (``UNBLOCKED``) :class:`StoreUnavailableError`, a plain server addressed as
+    a cluster (``?cluster=yes``) :class:`InvalidArgumentError`, anything else
     :class:`SessionStoreError`; the redis-py error is chained.
+
+    Each :class:`StoreUnavailableError` may follow a send of the same call whose reply was
+    lost (redis-py resends on a dropped connection or a timeout): its message says that the
+    call may or may not have been applied. A value write is never applied twice (see
+    :mod:`sessionstore.keys`), so calling it again is safe.
     """
 
     def __init__(self, display_url: str, timeout: float) -> None:
@@ -494,15 +757,28 @@ class ErrorBoundary:
         if isinstance(exc, OutOfMemoryError) or _OOM_MARK in text:
             return StoreUnavailableError(
                 f"{where} is out of memory (used memory > maxmemory, no eviction) and "
-                f"refused {what}; nothing was written: free memory or raise maxmemory. ({text})"
+                f"refused {what}, writing nothing; {_UNDECIDED} by an earlier send whose "
+                f"reply was lost. Free memory or raise maxmemory. ({text})"
             )
         if isinstance(exc, RedisConnectionError | RedisTimeoutError):
             return StoreUnavailableError(
                 f"{where} is unavailable: {what} failed after {RETRIES} retries "
-                f"(timeout {self.timeout:g} s): {text}"
+                f"(timeout {self.timeout:g} s); {_UNDECIDED}: {text}"
+            )
+        if isinstance(exc, NoScriptError):
+            return StoreUnavailableError(
+                f"{where} lost its script cache again (a restart, a failover, SCRIPT FLUSH "
+                f"or a slot moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
+            )
+        if text.startswith(_UNBLOCKED_MARK):
+            return StoreUnavailableError(
+                f"{where} ended the wait of {what} (a failover): {_UNDECIDED} on the new "
+                f"primary: {text}"
             )
         if isinstance(exc, ReadOnlyError | MasterDownError) or text.startswith(_UNAVAILABLE_MARKS):
-            return StoreUnavailableError(f"{where} cannot serve {what} right now: {text}")
+            return StoreUnavailableError(
+                f"{where} cannot serve {what} right now; {_UNDECIDED}: {text}"
+            )
         if "Cluster mode is not enabled" in text or "cluster support disabled" in text:
             return InvalidArgumentError(
                 f"{where} is not a Redis Cluster node, but {what} was sent to it as one "
@@ -512,11 +788,12 @@ class ErrorBoundary:
             return StoreUnavailableError(
                 f"{where} redirected {what} to another node ({text}) and the redirections "
                 "did not settle: a Redis Cluster in motion, or a cluster node reached "
-                "with ?cluster=no"
+                f"with ?cluster=no; {_UNDECIDED}"
             )
         if isinstance(exc, _CLUSTER_IN_MOTION) or type(exc) is RedisClusterException:
             return StoreUnavailableError(
                 f"the Redis Cluster at {self.display_url} cannot serve {what} right now "
-                f"(a node down, a failover or resharding in progress): {text or type(exc).__name__}"
+                f"(a node down, a failover or resharding in progress); {_UNDECIDED}: "
+                f"{text or type(exc).__name__}"
             )
         return SessionStoreError(f"{where} failed {what}: {text}")

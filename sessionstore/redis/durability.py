@@ -6,7 +6,15 @@ durability         meaning
 ``fsync``          (default) the server writes every command to its AOF and fsyncs it
                    before replying: checked once, at the first event-log write (append,
                    torn-tail cut, delete), with ``CONFIG GET append*`` (``appendonly
-                   yes``, ``appendfsync always``); on a Redis Cluster on every primary
+                   yes``, ``appendfsync always``); on a Redis Cluster on every primary.
+                   A user that may not run ``CONFIG GET`` (or a server that renamed
+                   ``CONFIG``) gets :class:`DurabilityError` at that first write
+``aof``            the server runs with AOF on and its last AOF write succeeded: checked
+                   once, at the first event-log write, with ``INFO persistence``
+                   (``aof_enabled:1``, ``aof_last_write_status:ok``), on every primary
+                   of a cluster. The fsync policy (``appendfsync always``) is trusted:
+                   an operator confirms it once with ``sessionstore doctor`` as an admin.
+                   For users that may not run ``CONFIG``
 ``replicas:N``     each append is followed by ``WAIT N`` on the same connection (on a
                    cluster: to the primary serving the session's slot): N replicas
                    acknowledged it
@@ -20,7 +28,6 @@ cheap to recompute, logs are not.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +35,13 @@ from typing import Any
 from ..errors import DurabilityError, InvalidArgumentError
 
 FSYNC = "fsync"
+AOF = "aof"
 REPLICAS = "replicas"
 NONE = "none"
 #: The config parameters ``CONFIG GET`` is asked for (one pattern, valid since Redis 2).
 CONFIG_PATTERN = "append*"
+#: The ``INFO`` section ``durability="aof"`` reads.
+INFO_SECTION = "persistence"
 
 
 @dataclass(frozen=True)
@@ -46,17 +56,17 @@ class Durability:
 
 
 def parse_durability(value: str | None) -> Durability:
-    """``"fsync"`` (also for None), ``"none"`` or ``"replicas:N"`` with N >= 1."""
+    """``"fsync"`` (also for None), ``"aof"``, ``"none"`` or ``"replicas:N"`` with N >= 1."""
     if value is None or value == FSYNC:
         return Durability(FSYNC)
-    if value == NONE:
-        return Durability(NONE)
+    if value in (AOF, NONE):
+        return Durability(value)
     if isinstance(value, str) and value.startswith(f"{REPLICAS}:"):
         count = value[len(REPLICAS) + 1 :]
         if count.isdigit() and int(count) >= 1:
             return Durability(REPLICAS, int(count))
     raise InvalidArgumentError(
-        f"durability must be 'fsync', 'none' or 'replicas:N' (N >= 1), not {value!r:.60}"
+        f"durability must be 'fsync', 'aof', 'none' or 'replicas:N' (N >= 1), not {value!r:.60}"
     )
 
 
@@ -64,59 +74,112 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-class FsyncCheck:
-    """The once-per-client check that the server (every primary of a cluster) fsyncs every
-    write (``durability="fsync"``).
+_ALTERNATIVES = (
+    "or connect with durability='replicas:N' to rely on N replicas acknowledging each "
+    "append, or durability='none' to accept losing the latest events in a crash"
+)
 
-    ``pending`` stays True until a check passed or could not be made for lack of
-    permission; a failed check raises again on the next call, so fixing the server
-    configuration is enough.
+
+class ServerCheck:
+    """The once-per-client check, before the first event-log write, that the server
+    (every primary of a cluster) gives the durability asked for (``fsync``, ``aof``).
+
+    :attr:`question` says what to ask each server (``"CONFIG GET"`` or ``"INFO"``);
+    :meth:`judge` takes the replies. ``pending`` stays True until a check passed; a
+    failed or impossible check raises again on the next write, so fixing the server (or
+    the user's rights) is enough.
     """
 
     def __init__(self, durability: Durability, display_url: str) -> None:
-        self.pending = durability.mode == FSYNC
+        self.mode = durability.mode
+        self.pending = durability.mode in (FSYNC, AOF)
         self.display_url = display_url
 
-    def judge(self, configs: Mapping[str, Mapping[Any, Any] | None]) -> None:
-        """Judge the replies of ``CONFIG GET append*``, by server (its address, or the
-        display URL for a single server); None where CONFIG was not permitted.
+    @property
+    def question(self) -> str:
+        return "CONFIG GET" if self.mode == FSYNC else "INFO"
 
-        Raises :class:`DurabilityError` when a server does not run ``appendonly yes``
-        with ``appendfsync always``.
+    def judge(self, replies: Mapping[str, Mapping[Any, Any] | None]) -> None:
+        """Judge the replies (``CONFIG GET append*`` or ``INFO persistence``), by server
+        (its address, or the display URL for a single server); None where the command
+        was refused (not permitted, or renamed away).
+
+        Raises :class:`DurabilityError` naming the first server that fails.
         """
-        for server, config in configs.items():
-            if config is not None:
-                self._judge_one(server, config)
-        if any(config is None for config in configs.values()):
-            warnings.warn(
-                f"the Redis server at {self.display_url} does not let this user run "
-                "CONFIG GET, so sessionstore cannot verify that it fsyncs every write "
-                "(appendonly yes, appendfsync always); event logs are only as durable as "
-                "the server's configuration",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        for server, reply in replies.items():
+            if reply is None:
+                raise self._refused(server)
+            if self.mode == FSYNC:
+                _judge_config(server, reply)
+            else:
+                _judge_info(server, reply)
         self.pending = False
 
-    def _judge_one(self, server: str, config: Mapping[Any, Any]) -> None:
-        settings = {_text(name).lower(): _text(value).lower() for name, value in config.items()}
-        appendonly = settings.get("appendonly", "unknown")
-        appendfsync = settings.get("appendfsync", "unknown")
-        if appendonly != "yes" or appendfsync != "always":
-            raise DurabilityError(
-                f"the Redis server at {server} runs with appendonly {appendonly} "
-                f"and appendfsync {appendfsync}, so an acknowledged event could be lost in a "
-                "crash. Durable event logs need 'appendonly yes' and 'appendfsync always' "
-                "(in redis.conf, or CONFIG SET appendonly yes / CONFIG SET appendfsync "
-                "always); or connect with durability='replicas:N' to rely on N replicas "
-                "acknowledging each append, or durability='none' to accept losing the "
-                "latest events in a crash"
+    def _refused(self, server: str) -> DurabilityError:
+        if self.mode == FSYNC:
+            return DurabilityError(
+                f"durability='fsync' could not be checked: the Redis server at {server} "
+                "does not let this user run CONFIG GET (or CONFIG is renamed), so "
+                "sessionstore cannot verify 'appendonly yes' and 'appendfsync always'. "
+                "Have an admin confirm the server's settings once with `sessionstore "
+                "doctor` and connect with durability='aof' (checked through INFO "
+                f"persistence), {_ALTERNATIVES}"
             )
+        return DurabilityError(
+            f"durability='aof' could not be checked: the Redis server at {server} does not "
+            "let this user run INFO persistence; grant it '+info|persistence' (the line "
+            f"`sessionstore acl` prints does), {_ALTERNATIVES}"
+        )
+
+
+def _judge_config(server: str, config: Mapping[Any, Any]) -> None:
+    settings = {_text(name).lower(): _text(value).lower() for name, value in config.items()}
+    appendonly = settings.get("appendonly", "unknown")
+    appendfsync = settings.get("appendfsync", "unknown")
+    if appendonly != "yes" or appendfsync != "always":
+        raise DurabilityError(
+            f"the Redis server at {server} runs with appendonly {appendonly} "
+            f"and appendfsync {appendfsync}, so an acknowledged event could be lost in a "
+            "crash. Durable event logs need 'appendonly yes' and 'appendfsync always' "
+            "(in redis.conf, or CONFIG SET appendonly yes / CONFIG SET appendfsync "
+            f"always); {_ALTERNATIVES}"
+        )
+
+
+def _judge_info(server: str, info: Mapping[Any, Any]) -> None:
+    fields = {_text(name): _text(value).lower() for name, value in info.items()}
+    enabled = fields.get("aof_enabled", "unknown")
+    status = fields.get("aof_last_write_status", "unknown")
+    if enabled != "1":
+        raise DurabilityError(
+            f"the Redis server at {server} runs with AOF off (aof_enabled:{enabled}), so an "
+            "acknowledged event could be lost in a crash (durability='aof'). Durable event "
+            "logs need 'appendonly yes' and 'appendfsync always' (in redis.conf, or ask an "
+            f"admin); {_ALTERNATIVES}"
+        )
+    if status != "ok":
+        raise DurabilityError(
+            f"the Redis server at {server} failed its last AOF write "
+            f"(aof_last_write_status:{status}): it cannot make an append durable now "
+            f"(durability='aof'); fix the server's disk, {_ALTERNATIVES}"
+        )
 
 
 def wait_ms(timeout: float) -> int:
     """How long ``WAIT`` may block: well within the socket timeout of the same call."""
     return max(1, int(timeout * 1000 * 0.8))
+
+
+class Acks(int):
+    """A ``WAIT`` reply (how many replicas acknowledged) and the primary that gave it
+    (``host:port``), for :func:`check_acks` to name."""
+
+    node: str
+
+    def __new__(cls, count: int, node: str) -> Acks:
+        made = super().__new__(cls, count)
+        made.node = node
+        return made
 
 
 def check_acks(
@@ -127,11 +190,15 @@ def check_acks(
     display_url: str,
     waited_ms: int,
 ) -> None:
-    """Raise :class:`DurabilityError` when fewer replicas than asked acknowledged an append."""
+    """Raise :class:`DurabilityError` when fewer replicas than asked acknowledged an append.
+
+    It names the primary that ran the ``WAIT``: on a cluster the node serving the
+    session's slot (``acks`` is an :class:`Acks`), else ``display_url``."""
     if acks < durability.replicas:
+        primary = acks.node if isinstance(acks, Acks) else display_url
         raise DurabilityError(
             f"session {session_id!r}: the batch ending before seq {next_seq} is applied on "
-            f"the primary at {display_url} but only {acks} of {durability.replicas} "
+            f"the primary at {primary} but only {acks} of {durability.replicas} "
             f"replica(s) confirmed it within {waited_ms} ms (durability="
             f"'{durability}'); it may be lost if the primary fails now"
         )

@@ -8,56 +8,150 @@
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
   which rechecks ``next_seq`` so a concurrent append is never cut.
-* ``exists``: ``EXISTS meta``; ``list``: ``SCAN`` (on every primary of a cluster) then
-  pipelined ``HGETALL``; ``delete``: ``log_delete.lua``; ``prune``: nothing, the server
-  expires sessions itself.
+* leases: the hash ``...:lease`` (field ``owner``, with an expiry) is taken and renewed
+  by ``lease_acquire.lua``, given up by ``lease_release.lua``; ``HGET`` tells whether
+  another owner holds it (an expired lease is gone).
+* ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
+  session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
+  ``list_info``: the index listing as for ``list``, then the leases, pipelined.
+* ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
+  :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
+  whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
+  the others; ``delete``: ``log_delete.lua`` (the index entry goes lazily); ``prune``:
+  the server expires sessions itself, so it only clears index entries of sessions gone.
 
-With ``durability="fsync"`` the first write of each backend object (append, torn-tail
-cut, delete) verifies the server's AOF settings, on every primary of a cluster (see
-:mod:`.durability`); reads never do.
+An append that materialises a session (it carries the header) adds its index entry
+first, in the same round trip on a single server (see :mod:`.scripts`).
+
+With ``durability="fsync"`` or ``"aof"`` the first write of each backend object
+(append, torn-tail cut, delete) verifies the server's persistence, on every primary of
+a cluster (see :mod:`.durability`); reads never do.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
 from .. import keys
 from ..contracts import EventBackend, StoredEvent
-from ..errors import CorruptLogError, SessionNotFoundError
-from ..models import SessionEvent, SessionHeader
+from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..models import SessionEvent, SessionHeader, SessionInfo
 from . import scripts
-from .client import (
-    SCAN_COUNT,
-    AsyncClient,
-    ErrorBoundary,
-    SyncClient,
-    is_cluster,
-    scan_keys,
-    scan_keys_async,
+from .client import AsyncClient, ErrorBoundary, Steps, SyncClient, adrive, drive, is_cluster
+from .durability import (
+    CONFIG_PATTERN,
+    INFO_SECTION,
+    REPLICAS,
+    Durability,
+    ServerCheck,
+    check_acks,
+    wait_ms,
 )
-from .durability import CONFIG_PATTERN, REPLICAS, Durability, FsyncCheck, check_acks, wait_ms
+from .index import Listing, Queue, list_index, list_index_async, session_entry
 from .logformat import (
     READ_ATTEMPTS,
     LogRead,
     append_args,
     decode_append,
-    decode_listed,
+    decode_header,
+    decode_info,
     text,
 )
 
+log = logging.getLogger("sessionstore")
 
-def _config_refused(exc: ResponseError) -> bool:
-    """CONFIG is not allowed for this user, or renamed away (managed services)."""
+
+def _refused(exc: ResponseError) -> bool:
+    """The command is not allowed for this user, or renamed away (managed services)."""
     return isinstance(exc, NoPermissionError) or "unknown command" in str(exc).lower()
 
 
 def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
-    """(name, cluster node or None) of every server whose AOF settings count."""
+    """(name, cluster node or None) of every server whose persistence counts."""
     if is_cluster(client):
         return [(node.name, node) for node in client.get_primaries()]
     return [(display_url, None)]
+
+
+def _ask(client: Any, check: ServerCheck, node: Any) -> Any:
+    """The question of ``check`` for one server, as a redis-py call (sync or async)."""
+    target = {} if node is None else {"target_nodes": node}
+    if check.question == "CONFIG GET":
+        return client.config_get(CONFIG_PATTERN, **target)
+    return client.info(INFO_SECTION, **target)
+
+
+def _meta_key(namespace: str, member: str) -> str:
+    # A member that is no escaped id names a key that does not exist: it is left out.
+    return keys.log_keys(namespace, keys.session_of_member(member) or member)[0]
+
+
+def _meta_of(namespace: str) -> Queue:
+    def queue(pipe: Any, member: str) -> None:
+        pipe.hgetall(_meta_key(namespace, member))
+
+    return queue
+
+
+def _exists_of(namespace: str) -> Queue:
+    def queue(pipe: Any, member: str) -> None:
+        pipe.exists(_meta_key(namespace, member))
+
+    return queue
+
+
+def decode_listing(namespace: str, listing: Listing) -> list[SessionHeader]:
+    """The headers of a listing of the sessions index. A session whose meta hash is
+    damaged (not a hash, a malformed field) or of another format version is skipped and
+    logged: it never hides the others."""
+    headers: list[SessionHeader] = []
+    for member, meta in listing.found:
+        session_id = keys.session_of_member(member)
+        try:
+            if session_id is None:
+                raise CorruptLogError(member, "the index entry is not an escaped session id")
+            if isinstance(meta, Exception):
+                raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
+            headers.append(decode_header(session_id, meta, check_version=True))
+        except (CorruptLogError, UnsupportedVersionError) as exc:
+            log.warning("events.list() skipped session %r of namespace %r: %s",
+                        session_id or member, namespace, exc)  # fmt: skip
+    return headers
+
+
+def _busy(owner_reply: Any, owner: str | None) -> bool:
+    """Whether the ``HGET lease owner`` reply names an owner other than ``owner``."""
+    return owner_reply is not None and text(owner_reply) != owner
+
+
+def decode_infos(namespace: str, listing: Listing, leases: list[Any]) -> list[SessionInfo]:
+    """The :class:`SessionInfo` of each session of a listing, given the ``EXISTS`` of
+    each one's lease; a damaged session is skipped and logged, as by ``list``."""
+    found: list[SessionInfo] = []
+    for (member, meta), lease in zip(listing.found, leases, strict=True):
+        session_id = keys.session_of_member(member)
+        try:
+            if session_id is None:
+                raise CorruptLogError(member, "the index entry is not an escaped session id")
+            if isinstance(meta, Exception):
+                raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
+            where = keys.log_keys(namespace, session_id)[0]
+            found.append(decode_info(session_id, meta, bool(lease), where))
+        except (CorruptLogError, UnsupportedVersionError, SessionNotFoundError) as exc:
+            log.warning("events.list_info() skipped session %r of namespace %r: %s",
+                        session_id or member, namespace, exc)  # fmt: skip
+    return found
+
+
+def _lease_keys(namespace: str, listing: Listing) -> list[str]:
+    return [
+        keys.log_lease_key(namespace, keys.session_of_member(member) or member)
+        for member, _ in listing.found
+    ]
 
 
 class _LogBase:
@@ -74,11 +168,33 @@ class _LogBase:
         self._namespace = namespace
         self._guard = boundary
         self._durability = durability
-        self._fsync = FsyncCheck(durability, boundary.display_url)
+        self._check = ServerCheck(durability, boundary.display_url)
         self._wait_ms = wait_ms(boundary.timeout)
 
     def _keys(self, session_id: str) -> tuple[str, str]:
         return keys.log_keys(self._namespace, session_id)
+
+    def _check_steps(self, client: Any) -> Steps[None]:
+        """The durability check as steps (:func:`.client.drive`): ask every server, a
+        refusal counting as None, then judge."""
+        replies: dict[str, Any] = {}
+        for name, node in _servers(client, self._guard.display_url):
+            with self._guard(self._check.question, None if node is None else name):
+                try:
+                    replies[name] = yield functools.partial(_ask, client, self._check, node)
+                except ResponseError as exc:
+                    if not _refused(exc):
+                        raise
+                    replies[name] = None
+        self._check.judge(replies)
+
+    def _entry(self, session_id: str, header: SessionHeader | None) -> scripts.Command | None:
+        """The index entry an append adds first: only one that may materialise the
+        session (it carries the header) can create data."""
+        return None if header is None else session_entry(self._namespace, session_id)
+
+    def _lease(self, session_id: str) -> str:
+        return keys.log_lease_key(self._namespace, session_id)
 
     def _check_acks(self, session_id: str, acks: int, next_seq: int) -> None:
         check_acks(
@@ -105,20 +221,8 @@ class RedisEvents(_LogBase, EventBackend):
 
     def _ready(self) -> None:
         """Before the first write: the durability check (see the module doc)."""
-        if not self._fsync.pending:
-            return
-        client = self._client
-        configs: dict[str, Any] = {}
-        for name, node in _servers(client, self._guard.display_url):
-            target = {} if node is None else {"target_nodes": node}
-            with self._guard("CONFIG GET", None if node is None else name):
-                try:
-                    configs[name] = client.config_get(CONFIG_PATTERN, **target)
-                except ResponseError as exc:
-                    if not _config_refused(exc):
-                        raise
-                    configs[name] = None
-        self._fsync.judge(configs)
+        if self._check.pending:
+            drive(self._check_steps(self._client))
 
     def locate(self, session_id: str) -> str | None:
         return None
@@ -145,6 +249,7 @@ class RedisEvents(_LogBase, EventBackend):
         self._ready()
         names = self._keys(session_id)
         args = append_args(events, header, ttl_ms)
+        first = self._entry(session_id, header)
         with self._guard("log_append.lua", names[0]):
             if self._durability.mode == REPLICAS:
                 reply, acks = scripts.run_then_wait(
@@ -154,9 +259,10 @@ class RedisEvents(_LogBase, EventBackend):
                     args,
                     self._durability.replicas,
                     self._wait_ms,
+                    first,
                 )
             else:
-                reply, acks = scripts.run(self._client, "log_append", names, args), 0
+                reply, acks = scripts.run(self._client, "log_append", names, args, first), 0
         next_seq = decode_append(session_id, events, reply)
         if self._durability.mode == REPLICAS:
             self._check_acks(session_id, acks, next_seq)
@@ -207,19 +313,45 @@ class RedisEvents(_LogBase, EventBackend):
             with self._guard("log_cut_tail.lua", meta):
                 scripts.run(self._client, "log_cut_tail", [meta, stream], plan.cut_args())
 
-    def list(self) -> list[SessionHeader]:
-        pattern = keys.log_meta_pattern(self._namespace)
-        with self._guard("SCAN", pattern):
-            names = scan_keys(self._client, pattern, SCAN_COUNT)
-        headers: list[SessionHeader] = []
-        for start in range(0, len(names), SCAN_COUNT):
-            chunk = names[start : start + SCAN_COUNT]
-            with self._guard("HGETALL", pattern), self._client.pipeline(False) as pipe:
-                for name in chunk:
-                    pipe.hgetall(name)
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        lease = self._lease(session_id)
+        with self._guard("lease_acquire.lua", lease):
+            return bool(scripts.run(self._client, "lease_acquire", [lease], [owner, ttl_ms]))
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        lease = self._lease(session_id)
+        with self._guard("lease_release.lua", lease):
+            scripts.run(self._client, "lease_release", [lease], [owner])
+
+    def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        lease = self._lease(session_id)
+        with self._guard("HGET", lease):
+            return _busy(self._client.hget(lease, "owner"), owner)
+
+    def info(self, session_id: str) -> SessionInfo:
+        meta, _ = self._keys(session_id)
+        with self._guard("HGETALL+EXISTS", meta), self._client.pipeline(False) as pipe:
+            pipe.hgetall(meta)
+            pipe.exists(self._lease(session_id))
+            found, lease = pipe.execute()
+        return decode_info(session_id, found, bool(lease), meta)
+
+    def list_info(self) -> list[SessionInfo]:
+        index = keys.index_keys(self._namespace)[0]
+        listing = list_index(self._client, self._guard, index, _meta_of(self._namespace))
+        leases = _lease_keys(self._namespace, listing)
+        replies: list[Any] = []
+        if leases:
+            with self._guard("EXISTS", index), self._client.pipeline(False) as pipe:
+                for lease in leases:
+                    pipe.exists(lease)
                 replies = pipe.execute()
-            headers += decode_listed(chunk, replies)
-        return headers
+        return decode_infos(self._namespace, listing, replies)
+
+    def list(self) -> list[SessionHeader]:
+        index = keys.index_keys(self._namespace)[0]
+        listing = list_index(self._client, self._guard, index, _meta_of(self._namespace))
+        return decode_listing(self._namespace, listing)
 
     def delete(self, session_id: str) -> None:
         self._ready()
@@ -230,7 +362,10 @@ class RedisEvents(_LogBase, EventBackend):
             raise SessionNotFoundError(session_id)
 
     def prune(self, now_ms: int) -> int:
-        """Nothing to do: the server expires sessions by itself, both keys together."""
+        """The server expires sessions by itself, both keys together: only the index
+        entries of sessions gone are cleared (see :mod:`.index`); returns 0."""
+        index = keys.index_keys(self._namespace)[0]
+        list_index(self._client, self._guard, index, _exists_of(self._namespace))
         return 0
 
 
@@ -241,35 +376,24 @@ class AsyncRedisEvents(_LogBase):
 
     async def _ready(self, client: Any) -> None:
         """Before the first write: the durability check (see the module doc)."""
-        if not self._fsync.pending:
-            return
-        configs: dict[str, Any] = {}
-        for name, node in _servers(client, self._guard.display_url):
-            target = {} if node is None else {"target_nodes": node}
-            with self._guard("CONFIG GET", None if node is None else name):
-                try:
-                    configs[name] = await client.config_get(CONFIG_PATTERN, **target)
-                except ResponseError as exc:
-                    if not _config_refused(exc):
-                        raise
-                    configs[name] = None
-        self._fsync.judge(configs)
+        if self._check.pending:
+            await adrive(self._check_steps(client))
 
     async def locate(self, session_id: str) -> str | None:
         return None
 
     async def exists(self, session_id: str) -> bool:
         meta, _ = self._keys(session_id)
-        client = await self._handle.get()
-        with self._guard("EXISTS", meta):
-            return bool(await client.exists(meta))
+        async with self._handle.use() as client:
+            with self._guard("EXISTS", meta):
+                return bool(await client.exists(meta))
 
     async def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
         """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
         _, stream = self._keys(session_id)
-        client = await self._handle.get()
-        with self._guard("XREAD", stream):
-            await client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
+        async with self._handle.use() as client:
+            with self._guard("XREAD", stream):
+                await client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
 
     async def append(
         self,
@@ -281,20 +405,23 @@ class AsyncRedisEvents(_LogBase):
     ) -> int:
         names = self._keys(session_id)
         args = append_args(events, header, ttl_ms)
-        client = await self._handle.get()
-        await self._ready(client)
-        with self._guard("log_append.lua", names[0]):
-            if self._durability.mode == REPLICAS:
-                reply, acks = await scripts.run_then_wait_async(
-                    client,
-                    "log_append",
-                    names,
-                    args,
-                    self._durability.replicas,
-                    self._wait_ms,
-                )
-            else:
-                reply, acks = await scripts.run_async(client, "log_append", names, args), 0
+        first = self._entry(session_id, header)
+        async with self._handle.use() as client:
+            await self._ready(client)
+            with self._guard("log_append.lua", names[0]):
+                if self._durability.mode == REPLICAS:
+                    reply, acks = await scripts.run_then_wait_async(
+                        client,
+                        "log_append",
+                        names,
+                        args,
+                        self._durability.replicas,
+                        self._wait_ms,
+                        first,
+                    )
+                else:
+                    reply = await scripts.run_async(client, "log_append", names, args, first)
+                    acks = 0
         next_seq = decode_append(session_id, events, reply)
         if self._durability.mode == REPLICAS:
             self._check_acks(session_id, acks, next_seq)
@@ -309,20 +436,20 @@ class AsyncRedisEvents(_LogBase):
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         meta, stream = self._keys(session_id)
-        client = await self._handle.get()
-        for attempt in range(READ_ATTEMPTS):
-            plan = LogRead(session_id, from_seq, limit)
-            try:
-                await self._fetch(client, plan, meta, stream)
-            except CorruptLogError:
-                with self._guard("HGETALL", meta):
-                    again = await client.hgetall(meta)
-                if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
-                    raise
-                continue
-            if repair:
-                await self._cut_tail(client, plan, meta, stream)
-            return plan.result()
+        async with self._handle.use() as client:
+            for attempt in range(READ_ATTEMPTS):
+                plan = LogRead(session_id, from_seq, limit)
+                try:
+                    await self._fetch(client, plan, meta, stream)
+                except CorruptLogError:
+                    with self._guard("HGETALL", meta):
+                        again = await client.hgetall(meta)
+                    if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
+                        raise
+                    continue
+                if repair:
+                    await self._cut_tail(client, plan, meta, stream)
+                return plan.result()
         raise AssertionError("unreachable")
 
     async def _fetch(self, client: Any, plan: LogRead, meta: str, stream: str) -> None:
@@ -347,33 +474,71 @@ class AsyncRedisEvents(_LogBase):
             with self._guard("log_cut_tail.lua", meta):
                 await scripts.run_async(client, "log_cut_tail", [meta, stream], plan.cut_args())
 
-    async def list(self) -> list[SessionHeader]:
-        pattern = keys.log_meta_pattern(self._namespace)
-        client = await self._handle.get()
-        with self._guard("SCAN", pattern):
-            names = await scan_keys_async(client, pattern, SCAN_COUNT)
-        headers: list[SessionHeader] = []
-        for start in range(0, len(names), SCAN_COUNT):
-            chunk = names[start : start + SCAN_COUNT]
-            with self._guard("HGETALL", pattern):
+    renews_leases = True
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        lease = self._lease(session_id)
+        async with self._handle.use() as client:
+            with self._guard("lease_acquire.lua", lease):
+                reply = await scripts.run_async(client, "lease_acquire", [lease], [owner, ttl_ms])
+        return bool(reply)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        lease = self._lease(session_id)
+        async with self._handle.use() as client:
+            with self._guard("lease_release.lua", lease):
+                await scripts.run_async(client, "lease_release", [lease], [owner])
+
+    async def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        lease = self._lease(session_id)
+        async with self._handle.use() as client:
+            with self._guard("HGET", lease):
+                return _busy(await client.hget(lease, "owner"), owner)
+
+    async def info(self, session_id: str) -> SessionInfo:
+        meta, _ = self._keys(session_id)
+        async with self._handle.use() as client:
+            with self._guard("HGETALL+EXISTS", meta):
                 async with client.pipeline(transaction=False) as pipe:
-                    for name in chunk:
-                        pipe.hgetall(name)
-                    replies = await pipe.execute()
-            headers += decode_listed(chunk, replies)
-        return headers
+                    pipe.hgetall(meta)
+                    pipe.exists(self._lease(session_id))
+                    found, lease = await pipe.execute()
+        return decode_info(session_id, found, bool(lease), meta)
+
+    async def list_info(self) -> list[SessionInfo]:
+        index = keys.index_keys(self._namespace)[0]
+        async with self._handle.use() as client:
+            listing = await list_index_async(client, self._guard, index, _meta_of(self._namespace))
+            leases = _lease_keys(self._namespace, listing)
+            replies: list[Any] = []
+            if leases:
+                with self._guard("EXISTS", index):
+                    async with client.pipeline(transaction=False) as pipe:
+                        for lease in leases:
+                            pipe.exists(lease)
+                        replies = await pipe.execute()
+        return decode_infos(self._namespace, listing, replies)
+
+    async def list(self) -> list[SessionHeader]:
+        index = keys.index_keys(self._namespace)[0]
+        async with self._handle.use() as client:
+            listing = await list_index_async(client, self._guard, index, _meta_of(self._namespace))
+        return decode_listing(self._namespace, listing)
 
     async def delete(self, session_id: str) -> None:
         names = self._keys(session_id)
-        client = await self._handle.get()
-        await self._ready(client)
-        with self._guard("log_delete.lua", names[0]):
-            reply = await scripts.run_async(client, "log_delete", names, [])
+        async with self._handle.use() as client:
+            await self._ready(client)
+            with self._guard("log_delete.lua", names[0]):
+                reply = await scripts.run_async(client, "log_delete", names, [])
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
 
     async def prune(self, now_ms: int) -> int:
-        """Nothing to do: the server expires sessions by itself, both keys together."""
+        """:meth:`RedisEvents.prune`."""
+        index = keys.index_keys(self._namespace)[0]
+        async with self._handle.use() as client:
+            await list_index_async(client, self._guard, index, _exists_of(self._namespace))
         return 0
 
     async def close(self) -> None:

@@ -27,7 +27,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..eventlog import check_stored_version
-from ..models import FORMAT_VERSION, SessionEvent, SessionHeader, restored_event
+from ..models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo, restored_event
 
 #: Stream entries fetched per XRANGE call.
 CHUNK = 1000
@@ -78,7 +78,7 @@ def _stored_version(raw: str | None) -> object:
 
 
 def decode_header(
-    session_id: str, meta: Mapping[Any, Any], *, check_version: bool
+    session_id: str, meta: Mapping[Any, Any], *, check_version: bool, where: str | None = None
 ) -> SessionHeader:
     """The header stored in a meta hash (``HGETALL`` reply).
 
@@ -90,7 +90,7 @@ def decode_header(
     except UnicodeDecodeError:
         raise CorruptLogError(session_id, "the meta hash is not valid UTF-8") from None
     if check_version:
-        check_stored_version(session_id, _stored_version(fields.get("version")))
+        check_stored_version(session_id, _stored_version(fields.get("version")), where)
     values: dict[str, Any] = {}
     for name in HEADER_FIELDS:
         raw = fields.get(name)
@@ -118,6 +118,32 @@ def decode_next_seq(meta: Mapping[Any, Any]) -> int:
         return int(raw) if raw is not None else -1
     except ValueError:
         return -1
+
+
+def decode_info(session_id: str, meta: Mapping[Any, Any], busy: bool, where: str) -> SessionInfo:
+    """The :class:`SessionInfo` of a meta hash (``HGETALL`` reply; ``where`` is its key):
+    ``SessionNotFoundError`` when empty, :class:`CorruptLogError` when malformed."""
+    if not meta:
+        raise SessionNotFoundError(session_id)
+    header = decode_header(session_id, meta, check_version=True, where=where)
+    next_seq = decode_next_seq(meta)
+    if next_seq < 0:
+        raise CorruptLogError(session_id, "the meta hash has no valid next_seq")
+    last_time = _optional_int(session_id, meta, b"last_time") if next_seq else None
+    expires_at = _optional_int(session_id, meta, b"expires_at")
+    return SessionInfo(header, next_seq, last_time, expires_at, busy)
+
+
+def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int | None:
+    raw = meta.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise CorruptLogError(
+            session_id, f"the meta hash's {name.decode()} is {raw!r:.40}"
+        ) from None
 
 
 # Append ----------------------------------------------------------------------------------
@@ -396,13 +422,3 @@ def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
 
 
 # List ------------------------------------------------------------------------------------
-
-
-def decode_listed(names: Sequence[Any], metas: Sequence[Mapping[Any, Any]]) -> list[SessionHeader]:
-    """The headers found by ``list`` (``HGETALL`` of each meta key); a key deleted since
-    the SCAN is skipped, and the format version is reported, not checked."""
-    return [
-        decode_header(text(meta.get(b"id", name)), meta, check_version=False)
-        for name, meta in zip(names, metas, strict=True)
-        if meta
-    ]

@@ -4,31 +4,37 @@ Every method but ``scan`` is one round trip: build the command, call, decode. Th
 and decode functions are shared by :class:`RedisValues` (sync) and
 :class:`AsyncRedisValues`.
 
-* ``read``: ``HMGET key v w``; ``write``: ``HSET key v <payload> w <when>`` (one
-  command, never torn) or ``HDEL key v w`` for None, and with a ttl that command and
-  ``PEXPIRE key <ttl>`` in one ``MULTI``/``EXEC`` (still one round trip); ``swap``:
-  ``value_swap.lua``.
+* ``read``: ``HMGET key v w``; ``write`` and ``swap``: ``value_swap.lua`` (without and
+  with a comparison).
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
   ``history_set.lua``.
-* ``scan``: ``SCAN`` (on every primary of a cluster) for value hashes and history
-  zsets, then pipelined ``HGET key w`` to leave out value hashes without a value;
-  ``forget``: ``value_forget.lua``.
+* ``scan``: the namespace's values index (see :mod:`.index`): ``ZRANGE``, then
+  pipelined ``HGET key w`` (a value hash without a value is left out) or ``EXISTS`` of a
+  history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
+
+Every write that stores a value adds its index entry first, in the same round trip on a
+single server (see :mod:`.scripts`); a clear adds none.
 
 A ttl reaches the scripts as an argument and they set the expiry themselves (both keys of
 a history alike); without one, a write leaves the keys' expiry as it was, which is what
 ``HSET`` does. Redis removes an expired key by itself, so an expired value is simply
 absent.
 
-``swap`` and ``swap_version`` are idempotent per call: each call sends a fresh random
-token, which the script stores with its write; when redis-py sends the call again after
-a lost reply, the script finds its token and reports the swap as applied instead of a
-conflict, so ``update`` does not apply ``fn`` again. An uncompared write landing between
-the call and its resend forgets the tokens (see :mod:`sessionstore.keys`).
+Every write is applied at most once: each call sends a fresh random token (made once per
+call, so redis-py's resend of the same command after a lost reply or a timeout carries
+it too) and the resend window of the client's timeout
+(:func:`~.client.resend_window_ms`). The script remembers the token in the value's
+``ops`` zset for that long; a resend finds it and returns the first send's outcome
+without writing, however many other writes or deletes landed in between (see
+:mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and a resent
+``set_data`` or delete never undoes a newer write.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
+import time
 from typing import Any, Literal
 
 from .. import keys
@@ -36,12 +42,13 @@ from ..contracts import Refused, Stored, ValueBackend
 from ..errors import SessionStoreError
 from ..keys import ValueKey
 from . import scripts
-from .client import SCAN_COUNT, AsyncClient, ErrorBoundary, SyncClient, scan_keys, scan_keys_async
+from .client import AsyncClient, ErrorBoundary, SyncClient, resend_window_ms
+from .index import Listing, Queue, list_index, list_index_async, value_entry
+
+log = logging.getLogger("sessionstore")
 
 FIELD_VALUE = b"v"
 FIELD_WHEN = b"w"
-#: The swap tokens remembered with a plain value or a history (see :mod:`sessionstore.keys`).
-FIELD_TOKENS = b"t"
 #: How the history hash stores a recorded clear (msgpack never packs to zero bytes).
 CLEARED = b""
 
@@ -50,17 +57,69 @@ CLEARED = b""
 
 
 def new_token() -> str:
-    """A swap call's token: 16 random bytes as hex (no spaces, never empty)."""
+    """A write call's token: 16 random bytes as hex (no ``:``, never empty)."""
     return secrets.token_hex(16)
 
 
-def write_command(name: str, payload: bytes | None, when: int) -> tuple[Any, ...]:
-    """The one command that replaces a plain value (``HDEL v w`` for None). The swap
-    tokens stay: a swap resent after a lost reply must still find its token when a plain
-    write landed in between."""
-    if payload is None:
-        return ("HDEL", name, FIELD_VALUE, FIELD_WHEN)
-    return ("HSET", name, FIELD_VALUE, payload, FIELD_WHEN, str(when))
+def plain_keys(key: ValueKey) -> list[str]:
+    """KEYS of ``value_swap.lua``: the hash, the ops zset."""
+    return [keys.value_key(key), keys.ops_key(key)]
+
+
+def history_set_keys(key: ValueKey) -> list[str]:
+    """KEYS of ``history_set.lua``: the versions zset, the values hash, the ops zset."""
+    return [*keys.history_keys(key), keys.ops_key(key)]
+
+
+#: How long (s) a process trusts an index entry it added itself, and skips adding it again.
+#: Half of ``GRACE_MS``: a listing removes an entry only when its score (the time it was
+#: added) is older than ``GRACE_MS`` and its data is gone, so a write that skipped the entry
+#: lands (within this half plus the call's timeout) long before the entry can be removed;
+#: clocks of clients must agree within the other half, less that timeout.
+TRUST_S = keys.GRACE_MS / 1000 / 2
+#: Entries remembered per backend before the memory is cleared.
+RECENT_MAX = 65536
+
+
+class RecentEntries:
+    """The index entries this backend added lately: a hot value's writes send its
+    ``ZADD`` once per :data:`TRUST_S`, not on every write. An entry is remembered only
+    once the write that carried it succeeded."""
+
+    __slots__ = ("added",)
+
+    def __init__(self) -> None:
+        self.added: dict[str, float] = {}
+
+    def entry(self, key: ValueKey, payload: bytes | None, *, history: bool) -> _Entry:
+        """``with recent.entry(...) as first:`` -- ``first`` is the index entry the write
+        adds before its data, or None (a plain clear creates nothing; a trusted entry)."""
+        if payload is None and not history:
+            return _Entry(self, None)
+        command = value_entry(key, history)
+        seen = self.added.get(str(command[3]))
+        if seen is not None and time.monotonic() - seen < TRUST_S:
+            return _Entry(self, None)
+        return _Entry(self, command)
+
+
+class _Entry:
+    __slots__ = ("recent", "command", "started")
+
+    def __init__(self, recent: RecentEntries, command: scripts.Command | None) -> None:
+        self.recent = recent
+        self.command = command
+        self.started = time.monotonic()
+
+    def __enter__(self) -> scripts.Command | None:
+        return self.command
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if exc is None and self.command is not None:
+            added = self.recent.added
+            if len(added) >= RECENT_MAX:
+                added.clear()
+            added[str(self.command[3])] = self.started
 
 
 def parse_when(name: str, raw: Any) -> int:
@@ -83,17 +142,30 @@ def _ttl_arg(ttl_ms: int | None) -> str:
     return "0" if ttl_ms is None else str(ttl_ms)
 
 
+#: What :func:`swap_args` takes as ``expected`` for a write that compares nothing.
+ANY = object()
+
+
 def swap_args(
-    expected: Stored | None,
+    expected: Stored | None | object,
     payload: bytes | None,
     when: int,
     token: str,
+    window_ms: int,
     ttl_ms: int | None = None,
 ) -> list[Any]:
-    """ARGV of ``value_swap.lua``; ``token`` from :func:`new_token`, one per call."""
-    wanted = ["0", b"", ""] if expected is None else ["1", expected.payload, str(expected.when)]
+    """ARGV of ``value_swap.lua``: write ``payload`` if the record is ``expected``
+    (None: no record; :data:`ANY`: whatever it is); ``token`` from :func:`new_token`,
+    one per call."""
+    wanted: list[Any]
+    if expected is ANY:
+        wanted = ["-", b"", ""]
+    elif isinstance(expected, Stored):
+        wanted = ["1", expected.payload, str(expected.when)]
+    else:
+        wanted = ["0", b"", ""]
     new = ["0", b"", ""] if payload is None else ["1", payload, str(when)]
-    return [*wanted, *new, token, _ttl_arg(ttl_ms)]
+    return [*wanted, *new, token, str(window_ms), _ttl_arg(ttl_ms)]
 
 
 def decode_status(reply: Any) -> bool:
@@ -125,49 +197,64 @@ def history_set_args(
     max_versions: int | None,
     expected: Stored | None,
     compare: bool,
-    token: str = "",
+    token: str,
+    window_ms: int,
     ttl_ms: int | None = None,
 ) -> list[Any]:
-    """ARGV of ``history_set.lua``; ``token`` (from :func:`new_token`) when ``compare``."""
+    """ARGV of ``history_set.lua``; ``token`` from :func:`new_token`, one per call."""
     args: list[Any] = [str(when), CLEARED if payload is None else payload, str(max_versions or 0)]
     if not compare:
-        args += ["0", "0", "", b"", ""]
+        args += ["0", "0", "", b""]
     elif expected is None:
-        args += ["1", "0", "", b"", token]
+        args += ["1", "0", "", b""]
     else:
         old = CLEARED if expected.payload is None else expected.payload
-        args += ["1", "1", str(expected.when), old, token]
-    return [*args, _ttl_arg(ttl_ms)]
+        args += ["1", "1", str(expected.when), old]
+    return [*args, token, str(window_ms), _ttl_arg(ttl_ms)]
 
 
 def forget_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_forget.lua``: the plain hash, then the two history keys."""
-    return [keys.value_key(key), *keys.history_keys(key)]
+    """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the ops zset."""
+    return [keys.value_key(key), *keys.history_keys(key), keys.ops_key(key)]
 
 
-def decode_scan(
-    namespace: str, plain: list[Any], whens: list[Any], history: list[Any]
-) -> list[tuple[ValueKey, bool]]:
-    """``scan``'s result from the value hashes found (with the ``w`` each holds, None for
-    a hash left without a value) and the history zsets found; foreign names are skipped."""
+def forget_args(token: str, window_ms: int) -> list[Any]:
+    """ARGV of ``value_forget.lua``; ``token`` from :func:`new_token`, one per call."""
+    return [token, str(window_ms)]
+
+
+def scan_queue(namespace: str) -> Queue:
+    """How ``scan`` checks a values index entry: ``HGET key w`` of a plain value (None
+    for a hash left without a value), ``EXISTS`` of a history's versions zset or of a
+    name that is not a value's."""
+    prefix = keys.namespace_prefix(namespace)
+
+    def queue(pipe: Any, member: str) -> None:
+        parsed = keys.value_of_member(member, namespace)
+        if parsed is not None and not parsed[1]:
+            pipe.hget(prefix + member, FIELD_WHEN)
+        else:
+            pipe.exists(prefix + member)
+
+    return queue
+
+
+def decode_scan(namespace: str, listing: Listing) -> list[tuple[ValueKey, bool]]:
+    """``scan``'s result from a listing of the values index; entries that are not a
+    value's, or whose key holds the wrong type, are skipped and logged."""
     found: list[tuple[ValueKey, bool]] = []
-    for name, when in zip(plain, whens, strict=True):
-        key = keys.parse_value_key(_text(name), namespace)
-        if key is not None and when is not None:
-            found.append((key, False))
-    for name in history:
-        key = keys.parse_history_key(_text(name), namespace)
-        if key is not None:
-            found.append((key, True))
+    for member, reply in listing.found:
+        parsed = keys.value_of_member(member, namespace)
+        if parsed is None or isinstance(reply, Exception):
+            log.warning(
+                "list_values skipped the index entry %r of namespace %r: %s",
+                member,
+                namespace,
+                reply if isinstance(reply, Exception) else "not the name of a value",
+            )
+            continue
+        found.append(parsed)
     return found
-
-
-def _text(name: Any) -> str:
-    return name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-
-
-def _chunks(names: list[Any]) -> list[list[Any]]:
-    return [names[start : start + SCAN_COUNT] for start in range(0, len(names), SCAN_COUNT)]
 
 
 def _plain_expected_is_possible(expected: Stored | None) -> bool:
@@ -184,6 +271,8 @@ class RedisValues(ValueBackend):
     def __init__(self, client: SyncClient, boundary: ErrorBoundary) -> None:
         self._handle = client
         self._guard = boundary
+        self._window = resend_window_ms(boundary.timeout)
+        self._recent = RecentEntries()
 
     @property
     def _client(self) -> Any:
@@ -198,17 +287,11 @@ class RedisValues(ValueBackend):
     def write(
         self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
     ) -> None:
-        name = keys.value_key(key)
-        command = write_command(name, payload, when)
-        if ttl_ms is None:
-            with self._guard(command[0], name):
-                self._client.execute_command(*command)
-            return
-        guard = self._guard(f"MULTI {command[0]} PEXPIRE", name)
-        with guard, self._client.pipeline(transaction=True) as pipe:
-            pipe.execute_command(*command)
-            pipe.pexpire(name, ttl_ms)
-            pipe.execute()
+        names = plain_keys(key)
+        args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=False)
+        with entry as first, self._guard("value_swap.lua", names[0]):
+            scripts.run(self._client, "value_swap", names, args, first)
 
     def swap(
         self,
@@ -221,11 +304,12 @@ class RedisValues(ValueBackend):
     ) -> Literal[True] | Refused:
         if not _plain_expected_is_possible(expected):
             return Refused(self.read(key))
-        name = keys.value_key(key)
-        args = swap_args(expected, payload, when, new_token(), ttl_ms)
-        with self._guard("value_swap.lua", name):
-            reply = scripts.run(self._client, "value_swap", [name], args)
-        return decode_swap(name, reply)
+        names = plain_keys(key)
+        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=False)
+        with entry as first, self._guard("value_swap.lua", names[0]):
+            reply = scripts.run(self._client, "value_swap", names, args, first)
+        return decode_swap(names[0], reply)
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         names = keys.history_keys(key)
@@ -267,33 +351,26 @@ class RedisValues(ValueBackend):
         *,
         compare: bool,
     ) -> bool:
-        names = keys.history_keys(key)
-        token = new_token() if compare else ""
-        args = history_set_args(payload, when, max_versions, expected, compare, token, ttl_ms)
-        with self._guard("history_set.lua", names[0]):
-            reply = scripts.run(self._client, "history_set", names, args)
+        names = history_set_keys(key)
+        token = new_token()
+        args = history_set_args(
+            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
+        )
+        entry = self._recent.entry(key, payload, history=True)
+        with entry as first, self._guard("history_set.lua", names[0]):
+            reply = scripts.run(self._client, "history_set", names, args, first)
         return decode_status(reply)
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
-        client = self._client
-        plain_pattern = keys.value_pattern(namespace)
-        history_pattern = keys.history_pattern(namespace)
-        with self._guard("SCAN", plain_pattern):
-            plain = scan_keys(client, plain_pattern, SCAN_COUNT)
-        with self._guard("SCAN", history_pattern):
-            history = scan_keys(client, history_pattern, SCAN_COUNT)
-        whens: list[Any] = []
-        for chunk in _chunks(plain):
-            with self._guard("HGET", plain_pattern), client.pipeline(False) as pipe:
-                for name in chunk:
-                    pipe.hget(name, FIELD_WHEN)
-                whens += pipe.execute()
-        return decode_scan(namespace, plain, whens, history)
+        index = keys.index_keys(namespace)[1]
+        listing = list_index(self._client, self._guard, index, scan_queue(namespace))
+        return decode_scan(namespace, listing)
 
     def forget(self, key: ValueKey) -> bool:
         names = forget_keys(key)
+        args = forget_args(new_token(), self._window)
         with self._guard("value_forget.lua", names[0]):
-            return bool(int(scripts.run(self._client, "value_forget", names, [])))
+            return bool(int(scripts.run(self._client, "value_forget", names, args)))
 
 
 # Asynchronous ----------------------------------------------------------------------------
@@ -305,32 +382,28 @@ class AsyncRedisValues:
     def __init__(self, client: AsyncClient, boundary: ErrorBoundary) -> None:
         self._handle = client
         self._guard = boundary
+        self._window = resend_window_ms(boundary.timeout)
+        self._recent = RecentEntries()
 
     async def prepare(self, key: ValueKey) -> None:
         """Nothing to prepare on Redis."""
 
     async def read(self, key: ValueKey) -> Stored | None:
         name = keys.value_key(key)
-        client = await self._handle.get()
-        with self._guard("HMGET", name):
-            reply = await client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
+        async with self._handle.use() as client:
+            with self._guard("HMGET", name):
+                reply = await client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
     async def write(
         self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
     ) -> None:
-        name = keys.value_key(key)
-        command = write_command(name, payload, when)
-        client = await self._handle.get()
-        if ttl_ms is None:
-            with self._guard(command[0], name):
-                await client.execute_command(*command)
-            return
-        with self._guard(f"MULTI {command[0]} PEXPIRE", name):
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.execute_command(*command)
-                pipe.pexpire(name, ttl_ms)
-                await pipe.execute()
+        names = plain_keys(key)
+        args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=False)
+        async with self._handle.use() as client:
+            with entry as first, self._guard("value_swap.lua", names[0]):
+                await scripts.run_async(client, "value_swap", names, args, first)
 
     async def swap(
         self,
@@ -343,18 +416,19 @@ class AsyncRedisValues:
     ) -> Literal[True] | Refused:
         if not _plain_expected_is_possible(expected):
             return Refused(await self.read(key))
-        name = keys.value_key(key)
-        args = swap_args(expected, payload, when, new_token(), ttl_ms)
-        client = await self._handle.get()
-        with self._guard("value_swap.lua", name):
-            reply = await scripts.run_async(client, "value_swap", [name], args)
-        return decode_swap(name, reply)
+        names = plain_keys(key)
+        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=False)
+        async with self._handle.use() as client:
+            with entry as first, self._guard("value_swap.lua", names[0]):
+                reply = await scripts.run_async(client, "value_swap", names, args, first)
+        return decode_swap(names[0], reply)
 
     async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         names = keys.history_keys(key)
-        client = await self._handle.get()
-        with self._guard("history_get.lua", names[0]):
-            reply = await scripts.run_async(client, "history_get", names, [str(when)])
+        async with self._handle.use() as client:
+            with self._guard("history_get.lua", names[0]):
+                reply = await scripts.run_async(client, "history_get", names, [str(when)])
         return decode_version(names[0], reply)
 
     async def write_version(
@@ -393,36 +467,29 @@ class AsyncRedisValues:
         *,
         compare: bool,
     ) -> bool:
-        names = keys.history_keys(key)
-        token = new_token() if compare else ""
-        args = history_set_args(payload, when, max_versions, expected, compare, token, ttl_ms)
-        client = await self._handle.get()
-        with self._guard("history_set.lua", names[0]):
-            reply = await scripts.run_async(client, "history_set", names, args)
+        names = history_set_keys(key)
+        token = new_token()
+        args = history_set_args(
+            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
+        )
+        entry = self._recent.entry(key, payload, history=True)
+        async with self._handle.use() as client:
+            with entry as first, self._guard("history_set.lua", names[0]):
+                reply = await scripts.run_async(client, "history_set", names, args, first)
         return decode_status(reply)
 
     async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
-        client = await self._handle.get()
-        plain_pattern = keys.value_pattern(namespace)
-        history_pattern = keys.history_pattern(namespace)
-        with self._guard("SCAN", plain_pattern):
-            plain = await scan_keys_async(client, plain_pattern, SCAN_COUNT)
-        with self._guard("SCAN", history_pattern):
-            history = await scan_keys_async(client, history_pattern, SCAN_COUNT)
-        whens: list[Any] = []
-        for chunk in _chunks(plain):
-            with self._guard("HGET", plain_pattern):
-                async with client.pipeline(transaction=False) as pipe:
-                    for name in chunk:
-                        pipe.hget(name, FIELD_WHEN)
-                    whens += await pipe.execute()
-        return decode_scan(namespace, plain, whens, history)
+        index = keys.index_keys(namespace)[1]
+        async with self._handle.use() as client:
+            listing = await list_index_async(client, self._guard, index, scan_queue(namespace))
+        return decode_scan(namespace, listing)
 
     async def forget(self, key: ValueKey) -> bool:
         names = forget_keys(key)
-        client = await self._handle.get()
-        with self._guard("value_forget.lua", names[0]):
-            return bool(int(await scripts.run_async(client, "value_forget", names, [])))
+        args = forget_args(new_token(), self._window)
+        async with self._handle.use() as client:
+            with self._guard("value_forget.lua", names[0]):
+                return bool(int(await scripts.run_async(client, "value_forget", names, args)))
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""

@@ -21,6 +21,7 @@ from sessionstore import (
     SessionStoreError,
     UnsupportedVersionError,
 )
+from sessionstore.errors import HarnessFieldError
 
 T = 1_718_000_000_000
 
@@ -169,13 +170,65 @@ def test_events_round_trip_every_field(store):
         {"seq": -1, "type": "x", "time": T},
         {"type": "x", "time": T},
         {"seq": 0, "type": "x", "time": "soon"},
+        {"seq": "0", "type": "x", "time": T},
+        {"seq": True, "type": "x", "time": T},
+        {"seq": False, "type": "x", "time": T},
+        {"seq": 0.0, "type": "x", "time": T},
+        {"seq": 0, "type": "x", "time": str(T)},
+        {"seq": 0, "type": "x", "time": True},
+        {"seq": 0, "type": "x", "time": T + 0.5},
+        {"seq": 0, "type": 5, "time": T},
+        {"seq": 0, "type": "x", "time": T, "id": 5},
+        {"seq": 0, "type": "x", "time": T, "extra": 1},
+        SessionEvent.model_construct(seq="0", type="x", time=T, data={}, id=None),
+        SessionEvent.model_construct(seq=0, type="x", time=True, data={}, id=None),
         "not an event",
+        None,
     ],
+    ids=lambda bad: repr(bad)[:40],
 )
-def test_a_malformed_event_raises_invalid_argument(store, bad):
+def test_a_malformed_event_raises_invalid_argument_and_nothing_is_coerced(store, bad):
+    store.events.create(header())
+    with pytest.raises(InvalidArgumentError) as caught:
+        store.events.append("s-1", [ev(0), bad])
+    assert "#1" in str(caught.value)
+    with pytest.raises(SessionNotFoundError):
+        store.events.read_from("s-1", 0)
+
+
+@pytest.mark.parametrize("events", [None, 5, ev(0), {"seq": 0, "type": "x", "time": T}])
+def test_append_takes_a_list_of_events(store, events):
     store.events.create(header())
     with pytest.raises(InvalidArgumentError):
-        store.events.append("s-1", [bad])
+        store.events.append("s-1", events)
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "path"),
+    [
+        ("step/start", {"turn": 1}, "$.step"),
+        ("assistant/message", {"tool_calls": [{"id": "c-1"}, {"id": 2}]}, "$.tool_calls[1].id"),
+        ("assistant/message", {"tool_calls": "c-1"}, "$.tool_calls"),
+        ("tool/call", {"name": "bash"}, "$.call_id"),
+        ("tool/result", {"call_id": 7}, "$.call_id"),
+        ("turn/start", {"turn": [1]}, "$.turn"),
+    ],
+)
+def test_a_malformed_harness_field_is_refused_and_nothing_written(store, kind, data, path):
+    started(store, "s-1", 1)
+    with pytest.raises(HarnessFieldError) as caught:
+        store.events.append("s-1", [ev(1), SessionEvent(seq=2, type=kind, time=T, data=data)])
+    error = caught.value
+    assert (error.event_type, error.seq, error.path) == (kind, 2, path)
+    assert isinstance(error, InvalidArgumentError)
+    assert seqs(store.events.read_from("s-1", 0)) == [0]
+
+
+def test_other_event_types_stay_free_form(store):
+    store.events.create(header())
+    data = {"step": [1], "tool_calls": 5, "call_id": None}
+    store.events.append("s-1", [ev(0, "my/step", data)])
+    assert store.events.read_from("s-1", 0)[0].data == data
 
 
 # --- idempotent replay -----------------------------------------------------------------
@@ -261,6 +314,38 @@ def test_lossy_data_is_rejected_naming_type_seq_and_path(store, data, path):
 def test_building_an_event_never_rejects_its_data():
     event = SessionEvent(seq=0, type="x", time=T, data={"tags": {1, 2}})
     assert event.data == {"tags": {1, 2}}
+
+
+def _nested(depth: int, key: str) -> dict:
+    data: dict = {}
+    inner = data
+    for _ in range(depth):
+        inner[key] = {}
+        inner = inner[key]
+    inner["bad"] = {1, 2}
+    return data
+
+
+@pytest.mark.parametrize(("depth", "key"), [(5000, "k"), (3, "k" * 10_000), (300, "é" * 10_000)])
+def test_the_path_in_a_message_stays_short(store, depth, key):
+    store.events.create(header())
+    with pytest.raises(InvalidArgumentError) as caught:
+        store.events.append("s-1", [ev(0, "note", _nested(depth, key))])
+    assert len(str(caught.value)) < 500
+    assert str(caught.value).startswith("event 'note' (seq 0)")
+
+
+def test_quoted_ids_and_types_in_messages_stay_short(store):
+    long = "x" * 10_000
+    with pytest.raises(SessionNotFoundError) as not_found:
+        store.events.load(long)
+    store.events.create(header())
+    with pytest.raises(NotJSONSerializableError) as lossy:
+        store.events.append("s-1", [ev(0, long, {"x": math.nan})])
+    with pytest.raises(InvalidArgumentError) as invalid:
+        store.events.append("s-1", [{"seq": long, "type": [[[long]]], "time": T}])
+    for caught in (not_found, lossy, invalid):
+        assert len(str(caught.value)) < 500
 
 
 def test_data_must_be_an_object(store):
@@ -437,10 +522,58 @@ def test_read_from_returns_events_from_seq(store):
     assert store.events.read_from("s-1", 9) == []
 
 
-def test_read_from_rejects_a_negative_seq(store):
+@pytest.mark.parametrize("seq", [-1, "3", True, 1.0, None, 2**63, [[[]]]])
+def test_read_from_and_follow_reject_a_bad_seq(store, seq):
     started(store, "s-1", 1)
     with pytest.raises(InvalidArgumentError):
-        store.events.read_from("s-1", -1)
+        store.events.read_from("s-1", seq)
+    with pytest.raises(InvalidArgumentError):
+        next(iter(store.events.follow("s-1", seq, poll=0.01)))
+
+
+@pytest.mark.parametrize("batch", ["10", True, 0, -1, 1.5, None, 2**64])
+def test_iter_events_rejects_a_bad_batch(store, batch):
+    started(store, "s-1", 1)
+    with pytest.raises(InvalidArgumentError):
+        next(iter(store.events.iter_events("s-1", batch=batch)))
+
+
+BAD_IDS = [5, None, "", "a\x00b", b"s-1", ["s-1"], "\ud800"]
+
+
+@pytest.mark.parametrize("session_id", BAD_IDS, ids=repr)
+@pytest.mark.parametrize("call", ["load", "read_from", "append", "delete", "locate", "iter"])
+def test_a_bad_session_id_raises_invalid_argument(store, session_id, call):
+    calls = {
+        "load": lambda: store.events.load(session_id),
+        "read_from": lambda: store.events.read_from(session_id, 0),
+        "append": lambda: store.events.append(session_id, [ev(0)]),
+        "delete": lambda: store.events.delete(session_id),
+        "locate": lambda: store.events.locate(session_id),
+        "iter": lambda: next(iter(store.events.iter_events(session_id))),
+    }
+    with pytest.raises(InvalidArgumentError):
+        calls[call]()
+
+
+@pytest.mark.parametrize("session_id", ["", "a\x00b"], ids=repr)
+def test_a_header_with_a_bad_id_cannot_be_created(store, session_id):
+    with pytest.raises(InvalidArgumentError):
+        store.events.create(SessionHeader.model_construct(id=session_id))
+
+
+@pytest.mark.parametrize("method", ["create", "writer"])
+@pytest.mark.parametrize("bad", ["s-1", {"id": "s-1"}, None])
+def test_create_and_writer_take_a_session_header(store, method, bad):
+    with pytest.raises(InvalidArgumentError, match="SessionHeader"):
+        getattr(store.events, method)(bad)
+    assert store.events.list() == []
+
+
+@pytest.mark.parametrize("window", ["0.2", -1, True, None, 1e9])
+def test_writer_rejects_a_bad_window(store, window):
+    with pytest.raises(InvalidArgumentError, match="window"):
+        store.events.writer(header("w"), window=window)
 
 
 def test_iter_events_streams_the_whole_log_in_batches(store):
@@ -520,14 +653,23 @@ def _exists(store, session_id):
 
 
 def test_writer_close_flushes_and_resumes_after_the_stored_log(store):
-    w = store.events.writer(header("w"))
+    h = header("w")
+    w = store.events.writer(h)
     w.emit("turn/start", {"turn": 1})
     w.close()
-    resumed = store.events.writer(header("w"))
+    resumed = store.events.writer(h)
     event = resumed.emit("note", {})
     resumed.close()
     assert event.seq == 2
     assert [e.type for e in store.events.load("w").events] == ["turn/start", "turn/end", "note"]
+
+
+def test_writer_refuses_a_malformed_harness_event_at_emit(store):
+    w = store.events.writer(header("w"))
+    with pytest.raises(HarnessFieldError):
+        w.emit("step/start", {"turn": 1})
+    assert w.emit("step/start", {"turn": 1, "step": 1}).seq == 0
+    w.close()
 
 
 def test_writer_rejects_lossy_data_at_emit(store):

@@ -43,6 +43,7 @@ PARTS = {
     "unavailable": "4. server unavailable (refused, killed, hung)",
     "torn_and_corrupt": "5. torn tails and corruption",
     "memory_pressure": "6. Redis out of memory (noeviction)",
+    "linearizable_values": "7. value histories under lost replies and kills, linearizable",
 }
 
 #: The test modules whose outcome decides whether a run's figures count.

@@ -32,6 +32,7 @@ PARTS = {
     "unavailable": "4. server refused, killed or hung",
     "torn_and_corrupt": "5. torn tails and corruption",
     "memory_pressure": "6. Redis out of memory (noeviction)",
+    "linearizable_values": "7. value histories checked for linearizability",
 }
 BACKENDS = ("file", "sqlite", "redis")
 COLUMNS = (
@@ -51,6 +52,9 @@ DESCRIBED = {
     "refused_calls": "appends refused during the outages, retried until acknowledged",
     "torn_aof_restarts": "restarts on an AOF cut inside its last append (batch dropped whole)",
     "duplicates": "calls applied twice (asserted 0)",
+    "histories": "value histories checked for linearizability (all must pass)",
+    "operations": "operations in those histories",
+    "indeterminate": "operations that raised StoreUnavailableError (maybe applied)",
     "torn_loads": "loads of a torn log (committed prefix returned, tail cut)",
     "corrupt_refused": "damaged logs refused with CorruptLogError, nothing rewritten",
     "max_ms_to_fail_first_use": (

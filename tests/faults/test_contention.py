@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from conftest import BACKENDS, url_for
 
 import sessionstore
-from sessionstore import SeqConflictError, SessionEvent, SessionHeader
+from sessionstore import ConcurrentModificationError, SeqConflictError, SessionEvent, SessionHeader
 
 from .conftest import iterations
 
@@ -43,6 +44,48 @@ def increment_many(url: str, namespace: str, count: int) -> None:
         session = store.session(*KEY)
         for _ in range(count):
             session.update(lambda v: (v or 0) + 1, T0)
+
+
+def update_in_tight_loop(
+    url: str, namespace: str, started, stop, least: float, most: float, out
+) -> None:  # noqa: ANN001 - multiprocessing events and queue
+    """Increment as fast as possible for at least ``least`` seconds, then until ``stop``
+    is set (at most ``most`` seconds); report how many updates were stored."""
+    done, error = 0, None
+    with sessionstore.connect(url, namespace) as store:
+        session = store.session(*KEY)
+        begin = time.monotonic()
+        try:
+            while True:
+                session.update(lambda v: (v or 0) + 1, T0)
+                done += 1
+                if done == 1:
+                    started.set()
+                elapsed = time.monotonic() - begin
+                if elapsed > most or (elapsed > least and stop.is_set()):
+                    break
+        except ConcurrentModificationError as exc:
+            error = repr(exc)
+        finally:
+            started.set()
+    out.put(("loop", done, error, time.monotonic() - begin))
+
+
+def update_a_few(url: str, namespace: str, started, count: int, out) -> None:  # noqa: ANN001
+    """Once the tight loops run, make ``count`` updates; report how many were stored."""
+    done, error = 0, None
+    with sessionstore.connect(url, namespace) as store:
+        session = store.session(*KEY)
+        for event in started:
+            event.wait(60)
+        begin = time.monotonic()
+        try:
+            for _ in range(count):
+                session.update(lambda v: (v or 0) + 1, T0)
+                done += 1
+        except ConcurrentModificationError as exc:
+            error = repr(exc)
+    out.put(("few", done, error, time.monotonic() - begin))
 
 
 def write_and_read(url: str, namespace: str, worker: int, count: int) -> int:
@@ -126,3 +169,47 @@ def test_last_writer_wins_never_pairs_a_value_with_another_writes_when(url, name
             )
         )
     assert sum(torn) == 0
+
+
+#: (backend, tight loops): before ``update`` re-read after backing off, one tight loop
+#: starved the few updates on files and SQLite, and two did on Redis.
+STARVATION_CASES = [("file", 1), ("file", 2), ("sqlite", 1), ("redis", 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "loops"), STARVATION_CASES, ids=lambda c: str(c))
+def test_update_is_not_starved_by_processes_updating_in_a_tight_loop(
+    backend, loops, namespace, request, tmp_path
+):
+    """A process making a few updates while others update the same value as fast as they
+    can completes every one of them within the default limits, and so does every tight
+    loop. Nothing is lost: the value counts every stored update of every process."""
+    url = url_for(backend, request, tmp_path)
+    count = iterations(normal=100, ci=100, soak=1000)
+    least = iterations(normal=2, ci=2, soak=20)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    started = [ctx.Event() for _ in range(loops)]
+    stop = ctx.Event()
+    workers = [
+        ctx.Process(target=update_in_tight_loop, args=(url, namespace, event, stop, least, 90, out))
+        for event in started
+    ]
+    workers.append(ctx.Process(target=update_a_few, args=(url, namespace, started, count, out)))
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [out.get(timeout=120)]
+        stop.set()
+        reports += [out.get(timeout=120) for _ in range(loops)]
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+            if worker.is_alive():
+                worker.kill()
+    for role, done, error, elapsed in reports:
+        assert error is None, f"{role}: {error} after {done} updates in {elapsed:.1f} s"
+    assert [done for role, done, _, _ in reports if role == "few"] == [count]
+    with sessionstore.connect(url, namespace) as store:
+        assert store.session(*KEY).get_data(T0) == sum(done for _, done, _, _ in reports)

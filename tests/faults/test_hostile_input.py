@@ -1,20 +1,26 @@
 """Hostile input: generated values, events, whens, key parts and session ids (huge, deeply
-nested, unicode, control characters, path tricks, glob characters). Only SessionStoreError
-subclasses come out, and nothing already stored changes."""
+nested, unicode, control characters, path tricks, glob characters), harness events of any
+shape and arguments of any type. Only SessionStoreError subclasses come out, with short
+messages, and nothing already stored changes."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import uuid
 
+import orjson
 import pytest
 from conftest import BACKENDS, url_for
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sessionstore
-from sessionstore import SessionEvent, SessionHeader, SessionStoreError
+from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader, SessionStoreError
+from sessionstore.contracts import StoredEvent
+from sessionstore.eventlog import closers
+from sessionstore.harness import HARNESS_TYPES, harness_warnings
 
 from .conftest import iterations
 
@@ -134,3 +140,111 @@ def test_hostile_events_and_session_ids(seeded, session_id, seq, data, type_, ev
     _only_our_errors(lambda: store.events.load(session_id))
     _only_our_errors(lambda: store.events.read_from(session_id, seq))
     _only_our_errors(lambda: store.events.delete(session_id))
+
+
+# --- harness events and arguments -------------------------------------------------------
+
+HARNESS_KINDS = st.sampled_from(sorted(HARNESS_TYPES))
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(-1e9, 1e9) | text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=10,
+)
+harness_data = st.dictionaries(
+    st.sampled_from(["turn", "step", "call_id", "tool_calls", "id"]) | text,
+    json_like | st.lists(st.dictionaries(st.sampled_from(["id", "name"]), json_like)),
+    max_size=4,
+)
+harness_events = st.lists(st.tuples(HARNESS_KINDS, harness_data), min_size=1, max_size=5)
+
+
+def _fresh_session(store) -> str:
+    session_id = f"h-{uuid.uuid4().hex[:8]}"
+    store.events.create(SessionHeader(id=session_id))
+    store.events.append(session_id, [SessionEvent(seq=0, type="turn/start", time=T0)])
+    return session_id
+
+
+@given(shapes=harness_events)
+@SETTINGS
+def test_a_harness_batch_is_refused_whole_or_accepted_and_loads(seeded, shapes):
+    store, _ = seeded
+    session_id = _fresh_session(store)
+    batch = [
+        SessionEvent(seq=seq, type=kind, time=T0, data=data)
+        for seq, (kind, data) in enumerate(shapes, start=1)
+    ]
+    try:
+        store.events.append(session_id, batch)
+    except InvalidArgumentError:
+        assert [e.seq for e in store.events.read_from(session_id, 0)] == [0]
+    else:
+        assert closers(store.events.load(session_id).events) == []
+    store.events.delete(session_id)
+
+
+@given(shapes=harness_events)
+@SETTINGS
+def test_a_stored_log_with_any_harness_shapes_loads(seeded, shapes):
+    store, _ = seeded
+    session_id = f"h-{uuid.uuid4().hex[:8]}"
+    try:
+        texts = [orjson.dumps(data).decode() for _, data in shapes]
+    except TypeError:  # not valid Unicode: no stored log holds it
+        assume(False)
+    stored = [StoredEvent(0, "turn/start", T0, "{}")] + [
+        StoredEvent(seq, shapes[seq - 1][0], T0, texts[seq - 1])
+        for seq in range(1, len(shapes) + 1)
+    ]
+    # Written past append's check, as a log stored before it was introduced.
+    store._backends.events.append(session_id, stored, SessionHeader(id=session_id))
+    loaded = store.events.load(session_id)
+    assert closers(loaded.events) == []
+    assert len(harness_warnings(loaded.events)) <= len(shapes)
+    store.events.delete(session_id)
+
+
+@given(value=anything | st.sampled_from([True, "1", 1.5, -1, 0, 2**64, "kept", "a\x00b"]))
+@SETTINGS
+def test_hostile_arguments_of_the_event_log(seeded, value):
+    store, _ = seeded
+    log = store.events
+    _only_our_errors(lambda: next(iter(log.iter_events("kept", batch=value))))
+    _only_our_errors(lambda: log.read_from("kept", value))
+    if value == 0 or not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        # (a valid seq past the end would wait for an event forever)
+        _only_our_errors(lambda: next(iter(log.follow("kept", value, poll=0.01))))
+    _only_our_errors(lambda: log.read_from(value, 0))
+    _only_our_errors(lambda: log.load(value))
+    _only_our_errors(lambda: log.locate(value))
+    _only_our_errors(lambda: log.append("kept", value))
+    _only_our_errors(lambda: log.create(value))
+    _only_our_errors(lambda: log.writer(value).close())
+    _only_our_errors(lambda: log.writer(SessionHeader(id="kept"), window=value).close())
+
+
+def _nested(depth: int, key: str, leaf: object) -> dict:
+    data: dict = {}
+    inner = data
+    for _ in range(depth):
+        inner[key] = {}
+        inner = inner[key]
+    inner[key] = leaf
+    return data
+
+
+@given(
+    depth=st.integers(0, 5000),
+    key=st.text(min_size=1, max_size=20).map(lambda k: k * 500),
+    leaf=st.sampled_from([math.nan, {1}, b"x", object(), 2**70, (1,)]),
+)
+@SETTINGS
+def test_error_messages_about_nested_data_stay_short(seeded, depth, key, leaf):
+    store, _ = seeded
+    event = {"seq": 1, "type": "note", "time": T0, "data": _nested(depth, key, leaf)}
+    try:
+        store.events.append("kept", [event])
+    except SessionStoreError as exc:
+        assert len(str(exc)) < 500
+    else:
+        raise AssertionError("lossy data was accepted")

@@ -1,7 +1,7 @@
 """Part 3 of the fault suite: the server applied a call but its reply was lost.
 
 ``tests/support/tcp_proxy.py`` sits between the client and a real redis-server and is
-told to lose the reply to the next ``EVALSHA`` (or ``HSET``): the request is forwarded and
+told to lose the reply to the next ``EVALSHA``: the request is forwarded and
 executed, the reply swallowed, the client's connection closed. redis-py retries on the
 connection error, so the same call is sent again; sessionstore must recognise it as
 already applied:
@@ -9,18 +9,26 @@ already applied:
 * ``append``: the retry is an applied replay: no duplicate event, no error (also when the
   caller itself retries after every retry of the client lost its reply, and for the
   closers ``load`` appends, and through the async API);
-* ``set_data`` (plain: ``HSET``; history: ``history_set.lua``): applying it twice is the
-  same as once;
+* ``set_data`` (plain: ``value_swap.lua``; history: ``history_set.lua``): applying it
+  twice is the same as once;
 * ``update``: the swap must not apply ``fn`` twice, also when another client's
-  ``set_data`` lands between the lost reply and the resend (``before_close`` hook).
+  ``set_data`` lands between the lost reply and the resend (``before_close`` hook);
+* exactly once: a resent write (``update``, ``set_data``, ``delete``, plain and history)
+  is recognised as applied however many other writes and deletes landed before the
+  resend, so it never writes over them;
+* indeterminate outcomes (the script cache lost again while a call is sent, ``WAIT``
+  unblocked by a failover) raise :class:`StoreUnavailableError`, never a plain
+  :class:`SessionStoreError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -50,6 +58,8 @@ from .test_writer_killed import (
 #: A short timeout: a lost reply shows up as a closed connection at once anyway.
 TIMEOUT = 1.0
 KEY = ("BTCUSDT", "lost-reply", "binance", "1m")
+#: The request that carries a value write (plain and history): a script call.
+WRITE = "EVALSHA"
 
 pytestmark = pytest.mark.usefixtures("figures_run")
 
@@ -229,7 +239,7 @@ def test_a_lost_reply_to_set_data_is_harmless(server, proxy, store, direct, name
     history.set_data({"n": 0}, T0)
     rounds = iterations(normal=10, ci=5, soak=200)
     for n in range(1, rounds + 1):
-        proxy.drop_replies("HSET")
+        proxy.drop_replies(WRITE)
         plain.set_data({"n": n}, T0 + n)
         proxy.drop_replies("EVALSHA")
         history.set_data({"n": n}, T0 + n)
@@ -326,3 +336,211 @@ def test_a_write_between_a_lost_swap_reply_and_its_resend_does_not_make_update_a
     assert proxy.dropped == 1 and not proxy.hook_errors
     assert final == written, f"fn ran on {calls}: the update was applied twice, ending at {final}"
     assert returned == 6 and calls == [5]
+
+
+# --- exactly once: a resend never writes over what landed after the first send ----------
+
+HISTORY = pytest.mark.parametrize("history", [False, True], ids=["plain", "history"])
+
+
+def _count_on(calls: list[Any]) -> Callable[[int], int]:
+    def increment(value: int) -> int:
+        calls.append(value)
+        return value + 1
+
+    return increment
+
+
+def _bump(value: int | None) -> int:
+    return (value or 0) + 1
+
+
+@HISTORY
+@pytest.mark.parametrize("delete", [False, True], ids=["20-swaps", "delete-then-20-swaps"])
+def test_an_update_resent_after_20_swaps_and_a_delete_returns_its_result_applied_once(
+    proxy, store, direct, history, delete
+):
+    session = store.session(*KEY, history=history)
+    session.set_data(5, T0)
+    other = direct.session(*KEY, history=history)
+    calls: list[Any] = []
+
+    def meanwhile() -> None:
+        if delete:
+            other.delete()
+        for _ in range(20):
+            other.update(_bump, T0)
+
+    # The swap stores 6 and its reply is lost; before the resend, another client makes
+    # 20 swaps (after deleting the value): the resend must be recognised as applied.
+    proxy.drop_replies("EVALSHA", skip=1 if history else 0, before_close=meanwhile)
+    returned = session.update(_count_on(calls), T0)
+    final = other.get_data(T0)
+    expected = 20 if delete else 26
+    figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != expected))
+    assert proxy.dropped == 1 and not proxy.hook_errors
+    assert returned == 6 and calls == [5], f"fn ran on {calls}: the update was applied twice"
+    assert final == expected
+
+
+@HISTORY
+def test_a_set_data_resent_after_a_newer_acknowledged_one_does_not_overwrite_it(
+    proxy, store, direct, history
+):
+    session = store.session(*KEY, history=history)
+    other = direct.session(*KEY, history=history)
+    session.set_data("first", T0)
+    # set_data("A") is applied and its reply lost; another client's set_data("B") is
+    # acknowledged; then the client resends A: B must stay (no A-B-A).
+    proxy.drop_replies(WRITE, before_close=lambda: other.set_data("B", T0))
+    session.set_data("A", T0)
+    final = other.get_data(T0)
+    figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != "B"))
+    assert proxy.dropped == 1 and not proxy.hook_errors
+    assert final == "B", "the resent set_data wrote its value over a newer acknowledged one"
+
+
+@HISTORY
+def test_a_delete_resent_after_another_clients_write_keeps_the_new_value(
+    proxy, store, direct, history
+):
+    session = store.session(*KEY, history=history)
+    other = direct.session(*KEY, history=history)
+    session.set_data("A", T0)
+    proxy.drop_replies("EVALSHA", before_close=lambda: other.set_data("B", T0))
+    assert session.delete() is True  # the original outcome, not the resend's
+    final = other.get_data(T0)
+    figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != "B"))
+    assert proxy.dropped == 1 and not proxy.hook_errors
+    assert final == "B", "the resent delete removed a value written after it"
+
+
+def test_resends_through_the_async_api_are_applied_once(proxy, namespace, direct):
+    other = direct.session(*KEY)
+    calls: list[Any] = []
+
+    def meanwhile() -> None:
+        other.delete()
+        for _ in range(20):
+            other.update(_bump, T0)
+
+    async def go() -> tuple[Any, Any, Any]:
+        async with sessionstore.aio.connect(proxy.url, namespace, timeout=TIMEOUT) as store:
+            session = store.session(*KEY)
+            await session.set_data(5, T0)
+            proxy.drop_replies("EVALSHA", before_close=meanwhile)
+            updated = await session.update(_count_on(calls), T0)
+            after_update = other.get_data(T0)
+            proxy.drop_replies(WRITE, before_close=lambda: other.set_data("B", T0))
+            await session.set_data("A", T0)
+            after_set = other.get_data(T0)
+            proxy.drop_replies("EVALSHA", before_close=lambda: other.set_data("C", T0))
+            deleted = await session.delete()
+            return updated, after_update, (after_set, deleted)
+
+    updated, after_update, (after_set, deleted) = asyncio.run(go())
+    figures.record("lost_reply", "redis", faults=proxy.dropped, inputs=3)
+    assert proxy.dropped == 3 and not proxy.hook_errors
+    assert updated == 6 and calls == [5] and after_update == 20
+    assert after_set == "B"
+    assert deleted is True and other.get_data(T0) == "C"
+
+
+def test_a_swap_sent_twice_with_its_token_on_a_cluster_is_applied_once(redis_cluster, monkeypatch):
+    """The proxy cannot front a cluster (its nodes announce their own addresses), so the
+    resend is made by hand: the same swap, same token, same arguments, sent again after
+    20 other swaps and a delete, through the cluster client."""
+    from sessionstore.contracts import Stored
+    from sessionstore.redis import open_redis, values
+
+    namespace = f"lost-{uuid.uuid4().hex[:10]}"
+    key = ValueKey(namespace, *KEY, "backtest")
+    mine = open_redis(redis_cluster.url, namespace, timeout=5)
+    others = open_redis(redis_cluster.url, namespace, timeout=5)
+
+    def send(token: str, call: Callable[[], Any]) -> Any:
+        monkeypatch.setattr(values, "new_token", lambda: token)
+        try:
+            return call()
+        finally:
+            monkeypatch.undo()
+
+    try:
+        mine.values.write(key, b"\x05", T0)
+        swap = lambda: mine.values.swap(key, Stored(b"\x05", T0), b"\x06", T0)  # noqa: E731
+        assert send("swap-1", swap) is True
+        assert others.values.forget(key) is True
+        current: Stored | None = None
+        for step in range(20):
+            assert others.values.swap(key, current, bytes([step]), T0) is True
+            current = Stored(bytes([step]), T0)
+        assert send("swap-1", swap) is True  # the resend: applied, nothing written
+        assert others.values.read(key) == Stored(bytes([19]), T0)
+        # A plain write and a delete resent after another client's write.
+        write = lambda: mine.values.write(key, b"\x07", T0 + 1)  # noqa: E731
+        send("write-1", write)
+        others.values.write(key, b"\x08", T0 + 2)
+        send("write-1", write)
+        assert others.values.read(key) == Stored(b"\x08", T0 + 2)
+        assert send("forget-1", lambda: mine.values.forget(key)) is True
+        others.values.write(key, b"\x09", T0 + 3)
+        assert send("forget-1", lambda: mine.values.forget(key)) is True
+        assert others.values.read(key) == Stored(b"\x09", T0 + 3)
+    finally:
+        mine.close()
+        others.close()
+
+
+# --- indeterminate outcomes ---------------------------------------------------------------
+
+
+def test_a_script_cache_lost_again_while_a_write_is_sent_is_unavailable_not_an_error(namespace):
+    """SCRIPT FLUSH in a tight loop (a restart or failover each time, as the client sees
+    it): a write either succeeds or raises StoreUnavailableError saying it may have been
+    applied, never the server's plain "No matching script" error."""
+    with RedisServer(durable=False) as own:
+        flusher = redis.Redis(port=own.port)
+        halt = threading.Event()
+
+        def flush() -> None:
+            while not halt.is_set():
+                flusher.script_flush()
+
+        thread = threading.Thread(target=flush, daemon=True)
+        unavailable: list[StoreUnavailableError] = []
+        with sessionstore.connect(own.url, namespace, timeout=TIMEOUT) as store:
+            session = store.session(*KEY, history=True)
+            thread.start()
+            try:
+                for n in range(iterations(normal=300, ci=150, soak=3000)):
+                    try:
+                        session.set_data(n, T0)
+                    except StoreUnavailableError as exc:
+                        unavailable.append(exc)
+            finally:
+                halt.set()
+                thread.join()
+                flusher.close()
+    figures.record("lost_reply", "redis", faults=len(unavailable), inputs=n + 1)
+    assert unavailable, "the script cache was never lost twice within one call"
+    assert all("may or may not have been applied" in str(exc) for exc in unavailable)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "NOSCRIPT No matching script. Please use EVAL.",
+        "UNBLOCKED force unblock from blocking operation, instance state changed "
+        "(master -> replica?)",
+    ],
+    ids=["noscript-after-reload", "wait-unblocked"],
+)
+def test_replies_that_leave_a_write_undecided_are_store_unavailable(reply):
+    from redis.exceptions import NoScriptError, ResponseError
+
+    from sessionstore.redis.client import ErrorBoundary
+
+    error = NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
+    translated = ErrorBoundary("redis://h:1/0", 1.0).translate(error, "value_swap.lua", "k")
+    assert type(translated) is StoreUnavailableError
+    assert "may or may not have been applied" in str(translated)

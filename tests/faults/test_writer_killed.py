@@ -332,3 +332,115 @@ def test_a_writer_killed_mid_stream_loses_no_acknowledged_event_and_tears_no_bat
             assert len(final) == expected_next
             check_batches(final)
             check_balanced(final)
+
+
+# --- leases: a live writer's session is busy until its lease ends -------------------------
+
+LEASE = 1.5
+LIVE = "live-writer"
+
+
+def hold_a_turn_open(url: str, namespace: str, conn: Any) -> None:
+    """Child: open a writer (holding the session's lease), write half a turn, report
+    the acknowledged next seq, then wait for orders: ``"emit"`` emits and flushes one
+    more event and reports what happened."""
+    with sessionstore.connect(url, namespace) as store:
+        writer = store.events.writer(SessionHeader(id=LIVE, created_at=T0), lease=LEASE)
+        writer.emit("turn/start", {"turn": 1})
+        writer.emit("step/start", {"turn": 1, "step": 1})
+        writer.emit("assistant/message", {"turn": 1, "step": 1, "tool_calls": [{"id": "c-1"}]})
+        writer.emit("tool/call", {"turn": 1, "step": 1, "call_id": "c-1"})
+        writer.flush()
+        conn.send(("ready", writer.next_seq))
+        while conn.recv() == "emit":
+            writer.emit("note", {"late": True})
+            try:
+                writer.flush()
+                conn.send("written")
+            except sessionstore.SessionStoreError as exc:
+                conn.send(type(exc).__name__)
+
+
+def start_holder(url: str, namespace: str) -> tuple[Any, Any, int]:
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=hold_a_turn_open, args=(url, namespace, child_end))
+    child.daemon = True
+    child.start()
+    child_end.close()
+    if not parent_end.poll(PATIENCE):
+        raise AssertionError(f"the writer child did not start within {PATIENCE} s")
+    ready, acked = parent_end.recv()
+    assert ready == "ready"
+    return child, parent_end, acked
+
+
+def load_when_free(store: Any, session_id: str) -> tuple[Any, float]:
+    """``load`` retried while the session is busy; (the loaded session, seconds waited)."""
+    began = time.monotonic()
+    while True:
+        try:
+            return store.events.load(session_id), time.monotonic() - began
+        except sessionstore.SessionBusyError:
+            assert time.monotonic() - began < PATIENCE, "the session stayed busy"
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_killed_writers_session_is_busy_until_its_lease_ends_then_load_closes_the_turn(
+    backend, request, tmp_path
+):
+    url = url_for(backend, request, tmp_path)
+    namespace = f"lease-{uuid.uuid4().hex[:10]}"
+    child, conn, acked = start_holder(url, namespace)
+    with sessionstore.connect(url, namespace) as store:
+        with pytest.raises(sessionstore.SessionBusyError):
+            store.events.load(LIVE)
+        assert store.events.info(LIVE).busy
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(PATIENCE)
+        conn.close()
+        committed = store.events.read_from(LIVE, 0)
+        loaded, waited = load_when_free(store, LIVE)
+        if backend == "file":
+            assert waited < 1.0, "a file lock ends with its process"
+        else:
+            assert waited <= LEASE + 1.0
+        figures.record("writer_killed", backend, lease_waited_ms=int(waited * 1000))
+        assert len(committed) == acked, "an acknowledged event is missing"
+        assert [e.type for e in loaded.events[acked:]] == ["tool/result", "step/end", "turn/end"]
+        assert loaded.events[acked].data["error"]["code"] == TOOL_OUTCOME_UNKNOWN
+        check_closers(committed, loaded.events)
+        assert not store.events.info(LIVE).busy
+
+
+@pytest.mark.slow
+def test_a_paused_writer_whose_lease_was_taken_over_never_writes_again(backend, request, tmp_path):
+    if backend == "file":
+        pytest.skip("a file lock lasts as long as its process, paused or not")
+    url = url_for(backend, request, tmp_path)
+    namespace = f"lease-{uuid.uuid4().hex[:10]}"
+    child, conn, acked = start_holder(url, namespace)
+    assert child.pid is not None
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        with sessionstore.connect(url, namespace) as store:
+            loaded, _ = load_when_free(store, LIVE)
+            with store.events.writer(SessionHeader(id=LIVE, created_at=T0)) as owner:
+                owner.emit("turn/start", {"turn": 2})
+                owner.flush()
+                os.kill(child.pid, signal.SIGCONT)
+                conn.send("emit")
+                assert conn.poll(PATIENCE)
+                outcome = conn.recv()
+                owner.emit("turn/end", {"turn": 2, "reason": {"kind": "done"}})
+            assert outcome in ("SessionBusyError", "SeqConflictError")
+            final = store.events.read_from(LIVE, 0)
+            assert not any(e.data.get("late") for e in final)
+            assert [e.type for e in final[len(loaded.events) :]] == ["turn/start", "turn/end"]
+            check_balanced(final)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(PATIENCE)
+        conn.close()

@@ -10,12 +10,14 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.cluster
 
 from sessionstore import keys
 from sessionstore.connection import file_root
+from sessionstore.redis.client import split_own_params
 
 
 def _sqlite_path(url: str) -> str:
@@ -26,9 +28,14 @@ REDIS = ("redis", "cluster", "acl")
 
 
 def _redis(backend: str, url: str) -> Any:
-    """A raw client: a cluster client for "cluster" (the keys live on three primaries)."""
+    """A raw admin client: a cluster client for "cluster" (the keys live on three
+    primaries); for "acl" the server's admin (the restricted user may not SCAN)."""
+    url = split_own_params(url)[0]
     if backend == "cluster":
         return redis.cluster.RedisCluster.from_url(url)
+    if backend == "acl":
+        parts = urlsplit(url)
+        url = urlunsplit(parts._replace(netloc=f"{parts.hostname}:{parts.port}"))
     return redis.Redis.from_url(url)
 
 
@@ -52,9 +59,17 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
             return rows
     if backend in REDIS:
         client = _redis(backend, url)
+        # The namespace index keeps entries of deleted data on purpose (cleaned lazily),
+        # and a value's write tokens outlive it for the resend window (then expire).
+        index = set(keys.index_keys(namespace))
+        tokens = f"{keys.namespace_prefix(namespace)}{keys.OPS_KIND}:"
         try:
             return sorted(
-                k.decode() for k in client.scan_iter(match=keys.namespace_pattern(namespace))
+                name
+                for name in (
+                    k.decode() for k in client.scan_iter(match=keys.namespace_pattern(namespace))
+                )
+                if name not in index and not name.startswith(tokens)
             )
         finally:
             client.close()

@@ -83,18 +83,20 @@ class ClusterNodes:
 
     def __init__(self, primaries: int = 3, replicas: int = 1) -> None:
         self.cli = require_cli()
-        self.nodes = [
-            RedisServer(
-                "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                # a replica's first sync starts at once, not after the default 5 s
-                "--repl-diskless-sync-delay", "0",
-                port=cluster_port(),
-            )
-            for _ in range(primaries * (1 + replicas))
-        ]  # fmt: skip
+        self.nodes = [self.new_server() for _ in range(primaries * (1 + replicas))]
         self.replicas = replicas
+
+    @staticmethod
+    def new_server() -> RedisServer:
+        """A cluster-enabled ``redis-server`` on a free port, not started."""
+        return RedisServer(
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+            # a replica's first sync starts at once, not after the default 5 s
+            "--repl-diskless-sync-delay", "0",
+            port=cluster_port(),
+        )  # fmt: skip
 
     # --- life cycle ---
 
@@ -107,7 +109,7 @@ class ClusterNodes:
             return self
         try:
             for each in self.nodes:
-                self._start_on_a_free_port(each)
+                self.start_on_a_free_port(each)
             created = subprocess.run(
                 [
                     self.cli, "--cluster", "create",
@@ -125,7 +127,7 @@ class ClusterNodes:
         return self
 
     @staticmethod
-    def _start_on_a_free_port(node: RedisServer) -> None:
+    def start_on_a_free_port(node: RedisServer) -> None:
         # Another process may take a port between the check and the bind.
         for attempt in range(3):
             try:

@@ -1,0 +1,253 @@
+"""The per-namespace index of sessions and values (layout in :mod:`sessionstore.keys`).
+
+Writers add an entry before their data (:func:`add_command`, sent by
+:mod:`.scripts`); listings read the index instead of scanning the keyspace:
+
+1. ``ZRANGE`` of the index (one slot, also on a cluster);
+2. one pipelined check per entry (``HGETALL`` of a session's meta hash, ``HGET w`` of a
+   value hash, ``EXISTS`` of a history) -- on a cluster redis-py splits the pipeline by
+   node;
+3. entries whose data is gone are skipped, and those older than
+   :data:`~sessionstore.keys.GRACE_MS` are removed by ``index_forget.lua``.
+
+So a listing costs one call per 1,000 entries of the namespace, whatever the size of the
+server's keyspace, and needs no ``SCAN``. :func:`rebuild` (``sessionstore doctor
+--fix``) indexes data written before the index existed; it needs ``SCAN``, so an admin
+runs it once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from .. import keys
+from . import scripts
+from .client import (
+    SCAN_COUNT,
+    ErrorBoundary,
+    RedisOptions,
+    SyncClient,
+    Topology,
+    parse_options,
+    scan_keys,
+)
+
+#: How one listing checks an entry: queue the check on a pipeline, given the member.
+Queue = Callable[[Any, str], None]
+
+
+def now_ms() -> int:
+    """The writer's wall clock in ms: an index entry's score."""
+    return time.time_ns() // 1_000_000
+
+
+def add_command(index: str, member: str) -> scripts.Command:
+    """The ``ZADD`` a creating write sends before its data."""
+    return ["ZADD", index, now_ms(), member]
+
+
+def session_entry(namespace: str, session_id: str) -> scripts.Command:
+    """:func:`add_command` for a log session."""
+    return add_command(keys.index_keys(namespace)[0], keys.session_member(session_id))
+
+
+def value_entry(key: keys.ValueKey, history: bool) -> scripts.Command:
+    """:func:`add_command` for a session value (plain or history)."""
+    return add_command(keys.index_keys(key.namespace)[1], keys.value_member(key, history))
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
+    return [items[start : start + SCAN_COUNT] for start in range(0, len(items), SCAN_COUNT)]
+
+
+def _about_the_data(reply: RedisError) -> bool:
+    """An error reply that describes the key checked (reported by the caller), not the
+    server's state."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
+
+
+@dataclass
+class Listing:
+    """One listing of an index, sans I/O: what to send, and what the replies mean.
+
+    A driver sends :meth:`range_command`, hands the reply to :meth:`take_range`, sends
+    the checks of each :meth:`chunks` (queued by ``queue``) and hands their replies to
+    :meth:`take_checks`; then sends :meth:`forget_calls`. :attr:`found` holds (member,
+    check reply) of every entry whose data is there; an error reply about the data (a key
+    of the wrong type) counts as there, for the caller to report; any other error reply
+    is raised (see :meth:`take_checks`).
+    """
+
+    index: str
+    queue: Queue
+    members: list[str]
+    scores: list[float]
+    found: list[tuple[str, Any]]
+    gone: list[str]
+
+    @classmethod
+    def of(cls, index: str, queue: Queue) -> Listing:
+        return cls(index, queue, [], [], [], [])
+
+    def range_command(self) -> scripts.Command:
+        return ["ZRANGE", self.index, 0, -1, "WITHSCORES"]
+
+    def take_range(self, reply: Sequence[Any]) -> None:
+        for member, score in reply:
+            self.members.append(_text(member))
+            self.scores.append(float(score))
+
+    def chunks(self) -> list[Sequence[str]]:
+        return _chunks(self.members)
+
+    def take_checks(self, chunk: Sequence[str], replies: Sequence[Any]) -> None:
+        """Raises the error reply of an entry whose server could not answer (a node
+        down, refusing, a slot not served): the listing fails rather than come back
+        shorter. Only a reply about the data (a key of the wrong type) is kept."""
+        for member, reply in zip(chunk, replies, strict=True):
+            if isinstance(reply, RedisError) and not _about_the_data(reply):
+                raise reply
+            if isinstance(reply, RedisError) or reply:
+                self.found.append((member, reply))
+            else:
+                self.gone.append(member)
+
+    def forget_calls(self, now: int | None = None) -> list[list[Any]]:
+        """ARGV of each ``index_forget.lua`` call: the cutoff, then members."""
+        cutoff = (now_ms() if now is None else now) - keys.GRACE_MS
+        score = dict(zip(self.members, self.scores, strict=True))
+        stale = [member for member in self.gone if score[member] <= cutoff]
+        return [[cutoff, *chunk] for chunk in _chunks(stale)]
+
+
+def list_index(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Listing:
+    """Run a :class:`Listing` on a redis-py client."""
+    listing = Listing.of(index, queue)
+    with guard("ZRANGE", index):
+        listing.take_range(client.zrange(index, 0, -1, withscores=True))
+    for chunk in listing.chunks():
+        with guard("pipelined checks of", index), client.pipeline(False) as pipe:
+            for member in chunk:
+                queue(pipe, member)
+            listing.take_checks(chunk, pipe.execute(raise_on_error=False))
+    for args in listing.forget_calls():
+        with guard("index_forget.lua", index):
+            scripts.run(client, "index_forget", [index], args)
+    return listing
+
+
+async def list_index_async(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Listing:
+    """:func:`list_index` on a ``redis.asyncio`` client."""
+    listing = Listing.of(index, queue)
+    with guard("ZRANGE", index):
+        listing.take_range(await client.zrange(index, 0, -1, withscores=True))
+    for chunk in listing.chunks():
+        with guard("pipelined checks of", index):
+            async with client.pipeline(transaction=False) as pipe:
+                for member in chunk:
+                    queue(pipe, member)
+                listing.take_checks(chunk, await pipe.execute(raise_on_error=False))
+    for args in listing.forget_calls():
+        with guard("index_forget.lua", index):
+            await scripts.run_async(client, "index_forget", [index], args)
+    return listing
+
+
+# Old stores: find and index what the index lacks (an admin's job: it needs SCAN) ---------
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """What :func:`audit` found missing from the index, or :func:`rebuild` added."""
+
+    sessions: int
+    values: int
+
+    @property
+    def total(self) -> int:
+        return self.sessions + self.values
+
+
+def _stored(client: Any, guard: ErrorBoundary, namespace: str) -> tuple[list[str], list[str]]:
+    """(session members, value members) of the data stored in ``namespace`` (SCAN on
+    every primary); value hashes without a value (``t`` alone) are left out."""
+    prefix = keys.namespace_prefix(namespace)
+    found: dict[str, list[str]] = {}
+    for kind, pattern in (
+        ("meta", keys.log_meta_pattern(namespace)),
+        ("plain", keys.value_pattern(namespace)),
+        ("history", keys.history_pattern(namespace)),
+    ):
+        with guard("SCAN", pattern):
+            found[kind] = [_text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
+    sessions = []
+    for name in found["meta"]:
+        head, tail = f"{prefix}{keys.LOG_KIND}:{{", "}:meta"
+        sessions.append(name[len(head) : len(name) - len(tail)])
+    whens: list[Any] = []
+    for chunk in _chunks(found["plain"]):
+        with guard("HGET", keys.value_pattern(namespace)), client.pipeline(False) as pipe:
+            for name in chunk:
+                pipe.hget(name, "w")
+            whens += pipe.execute()
+    plain = [name for name, when in zip(found["plain"], whens, strict=True) if when is not None]
+    values = [name[len(prefix) :] for name in [*plain, *found["history"]]]
+    return sessions, values
+
+
+def _missing(client: Any, guard: ErrorBoundary, namespace: str) -> dict[str, list[str]]:
+    """Index key -> the members its data has but it lacks."""
+    sessions, values = _stored(client, guard, namespace)
+    missing: dict[str, list[str]] = {}
+    for index, members in zip(keys.index_keys(namespace), (sessions, values), strict=True):
+        with guard("ZRANGE", index):
+            indexed = {_text(m) for m in client.zrange(index, 0, -1)}
+        missing[index] = [member for member in members if member not in indexed]
+    return missing
+
+
+def _admin_client(url: str, timeout: float | None) -> tuple[SyncClient, ErrorBoundary]:
+    options: RedisOptions = parse_options(url, timeout, None)
+    guard = ErrorBoundary(options.display_url, options.timeout)
+    return SyncClient(options, Topology(options.cluster), guard), guard
+
+
+def audit(url: str, namespace: str, *, timeout: float | None = None) -> IndexReport:
+    """How many sessions and values of ``namespace`` are stored but not indexed (they
+    would not be listed). Needs ``SCAN``: raises ``AccessDeniedError`` for a user that
+    may not run it."""
+    handle, guard = _admin_client(url, timeout)
+    try:
+        missing = _missing(handle.get(), guard, namespace)
+    finally:
+        handle.close()
+    sessions, values = keys.index_keys(namespace)
+    return IndexReport(len(missing[sessions]), len(missing[values]))
+
+
+def rebuild(url: str, namespace: str, *, timeout: float | None = None) -> IndexReport:
+    """Add every stored session and value of ``namespace`` that the index lacks (stores
+    written before the index existed); returns how many were added. Idempotent; needs
+    ``SCAN`` (an admin)."""
+    handle, guard = _admin_client(url, timeout)
+    added: dict[str, int] = {}
+    try:
+        client = handle.get()
+        for index, members in _missing(client, guard, namespace).items():
+            added[index] = 0
+            for chunk in _chunks(members):
+                with guard("ZADD", index):
+                    added[index] += int(client.zadd(index, dict.fromkeys(chunk, now_ms()), nx=True))
+    finally:
+        handle.close()
+    sessions, values = keys.index_keys(namespace)
+    return IndexReport(added[sessions], added[values])

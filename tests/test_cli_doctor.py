@@ -1,0 +1,148 @@
+"""``sessionstore doctor`` reads URLs and judges durability with the library's own code,
+checks every primary of a cluster, answers any URL with lines (never a traceback), and
+leaves a file store as it found it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import sessionstore
+from sessionstore import SessionEvent, SessionHeader
+from sessionstore.cli import app
+
+T = 1_718_000_000_000
+
+
+def doctor(*args: str) -> Any:
+    result = CliRunner().invoke(app, ["doctor", *args], env={"COLUMNS": "400"})
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        args,
+        result.exception,
+    )
+    assert "Traceback" not in result.stdout + result.stderr
+    return result
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@contextmanager
+def inside(folder: str):
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def test_on_a_new_file_store_doctor_leaves_nothing_behind(tmp_path):
+    url = (tmp_path / "not" / "yet" / "store").as_uri()
+    result = doctor("--url", url, "-n", "ns")
+    assert result.exit_code == 0, result.stdout
+    assert "OK   read/write" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_on_a_file_store_in_use_doctor_leaves_the_tree_as_it_was(tmp_path):
+    root = tmp_path / "store"
+    with sessionstore.connect(root.as_uri(), "ns") as store:
+        store.events.create(SessionHeader(id="s", created_at=1))
+        store.events.append("s", [SessionEvent(seq=0, type="note", time=T, data={})])
+        store.session("BTC", "s", "x", "1h").set_data(1, T)
+    before = tree(tmp_path)
+    for namespace in ("ns", "other"):
+        assert doctor("--url", root.as_uri(), "-n", namespace).exit_code == 0
+    assert tree(tmp_path) == before
+
+
+def test_doctor_reads_the_url_as_the_library_does():
+    typo = doctor("--url", "redis://127.0.0.1:1/0?durabilty=none", "--json")
+    assert typo.exit_code == 1
+    (check,) = json.loads(typo.stdout)["checks"]
+    assert check["name"] == "url" and "durabilty" in check["detail"]
+    with pytest_raises_invalid() as library:
+        sessionstore.connect("redis://127.0.0.1:1/0?durabilty=none")
+    assert check["detail"] == str(library.value)
+
+
+@contextmanager
+def pytest_raises_invalid():
+    import pytest
+
+    with pytest.raises(sessionstore.InvalidArgumentError) as caught:
+        yield caught
+
+
+def test_doctor_checks_every_primary_of_a_cluster(redis_cluster):
+    url = redis_cluster.url
+    ok = doctor("--url", url, "--json")
+    checks = {c["name"]: c for c in json.loads(ok.stdout)["checks"]}
+    primaries = redis_cluster.primaries()
+    assert checks["server"]["detail"].startswith(f"cluster of {len(primaries)} primaries")
+    assert checks["persistence"]["status"] == "OK", checks
+    lax = primaries[-1]
+    client = redis.Redis(port=lax.port)
+    try:
+        client.config_set("appendfsync", "everysec")
+        failed = doctor("--url", url, "--json")
+        assert failed.exit_code == 1
+        detail = {c["name"]: c for c in json.loads(failed.stdout)["checks"]}["persistence"]
+        assert detail["status"] == "FAIL" and f":{lax.port}" in detail["detail"]
+        assert "appendfsync everysec" in detail["detail"]
+    finally:
+        client.config_set("appendfsync", "always")
+        client.close()
+
+
+SCHEMES = ["redis", "rediss", "unix", "memory", "dummy", "file", "sqlite", "mongodb", "", "REDIS"]
+HOSTS = ["127.0.0.1:1", "localhost:1", "[::1]:1", "u:p@127.0.0.1:1", ":s3cret@127.0.0.1:1", ""]
+PARAMS = [
+    "durability=none",
+    "durability=bogus",
+    "durability=replicas:0",
+    "cluster=yes",
+    "cluster=maybe",
+    "max_connections=0",
+    "timeout=x",
+    "ssl_cert_reqs=none",
+    "db=x",
+    "durabilty=none",
+]
+junk = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@st.composite
+def urls(draw: Any) -> str:
+    scheme = draw(st.sampled_from(SCHEMES))
+    host = draw(st.one_of(st.sampled_from(HOSTS), junk.map(lambda text: text.replace(".", ""))))
+    path = draw(st.one_of(st.sampled_from(["/0", "/15", "/x", "", "/"]), junk))
+    query = "&".join(draw(st.lists(st.one_of(st.sampled_from(PARAMS), junk), max_size=3)))
+    head = f"{scheme}://" if draw(st.booleans()) or scheme else ""
+    return f"{head}{host}{path}" + (f"?{query}" if query else "") + draw(junk)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(url=urls())
+def test_any_url_gets_lines_and_an_exit_code_never_a_traceback(url):
+    with tempfile.TemporaryDirectory() as folder, inside(folder):
+        result = doctor("--url", url)
+        assert result.exit_code in (0, 1, 2), (url, result.stdout, result.stderr)
+        assert len(result.stderr.splitlines()) <= 2, result.stderr
+        if "://:s3cret@" in url:  # a password in a URL (a plain path has none)
+            assert "s3cret" not in result.stdout + result.stderr
+        assert not [p for p in Path(folder).rglob("*") if p.is_dir() and "doctor-" in p.name]

@@ -1,0 +1,301 @@
+"""The namespace index on Redis: listings read it instead of SCAN, the index entry is
+written before the data, entries whose data is gone are skipped and cleaned lazily, one
+damaged session never hides the others, and old stores are indexed by ``doctor --fix``.
+
+Against real redis-server processes (and the shared Redis Cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.cluster import key_slot
+from support.redis_server import RedisServer
+
+import sessionstore
+import sessionstore.aio
+from sessionstore import AccessDeniedError, SessionEvent, SessionHeader, keys
+from sessionstore.redis.acl import setuser_args
+from sessionstore.redis.index import audit, rebuild
+
+T0 = 1_718_000_000_000
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """A server of this module's own: its command statistics count only these tests."""
+    with RedisServer(durable=False) as own:
+        yield own
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"ix-{uuid.uuid4().hex[:10]}"
+
+
+def url_of(server: RedisServer) -> str:
+    return server.url + "?durability=none"
+
+
+def admin(server: RedisServer) -> redis.Redis:
+    return redis.Redis(port=server.port)
+
+
+def fill(store: sessionstore.Store, sessions: int = 3, values: int = 2) -> None:
+    for index in range(sessions):
+        store.events.create(SessionHeader(id=f"s-{index}", created_at=T0 + index))
+        store.events.append(f"s-{index}", [SessionEvent(seq=0, type="note", time=T0)])
+    for index in range(values):
+        store.session(f"SYM{index}", "s", "e", "1h", history=index % 2 == 1).set_data(index, T0)
+
+
+def listed(store: sessionstore.Store) -> tuple[list[str], list[str]]:
+    return [h.id for h in store.events.list()], [v.symbol for v in store.list_values()]
+
+
+def scans(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+
+
+def age(client: redis.Redis, index: str, member: str) -> None:
+    """Make an index entry look written long ago (older than the grace period)."""
+    client.zadd(index, {member: 1})
+
+
+def test_listing_reads_the_index_without_scan_whatever_the_keyspace(server, ns):
+    client = admin(server)
+    with client.pipeline(transaction=False) as pipe:
+        for index in range(5000):  # another namespace's data: not read by the listing
+            pipe.hset(f"ss:other-{ns}:val:{{K{index}:s:e:1h:backtest}}", "w", 1)
+        pipe.execute()
+    with sessionstore.connect(url_of(server), ns) as store:
+        fill(store)
+        before, commands = scans(client), client.info("stats")["total_commands_processed"]
+        assert listed(store) == (["s-0", "s-1", "s-2"], ["SYM0", "SYM1"])
+        assert store.events.prune() == 0
+        sent = client.info("stats")["total_commands_processed"] - commands
+    assert scans(client) == before
+    assert sent < 3 * 5 + 10  # a few per entry of this namespace, none per foreign key
+    client.close()
+
+
+def test_every_creating_write_adds_its_index_entry_first(server, ns):
+    """A user allowed the index but not the data write: its refused writes leave an
+    index entry and no data, so data never exists without its entry."""
+    client = admin(server)
+    args = setuser_args("half", "pw", ns)
+    client.execute_command(*[a for a in args if a not in ("+evalsha", "+hset")])
+    url = f"redis://half:pw@127.0.0.1:{server.port}/0?durability=none"
+    with sessionstore.connect(url, ns) as store:
+        store.events.create(SessionHeader(id="s-1"))
+        for write in (
+            lambda: store.session("A", "s", "e", "1h").set_data(1, T0),
+            lambda: store.session("A", "s", "e", "1h", ttl=60).set_data(1, T0),
+            lambda: store.session("H", "s", "e", "1h", history=True).set_data(1, T0),
+            lambda: store.events.append("s-1", [SessionEvent(seq=0, type="n", time=T0)]),
+        ):
+            with pytest.raises(AccessDeniedError):
+                write()
+    sessions, values = keys.index_keys(ns)
+    assert [m.decode() for m in client.zrange(sessions, 0, -1)] == ["s-1"]
+    assert sorted(m.decode() for m in client.zrange(values, 0, -1)) == [
+        "hist:{H:s:e:1h:backtest}:at",
+        "val:{A:s:e:1h:backtest}",
+    ]
+    data = [k for k in client.scan_iter(match=keys.namespace_pattern(ns)) if b":idx:" not in k]
+    assert data == []
+    client.acl_deluser("half")
+    client.close()
+
+
+def test_an_entry_whose_data_is_gone_is_skipped_then_cleaned_after_the_grace(server, ns):
+    client = admin(server)
+    sessions, values = keys.index_keys(ns)
+    with sessionstore.connect(url_of(server), ns) as store:
+        fill(store, sessions=3, values=2)
+        store.events.delete("s-1")  # deleted
+        store.session("SYM0", "s", "e", "1h").delete()
+        ttl = store.session("TTL", "s", "e", "1h", ttl=0.05)  # expired by the server
+        ttl.set_data(1, T0)
+        client.zadd(sessions, {"crashed": int(time.time() * 1000)})  # index first, then a crash
+        time.sleep(0.1)
+        assert listed(store) == (["s-0", "s-2"], ["SYM1"])
+        # Fresh entries stay: their writer may be about to write the data.
+        assert client.zscore(sessions, "s-1") is not None
+        assert client.zscore(sessions, "crashed") is not None
+        for index, member in ((sessions, "s-1"), (values, "val:{SYM0:s:e:1h:backtest}")):
+            age(client, index, member)
+        assert listed(store) == (["s-0", "s-2"], ["SYM1"])
+        assert sorted(m.decode() for m in client.zrange(sessions, 0, -1)) == [
+            "crashed",
+            "s-0",
+            "s-2",
+        ]
+        assert client.zscore(values, "val:{SYM0:s:e:1h:backtest}") is None
+        age(client, sessions, "crashed")
+        assert store.events.prune() == 0  # prune clears the sessions index too
+        assert client.zscore(sessions, "crashed") is None
+        # A session written again after its entry was cleaned is listed again.
+        store.events.create(SessionHeader(id="s-1"))
+        store.events.append("s-1", [SessionEvent(seq=0, type="note", time=T0)])
+        assert sorted(listed(store)[0]) == ["s-0", "s-1", "s-2"]
+    client.close()
+
+
+def test_cleaning_never_removes_an_entry_a_writer_just_refreshed(server, ns):
+    """index_forget.lua compares the score at removal: a writer that added its entry
+    again after the listing saw no data keeps it."""
+    from sessionstore.redis.index import Listing, now_ms
+
+    client = admin(server)
+    sessions = keys.index_keys(ns)[0]
+    client.zadd(sessions, {"old": 1, "refreshed": 1})
+    listing = Listing.of(sessions, lambda pipe, member: None)
+    listing.take_range([(b"old", 1), (b"refreshed", 1)])
+    listing.take_checks(["old", "refreshed"], [{}, {}])  # both seen without data
+    client.zadd(sessions, {"refreshed": now_ms()})  # a writer adds it again
+    [args] = listing.forget_calls()
+    with sessionstore.connect(url_of(server), ns):
+        from sessionstore.redis.scripts import run
+
+        assert run(client, "index_forget", [sessions], args) == 1
+    assert [m.decode() for m in client.zrange(sessions, 0, -1)] == ["refreshed"]
+    client.close()
+
+
+def test_one_damaged_header_never_hides_the_other_sessions(server, ns, caplog):
+    client = admin(server)
+    with sessionstore.connect(url_of(server), ns) as store:
+        fill(store, sessions=4, values=0)
+        bad_field, wrong_type = keys.log_keys(ns, "s-1")[0], keys.log_keys(ns, "s-2")[0]
+        client.hset(bad_field, "created_at", "not-a-number")
+        client.delete(wrong_type)
+        client.set(wrong_type, "not a hash")
+        with caplog.at_level(logging.WARNING, logger="sessionstore"):
+            assert [h.id for h in store.events.list()] == ["s-0", "s-3"]
+
+            async def go() -> list[str]:
+                async with sessionstore.aio.connect(url_of(server), ns) as astore:
+                    return [h.id for h in await astore.events.list()]
+
+            assert asyncio.run(go()) == ["s-0", "s-3"]
+    skipped = [r.getMessage() for r in caplog.records if r.name == "sessionstore"]
+    assert any("'s-1'" in m and "created_at" in m for m in skipped)
+    assert any("'s-2'" in m for m in skipped)
+    client.close()
+
+
+def forget_the_index(client: redis.Redis, ns: str) -> None:
+    """What a store written before the index existed looks like."""
+    client.delete(*keys.index_keys(ns))
+
+
+def test_an_old_store_is_indexed_by_rebuild(server, ns):
+    client = admin(server)
+    with sessionstore.connect(url_of(server), ns) as store:
+        fill(store, sessions=3, values=2)
+        cleared = store.session("CLEARED", "s", "e", "1h")
+        cleared.set_data(1, T0)
+        cleared.update(lambda v: None, T0)  # a hash left with its swap tokens alone
+        forget_the_index(client, ns)
+        assert listed(store) == ([], [])
+        assert audit(server.url, ns) == audit(server.url, ns)
+        missing = audit(server.url, ns)
+        assert (missing.sessions, missing.values) == (3, 2)
+        added = rebuild(server.url, ns)
+        assert (added.sessions, added.values) == (3, 2)
+        assert listed(store) == (["s-0", "s-1", "s-2"], ["SYM0", "SYM1"])
+        assert rebuild(server.url, ns).total == 0 and audit(server.url, ns).total == 0
+    client.close()
+
+
+def test_rebuild_needs_scan_so_the_least_privilege_user_is_refused(server, ns):
+    client = admin(server)
+    client.execute_command(*setuser_args("lp-rebuild", "pw", ns))
+    url = f"redis://lp-rebuild:pw@127.0.0.1:{server.port}/0"
+    for call in (audit, rebuild):
+        with pytest.raises(AccessDeniedError):
+            call(url, ns)
+    client.acl_deluser("lp-rebuild")
+    client.close()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "sessionstore", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_doctor_reports_unindexed_data_and_fix_indexes_it(server, ns):
+    client = admin(server)
+    with sessionstore.connect(url_of(server), ns) as store:
+        fill(store, sessions=2, values=1)
+        forget_the_index(client, ns)
+        url = url_of(server)
+        before = cli("doctor", "--url", url, "-n", ns, "--json")
+        checks = {c["name"]: c for c in json.loads(before.stdout)["checks"]}
+        assert before.returncode == 1 and checks["index"]["status"] == "FAIL"
+        assert "doctor --fix" in checks["index"]["detail"]
+        fixed = cli("doctor", "--url", url, "-n", ns, "--fix")
+        assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+        assert "indexed 2 session(s) and 1 value(s)" in fixed.stdout
+        assert listed(store) == (["s-0", "s-1"], ["SYM0"])
+    client.close()
+
+
+def test_on_a_cluster_the_index_is_one_slot_and_lists_every_primary(redis_cluster, ns):
+    sessions, values = keys.index_keys(ns)
+    assert key_slot(sessions.encode()) == key_slot(values.encode())
+    with sessionstore.connect(redis_cluster.url + "?durability=none", ns) as store:
+        fill(store, sessions=6, values=6)
+        slots = {key_slot(keys.log_keys(ns, f"s-{i}")[0].encode()) for i in range(6)}
+        assert len(slots) > 1
+        store.events.delete("s-3")
+        assert listed(store)[0] == ["s-0", "s-1", "s-2", "s-4", "s-5"]
+        assert len(listed(store)[1]) == 6
+        client = redis.cluster.RedisCluster.from_url(redis_cluster.url)
+        try:
+            forget_the_index(client, ns)
+            assert listed(store) == ([], [])
+            added = rebuild(redis_cluster.url, ns)
+            assert (added.sessions, added.values) == (5, 6)
+            assert len(listed(store)[0]) == 5
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_a_process_adds_a_hot_values_entry_once_and_a_new_process_refreshes_it(
+    server, ns, history
+):
+    index = keys.index_keys(ns)[1]
+    with sessionstore.connect(url_of(server), namespace=ns) as store:
+        session = store.session("HOT", "s", "e", "1h", history=history)
+        session.set_data(0, T0)
+        [(member, first)] = admin(server).zrange(index, 0, -1, withscores=True)
+        time.sleep(0.01)
+        for n in range(1, 5):
+            session.set_data(n, T0 + n)
+            session.update(lambda v: v + 1, T0 + n)
+        # Trusted for half the grace: the entry's score is the first write's.
+        assert admin(server).zscore(index, member) == first
+    with sessionstore.connect(url_of(server), namespace=ns) as other:
+        other.session("HOT", "s", "e", "1h", history=history).set_data(9, T0 + 9)
+    assert admin(server).zscore(index, member) > first
+    with sessionstore.connect(url_of(server), namespace=ns) as reader:
+        assert [ref.symbol for ref in reader.list_values()] == ["HOT"]
