@@ -732,3 +732,28 @@ def test_concurrent_appenders_land_whole_batches_or_conflict(db_path):
     runs = [batches[i : i + 3] for i in range(0, len(batches), 3)]
     assert all(len(set(run)) == 1 for run in runs)
     assert sorted(run[0] for run in runs) == sorted((w, b) for w in range(4) for b in range(40))
+
+
+def _open_and_write(url: str, barrier, worker: int) -> None:  # noqa: ANN001 - a process target
+    store = sessionstore.connect(url, namespace="race")
+    barrier.wait(timeout=30)
+    store.session(f"S{worker}", "s", "e", "1h").set_data(worker, 5)
+    store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(3))
+def test_processes_opening_one_new_database_at_once_all_succeed(tmp_path, round_):
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(6)
+    workers = [context.Process(target=_open_and_write, args=(url, barrier, n)) for n in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0] * 6
+    with sessionstore.connect(url, namespace="race") as store:
+        assert sorted(ref.symbol for ref in store.list_values()) == [f"S{n}" for n in range(6)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from contextlib import suppress
 from pathlib import Path
@@ -214,8 +215,8 @@ class Database:
         try:
             # First, before anything that writes (the WAL switch included): a file that is
             # not ours, or of a newer schema, must be left exactly as it was.
-            version = self._schema_version(conn)
-            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            version = self._snapshot_schema_version(conn)
+            mode = self._switch_to_wal(conn)
             if str(mode).lower() != "wal":
                 raise DurabilityError(
                     f"SQLite database {self.path} cannot use WAL journaling (got {mode!r})"
@@ -227,6 +228,28 @@ class Database:
             conn.close()
             raise
         return conn
+
+    def _snapshot_schema_version(self, conn: sqlite3.Connection) -> int:
+        """:meth:`_schema_version` read in one read transaction: another process creating
+        the schema at this moment is seen before or after, never half way."""
+        conn.execute("BEGIN")
+        try:
+            return self._schema_version(conn)
+        finally:
+            _rollback(conn)
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> object:
+        """``PRAGMA journal_mode=WAL``, retried while another process holds the lock it
+        needs (SQLite does not wait on its busy timeout for it), up to ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                return mode
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.01)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         """Create the tables of a new file, or migrate those of an older schema version,
