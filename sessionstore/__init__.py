@@ -52,6 +52,7 @@ def connect(
     timeout: float | None = None,
     durability: str | None = None,
     ttl: float | None = None,
+    cache: bool | None = None,
 ) -> Store:
     """Open a store on ``url`` (see :mod:`sessionstore.connection` for the schemes).
 
@@ -61,7 +62,10 @@ def connect(
     ``?durability=...`` instead. ``ttl`` (seconds > 0) is the retention of the event-log
     sessions this store creates (``events.create(..., ttl=...)`` overrides it): each
     expires ``ttl`` after its last append; None (default) keeps them for good. A bad
-    ``ttl`` raises ``InvalidArgumentError``. Opening does no I/O; the first call connects.
+    ``ttl`` raises ``InvalidArgumentError``. ``cache=True`` (or ``?cache=yes``) answers
+    repeated reads of unchanged plain values from process memory, invalidated by the
+    server (Redis, sync client, single server or Sentinel). Opening does no I/O; the first
+    call connects.
 
     The store pickles, and so do its handles and ``store.events``: another process gets
     the URL (password included), namespace and these options, and connects on first use
@@ -70,9 +74,9 @@ def connect(
     """
     resolved = resolve_url(url)
     ttl_ms = check_ttl(ttl)
-    options: dict[str, Any] = {"timeout": timeout, "durability": durability}
+    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
     backends = open_backends(resolved, check_namespace(namespace), options)
-    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
     return Store(backends, namespace, ttl_ms, args=args)
 
 

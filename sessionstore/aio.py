@@ -17,7 +17,7 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from . import flows
@@ -66,13 +66,14 @@ def connect(
     timeout: float | None = None,
     durability: str | None = None,
     ttl: float | None = None,
+    cache: bool | None = None,
 ) -> AsyncStore:
     """Like :func:`sessionstore.connect`, for asyncio. No I/O until first use."""
     resolved = resolve_url(url)
     ttl_ms = check_ttl(ttl)
-    options: dict[str, Any] = {"timeout": timeout, "durability": durability}
+    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
     backends = open_backends(resolved, check_namespace(namespace), options)
-    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
     return AsyncStore(backends, namespace, ttl_ms, args=args)
 
 
@@ -274,21 +275,32 @@ class AsyncEventLog:
         """Remove the expired sessions of the namespace, each whole; how many (0 on Redis)."""
         return await arun(flows.prune(self._lifecycle), self._backend)
 
-    async def writer(
+    def writer(
         self,
         header: SessionHeader,
         *,
         window: float = 0.2,
         ttl: float | None = None,
         lease: float = DEFAULT_LEASE,
-    ) -> AsyncSessionWriter:
+    ) -> OpeningWriter:
         """A write-behind writer holding the session's lease; see
-        :meth:`sessionstore.EventLog.writer`."""
+        :meth:`sessionstore.EventLog.writer`.
+
+        A plain call, as :func:`connect` is: its arguments are checked at once, and its
+        I/O (the lease, the stored next seq) runs when the result is awaited
+        (``w = await log.writer(h)``) or entered (``async with log.writer(h) as w:``,
+        which closes the writer on exit).
+        """
         self._lifecycle.check_open()
         check_header(header)
         check_window(window)
         ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
         lease_ms = check_lease(lease)
+        return OpeningWriter(lambda: self._open_writer(header, window, ttl_ms, lease_ms))
+
+    async def _open_writer(
+        self, header: SessionHeader, window: float, ttl_ms: int | None, lease_ms: int
+    ) -> AsyncSessionWriter:
         token = new_token()
         flow = flows.open_writer(self._pending, self._lifecycle, header, ttl_ms, token, lease_ms)
         next_seq, last_time = await arun(flow, self._backend)
@@ -304,6 +316,29 @@ class AsyncEventLog:
         )
         context = WriterContext(self._backend, self._pending, self._lifecycle, self._drain)
         return AsyncSessionWriter(context, buffer)
+
+
+class OpeningWriter:
+    """What :meth:`AsyncEventLog.writer` returns: awaiting it opens the writer (and
+    returns it); ``async with`` opens it and closes it on exit. Nothing is done until
+    then."""
+
+    __slots__ = ("_open", "_writer")
+
+    def __init__(self, open_writer: Callable[[], Awaitable[AsyncSessionWriter]]) -> None:
+        self._open = open_writer
+        self._writer: AsyncSessionWriter | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSessionWriter]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncSessionWriter:
+        self._writer = await self._open()
+        return self._writer
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            await self._writer.close()
 
 
 class AsyncSessionWriter:
@@ -475,7 +510,12 @@ def _reopen(args: ConnectArgs, closed: bool) -> AsyncStore:
     """An async store unpickled from ``args``. No I/O; a closed store arrives closed
     (nothing was opened, so nothing needs releasing)."""
     store = connect(
-        args.url, args.namespace, timeout=args.timeout, durability=args.durability, ttl=args.ttl
+        args.url,
+        args.namespace,
+        timeout=args.timeout,
+        durability=args.durability,
+        ttl=args.ttl,
+        cache=args.cache,
     )
     store._lifecycle.closed = closed
     return store

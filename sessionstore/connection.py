@@ -28,7 +28,7 @@ from .urls import mask_url, query_names, reject_unknown_params
 
 ENV_URL = "SESSIONSTORE_URL"
 DEFAULT_DIR = ".sessionstore"
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class ConnectArgs:
     timeout: float | None = None
     durability: str | None = None
     ttl: float | None = None
+    cache: bool | None = None
 
     @classmethod
     def of(
@@ -55,9 +56,10 @@ class ConnectArgs:
         timeout: float | None,
         durability: str | None,
         ttl: float | None,
+        cache: bool | None = None,
     ) -> ConnectArgs:
         """The args of a ``connect`` whose ``url`` was resolved and opened already."""
-        return cls(portable_url(url), namespace, timeout, durability, ttl)
+        return cls(portable_url(url), namespace, timeout, durability, ttl, cache)
 
     @property
     def travels(self) -> bool:
@@ -211,7 +213,7 @@ def open_backends(url: str, namespace: str, options: dict[str, Any]) -> Backends
 
 
 def _refuse_options(scheme: str, options: dict[str, Any]) -> None:
-    unknown = {name for name, value in options.items() if value is not None}
+    unknown = {name for name, value in options.items() if value is not None and value is not False}
     unknown -= {"timeout"}
     if unknown:
         raise InvalidArgumentError(

@@ -361,7 +361,12 @@ def _reopen(args: ConnectArgs, closed: bool) -> Store:
     from . import connect
 
     store = connect(
-        args.url, args.namespace, timeout=args.timeout, durability=args.durability, ttl=args.ttl
+        args.url,
+        args.namespace,
+        timeout=args.timeout,
+        durability=args.durability,
+        ttl=args.ttl,
+        cache=args.cache,
     )
     if closed:
         store.close()

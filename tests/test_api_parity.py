@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import pytest
@@ -18,6 +19,9 @@ PAIRS = [
 
 #: Methods that do no I/O stay plain calls in the async API.
 NO_IO = {"session", "emit", "dispose"}
+#: Plain calls in the async API whose result is awaited, or entered with ``async with``,
+#: to do their I/O (as ``aio.connect`` is a plain call).
+OPENERS = {"writer"}
 
 
 def public(cls: type) -> dict[str, object]:
@@ -46,7 +50,27 @@ def test_same_parameters_and_io_methods_are_coroutines(sync, async_):
             continue
         assert parameters(member) == parameters(twin), name
         is_async = inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin)
-        assert is_async == (name not in NO_IO), name
+        assert is_async == (name not in NO_IO | OPENERS), name
+
+
+def test_the_async_writer_is_opened_by_await_or_async_with(tmp_path):
+    header = sessionstore.SessionHeader(id="w")
+
+    async def scenario() -> list[int]:
+        async with aio.connect((tmp_path / "s").as_uri()) as store:
+            opening = store.events.writer(header)  # a plain call: nothing done yet
+            assert inspect.isawaitable(opening) and hasattr(opening, "__aenter__")
+            assert await store.events.list() == []
+            async with opening as writer:
+                writer.emit("note")
+            writer = await store.events.writer(header)
+            writer.emit("note")
+            await writer.close()
+            with pytest.raises(sessionstore.InvalidArgumentError):
+                store.events.writer("w")  # checked at the call, not at the await
+            return [e.seq for e in (await store.events.load("w")).events]
+
+    assert asyncio.run(scenario()) == [0, 1]
 
 
 def test_connect_has_the_same_parameters():

@@ -1,4 +1,5 @@
-"""docker-compose.yml: a durable Redis by default, a 3+3 Redis Cluster under a profile."""
+"""docker-compose.yml: a durable Redis by default, a 3+3 Redis Cluster and a Redis
+Sentinel setup (a primary, two replicas, three sentinels) under profiles."""
 
 from __future__ import annotations
 
@@ -56,3 +57,35 @@ def test_the_cluster_init_creates_three_primaries_with_a_replica_each():
 def test_every_named_volume_is_declared():
     used = {v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", [])}
     assert used <= set(COMPOSE["volumes"])
+
+
+SENTINEL_DATA = {n: s for n, s in SERVICES.items() if n.startswith("sentinel-") and "replica" in n}
+SENTINEL_DATA["sentinel-primary"] = SERVICES["sentinel-primary"]
+SENTINELS = {n: s for n, s in SERVICES.items() if n.startswith("sentinel-") and n[-1].isdigit()}
+SENTINELS = {n: s for n, s in SENTINELS.items() if n not in SENTINEL_DATA}
+
+
+def test_the_sentinel_profile_has_a_durable_primary_and_two_replicas_of_it():
+    assert len(SENTINEL_DATA) == 3
+    primary_port = flags(SERVICES["sentinel-primary"]["command"])["--port"]
+    for name, service in SENTINEL_DATA.items():
+        assert service["profiles"] == ["sentinel"]
+        command = service["command"]
+        options = flags(command)
+        assert options["--appendonly"] == "yes" and options["--appendfsync"] == "always"
+        if name != "sentinel-primary":
+            at = command.index("--replicaof")
+            assert command[at + 1 : at + 3] == ["127.0.0.1", primary_port]
+
+
+def test_the_sentinel_profile_has_three_sentinels_watching_the_primary_with_a_quorum_of_two():
+    assert len(SENTINELS) == 3
+    primary_port = flags(SERVICES["sentinel-primary"]["command"])["--port"]
+    ports = set()
+    for service in SENTINELS.values():
+        assert service["profiles"] == ["sentinel"]
+        script = service["command"][-1]
+        assert f"sentinel monitor svc 127.0.0.1 {primary_port} 2" in script
+        assert script.endswith("--sentinel")
+        ports.add(script.split("port ")[1].split("\\n")[0].split("\n")[0])
+    assert len(ports) == 3

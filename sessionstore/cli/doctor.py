@@ -21,7 +21,14 @@ from ..demo import check_durable
 from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
 from ..models import SessionEvent, SessionHeader
 from ..redis.acl import setuser_line
-from ..redis.client import ErrorBoundary, SyncClient, Topology, is_cluster, parse_options
+from ..redis.client import (
+    ErrorBoundary,
+    RedisOptions,
+    SyncClient,
+    Topology,
+    is_cluster,
+    parse_options,
+)
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
 from ..store import Store
 from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
@@ -55,8 +62,11 @@ def doctor(
     something does. With --fix, first index what was stored before the index existed.
     --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
     "detail"}]}."""
-    resolved = resolve_url(url)
-    checks = run_checks(resolved, namespace, fix)
+    try:
+        resolved = resolve_url(url)
+        checks = run_checks(resolved, namespace, fix)
+    except SessionStoreError as exc:
+        resolved, checks = str(url), [Check("url", "FAIL", str(exc))]
     failed = any(check.status == "FAIL" for check in checks)
     if json:
         emit_json(
@@ -130,13 +140,48 @@ def redis_checks(url: str, namespace: str) -> list[Check]:
         except SessionStoreError as exc:
             return [Check("server", "FAIL", f"cannot reach it: {exc}")]
         servers = primaries(client, options.display_url)
+        topology = [] if handle.sentinel is None else [sentinel_check(handle.sentinel, options)]
         with sessionstore.connect(url, namespace) as store:
             return [
+                *topology,
                 server_check(client, servers),
                 persistence(client, servers, options.durability, store),
             ]
     finally:
         handle.close()
+
+
+def sentinel_check(manager: Any, options: RedisOptions) -> Check:
+    """The sentinels that answered, and the service's primary and replicas as the first
+    of them reports; FAIL when none answers or none knows the service."""
+    import redis
+
+    assert options.sentinel is not None
+    service = options.sentinel.service
+    reached, state, replicas = [], None, []
+    for client in manager.sentinels:
+        kwargs = client.connection_pool.connection_kwargs
+        address = f"{kwargs['host']}:{kwargs['port']}"
+        try:
+            found = client.sentinel_master(service)
+            listed = client.sentinel_slaves(service)
+        except redis.exceptions.RedisError:
+            continue
+        reached.append(address)
+        if state is None:
+            state, replicas = found, listed
+    total = len(manager.sentinels)
+    if state is None:
+        return Check("sentinel", "FAIL", f"no sentinel of {total} answered for service {service!r}")
+    shown = [f"{r['ip']}:{r['port']}" + (" (down)" if r.get("is_sdown") else "") for r in replicas]
+    status = "OK" if len(reached) == total and not state.get("is_sdown") else "WARN"
+    return Check(
+        "sentinel",
+        status,
+        f"{len(reached)} of {total} sentinels reached ({', '.join(reached)}); service "
+        f"{service!r}: primary {state['ip']}:{state['port']}, replicas "
+        f"{', '.join(shown) or 'none'}",
+    )
 
 
 def primaries(client: Any, display_url: str) -> list[tuple[str, Any]]:

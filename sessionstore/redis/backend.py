@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..connection import AsyncBackends, Backends
+from ..errors import InvalidArgumentError
 from .client import AsyncClient, ErrorBoundary, SyncClient, Topology, parse_options
 from .events import AsyncRedisEvents, RedisEvents
 from .values import AsyncRedisValues, RedisValues
@@ -14,31 +17,41 @@ def open_redis(
     *,
     timeout: float | None = None,
     durability: str | None = None,
+    cache: bool | None = None,
 ) -> Backends:
-    """Open the Redis backends of ``url`` (``redis://``, ``rediss://``, ``unix://``).
+    """Open the Redis backends of ``url`` (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+sentinel://``, ``rediss+sentinel://``).
 
     No I/O: the first call connects, and finds out whether the URL names a node of a
     Redis Cluster (``?cluster=auto``, the default; ``?cluster=yes|no`` decides instead).
     ``timeout`` (seconds, default 5) bounds connecting and each reply; ``durability``
     (``"fsync"``, ``"replicas:N"``, ``"none"``) may also be given as ``?durability=`` in
-    the URL. Raises ``InvalidArgumentError`` for a bad option or URL. ``make_async``
-    builds a native ``redis.asyncio`` pair on its own pool.
+    the URL. ``?cache=yes`` (or ``cache=True``) caches value reads in memory (sync client, not on a
+    cluster; see :mod:`.tracking`). Raises ``InvalidArgumentError`` for a bad option or
+    URL. ``make_async`` builds a native ``redis.asyncio`` pair on its own pool.
     """
     options = parse_options(url, timeout, durability)
+    if cache:
+        options = dataclasses.replace(options, cache=True)
     boundary = ErrorBoundary(options.display_url, options.timeout)
     topology = Topology(options.cluster)
     client = SyncClient(options, topology, boundary)
 
     def make_async() -> AsyncBackends:
+        if options.cache:
+            raise InvalidArgumentError(
+                f"?cache=yes is for the sync client only, not sessionstore.aio "
+                f"({options.display_url}): leave it out of the async store's URL"
+            )
         aclient = AsyncClient(options, topology, boundary)
         return AsyncBackends(
-            AsyncRedisValues(aclient, boundary),
+            AsyncRedisValues(aclient, boundary, options.durability),
             AsyncRedisEvents(aclient, namespace, boundary, options.durability),
             aclient.aclose,
         )
 
     return Backends(
-        RedisValues(client, boundary),
+        RedisValues(client, boundary, options.durability),
         RedisEvents(client, namespace, boundary, options.durability),
         options.display_url,
         make_async=make_async,

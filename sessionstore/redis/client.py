@@ -17,6 +17,16 @@ A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks
 server at first use (``INFO cluster``) and then talks to the whole cluster with
 ``redis.cluster.RedisCluster`` (or its ``redis.asyncio`` twin), built from the same URL
 and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
+
+A ``redis+sentinel://`` (``rediss+sentinel://`` for TLS) URL names Redis Sentinels and a
+service: ``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]``. The
+client asks the sentinels for the service's primary (``redis.sentinel``) and follows a
+failover by itself: a connection to a demoted or dead primary is dropped, and the next
+attempt asks the sentinels again. The user info authenticates to the data nodes (as in
+redis-py, whose ``Sentinel`` sends no credentials to the sentinels unless told);
+``?sentinel_username=`` / ``?sentinel_password=`` authenticate to the sentinels. The
+same blocking pool (``?max_connections=``, waits up to ``timeout``) serves the primary.
+Such a URL is never a cluster: no detection is made.
 """
 
 from __future__ import annotations
@@ -28,15 +38,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.cluster
+import redis.sentinel
 from redis.backoff import ExponentialBackoff
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.exceptions import (
@@ -73,7 +86,7 @@ DEFAULT_TIMEOUT = 5.0
 #: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
 DEFAULT_MAX_CONNECTIONS = 50
 #: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
-OWN_PARAMS = ("durability", "cluster", "max_connections")
+OWN_PARAMS = ("durability", "cluster", "max_connections", "cache")
 #: Query parameters handed to redis-py: those its ``parse_url`` converts (less the ones
 #: sessionstore sets itself: ``timeout`` is the store's, ``max_connections`` is ours),
 #: plus the connection options it takes as text (credentials, names, TLS files).
@@ -88,6 +101,14 @@ REDIS_PY_PARAMS = tuple(
 )
 #: Values of ``?cluster=``: ask the server, or force a Redis Cluster client or a plain one.
 CLUSTER_MODES = ("auto", "yes", "no")
+#: URL schemes of a service behind Redis Sentinel (plain and TLS).
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: The port of a sentinel named without one.
+SENTINEL_PORT = 26379
+#: Query parameters of a Sentinel URL that authenticate to the sentinels.
+SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
+#: Values of ``?cache=``.
+CACHE_VALUES = {"yes": True, "no": False}
 RETRIES = 2
 _BACKOFF = {"cap": 0.5, "base": 0.05}
 
@@ -106,6 +127,84 @@ class RedisOptions:
     cluster: str = "auto"
     #: Connections per server (per node of a cluster); see the module doc.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: The service behind Redis Sentinel a ``redis+sentinel://`` URL names; else None.
+    sentinel: SentinelTarget | None = None
+    #: Client-side caching of value reads (``?cache=yes``; see :mod:`.tracking`).
+    cache: bool = False
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a ``redis+sentinel://`` URL names (see the module doc)."""
+
+    #: (host, port) of each sentinel, in the URL's order.
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    #: redis-py keyword arguments of the data nodes (db, credentials, TLS, options).
+    node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: redis-py keyword arguments of the sentinels (credentials, TLS).
+    sentinel_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def parse_sentinel_url(url: str, shown: str) -> SentinelTarget:
+    """The :class:`SentinelTarget` of ``url`` (sessionstore's own parameters removed).
+
+    Raises :class:`InvalidArgumentError` for a URL without a sentinel or a service, a
+    bad port or database, or a parameter redis-py rejects.
+    """
+    scheme, _, rest = url.partition("://")
+    tls = scheme.lower() == "rediss+sentinel"
+    rest, _, query = rest.partition("#")[0].partition("?")
+    authority, _, path = rest.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    sentinels = tuple(_sentinel_address(item, shown) for item in hosts.split(","))
+    service, _, db = path.partition("/")
+    service, db = unquote(service), db.strip("/")
+    if not service:
+        raise InvalidArgumentError(
+            f"{shown!r} names no service: write redis+sentinel://host:26379/SERVICE[/DB]"
+        )
+    if db and not (db.isascii() and db.isdigit()):
+        raise InvalidArgumentError(f"the database of {shown!r} must be a number, not {db!r:.20}")
+    items = [item for item in query.split("&") if item]
+    own = {
+        name: unquote(value)
+        for name, _, value in (item.partition("=") for item in items)
+        if name in SENTINEL_PARAMS
+    }
+    kept = "&".join(item for item in items if item.partition("=")[0] not in SENTINEL_PARAMS)
+    # redis-py reads the credentials and every option as for a redis:// URL.
+    stand_in = f"{'rediss' if tls else 'redis'}://{userinfo}{at}localhost/{db or 0}"
+    try:
+        node = parse_url(stand_in + ("?" + kept if kept else ""))
+    except ValueError as exc:
+        raise invalid_url(url, exc)  # noqa: B904 - it chains what is safe to show
+    for name in ("host", "port", "connection_class"):
+        node.pop(name, None)
+    tls_kwargs = {name: value for name, value in node.items() if name.startswith("ssl_")}
+    if tls:
+        node["ssl"] = True
+        tls_kwargs["ssl"] = True
+    sentinel = dict(tls_kwargs) if tls else {}
+    if "sentinel_username" in own:
+        sentinel["username"] = own["sentinel_username"]
+    if "sentinel_password" in own:
+        sentinel["password"] = own["sentinel_password"]
+    return SentinelTarget(sentinels, service, node, sentinel)
+
+
+def _sentinel_address(item: str, shown: str) -> tuple[str, int]:
+    host, port = item, ""
+    if item.startswith("["):
+        host, _, after = item[1:].partition("]")
+        port = after.removeprefix(":")
+    elif ":" in item:
+        host, _, port = item.rpartition(":")
+    if not host or (port and not (port.isascii() and port.isdigit())):
+        raise InvalidArgumentError(
+            f"{shown!r} names a sentinel {item!r:.60} that is not host[:port]"
+        )
+    return unquote(host), int(port) if port else SENTINEL_PORT
 
 
 def display(url: str) -> str:
@@ -141,7 +240,9 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
     ):
         raise InvalidArgumentError(f"timeout must be a positive number of seconds, not {timeout!r}")
     clean, own = split_own_params(url)
-    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS), shown)
+    sentinel = url.partition("://")[0].lower() in SENTINEL_SCHEMES
+    extra = SENTINEL_PARAMS if sentinel else ()
+    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
     from_url = own.get("durability")
     if durability is not None and from_url is not None and durability != from_url:
         raise InvalidArgumentError(
@@ -153,6 +254,18 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
         raise InvalidArgumentError(
             f"?cluster= must be one of {', '.join(CLUSTER_MODES)}, not {cluster!r:.40} in {shown!r}"
         )
+    cache = own.get("cache", "no")
+    if cache not in CACHE_VALUES:
+        raise InvalidArgumentError(f"?cache= must be yes or no, not {cache!r:.40} in {shown!r}")
+    target = None
+    if sentinel:
+        if cluster == "yes":
+            raise InvalidArgumentError(
+                f"{shown!r} names a service behind Redis Sentinel, never a Redis Cluster: "
+                "leave ?cluster= out"
+            )
+        cluster = "no"
+        target = parse_sentinel_url(clean, shown)
     options = RedisOptions(
         clean,
         shown,
@@ -160,6 +273,8 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
         parse_durability(chosen),
         cluster,
         _max_connections(own.get("max_connections"), shown),
+        target,
+        CACHE_VALUES[cache],
     )
     if cluster == "yes":
         check_cluster_url(options)
@@ -244,6 +359,58 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
 def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
     """A blocking pool's size and how long a call waits in it for a connection."""
     return {"max_connections": options.max_connections, "timeout": options.timeout}
+
+
+class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool):
+    """redis-py's Sentinel pool with the waiting of a ``BlockingConnectionPool``."""
+
+
+class AsyncSentinelBlockingPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """:class:`SentinelBlockingPool` for ``redis.asyncio``."""
+
+
+def _sentinel_socket_kwargs(options: RedisOptions, target: SentinelTarget) -> dict[str, Any]:
+    return {**_client_kwargs(options), **target.sentinel_kwargs}
+
+
+def sentinel_client(options: RedisOptions) -> tuple[redis.Redis, redis.sentinel.Sentinel]:
+    """(the client of the service's primary, the ``Sentinel`` it asks); no I/O."""
+    target = options.sentinel
+    assert target is not None
+    manager = redis.sentinel.Sentinel(
+        list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
+    )
+    client = manager.master_for(
+        target.service,
+        connection_pool_class=SentinelBlockingPool,
+        retry=Retry(ExponentialBackoff(**_BACKOFF), RETRIES),
+        **target.node_kwargs,
+        **_client_kwargs(options),
+        **_pool_kwargs(options),
+    )
+    return _raw_stream_replies(client), manager
+
+
+def async_sentinel_client(
+    options: RedisOptions,
+) -> tuple[redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel]:
+    """:func:`sentinel_client` for ``redis.asyncio``; no I/O."""
+    target = options.sentinel
+    assert target is not None
+    manager = redis.asyncio.sentinel.Sentinel(
+        list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
+    )
+    client = manager.master_for(
+        target.service,
+        connection_pool_class=AsyncSentinelBlockingPool,
+        retry=redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES),
+        **target.node_kwargs,
+        **_client_kwargs(options),
+        **_pool_kwargs(options),
+    )
+    return _raw_stream_replies(client), manager
 
 
 def sync_client(options: RedisOptions) -> redis.Redis:
@@ -421,8 +588,13 @@ class SyncClient:
         self._options = options
         self._topology = topology
         self._guard = guard
-        self._plain = sync_client(options)
+        self._sentinel: redis.sentinel.Sentinel | None = None
+        if options.sentinel is not None:
+            self._plain, self._sentinel = sentinel_client(options)
+        else:
+            self._plain = sync_client(options)
         self._client: Any = None
+        self._cache: Any = None
         self._lock = threading.Lock()
         forksafe.renew_locks(self, "_lock")
         self._first_use = FirstUse()
@@ -437,6 +609,29 @@ class SyncClient:
             if self._client is None:
                 self._client = self._first_use.run(seen, self._choose)
             return self._client
+
+    def cache(self) -> Any:
+        """The :class:`~.tracking.ValueCache` of ``?cache=yes``, else None. Raises
+        :class:`InvalidArgumentError` on a Redis Cluster (not covered)."""
+        if not self._options.cache:
+            return None
+        client = self.get()
+        if self._cache is None:
+            if is_cluster(client):
+                raise InvalidArgumentError(
+                    f"?cache=yes is not supported on a Redis Cluster ({self._options.display_url}):"
+                    " leave it out"
+                )
+            from .tracking import ValueCache
+
+            with self._lock:
+                if self._cache is None:
+                    self._cache = ValueCache(client.connection_pool)
+        return self._cache
+
+    def cached(self) -> Any:
+        """The :class:`~.tracking.ValueCache` if one was made already (no I/O), else None."""
+        return self._cache
 
     def _choose(self) -> Any:
         if self._topology.cluster is None:
@@ -475,9 +670,18 @@ class SyncClient:
 
     def close(self) -> None:
         """Close the client (and its pools); a later call reconnects."""
+        if self._cache is not None:
+            self._cache.close()
         if self._client is not None and self._client is not self._plain:
             self._client.close()
         self._plain.close()
+        if self._sentinel is not None:
+            self._sentinel.close()
+
+    @property
+    def sentinel(self) -> redis.sentinel.Sentinel | None:
+        """The ``Sentinel`` of a ``redis+sentinel://`` URL; else None."""
+        return self._sentinel
 
 
 class AsyncClient:
@@ -488,7 +692,11 @@ class AsyncClient:
         self._options = options
         self._topology = topology
         self._guard = guard
-        self._plain = async_client(options)
+        self._sentinel: redis.asyncio.sentinel.Sentinel | None = None
+        if options.sentinel is not None:
+            self._plain, self._sentinel = async_sentinel_client(options)
+        else:
+            self._plain = async_client(options)
         self._client: Any = None
         self._lock: asyncio.Lock | None = None
         self._first_use = FirstUse()
@@ -575,6 +783,8 @@ class AsyncClient:
         if self._client is not None and self._client is not self._plain:
             await self._client.aclose()
         await self._plain.aclose()
+        if self._sentinel is not None:
+            await self._sentinel.aclose()
 
 
 class _Use:

@@ -15,15 +15,16 @@ durability         meaning
                    of a cluster. The fsync policy (``appendfsync always``) is trusted:
                    an operator confirms it once with ``sessionstore doctor`` as an admin.
                    For users that may not run ``CONFIG``
-``replicas:N``     each append is followed by ``WAIT N`` on the same connection (on a
-                   cluster: to the primary serving the session's slot): N replicas
-                   acknowledged it
+``replicas:N``     each append, and each value write, is followed by ``WAIT N`` on the
+                   same connection (on a cluster: to the primary serving the key's
+                   slot): N replicas acknowledged it
 ``none``           no check: an acknowledged append may be lost in a crash
 =================  ========================================================================
 
 Reads never check: reading a log needs no promise about future crashes (so an operator
-can list and read sessions on any server). Session values are never checked: they are
-cheap to recompute, logs are not.
+can list and read sessions on any server). The server checks (``fsync``, ``aof``) are
+made for event logs only: values are cheap to recompute, logs are not; ``replicas:N``
+waits for value writes too, so that a failover keeps what was acknowledged.
 """
 
 from __future__ import annotations
@@ -201,4 +202,16 @@ def check_acks(
             f"the primary at {primary} but only {acks} of {durability.replicas} "
             f"replica(s) confirmed it within {waited_ms} ms (durability="
             f"'{durability}'); it may be lost if the primary fails now"
+        )
+
+
+def check_value_acks(replicas: int, acks: int, key: str, display_url: str, waited_ms: int) -> None:
+    """Raise :class:`DurabilityError` when fewer than ``replicas`` replicas acknowledged a
+    value write (applied on the primary; calling it again is safe)."""
+    if acks < replicas:
+        primary = acks.node if isinstance(acks, Acks) else display_url
+        raise DurabilityError(
+            f"the write of {key} is applied on the primary at {primary} but only {acks} of "
+            f"{replicas} replica(s) confirmed it within {waited_ms} ms (durability="
+            f"'replicas:{replicas}'); it may be lost if the primary fails now"
         )

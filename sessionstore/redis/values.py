@@ -4,7 +4,8 @@ Every method but ``scan`` is one round trip: build the command, call, decode. Th
 and decode functions are shared by :class:`RedisValues` (sync) and
 :class:`AsyncRedisValues`.
 
-* ``read``: ``HMGET key v w``; ``write`` and ``swap``: ``value_swap.lua`` (without and
+* ``read``: ``HMGET key v w`` (from memory with ``?cache=yes``: see :mod:`.tracking`);
+  ``write`` and ``swap``: ``value_swap.lua`` (without and
   with a comparison).
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
   ``history_set.lua``.
@@ -14,6 +15,11 @@ and decode functions are shared by :class:`RedisValues` (sync) and
 
 Every write that stores a value adds its index entry first, in the same round trip on a
 single server (see :mod:`.scripts`); a clear adds none.
+
+With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
+trip (:func:`.scripts.run_then_wait`), and raises :class:`DurabilityError` when fewer
+replicas confirmed it: an acknowledged value survives a failover as an acknowledged event
+does. Other durabilities check nothing for values.
 
 A ttl reaches the scripts as an argument and they set the expiry themselves (both keys of
 a history alike); without one, a write leaves the keys' expiry as it was, which is what
@@ -43,6 +49,7 @@ from ..errors import SessionStoreError
 from ..keys import ValueKey
 from . import scripts
 from .client import AsyncClient, ErrorBoundary, SyncClient, resend_window_ms
+from .durability import REPLICAS, Durability, check_value_acks, wait_ms
 from .index import Listing, Queue, list_index, list_index_async, value_entry
 
 log = logging.getLogger("sessionstore")
@@ -268,11 +275,33 @@ def _plain_expected_is_possible(expected: Stored | None) -> bool:
 class RedisValues(ValueBackend):
     """:class:`ValueBackend` on a redis-py client (see the module doc for the commands)."""
 
-    def __init__(self, client: SyncClient, boundary: ErrorBoundary) -> None:
+    def __init__(
+        self, client: SyncClient, boundary: ErrorBoundary, durability: Durability | None = None
+    ) -> None:
         self._handle = client
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
+        self._replicas = durability.replicas if durability and durability.mode == REPLICAS else 0
+        self._wait_ms = wait_ms(boundary.timeout)
+
+    def _run(self, name: str, names: list[str], args: list[Any], first: Any = None) -> Any:
+        """Run a writing script; with ``replicas:N``, then ``WAIT`` and check the acks."""
+        try:
+            return self._run_script(name, names, args, first)
+        finally:
+            cache = self._handle.cached()
+            if cache is not None:
+                cache.forget(names[0])
+
+    def _run_script(self, name: str, names: list[str], args: list[Any], first: Any) -> Any:
+        if not self._replicas:
+            return scripts.run(self._client, name, names, args, first)
+        reply, acks = scripts.run_then_wait(
+            self._client, name, names, args, self._replicas, self._wait_ms, first
+        )
+        check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
+        return reply
 
     @property
     def _client(self) -> Any:
@@ -280,8 +309,12 @@ class RedisValues(ValueBackend):
 
     def read(self, key: ValueKey) -> Stored | None:
         name = keys.value_key(key)
+        cache = self._handle.cache()
         with self._guard("HMGET", name):
-            reply = self._client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
+            if cache is not None:
+                reply = cache.hmget(name, [FIELD_VALUE, FIELD_WHEN])
+            else:
+                reply = self._client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
     def write(
@@ -291,7 +324,7 @@ class RedisValues(ValueBackend):
         args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
         with entry as first, self._guard("value_swap.lua", names[0]):
-            scripts.run(self._client, "value_swap", names, args, first)
+            self._run("value_swap", names, args, first)
 
     def swap(
         self,
@@ -308,7 +341,7 @@ class RedisValues(ValueBackend):
         args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
         with entry as first, self._guard("value_swap.lua", names[0]):
-            reply = scripts.run(self._client, "value_swap", names, args, first)
+            reply = self._run("value_swap", names, args, first)
         return decode_swap(names[0], reply)
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
@@ -358,7 +391,7 @@ class RedisValues(ValueBackend):
         )
         entry = self._recent.entry(key, payload, history=True)
         with entry as first, self._guard("history_set.lua", names[0]):
-            reply = scripts.run(self._client, "history_set", names, args, first)
+            reply = self._run("history_set", names, args, first)
         return decode_status(reply)
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
@@ -370,7 +403,7 @@ class RedisValues(ValueBackend):
         names = forget_keys(key)
         args = forget_args(new_token(), self._window)
         with self._guard("value_forget.lua", names[0]):
-            return bool(int(scripts.run(self._client, "value_forget", names, args)))
+            return bool(int(self._run("value_forget", names, args)))
 
 
 # Asynchronous ----------------------------------------------------------------------------
@@ -379,11 +412,27 @@ class RedisValues(ValueBackend):
 class AsyncRedisValues:
     """The methods of :class:`RedisValues` as coroutines, on a ``redis.asyncio`` client."""
 
-    def __init__(self, client: AsyncClient, boundary: ErrorBoundary) -> None:
+    def __init__(
+        self, client: AsyncClient, boundary: ErrorBoundary, durability: Durability | None = None
+    ) -> None:
         self._handle = client
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
+        self._replicas = durability.replicas if durability and durability.mode == REPLICAS else 0
+        self._wait_ms = wait_ms(boundary.timeout)
+
+    async def _run(
+        self, client: Any, name: str, names: list[str], args: list[Any], first: Any = None
+    ) -> Any:
+        """:meth:`RedisValues._run` on a ``redis.asyncio`` client."""
+        if not self._replicas:
+            return await scripts.run_async(client, name, names, args, first)
+        reply, acks = await scripts.run_then_wait_async(
+            client, name, names, args, self._replicas, self._wait_ms, first
+        )
+        check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
+        return reply
 
     async def prepare(self, key: ValueKey) -> None:
         """Nothing to prepare on Redis."""
@@ -403,7 +452,7 @@ class AsyncRedisValues:
         entry = self._recent.entry(key, payload, history=False)
         async with self._handle.use() as client:
             with entry as first, self._guard("value_swap.lua", names[0]):
-                await scripts.run_async(client, "value_swap", names, args, first)
+                await self._run(client, "value_swap", names, args, first)
 
     async def swap(
         self,
@@ -421,7 +470,7 @@ class AsyncRedisValues:
         entry = self._recent.entry(key, payload, history=False)
         async with self._handle.use() as client:
             with entry as first, self._guard("value_swap.lua", names[0]):
-                reply = await scripts.run_async(client, "value_swap", names, args, first)
+                reply = await self._run(client, "value_swap", names, args, first)
         return decode_swap(names[0], reply)
 
     async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
@@ -475,7 +524,7 @@ class AsyncRedisValues:
         entry = self._recent.entry(key, payload, history=True)
         async with self._handle.use() as client:
             with entry as first, self._guard("history_set.lua", names[0]):
-                reply = await scripts.run_async(client, "history_set", names, args, first)
+                reply = await self._run(client, "history_set", names, args, first)
         return decode_status(reply)
 
     async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
@@ -489,7 +538,7 @@ class AsyncRedisValues:
         args = forget_args(new_token(), self._window)
         async with self._handle.use() as client:
             with self._guard("value_forget.lua", names[0]):
-                return bool(int(await scripts.run_async(client, "value_forget", names, args)))
+                return bool(int(await self._run(client, "value_forget", names, args)))
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""
