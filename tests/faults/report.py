@@ -34,7 +34,7 @@ PARTS = {
     "memory_pressure": "6. Redis out of memory (noeviction)",
     "linearizable_values": "7. value histories checked for linearizability",
 }
-BACKENDS = ("file", "sqlite", "redis")
+BACKENDS = ("file", "sqlite", "redis", "cluster")
 COLUMNS = (
     ("kills", "kills survived"),
     ("acked_events", "acknowledged events checked"),
@@ -49,6 +49,10 @@ DESCRIBED = {
     "mid_turn": "kills that left the log mid-turn",
     "closers": "closer events appended by `load` after a kill mid-turn",
     "outage_calls": "calls refused during the outages (StoreUnavailableError)",
+    "unconfirmed_calls": (
+        "writes refused with DurabilityError (replicas:1: applied on a new primary "
+        "before its replica was in sync), resent"
+    ),
     "refused_calls": "appends refused during the outages, retried until acknowledged",
     "torn_aof_restarts": "restarts on an AOF cut inside its last append (batch dropped whole)",
     "duplicates": "calls applied twice (asserted 0)",
@@ -67,6 +71,13 @@ DESCRIBED = {
     ),
     "max_ms_to_fail_hung": (
         "slowest of 4 concurrent calls to fail, server hung (ms; timeout 0.25 s; not asserted)"
+    ),
+    "max_ms_to_fail_cluster_killed": (
+        "slowest of 8 concurrent calls on the slots of a killed primary (no replica) to "
+        "fail (ms; timeout 0.5 s)"
+    ),
+    "max_ms_to_fail_cluster_hung": (
+        "slowest of 8 concurrent calls on the slots of a hung primary to fail (ms; timeout 0.5 s)"
     ),
 }
 

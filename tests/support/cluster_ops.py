@@ -39,16 +39,20 @@ def node_id(node: RedisServer) -> str:
         client.close()
 
 
-def _known_by_all(cluster: ClusterNodes, node: RedisServer) -> bool:
-    wanted = node_id(node)
+def _listed_by_all(cluster: ClusterNodes, text: str) -> bool:
+    """Whether ``CLUSTER NODES`` of every running node mentions ``text``."""
     for each in cluster.running():
         client = redis.Redis(port=each.port, socket_timeout=2, decode_responses=True)
         try:
-            if wanted not in client.execute_command("CLUSTER", "NODES"):
+            if text not in client.execute_command("CLUSTER", "NODES"):
                 return False
         finally:
             client.close()
     return True
+
+
+def _known_by_all(cluster: ClusterNodes, node: RedisServer) -> bool:
+    return _listed_by_all(cluster, node_id(node))
 
 
 def add_node(cluster: ClusterNodes, replica_of: RedisServer | None = None) -> RedisServer:
@@ -172,3 +176,33 @@ def finish_migration(cluster: ClusterNodes, slot: int, target: RedisServer) -> N
         for client in clients:
             client.close()
     cluster.wait_ok()
+
+
+def require_full_coverage(cluster: ClusterNodes, required: bool) -> None:
+    """``cluster-require-full-coverage`` on every running node: with ``no``, the other
+    primaries keep serving their slots while one primary is down."""
+    for node in cluster.running():
+        client = redis.Redis(port=node.port, socket_timeout=2)
+        try:
+            client.config_set("cluster-require-full-coverage", "yes" if required else "no")
+        finally:
+            client.close()
+
+
+def announce_port(cluster: ClusterNodes, node: RedisServer, port: int) -> None:
+    """Make ``node`` announce ``port`` to clients (``cluster-announce-port``; its cluster
+    bus stays on its own port + 10000), as a node behind a port forward does; returns
+    once every running node lists it at that port (so ``CLUSTER SLOTS`` and ``MOVED``
+    name it)."""
+    client = redis.Redis(port=node.port, socket_timeout=2)
+    try:
+        client.config_set("cluster-announce-bus-port", str(node.port + 10000))
+        client.config_set("cluster-announce-port", str(port))
+    finally:
+        client.close()
+    wanted = f"127.0.0.1:{port}@{node.port + 10000}"
+    cluster.wait(
+        lambda: _listed_by_all(cluster, wanted),
+        f"127.0.0.1:{node.port} announced at port {port}",
+        20,
+    )
