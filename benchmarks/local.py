@@ -11,6 +11,15 @@ directory.
   byte (ours has its header line first).
 
 Both sides start from the same pre-built events and encode ``data`` themselves.
+
+Reading a long JSONL log (``sizes.load_large`` events, balanced turns):
+
+* ``iter_events(batch=1000)`` through a store that has not read the log yet (so it
+  validates it once) against one ``load`` of it through another fresh store; the target
+  is at most 1.5x the load's time.
+* ``follow`` picking up one new event appended by another store: the time from resuming
+  the caught-up follower to the event, on the long log against a 1k-event log; equal
+  rates mean a poll does not depend on the length of the log.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,8 +38,8 @@ import sessionstore
 from sessionstore import SessionEvent
 
 from . import workload
-from .harness import Result, Sizes, Timed, compare, result
-from .redis_log import NAMESPACE, OurLog
+from .harness import Result, Sizes, Timed, compare, compare_rates, result
+from .redis_log import NAMESPACE, OurLog, thousands
 
 AREA_SQLITE = "SQLite event log"
 AREA_JSONL = "JSONL event log"
@@ -141,7 +151,7 @@ def jsonl_results(sizes: Sizes) -> list[Result]:
             os.close(raw.fd)
             _check_same_bytes(store, ours, raw)
 
-        return _append_rows(
+        rows = _append_rows(
             AREA_JSONL,
             "raw os.write + os.fsync, same bytes",
             settings,
@@ -150,6 +160,86 @@ def jsonl_results(sizes: Sizes) -> list[Result]:
             done,
             sizes,
         )
+        return rows + _jsonl_read_rows(Path(tmp, "ours").as_uri(), sizes)
+
+
+def _jsonl_read_rows(url: str, sizes: Sizes) -> list[Result]:
+    """``iter_events`` against ``load``, and ``follow`` on a long log against a short one."""
+    settings = "a fresh store per block (it validates the log once); " + _filesystem()
+    count = sizes.load_large
+    with sessionstore.connect(url, namespace=NAMESPACE) as store:
+        long_log = OurLog(store)
+        long_log.fill(count)
+        short_log = OurLog(store)
+        short_log.fill(1000)
+
+    def fresh() -> sessionstore.Store:
+        return sessionstore.connect(url, namespace=NAMESPACE)
+
+    def iter_side() -> Timed:
+        events = fresh().events
+
+        def run() -> int:
+            return sum(1 for _ in events.iter_events(long_log.id, batch=1000))
+
+        return run
+
+    def load_side() -> Timed:
+        events = fresh().events
+
+        def run() -> int:
+            return len(events.load(long_log.id).events)
+
+        return run
+
+    samples = compare(iter_side, load_side, sizes.large_reps, 2)
+    rows = [
+        result(
+            AREA_JSONL,
+            f"iter_events(batch=1000) of {thousands(count)} events",
+            f"one load of the {thousands(count)} events",
+            samples,
+            "events/s",
+            round(1 / 1.5, 3),
+            settings,
+        )
+    ]
+    follow_samples = compare_rates(
+        lambda: _follow_rate(url, long_log), lambda: _follow_rate(url, short_log), sizes.reps
+    )
+    rows.append(
+        result(
+            AREA_JSONL,
+            f"follow picks up 1 new event, {thousands(count)}-event log",
+            "the same on a 1k-event log",
+            follow_samples,
+            "pickups/s",
+            0.5,
+            "poll=0.5 s, the event appended by another store before the follower resumes; "
+            + _filesystem(),
+        )
+    )
+    return rows
+
+
+def _follow_rate(url: str, log: OurLog, pickups: int = 20) -> float:
+    """New events per second a caught-up ``follow`` of ``log`` picks up: each appended
+    (untimed) by another store, then timed from resuming the follower to the event."""
+    with (
+        sessionstore.connect(url, namespace=NAMESPACE) as reader,
+        sessionstore.connect(url, namespace=NAMESPACE) as writer,
+    ):
+        followed = reader.events.follow(log.id, log.next_seq - 1, poll=0.5)
+        next(followed)
+        spent = 0.0
+        for _ in range(pickups):
+            writer.events.append(log.id, workload.events(log.next_seq, 1))
+            log.next_seq += 1
+            start = time.perf_counter()
+            picked = next(followed)
+            spent += time.perf_counter() - start
+            assert picked.seq == log.next_seq - 1
+    return pickups / spent
 
 
 def _append_rows(

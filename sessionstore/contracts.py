@@ -200,7 +200,11 @@ class EventBackend(ABC):
 
         A torn tail is left out; with ``repair=True`` it is also cut off durably.
         Damage before the end raises ``CorruptLogError`` and rewrites nothing; an
-        unknown header version raises ``UnsupportedVersionError``.
+        unknown header version raises ``UnsupportedVersionError``. A backend may
+        remember what it validated, so that later reads without ``repair`` cost the
+        events they return plus what was appended since; the file store does, and
+        still finds damage anywhere in a log on its first read of it, whatever
+        ``from_seq`` (see :mod:`sessionstore.backends.jsonl`).
         """
 
     @abstractmethod

@@ -26,7 +26,7 @@ from sessionstore import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from sessionstore.backends import jsonl
+from sessionstore.backends import jsonl, jsonl_format
 from sessionstore.backends.jsonl import JsonlEvents, event_lines
 from sessionstore.contracts import StoredEvent
 from sessionstore.eventlog import decode_events, encode_batch
@@ -426,6 +426,7 @@ def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["logs"] += 1
         return parse_log(session_id, raw, where)
 
+    monkeypatch.setattr(jsonl_format, "parse_event", counted_event)
     monkeypatch.setattr(jsonl, "parse_event", counted_event)
     monkeypatch.setattr(jsonl, "parse_log", counted_log)
     return counts
@@ -810,3 +811,125 @@ def test_threads_sharing_a_backend_exclude_each_other(tmp_path: Path) -> None:
     assert [e.seq for e in logged] == list(range(1 + 4 * 40))
     for worker in range(4):
         assert [e.data["n"] for e in logged if e.data.get("worker") == worker] == list(range(40))
+
+
+# --- reads cost what they return ----------------------------------------------------------
+
+
+@pytest.fixture
+def preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the reads (``os.pread``) from files while the test runs."""
+    sizes: list[int] = []
+    real_pread = os.pread
+
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        data = real_pread(fd, length, offset)
+        sizes.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)
+    return sizes
+
+
+def long_log(backend: JsonlEvents, count: int, size: int = 100) -> None:
+    backend.append(SID, batch(0, size), HEADER)
+    for first in range(size, count, size):
+        backend.append(SID, batch(first, min(first + size, count)), None)
+
+
+def log_size(backend: JsonlEvents) -> int:
+    return Path(backend.locate(SID) or "").stat().st_size
+
+
+def test_read_from_near_the_end_parses_only_what_it_returns_once_validated(
+    tmp_path: Path, parsing: dict[str, int], preads: list[int]
+) -> None:
+    long_log(JsonlEvents(tmp_path, "ns"), 5000)
+    reader = JsonlEvents(tmp_path, "ns")
+    reset(parsing)
+    assert reader.read(SID, 4990)[1] == decode_events(batch(4990, 5000))
+    assert parsing["logs"] == 1, "the first read validates the whole log"
+    reset(parsing)
+    preads.clear()
+    assert reader.read(SID, 4995)[1] == decode_events(batch(4995, 5000))
+    assert reader.read(SID, 4000, limit=3)[1] == decode_events(batch(4000, 4003))
+    assert parsing == {"lines": 8, "logs": 0}
+    assert sum(preads) < log_size(reader) // 20
+
+
+def test_follow_picks_up_a_new_event_without_rereading_the_log(
+    tmp_path: Path, parsing: dict[str, int], preads: list[int]
+) -> None:
+    with connect(tmp_path) as writer, connect(tmp_path) as reader:
+        writer.events.create(HEADER)
+        for first in range(0, 3000, 100):
+            writer.events.append(SID, events(first, first + 100))
+        followed = reader.events.follow(SID, 0, poll=0.01)
+        assert [next(followed).seq for _ in range(3000)] == list(range(3000))
+        reset(parsing)
+        preads.clear()
+        assert reader.events.read_from(SID, 3000) == [], "an empty poll"
+        assert parsing == {"lines": 0, "logs": 0}
+        writer.events.append(SID, events(3000, 3001))
+        assert next(followed) == events(3000, 3001)[0]
+        assert parsing == {"lines": 1, "logs": 0}
+        assert sum(preads) < 4096
+
+
+def test_damage_before_the_read_range_is_found_by_the_first_read(tmp_path: Path) -> None:
+    long_log(JsonlEvents(tmp_path / "store", "ns"), 1000)
+    path = Path(JsonlEvents(tmp_path / "store", "ns").locate(SID) or "")
+    raw = path.read_bytes()
+    path.write_bytes(_edit_line(raw, 3, lambda record: {**record, "seq": 7}))
+    with pytest.raises(CorruptLogError) as caught:
+        JsonlEvents(tmp_path / "store", "ns").read(SID, 990)
+    assert caught.value.line == 3
+    with connect(tmp_path) as store, pytest.raises(CorruptLogError):
+        list(store.events.iter_events(SID, batch=10))
+
+
+def test_damage_appended_since_the_last_read_is_found_by_the_next_one(tmp_path: Path) -> None:
+    writer, reader = JsonlEvents(tmp_path, "ns"), JsonlEvents(tmp_path, "ns")
+    long_log(writer, 500)
+    assert reader.read(SID, 499)[1] == decode_events(batch(499, 500))
+    writer.append(SID, batch(500, 510), None)
+    writer.append(SID, batch(510, 520), None)
+    path = Path(writer.locate(SID) or "")
+    raw = path.read_bytes()
+    path.write_bytes(_edit_line(raw, 2 + 505, lambda record: {**record, "time": "late"}))
+    with pytest.raises(CorruptLogError) as caught:
+        reader.read(SID, 515)
+    assert caught.value.line == 2 + 505
+
+
+def test_a_validated_line_rewritten_unseen_is_never_returned(tmp_path: Path) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    long_log(backend, 500)
+    assert backend.read(SID, 0, limit=1)[1] == decode_events(batch(0, 1))
+    path = Path(backend.locate(SID) or "")
+    raw, st = path.read_bytes(), path.stat()
+    at = raw.index(b'{"seq":300,')
+    with path.open("r+b") as log:  # the same file and size, its mtime put back
+        log.seek(at + 1)
+        log.write(b"\xff")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(CorruptLogError) as caught:
+        backend.read(SID, 290, limit=20)
+    assert caught.value.line == 2 + 300
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 150])
+def test_every_range_read_matches_the_whole_log(tmp_path: Path, size: int) -> None:
+    writer = JsonlEvents(tmp_path, "ns")
+    long_log(writer, 300, size)
+    grown = JsonlEvents(tmp_path, "ns")
+    assert grown.read(SID, 0, limit=1)[1] == decode_events(batch(0, 1))
+    writer.append(SID, batch(300, 301), None)
+    writer.append(SID, batch(301, 400), None)
+    whole = decode_events(batch(0, 400))
+    readers = {"writer": writer, "grown": grown, "fresh": JsonlEvents(tmp_path, "ns")}
+    for name, reader in readers.items():
+        for first in range(0, 401, 13):
+            for limit in (None, 1, 64, 100):
+                stop = None if limit is None else first + limit
+                assert reader.read(SID, first, limit=limit)[1] == whole[first:stop], (name, first)

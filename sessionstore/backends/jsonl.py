@@ -14,13 +14,26 @@ batch before it, or a final batch that never reaches its ``batch_end`` -- and le
 anything wrong before it is :class:`CorruptLogError`, and nothing is rewritten. A file
 without a complete header line (a crash during the very first append) counts as absent.
 
-``read`` parses the whole log every time. An append parses only what it has not seen: each
-:class:`JsonlEvents` remembers, per process, the state of every log it last validated
-(its file identity, size, mtime, header, next seq and where the committed events end). A
-log whose file is unchanged since is appended to without reading it; one that only grew
-has just its new bytes parsed (other writers' batches, or a torn tail to cut off); any
-other change is parsed whole. So an append finds damage only in bytes it parses, while
-its seq decision always rests on the committed end it has validated.
+The line format and its parsing are :mod:`.jsonl_format` (no I/O); what is remembered
+of validated logs is :mod:`.jsonl_cache`.
+
+Each :class:`JsonlEvents` remembers, per process, the state of every log it last
+validated (its file identity, size, mtime, header, next seq, where the committed events
+end, and a sparse index: the offset of the line of every 64th event). Appends and reads
+without repair (``read_from``, ``iter_events``, ``follow``) share it. A log whose file is
+unchanged since is not read again; one that only grew has just its new bytes parsed
+(other writers' batches, or a torn tail); any other change, or a log not seen yet, is
+parsed whole. Then a read seeks to the indexed line at or before ``from_seq`` and parses
+only the lines it returns, so it costs what it returns once the log is validated. The
+rule for damage: every byte a read or an append depends on has been validated once in
+this process, so damage anywhere in a log is found by the first read of it (whatever its
+``from_seq``) and damage in bytes appended later by the first read or append after them;
+a line read from the index that no longer parses, or holds another seq, makes the read
+parse the log whole again rather than return it. Bytes changed in place after they were
+validated are found when the file's size or mtime shows the change without a plain
+growth (the log is then parsed whole) or when a read parses the changed line. A
+``read`` with ``repair`` (``load``) always parses the whole log. An append's seq
+decision rests on the committed end it has validated.
 
 Between appends a :class:`JsonlEvents` keeps the last few logs it appended to open (one
 descriptor each, unlocked). An append takes its log's descriptor (no other thread of the
@@ -50,10 +63,6 @@ import weakref
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeGuard
-
-import orjson
-from pydantic import ValidationError
 
 from ..contracts import EventBackend, StoredEvent
 from ..errors import (
@@ -64,10 +73,43 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version, decode_events, plan_append
+from ..eventlog import decode_events, plan_append
 from ..jsondata import short_repr
-from ..models import SessionEvent, SessionHeader, SessionInfo, describe_invalid
+from ..models import SessionEvent, SessionHeader, SessionInfo
 from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
+from .jsonl_cache import PROBE, LogState, LogStates
+from .jsonl_format import (
+    INDEX_EVERY,
+    TTL_FIELD,
+    MalformedLine,
+    ParsedLog,
+    batch_offsets,
+    event_lines,
+    header_line,
+    parse_batches,
+    parse_event,
+    parse_header,
+    parse_header_line,
+    parse_log,
+    parse_range,
+)
+
+__all__ = [
+    "LEASES_DIR",
+    "LEASE_SUFFIX",
+    "LOGS_DIR",
+    "LOG_SUFFIX",
+    "TTL_FIELD",
+    "JsonlEvents",
+    "ParsedLog",
+    "event_lines",
+    "header_line",
+    "parse_batches",
+    "parse_event",
+    "parse_header",
+    "parse_header_line",
+    "parse_log",
+]
 
 LOGS_DIR = "logs"
 LOG_SUFFIX = ".jsonl"
@@ -76,50 +118,17 @@ LOG_SUFFIX = ".jsonl"
 #: lock when the process dies); the files stay, empty.
 LEASES_DIR = "leases"
 LEASE_SUFFIX = ".lock"
-#: The header-line key holding a session's retention in ms (absent: none).
-TTL_FIELD = "ttl_ms"
 
 _CHUNK = 64 * 1024
 #: How often an append or delete reopens a log that was replaced while it waited for the lock.
 _REOPEN_ATTEMPTS = 1000
-#: How many logs' states (and paths) one :class:`JsonlEvents` remembers; past it, it
-#: forgets them all.
+#: How many logs' paths one :class:`JsonlEvents` remembers; past it, it forgets them all.
 _REMEMBERED_LOGS = 1024
 #: How many logs one :class:`JsonlEvents` keeps open between appends; past it, the one
 #: appended to longest ago is closed.
 _HELD_LOGS = 32
-#: How many committed bytes at the start and before the end of a log identify it.
-_PROBE = 256
 
 logger = logging.getLogger("sessionstore")
-
-
-@dataclass(slots=True)
-class _Seen:
-    """A log as last validated: the file (``dev``, ``ino``) with its ``size`` and
-    ``mtime_ns`` then, the ``header`` (None: no complete header line), the committed
-    events' ``next_seq`` and the offset ``end`` where they end. ``head`` and ``tail`` are
-    committed bytes from offset 0 and up to ``end``, checked to recognise the same log
-    once it has grown. Treated as immutable (not frozen: one is built per append)."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    header: SessionHeader | None
-    next_seq: int
-    end: int
-    head: bytes
-    tail: bytes
-
-    @property
-    def torn(self) -> bool:
-        """Whether bytes of an unfinished final batch follow the committed events."""
-        return self.end < self.size
-
-    def same_file(self, st: os.stat_result) -> bool:
-        """Whether ``st`` describes the file this state was seen in, at this size."""
-        return (st.st_dev, st.st_ino, st.st_size) == (self.dev, self.ino, self.size)
 
 
 @dataclass(slots=True)
@@ -144,7 +153,7 @@ class JsonlEvents(EventBackend):
         self._dir = root / encode_name(namespace) / LOGS_DIR
         self._dir_name = os.fspath(self._dir)
         self._pid = os.getpid()
-        self._seen: dict[str, _Seen] = {}
+        self._states = LogStates()
         self._files: dict[str, str] = {}
         #: Open logs not in use, oldest first; an append takes its log out while it runs.
         self._held: dict[str, _Held] = {}
@@ -277,7 +286,7 @@ class JsonlEvents(EventBackend):
     def _drop(self, session_id: str) -> None:
         """Forget ``session_id``'s log: its state, and its descriptor if kept open."""
         self._own()
-        self._seen.pop(session_id, None)
+        self._states.forget(session_id)
         with self._held_lock:
             log = self._held.pop(session_id, None)
         if log is not None:
@@ -321,49 +330,60 @@ class JsonlEvents(EventBackend):
         _write_batch(fd, path, data, seen.end)
         if seen.header is None:
             fsync_dir(self._dir)
-            header_seen, head = header, data[:_PROBE]
+            header_seen, head = header, data[:PROBE]
         else:
             header_seen, head = seen.header, seen.head
         next_seq = events[-1].seq + 1
         st = os.fstat(fd)
         end = seen.end + len(data)
-        tail = (seen.tail + data[-_PROBE:])[-_PROBE:]
-        written = _Seen(
-            st.st_dev, st.st_ino, end, st.st_mtime_ns, header_seen, next_seq, end, head, tail
+        tail = (seen.tail + data[-PROBE:])[-PROBE:]
+        offsets = seen.offsets
+        if -(-events[0].seq // INDEX_EVERY) * INDEX_EVERY < next_seq:  # a multiple in it
+            lines_at = end - len(data) + (0 if new_header is None else len(new_header))
+            lines = data if new_header is None else data[len(new_header) :]
+            offsets += tuple(batch_offsets(lines, events[0].seq, lines_at))
+        written = LogState(
+            st.st_dev,
+            st.st_ino,
+            end,
+            st.st_mtime_ns,
+            header_seen,
+            next_seq,
+            end,
+            head,
+            tail,
+            offsets,
         )
-        self._remember(session_id, written, st)
+        self._states.remember(session_id, written, st)
         return next_seq
 
     def _catch_up(
         self, fd: int, session_id: str, st: os.stat_result
-    ) -> tuple[_Seen, list[StoredEvent]]:
-        """The log's state, under the append lock, and the committed events parsed to
-        learn it, which are the last ones before its next seq; ``st`` describes the file
-        open as ``fd``.
+    ) -> tuple[LogState, list[StoredEvent]]:
+        """The log's state, under its lock (shared or exclusive), and the committed
+        events parsed to learn it, which are the last ones before its next seq; ``st``
+        describes the file open as ``fd``.
 
         Against the state remembered from this process's last look: if the file is the
         same and unchanged, nothing is read; if it only grew, just the bytes after the
         committed end are parsed; otherwise the whole log is.
         """
-        before = self._seen.get(session_id)
-        if (
-            before is not None
-            and st.st_size == before.size
-            and st.st_mtime_ns == before.mtime_ns
-            and st.st_ino == before.ino
-            and st.st_dev == before.dev
-        ):
+        before = self._states.get(session_id)
+        if before is not None and before.unchanged(st):
             return before, []
-        if before is None or not _continues(fd, before, st):
+        if before is None or not before.continues(fd, st):
             raw = read_all(fd)
             log = parse_log(session_id, raw, self._file(session_id))
-            seen = _parsed_whole(st, log, raw, len(raw))
-            self._remember(session_id, seen, st)
+            seen = LogState.parsed_whole(st, log, raw, len(raw))
+            self._states.remember(session_id, seen, st)
             return seen, log.events
         raw = _read_from(fd, before.end) if st.st_size > before.end else b""
         line = before.next_seq + 2  # the header and one line per event come before
-        parsed, cut = parse_batches(session_id, raw, 0, before.next_seq, line)
-        seen = _Seen(
+        parsed, cut, found = parse_batches(session_id, raw, 0, before.next_seq, line)
+        offsets = before.offsets
+        if found:
+            offsets += tuple(before.end + offset for offset in found)
+        seen = LogState(
             st.st_dev,
             st.st_ino,
             before.end + len(raw),
@@ -372,9 +392,10 @@ class JsonlEvents(EventBackend):
             before.next_seq + len(parsed),
             before.end + cut,
             before.head,
-            (before.tail + raw[max(0, cut - _PROBE) : cut])[-_PROBE:],
+            (before.tail + raw[max(0, cut - PROBE) : cut])[-PROBE:],
+            offsets,
         )
-        self._remember(session_id, seen, st)
+        self._states.remember(session_id, seen, st)
         return seen, parsed
 
     def _own(self) -> None:
@@ -383,23 +404,12 @@ class JsonlEvents(EventBackend):
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._held_lock = threading.Lock()
-            self._seen = {}
+            self._states = LogStates()
             _close_held(self._held)
             # The parent's leases stay the parent's: closing the child's copies of the
             # descriptors leaves its locks in place.
             self._lease_lock = threading.Lock()
             _close_leases(self._leases_held)
-
-    def _remember(self, session_id: str, seen: _Seen, st: os.stat_result) -> None:
-        """Keep ``seen`` for the next append if ``st``, taken under the lock, matches it.
-        Only after :meth:`_own` (as :meth:`_catch_up`): ``seen`` is this process's."""
-        remembered = self._seen
-        if seen.header is None or not seen.same_file(st):
-            remembered.pop(session_id, None)
-            return
-        if len(remembered) >= _REMEMBERED_LOGS and session_id not in remembered:
-            remembered.clear()
-        remembered[session_id] = seen
 
     def read(
         self,
@@ -409,16 +419,51 @@ class JsonlEvents(EventBackend):
         repair: bool = False,
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
+        """See :meth:`EventBackend.read`; without ``repair``, in proportion to the events
+        returned once the log has been validated (see the module docstring)."""
         path = self._path(session_id)
         self._own()
         with os_errors(path):
+            if not repair:
+                header, stored = self._read_range(session_id, path, from_seq, limit)
+                return header, decode_events(stored)
             log = self._load(session_id, path, repair=False)
-            if repair and log.header is not None and log.torn:
+            if log.header is not None and log.torn:
                 log = self._load(session_id, path, repair=True)
         if log.header is None:
             raise SessionNotFoundError(session_id)
         stop = None if limit is None else from_seq + limit
         return log.header, decode_events(log.events[from_seq:stop])
+
+    def _read_range(
+        self, session_id: str, path: Path, from_seq: int, limit: int | None
+    ) -> tuple[SessionHeader, list[StoredEvent]]:
+        """The header and the committed events ``[from_seq, from_seq + limit)``, under a
+        shared lock: what the log holds beyond the state remembered is validated first
+        (all of it when nothing is remembered), then the events are read from the
+        nearest indexed line at or before ``from_seq``."""
+        fd = _open_log(session_id, path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            for _ in range(2):
+                state, parsed = self._catch_up(fd, session_id, os.fstat(fd))
+                if state.header is None:
+                    raise SessionNotFoundError(session_id)
+                stop = state.next_seq if limit is None else min(state.next_seq, from_seq + limit)
+                if from_seq >= stop:
+                    return state.header, []
+                first_parsed = state.next_seq - len(parsed)
+                if from_seq >= first_parsed:
+                    return state.header, parsed[from_seq - first_parsed : stop - first_parsed]
+                found = _read_indexed(fd, state, from_seq, stop - from_seq)
+                if found is not None:
+                    return state.header, found
+                # The validated bytes are not what they were (rewritten in place without
+                # a change of size or mtime): validate the log whole again.
+                self._states.forget(session_id)
+            raise StoreUnavailableError(f"{path} kept changing during a read")
+        finally:
+            os.close(fd)
 
     # --- leases: an OS file lock, released by the kernel when the process dies -------
 
@@ -482,10 +527,7 @@ class JsonlEvents(EventBackend):
         """From the header line and the end of the file: the log is not parsed."""
         path = self._file(session_id)
         with os_errors(path):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                raise SessionNotFoundError(session_id) from None
+            fd = _open_log(session_id, path, os.O_RDONLY)
             try:
                 line = _first_line(fd)
                 if line is None:
@@ -597,10 +639,7 @@ class JsonlEvents(EventBackend):
         path = self._path(session_id)
         with os_errors(path):
             for _ in range(_REOPEN_ATTEMPTS):
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                except FileNotFoundError:
-                    raise SessionNotFoundError(session_id) from None
+                fd = _open_log(session_id, path, os.O_RDONLY)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     if _still_named(fd, path):
@@ -617,11 +656,7 @@ class JsonlEvents(EventBackend):
     def _load(self, session_id: str, path: Path, *, repair: bool) -> ParsedLog:
         """Parse the log under a shared lock or, to repair, under the exclusive lock,
         cutting off its torn tail durably; remember its state for the next append."""
-        flags = os.O_RDWR if repair else os.O_RDONLY
-        try:
-            fd = os.open(path, flags | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise SessionNotFoundError(session_id) from None
+        fd = _open_log(session_id, path, os.O_RDWR if repair else os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
             raw = read_all(fd)
@@ -632,224 +667,10 @@ class JsonlEvents(EventBackend):
                 os.fsync(fd)
                 size = log.end
             st = os.fstat(fd)
-            self._remember(session_id, _parsed_whole(st, log, raw, size), st)
+            self._states.remember(session_id, LogState.parsed_whole(st, log, raw, size), st)
             return log
         finally:
             os.close(fd)
-
-
-# --- the line format ----------------------------------------------------------------
-
-
-def header_line(header: SessionHeader, ttl_ms: int | None = None) -> bytes:
-    """Line 1 of a log: the header's fields as one JSON object, with ``ttl_ms`` if given."""
-    record = header.model_dump()
-    if ttl_ms is not None:
-        record[TTL_FIELD] = ttl_ms
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-
-
-def event_lines(events: list[StoredEvent]) -> bytes:
-    """The lines of one batch, each marked with the seq of the batch's last event.
-
-    Each line is what ``orjson.dumps`` writes for the record ``{"seq", "type", "time",
-    "data", "id"?, "batch_end"}`` with ``data`` embedded as is, built as text in one
-    pass: the ints (plain 64-bit ints, as :func:`~sessionstore.eventlog.encode_batch`
-    makes them) written as orjson writes them, the strings encoded by orjson (an event
-    type once per process)."""
-    batch_end = f',"batch_end":{events[-1].seq}}}\n'
-    types = _TYPE_TEXTS
-    lines = []
-    for e in events:
-        kind = types.get(e.type) or _type_text(e.type)
-        if e.id is None:
-            lines.append(
-                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}{batch_end}'
-            )
-        else:
-            event_id = orjson.dumps(e.id).decode()
-            lines.append(
-                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}'
-                f',"id":{event_id}{batch_end}'
-            )
-    return "".join(lines).encode()
-
-
-#: The JSON text of each event type met, for :func:`event_lines`; forgotten past a bound.
-_TYPE_TEXTS: dict[str, str] = {}
-_TYPE_TEXTS_KEPT = 4096
-
-
-def _type_text(kind: str) -> str:
-    text = orjson.dumps(kind).decode()
-    if len(_TYPE_TEXTS) >= _TYPE_TEXTS_KEPT:
-        _TYPE_TEXTS.clear()
-    _TYPE_TEXTS[kind] = text
-    return text
-
-
-class _Malformed(Exception):
-    """A line that is not a well-formed event."""
-
-    def __init__(self, detail: str, seq: int | None = None) -> None:
-        super().__init__(detail)
-        self.seq = seq
-
-
-def parse_header(session_id: str, line: bytes, where: str | None = None) -> SessionHeader:
-    """The header on line 1 (without its newline); ``session_id`` names the log in errors."""
-    return parse_header_line(session_id, line, where)[0]
-
-
-def parse_header_line(
-    session_id: str, line: bytes, where: str | None = None
-) -> tuple[SessionHeader, int | None]:
-    """The header on line 1 (without its newline) and the session's ``ttl_ms`` (None
-    when it has none); ``session_id`` names the log in errors, ``where`` (its path) in
-    an :class:`UnsupportedVersionError`."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise CorruptLogError(session_id, f"the header is not JSON: {exc}", line=1) from exc
-    if not isinstance(record, dict) or "version" not in record:
-        raise CorruptLogError(session_id, "the header is not an object with a version", line=1)
-    check_stored_version(session_id, record["version"], where)
-    missing = [name for name in SessionHeader.model_fields if name not in record]
-    if missing:
-        raise CorruptLogError(session_id, f"the header lacks {', '.join(missing)}", line=1)
-    ttl_ms = record.pop(TTL_FIELD, None)
-    if ttl_ms is not None and (not _is_int(ttl_ms) or ttl_ms <= 0):
-        raise CorruptLogError(
-            session_id, f"the header's {TTL_FIELD} is not an int > 0: {ttl_ms!r:.40}", line=1
-        )
-    try:
-        return SessionHeader.model_validate(record, strict=True), ttl_ms
-    except ValidationError as exc:
-        detail = f"the header is invalid: {describe_invalid(exc)}"
-        raise CorruptLogError(session_id, detail, line=1) from exc
-
-
-def parse_event(line: bytes) -> tuple[StoredEvent, int]:
-    """One event line (without its newline): the event and its ``batch_end``.
-
-    ``data`` is re-serialised with orjson, which gives back the canonical text it was
-    appended with. Raises :class:`_Malformed`.
-    """
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise _Malformed(f"the line is not JSON: {exc}") from exc
-    if not isinstance(record, dict):
-        raise _Malformed("the line is not a JSON object")
-    seq = record.get("seq")
-    if not _is_int(seq) or seq < 0:
-        raise _Malformed("'seq' is missing or not an int >= 0")
-    kind, time, data = record.get("type"), record.get("time"), record.get("data")
-    event_id, batch_end = record.get("id"), record.get("batch_end")
-    if not isinstance(kind, str):
-        raise _Malformed("'type' is missing or not a string", seq)
-    if not _is_int(time):
-        raise _Malformed("'time' is missing or not an int", seq)
-    if not isinstance(data, dict):
-        raise _Malformed("'data' is missing or not an object", seq)
-    if event_id is not None and not isinstance(event_id, str):
-        raise _Malformed("'id' is not a string", seq)
-    if not _is_int(batch_end):
-        raise _Malformed("'batch_end' is missing or not an int", seq)
-    text = orjson.dumps(data).decode()
-    return StoredEvent(seq, kind, time, text, event_id), batch_end
-
-
-@dataclass(frozen=True)
-class ParsedLog:
-    """A log as read: ``header`` None when it has no complete header line (absent),
-    ``events`` the committed ones, ``end`` the byte offset where they end."""
-
-    header: SessionHeader | None
-    events: list[StoredEvent]
-    end: int
-    size: int
-
-    @property
-    def torn(self) -> bool:
-        """Whether bytes of an unfinished final batch follow the committed events."""
-        return self.end < self.size
-
-
-def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLog:
-    """Parse a whole log, leaving out a torn final batch.
-
-    Raises :class:`CorruptLogError` (with the 1-based line) for damage before it and
-    :class:`UnsupportedVersionError` for a header of another format version.
-    """
-    first = raw.find(b"\n")
-    if first < 0:
-        return ParsedLog(None, [], 0, len(raw))
-    header = parse_header(session_id, raw[:first], where)
-    if header.id != session_id:
-        raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
-    events, end = parse_batches(session_id, raw, first + 1, 0, 2)
-    return ParsedLog(header, events, end, len(raw))
-
-
-def parse_batches(
-    session_id: str, raw: bytes, offset: int, next_seq: int, line: int
-) -> tuple[list[StoredEvent], int]:
-    """The committed events in ``raw[offset:]`` and the offset where they end, leaving
-    out a torn final batch.
-
-    ``offset`` must start a batch, whose first event is expected to have seq ``next_seq``
-    and to be on 1-based line ``line`` of the log. Raises :class:`CorruptLogError` for
-    damage before the torn final batch.
-    """
-    events: list[StoredEvent] = []
-    committed, end = 0, offset
-    open_end: int | None = None  # batch_end of the batch being read, until its last event
-    malformed: CorruptLogError | None = None  # harmless only as the very last line
-    number = line - 1
-    while offset < len(raw):
-        if malformed is not None:
-            raise malformed
-        number += 1
-        stop = raw.find(b"\n", offset)
-        if stop < 0:
-            break
-        text, offset = raw[offset:stop], stop + 1
-        try:
-            event, batch_end = parse_event(text)
-        except _Malformed as exc:
-            malformed = CorruptLogError(session_id, str(exc), seq=exc.seq, line=number)
-            continue
-        _check_order(session_id, event, batch_end, next_seq + len(events), open_end, number)
-        events.append(event)
-        open_end = batch_end
-        if event.seq == batch_end:
-            committed, end, open_end = len(events), offset, None
-    return events[:committed], end
-
-
-def _check_order(
-    session_id: str,
-    event: StoredEvent,
-    batch_end: int,
-    expected: int,
-    open_end: int | None,
-    number: int,
-) -> None:
-    """An event must continue the seqs and agree with its batch on ``batch_end``."""
-    detail = None
-    if event.seq != expected:
-        detail = f"expected seq {expected}"
-    elif open_end is None and batch_end < event.seq:
-        detail = f"'batch_end' {batch_end} comes before the event's own seq"
-    elif open_end is not None and batch_end != open_end:
-        detail = f"'batch_end' {batch_end} differs from its batch's {open_end}"
-    if detail is not None:
-        raise CorruptLogError(session_id, detail, seq=event.seq, line=number)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # --- reading and writing the file -------------------------------------------------------
@@ -859,35 +680,35 @@ def _no_events(first: int, last: int) -> list[StoredEvent]:
     return []
 
 
-def _parsed_whole(st: os.stat_result, log: ParsedLog, raw: bytes, size: int) -> _Seen:
-    """The state of ``log``, parsed from ``raw``, in the file ``st`` describes, now
-    ``size`` bytes long."""
-    return _Seen(
-        st.st_dev,
-        st.st_ino,
-        size,
-        st.st_mtime_ns,
-        log.header,
-        len(log.events),
-        log.end,
-        raw[: min(_PROBE, log.end)],
-        raw[max(0, log.end - _PROBE) : log.end],
-    )
+def _open_log(session_id: str, path: str | Path, flags: int) -> int:
+    """The log at ``path`` opened with ``flags``; :class:`SessionNotFoundError` if absent."""
+    try:
+        return os.open(path, flags | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SessionNotFoundError(session_id) from None
 
 
-def _continues(fd: int, seen: _Seen, st: os.stat_result) -> bool:
-    """Whether the file open as ``fd``, described by ``st``, is the log ``seen`` with at
-    most bytes appended since: the same file, unchanged or grown, its committed bytes at
-    the start and before the committed end still as they were."""
-    if (st.st_dev, st.st_ino) != (seen.dev, seen.ino):
-        return False
-    if st.st_size == seen.size and st.st_mtime_ns == seen.mtime_ns:
-        return True
-    return (
-        st.st_size > seen.size
-        and os.pread(fd, len(seen.head), 0) == seen.head
-        and os.pread(fd, len(seen.tail), seen.end - len(seen.tail)) == seen.tail
-    )
+def _read_indexed(fd: int, state: LogState, from_seq: int, count: int) -> list[StoredEvent] | None:
+    """The ``count`` committed events from ``from_seq`` of the validated log ``state``,
+    read from the nearest indexed line at or before it; None when the file no longer
+    holds them there."""
+    index = min(from_seq // INDEX_EVERY, len(state.offsets) - 1)
+    start = state.offsets[index]
+    skip = from_seq - index * INDEX_EVERY
+    wanted = skip + count
+    # The mean line length of the log sizes the first read; more follows if it was short.
+    mean = (state.end - state.offsets[0]) / max(1, state.next_seq)
+    step = int(mean * wanted * 1.125) + 1024
+    chunks: list[bytes] = []
+    lines, pos = 0, start
+    while lines < wanted and pos < state.end:
+        chunk = os.pread(fd, min(step, state.end - pos), pos)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        lines += chunk.count(b"\n")
+        pos += len(chunk)
+    return parse_range(b"".join(chunks), skip, count, from_seq)
 
 
 def _read_from(fd: int, offset: int) -> bytes:
@@ -1005,7 +826,7 @@ def _last_committed(fd: int, start: int, size: int) -> tuple[int, int | None]:
         for line in reversed(complete):
             try:
                 event, batch_end = parse_event(line)
-            except _Malformed:
+            except MalformedLine:
                 continue
             if event.seq == batch_end:
                 return event.seq + 1, event.time

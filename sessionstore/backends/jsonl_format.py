@@ -1,0 +1,295 @@
+"""The JSONL event-log format, without I/O: the header line, event lines with their batch
+markers, and the parsing of a log or of part of one (see :mod:`.jsonl` for the layout).
+
+A batch is the lines of one append, each carrying ``batch_end``, the seq of the batch's
+last event; a batch is committed once the line of that event is complete. Parsing leaves
+out a torn final batch and raises :class:`CorruptLogError` for anything wrong before it.
+
+Parsing also learns the sparse offset index readers seek with: the byte offset of the
+line of every event whose seq is a multiple of :data:`INDEX_EVERY`, so ``offsets[i]`` is
+where the line of seq ``i * INDEX_EVERY`` starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeGuard
+
+import orjson
+from pydantic import ValidationError
+
+from ..contracts import StoredEvent
+from ..errors import CorruptLogError
+from ..eventlog import check_stored_version
+from ..models import SessionHeader, describe_invalid
+
+#: The header-line key holding a session's retention in ms (absent: none).
+TTL_FIELD = "ttl_ms"
+#: The offset index holds the line of every event whose seq is a multiple of this.
+INDEX_EVERY = 64
+
+
+def header_line(header: SessionHeader, ttl_ms: int | None = None) -> bytes:
+    """Line 1 of a log: the header's fields as one JSON object, with ``ttl_ms`` if given."""
+    record = header.model_dump()
+    if ttl_ms is not None:
+        record[TTL_FIELD] = ttl_ms
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def event_lines(events: list[StoredEvent]) -> bytes:
+    """The lines of one batch, each marked with the seq of the batch's last event.
+
+    Each line is what ``orjson.dumps`` writes for the record ``{"seq", "type", "time",
+    "data", "id"?, "batch_end"}`` with ``data`` embedded as is, built as text in one
+    pass: the ints (plain 64-bit ints, as :func:`~sessionstore.eventlog.encode_batch`
+    makes them) written as orjson writes them, the strings encoded by orjson (an event
+    type once per process)."""
+    batch_end = f',"batch_end":{events[-1].seq}}}\n'
+    types = _TYPE_TEXTS
+    lines = []
+    for e in events:
+        kind = types.get(e.type) or _type_text(e.type)
+        if e.id is None:
+            lines.append(
+                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}{batch_end}'
+            )
+        else:
+            event_id = orjson.dumps(e.id).decode()
+            lines.append(
+                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}'
+                f',"id":{event_id}{batch_end}'
+            )
+    return "".join(lines).encode()
+
+
+#: The JSON text of each event type met, for :func:`event_lines`; forgotten past a bound.
+_TYPE_TEXTS: dict[str, str] = {}
+_TYPE_TEXTS_KEPT = 4096
+
+
+def _type_text(kind: str) -> str:
+    text = orjson.dumps(kind).decode()
+    if len(_TYPE_TEXTS) >= _TYPE_TEXTS_KEPT:
+        _TYPE_TEXTS.clear()
+    _TYPE_TEXTS[kind] = text
+    return text
+
+
+class MalformedLine(Exception):
+    """A line that is not a well-formed event."""
+
+    def __init__(self, detail: str, seq: int | None = None) -> None:
+        super().__init__(detail)
+        self.seq = seq
+
+
+def parse_header(session_id: str, line: bytes, where: str | None = None) -> SessionHeader:
+    """The header on line 1 (without its newline); ``session_id`` names the log in errors."""
+    return parse_header_line(session_id, line, where)[0]
+
+
+def parse_header_line(
+    session_id: str, line: bytes, where: str | None = None
+) -> tuple[SessionHeader, int | None]:
+    """The header on line 1 (without its newline) and the session's ``ttl_ms`` (None
+    when it has none); ``session_id`` names the log in errors, ``where`` (its path) in
+    an :class:`UnsupportedVersionError`."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptLogError(session_id, f"the header is not JSON: {exc}", line=1) from exc
+    if not isinstance(record, dict) or "version" not in record:
+        raise CorruptLogError(session_id, "the header is not an object with a version", line=1)
+    check_stored_version(session_id, record["version"], where)
+    missing = [name for name in SessionHeader.model_fields if name not in record]
+    if missing:
+        raise CorruptLogError(session_id, f"the header lacks {', '.join(missing)}", line=1)
+    ttl_ms = record.pop(TTL_FIELD, None)
+    if ttl_ms is not None and (not is_int(ttl_ms) or ttl_ms <= 0):
+        raise CorruptLogError(
+            session_id, f"the header's {TTL_FIELD} is not an int > 0: {ttl_ms!r:.40}", line=1
+        )
+    try:
+        return SessionHeader.model_validate(record, strict=True), ttl_ms
+    except ValidationError as exc:
+        detail = f"the header is invalid: {describe_invalid(exc)}"
+        raise CorruptLogError(session_id, detail, line=1) from exc
+
+
+def parse_event(line: bytes) -> tuple[StoredEvent, int]:
+    """One event line (without its newline): the event and its ``batch_end``.
+
+    ``data`` is re-serialised with orjson, which gives back the canonical text it was
+    appended with. Raises :class:`MalformedLine`.
+    """
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedLine(f"the line is not JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise MalformedLine("the line is not a JSON object")
+    seq = record.get("seq")
+    if not is_int(seq) or seq < 0:
+        raise MalformedLine("'seq' is missing or not an int >= 0")
+    kind, time, data = record.get("type"), record.get("time"), record.get("data")
+    event_id, batch_end = record.get("id"), record.get("batch_end")
+    if not isinstance(kind, str):
+        raise MalformedLine("'type' is missing or not a string", seq)
+    if not is_int(time):
+        raise MalformedLine("'time' is missing or not an int", seq)
+    if not isinstance(data, dict):
+        raise MalformedLine("'data' is missing or not an object", seq)
+    if event_id is not None and not isinstance(event_id, str):
+        raise MalformedLine("'id' is not a string", seq)
+    if not is_int(batch_end):
+        raise MalformedLine("'batch_end' is missing or not an int", seq)
+    text = orjson.dumps(data).decode()
+    return StoredEvent(seq, kind, time, text, event_id), batch_end
+
+
+@dataclass(frozen=True)
+class ParsedLog:
+    """A log as read: ``header`` None when it has no complete header line (absent),
+    ``events`` the committed ones, ``end`` the byte offset where they end, ``offsets``
+    the offset index of the committed events (see the module docstring)."""
+
+    header: SessionHeader | None
+    events: list[StoredEvent]
+    end: int
+    size: int
+    offsets: tuple[int, ...] = ()
+
+    @property
+    def torn(self) -> bool:
+        """Whether bytes of an unfinished final batch follow the committed events."""
+        return self.end < self.size
+
+
+def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLog:
+    """Parse a whole log, leaving out a torn final batch.
+
+    Raises :class:`CorruptLogError` (with the 1-based line) for damage before it and
+    :class:`UnsupportedVersionError` for a header of another format version.
+    """
+    first = raw.find(b"\n")
+    if first < 0:
+        return ParsedLog(None, [], 0, len(raw))
+    header = parse_header(session_id, raw[:first], where)
+    if header.id != session_id:
+        raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
+    events, end, offsets = parse_batches(session_id, raw, first + 1, 0, 2)
+    return ParsedLog(header, events, end, len(raw), tuple(offsets))
+
+
+def parse_batches(
+    session_id: str, raw: bytes, offset: int, next_seq: int, line: int
+) -> tuple[list[StoredEvent], int, list[int]]:
+    """The committed events in ``raw[offset:]``, the offset where they end and the
+    offsets in ``raw`` of the lines of those whose seq is a multiple of
+    :data:`INDEX_EVERY`, leaving out a torn final batch.
+
+    ``offset`` must start a batch, whose first event is expected to have seq ``next_seq``
+    and to be on 1-based line ``line`` of the log. Raises :class:`CorruptLogError` for
+    damage before the torn final batch.
+    """
+    events: list[StoredEvent] = []
+    offsets: list[int] = []
+    committed, end = 0, offset
+    open_end: int | None = None  # batch_end of the batch being read, until its last event
+    malformed: CorruptLogError | None = None  # harmless only as the very last line
+    number = line - 1
+    while offset < len(raw):
+        if malformed is not None:
+            raise malformed
+        number += 1
+        stop = raw.find(b"\n", offset)
+        if stop < 0:
+            break
+        start, text, offset = offset, raw[offset:stop], stop + 1
+        try:
+            event, batch_end = parse_event(text)
+        except MalformedLine as exc:
+            malformed = CorruptLogError(session_id, str(exc), seq=exc.seq, line=number)
+            continue
+        _check_order(session_id, event, batch_end, next_seq + len(events), open_end, number)
+        if event.seq % INDEX_EVERY == 0:
+            offsets.append(start)
+        events.append(event)
+        open_end = batch_end
+        if event.seq == batch_end:
+            committed, end, open_end = len(events), offset, None
+    kept = _multiples(next_seq + committed) - _multiples(next_seq)
+    return events[:committed], end, offsets[:kept]
+
+
+def batch_offsets(data: bytes, first_seq: int, base: int) -> list[int]:
+    """The offset index entries of a batch's lines ``data`` (its first event has seq
+    ``first_seq``), once written at offset ``base``."""
+    wanted = -first_seq % INDEX_EVERY  # the line of the first multiple
+    found: list[int] = []
+    pos, number = 0, 0
+    while pos < len(data):
+        if number == wanted:
+            found.append(base + pos)
+            wanted += INDEX_EVERY
+        pos = data.index(b"\n", pos) + 1
+        number += 1
+    return found
+
+
+def parse_range(raw: bytes, skip: int, count: int, first_seq: int) -> list[StoredEvent] | None:
+    """The events on the ``count`` lines after the first ``skip`` lines of ``raw``, a
+    validated part of a log whose first line there has seq ``first_seq - skip``; None if
+    they are not those events (the file changed underneath). ``raw`` may end early: only
+    its complete lines count."""
+    pos = 0
+    for _ in range(skip):
+        pos = raw.find(b"\n", pos) + 1
+        if pos == 0:
+            return None
+    found: list[StoredEvent] = []
+    expected = first_seq
+    for _ in range(count):
+        stop = raw.find(b"\n", pos)
+        if stop < 0:
+            return None
+        try:
+            event, _ = parse_event(raw[pos:stop])
+        except MalformedLine:
+            return None
+        if event.seq != expected:
+            return None
+        found.append(event)
+        expected += 1
+        pos = stop + 1
+    return found
+
+
+def _multiples(stop: int) -> int:
+    """How many multiples of :data:`INDEX_EVERY` lie in ``[0, stop)``."""
+    return -(-stop // INDEX_EVERY)
+
+
+def _check_order(
+    session_id: str,
+    event: StoredEvent,
+    batch_end: int,
+    expected: int,
+    open_end: int | None,
+    number: int,
+) -> None:
+    """An event must continue the seqs and agree with its batch on ``batch_end``."""
+    detail = None
+    if event.seq != expected:
+        detail = f"expected seq {expected}"
+    elif open_end is None and batch_end < event.seq:
+        detail = f"'batch_end' {batch_end} comes before the event's own seq"
+    elif open_end is not None and batch_end != open_end:
+        detail = f"'batch_end' {batch_end} differs from its batch's {open_end}"
+    if detail is not None:
+        raise CorruptLogError(session_id, detail, seq=event.seq, line=number)
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
