@@ -280,9 +280,7 @@ def test_on_a_cluster_the_index_is_one_slot_and_lists_every_primary(redis_cluste
 
 
 @pytest.mark.parametrize("history", [False, True])
-def test_a_process_adds_a_hot_values_entry_once_and_a_new_process_refreshes_it(
-    server, ns, history
-):
+def test_a_process_adds_a_hot_values_entry_once_and_a_new_process_refreshes_it(server, ns, history):
     index = keys.index_keys(ns)[1]
     with sessionstore.connect(url_of(server), namespace=ns) as store:
         session = store.session("HOT", "s", "e", "1h", history=history)
