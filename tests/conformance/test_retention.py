@@ -71,6 +71,7 @@ def is_redis(backend: str) -> bool:
 def test_expired_sessions_go_whole_and_the_others_stay(open_store, backend, store_url, namespace):
     plain = open_store()
     timed = open_store(ttl=TTL)  # memory:// is private to one connect, so this is its own
+    first_write = time.monotonic()
     started(timed, "exp-store-ttl")
     started(plain, "exp-own-ttl", ttl=TTL)
     with plain.events.writer(header("exp-writer"), ttl=TTL) as writer:
@@ -79,7 +80,8 @@ def test_expired_sessions_go_whole_and_the_others_stay(open_store, backend, stor
     started(plain, "keep-no-ttl")
     last_write = time.monotonic()
     before = artifacts.footprint(backend, store_url, namespace)
-    assert backend == "memory" or any("exp-" in item for item in before)
+    in_time = time.monotonic() - first_write < 0.8 * TTL  # else some may be gone already
+    assert backend == "memory" or not in_time or any("exp-" in item for item in before)
 
     time.sleep(max(0.0, last_write + TTL - time.monotonic()))
     if not is_redis(backend):
