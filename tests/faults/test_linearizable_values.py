@@ -181,7 +181,7 @@ class Injector(threading.Thread):
     def _inject(self) -> None:
         start = time.monotonic()
         kills_at = sorted(
-            start + self.rng.uniform(0.2, 0.8) * (self.until - start)
+            start + self.rng.uniform(0.2, 0.6) * (self.until - STALL - start)
             for _ in range((2 if SOAK else 1) if self.kill else 0)
         )
         while time.monotonic() < self.until - STALL:
