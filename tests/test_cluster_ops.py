@@ -17,6 +17,7 @@ import asyncio
 import os
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -88,6 +89,8 @@ class Traffic:
         self.unavailable = 0
         self.calls = 0
         self.unexpected: list[BaseException] = []
+        #: The traceback of each of ``unexpected``, for the failure message.
+        self.traces: list[str] = []
         self.unconfirmed = 0
         for session_id in sessions:
             store.events.create(sessionstore.SessionHeader(id=session_id))
@@ -110,7 +113,7 @@ class Traffic:
         deadline = time.monotonic() + timeout
         start = self.calls
         while self.calls < start + count:
-            assert not self.unexpected, self.unexpected
+            assert not self.unexpected, "\n".join(self.traces)
             assert time.monotonic() < deadline, "the traffic stalled"
             time.sleep(0.01)
 
@@ -118,6 +121,7 @@ class Traffic:
         try:
             self._run(symbols, sessions)
         except BaseException as exc:  # reported by the test
+            self.traces.append(traceback.format_exc())
             self.unexpected.append(exc)
 
     def _call(self, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -172,7 +176,7 @@ class Traffic:
 
     def check(self, url: str, ns: str) -> int:
         """Assert every acknowledged write is stored; returns how many were checked."""
-        assert not self.unexpected, self.unexpected
+        assert not self.unexpected, "\n".join(self.traces)
         assert not any(t.is_alive() for t in self.threads)
         checked = 0
         with sessionstore.connect(url, ns, timeout=5) as reader:
@@ -273,14 +277,6 @@ def test_reshard_under_traffic(ns, durability):
 # --- growing the cluster --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known intermittent defect, open: during add-node + rebalance under traffic a reply "
-        "now and then reaches the wrong call (an HMGET decoded a swap's 3-element reply: "
-        "ValueError/IndexError escape), i.e. a connection out of step with its replies"
-    ),
-)
 def test_add_node_and_rebalance_under_traffic(three, ns):
     """The new primary is unknown to the store until slots move to it; redirections to
     it are followed and its script cache filled; the long-lived store then lists the

@@ -150,3 +150,26 @@ def test_an_unknown_url_parameter_is_refused_with_a_suggestion():
         "protocol=2&socket_timeout=1&client_name=x&password=p&health_check_interval=3",
     ):
         parse_options(f"rediss://h:1/0?{known}", None, None)
+
+
+def test_a_cluster_node_pool_takes_a_connection_back_once(redis_server):
+    """redis-py releases a connection a second time after an ASK to a node it does not
+    know yet; a plain blocking pool then hands that one connection to two callers."""
+    import redis
+
+    from sessionstore.redis.client import ClusterNodePool
+
+    def twice_released(pool_class: type) -> tuple[object, object]:
+        pool = pool_class.from_url(redis_server.url, max_connections=3, timeout=1)
+        first, other = pool.get_connection(), pool.get_connection()
+        pool.release(first)
+        pool.release(first)  # the stale second release
+        shared = pool.get_connection(), pool.get_connection()
+        pool.release(other)
+        pool.disconnect()
+        return shared
+
+    one, two = twice_released(redis.BlockingConnectionPool)
+    assert one is two  # the defect the cluster pool guards against
+    one, two = twice_released(ClusterNodePool)
+    assert one is not two

@@ -361,6 +361,49 @@ def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
     return {"max_connections": options.max_connections, "timeout": options.timeout}
 
 
+class ClusterNodePool(redis.BlockingConnectionPool):
+    """The blocking pool of one cluster node, which takes a connection back only from
+    the thread that holds it.
+
+    redis-py's ``RedisCluster._execute_command`` keeps the connection of an attempt
+    that met ``ASK`` or ``MOVED`` after releasing it; when the next attempt fails before
+    it takes a connection (:func:`driver_defect`, a slot not covered, no connection
+    free), its ``finally`` releases that connection a second time. A
+    ``BlockingConnectionPool`` then holds it twice (or once more while another thread
+    uses it), two threads share one connection and each reads the other's replies.
+    Here a release by a thread other than the holder, or of a connection already
+    back, is ignored.
+    """
+
+    def reset(self) -> None:
+        super().reset()
+        #: Each connection handed out, and the thread it was handed to.
+        self._holders: dict[Any, int] = {}
+        self._holders_lock = threading.Lock()
+        self._getting = threading.local()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        # A connection that fails to connect is released inside; let that through.
+        self._getting.active = True
+        try:
+            connection = super().get_connection(*args, **kwargs)
+        finally:
+            self._getting.active = False
+        with self._holders_lock:
+            self._holders[connection] = threading.get_ident()
+        return connection
+
+    def release(self, connection: Any) -> None:
+        with self._holders_lock:
+            holder = self._holders.get(connection)
+            if holder is None and not getattr(self._getting, "active", False):
+                return  # already back in the pool
+            if holder is not None and holder != threading.get_ident():
+                return  # released before, and handed out again since
+            self._holders.pop(connection, None)
+        super().release(connection)
+
+
 class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool):
     """redis-py's Sentinel pool with the waiting of a ``BlockingConnectionPool``."""
 
@@ -644,7 +687,7 @@ class SyncClient:
             cluster = ClusterClient.from_url(
                 self._options.url,
                 retry=retry,
-                connection_pool_class=redis.BlockingConnectionPool,
+                connection_pool_class=ClusterNodePool,
                 **_client_kwargs(self._options),
                 **_pool_kwargs(self._options),
             )
