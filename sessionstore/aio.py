@@ -419,11 +419,7 @@ class AsyncSessionWriter:
                 await arun(renewal, context.backend)
                 buffer.renewed_at = now
             while True:
-                if target is None and buffer.paused:
-                    return
-                if target is not None and buffer.durable_seq >= target:
-                    return
-                batch = buffer.take()
+                batch = buffer.next_batch(target)
                 if not batch:
                     return
                 flow = flows.append_stored(

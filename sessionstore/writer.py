@@ -130,8 +130,14 @@ class WriterBuffer:
         """The seq below which every emitted event is durable."""
         return self.next_seq - len(self.pending)
 
-    def take(self) -> list[StoredEvent]:
-        """The next batch to append: the head of the queue."""
+    def next_batch(self, target: int | None) -> list[StoredEvent]:
+        """What a drain appends next, or nothing when it is done: a background drain
+        (``target`` None) stops while paused by a failure, a flush once every event
+        before seq ``target`` is durable."""
+        if target is None and self.paused:
+            return []
+        if target is not None and self.durable_seq >= target:
+            return []
         return self.pending[:BATCH_MAX]
 
     def written(self, count: int) -> None:
@@ -307,11 +313,7 @@ class SessionWriter:
                 buffer.renewed_at = now
             while True:
                 with self._lock:
-                    if target is None and buffer.paused:
-                        return
-                    if target is not None and buffer.durable_seq >= target:
-                        return
-                    batch = buffer.take()
+                    batch = buffer.next_batch(target)
                 if not batch:
                     return
                 context = self._context

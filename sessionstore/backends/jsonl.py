@@ -191,9 +191,8 @@ class JsonlEvents(EventBackend):
     def exists(self, session_id: str) -> bool:
         path = self._path(session_id)
         with os_errors(path):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+            fd = _open_existing(path)
+            if fd is None:
                 return False
             try:
                 return _first_line(fd) is not None
@@ -509,9 +508,8 @@ class JsonlEvents(EventBackend):
             return held[0] != owner
         path = self._lease_path(session_id)
         with os_errors(path):
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+            fd = _open_existing(path)
+            if fd is None:
                 return False
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -613,9 +611,8 @@ class JsonlEvents(EventBackend):
 
     def _prune_one(self, path: Path, now_ms: int) -> bool:
         """Remove the log at ``path`` if it has expired by ``now_ms``; whether it was."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        fd = _open_existing(path)
+        if fd is None:
             return False
         try:
             # Under the lock no append is half done, and the mtime is the last one's.
@@ -678,6 +675,14 @@ class JsonlEvents(EventBackend):
 
 def _no_events(first: int, last: int) -> list[StoredEvent]:
     return []
+
+
+def _open_existing(path: str | Path) -> int | None:
+    """``path`` opened for reading, or None when there is no such file."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
 
 
 def _open_log(session_id: str, path: str | Path, flags: int) -> int:
@@ -746,9 +751,8 @@ def _cut_back(fd: int, end: int) -> None:
 
 
 def _read_listed_header(path: Path) -> tuple[SessionHeader, int | None] | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_existing(path)
+    if fd is None:
         return None
     try:
         return _listed_header(path, fd)
