@@ -284,5 +284,10 @@ class EventBackend(ABC):
         ``timeout`` seconds. The default just waits; Redis blocks on the stream."""
         time.sleep(timeout)
 
+    def check_durable(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``DurabilityError``, writing nothing, when appends cannot be as durable
+        as the store was opened to make them (the check a first write makes); backends
+        with nothing to check do nothing."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""

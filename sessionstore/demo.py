@@ -217,10 +217,7 @@ def check_durable(store: Store) -> None:
     appends as durable as its URL asks: on Redis the check the first write makes
     (``CONFIG GET`` or ``INFO persistence``, on every primary of a cluster); nothing
     to check on the other stores."""
-    # The event backend's own first-write check; EventLog has no public name for it yet.
-    ready = getattr(store._backends.events, "_ready", None)
-    if ready is not None:
-        ready()
+    store._backends.events.check_durable()
 
 
 def candles(symbol: str, count: int) -> list[float]:

@@ -2,22 +2,21 @@
 
 A flow yields :class:`Call` (a backend method), :class:`Sleep` or :class:`Apply` (user
 code) and receives the result; :func:`run` drives it with a blocking backend and
-:func:`arun` with an async one. So :mod:`sessionstore.store` and :mod:`sessionstore.aio`
-stay thin and cannot drift apart: their methods only pick a flow and a runner.
+:func:`arun` with an async one (both by :mod:`sessionstore.drive`). So
+:mod:`sessionstore.store` and :mod:`sessionstore.aio` stay thin and cannot drift apart:
+their methods only pick a flow and a runner.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import inspect
-import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .contracts import Refused, Stored, StoredEvent
+from .contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
 from .core import (
     REPAIR_ATTEMPTS,
     UPDATE_ATTEMPTS,
@@ -28,6 +27,7 @@ from .core import (
     backoff,
     check_from_seq,
 )
+from .drive import Pause, Step, adrive, drive
 from .errors import (
     ConcurrentModificationError,
     InvalidArgumentError,
@@ -41,21 +41,20 @@ from .models import SessionEvent, SessionHeader, SessionInfo
 from .when import now_ms, to_epoch_ms
 
 T = TypeVar("T")
-
-
-_NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
+P = ParamSpec("P")
 
 
 class Call:
-    """Call ``method`` of the backend with these arguments (a plain class: every
-    operation builds one or more)."""
+    """Call a method of the backend: ``Call(ValueBackend.read, key)`` calls the running
+    backend's ``read(key)`` (the contract's method names it, so the arguments are checked
+    against the contract's signature; a plain class: every operation builds one or more)."""
 
-    __slots__ = ("method", "args", "kwargs")
+    __slots__ = ("name", "args", "kwargs")
 
     def __init__(
-        self, method: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] = _NO_OPTIONS
+        self, method: Callable[Concatenate[Any, P], Any], /, *args: P.args, **kwargs: P.kwargs
     ) -> None:
-        self.method = method
+        self.name = method.__name__
         self.args = args
         self.kwargs = kwargs
 
@@ -78,46 +77,32 @@ Flow = Generator[Call | Sleep | Apply, Any, T]
 
 def run(flow: Flow[T], backend: Any) -> T:
     """Drive ``flow`` against a blocking backend; backend errors are raised inside it."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = flow.throw(error) if error is not None else flow.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            if isinstance(step, Call):
-                reply = getattr(backend, step.method)(*step.args, **step.kwargs)
-            elif isinstance(step, Sleep):
-                time.sleep(step.seconds)
-            else:
-                reply = step.fn(step.value)
-        except Exception as exc:  # noqa: BLE001 - handed to the flow, which may recover
-            error = exc
+    return drive(flow, functools.partial(_resolve, backend))
 
 
 async def arun(flow: Flow[T], backend: Any) -> T:
-    """Drive ``flow`` against an async backend (methods are coroutines)."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = flow.throw(error) if error is not None else flow.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            if isinstance(step, Call):
-                reply = await getattr(backend, step.method)(*step.args, **step.kwargs)
-            elif isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
-            else:
-                reply = step.fn(step.value)
-                if inspect.isawaitable(reply):
-                    reply = await reply
-        except Exception as exc:  # noqa: BLE001 - handed to the flow, which may recover
-            error = exc
+    """Drive ``flow`` against an async backend (methods return awaitables)."""
+    return await adrive(flow, functools.partial(_aresolve, backend))
+
+
+def _resolve(backend: Any, step: Call | Sleep | Apply) -> Step:
+    if isinstance(step, Call):
+        return functools.partial(getattr(backend, step.name), *step.args, **step.kwargs)
+    if isinstance(step, Sleep):
+        return Pause(step.seconds)
+    return functools.partial(step.fn, step.value)
+
+
+def _aresolve(backend: Any, step: Call | Sleep | Apply) -> Step:
+    if isinstance(step, Apply):
+        return functools.partial(_apply, step.fn, step.value)
+    return _resolve(backend, step)
+
+
+async def _apply(fn: Callable[[Any], Any], value: Any) -> Any:
+    """User code in the async API: its result is awaited when it is awaitable."""
+    result = fn(value)
+    return await result if inspect.isawaitable(result) else result
 
 
 # --- session values -------------------------------------------------------------------
@@ -127,20 +112,15 @@ def ready(state: SessionState, lifecycle: Lifecycle) -> Flow[SessionState]:
     state.check_alive()
     lifecycle.check_open()
     if not state.initialised:
-        yield Call("prepare", (state.key,))
+        yield Call(ValueBackend.prepare, state.key)
         state.initialised = True
     return state
 
 
-def _ttl(ttl_ms: int | None) -> Mapping[str, Any]:
-    """The keyword arguments that pass a retention to a backend write (none without one)."""
-    return _NO_OPTIONS if ttl_ms is None else {"ttl_ms": ttl_ms}
-
-
 def _read(state: SessionState, ms: int) -> Call:
     if state.history:
-        return Call("read_as_of", (state.key, ms))
-    return Call("read", (state.key,))
+        return Call(ValueBackend.read_as_of, state.key, ms)
+    return Call(ValueBackend.read, state.key)
 
 
 def get_data(state: SessionState, lifecycle: Lifecycle, when: Any) -> Flow[Any]:
@@ -155,12 +135,14 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
     payload = state.encode(value)
-    options = _ttl(state.ttl_ms)
+    ttl_ms = state.ttl_ms
     if state.history:
-        yield Call("write_version", (state.key, payload, ms, state.max_versions), options)
+        yield Call(
+            ValueBackend.write_version, state.key, payload, ms, state.max_versions, ttl_ms=ttl_ms
+        )
     else:
         state.forget()
-        yield Call("write", (state.key, payload, ms), options)
+        yield Call(ValueBackend.write, state.key, payload, ms, ttl_ms=ttl_ms)
         state.remember(Stored(payload, ms) if payload is not None else None)
 
 
@@ -179,7 +161,7 @@ def update(
     """
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
-    options = _ttl(state.ttl_ms)
+    ttl_ms = state.ttl_ms
     # A plain handle starts from the record it saw last, if any: a refused swap returns
     # the record found, so a stale guess costs no extra round trip and is no lost race.
     found = state.remembered() if state.remembers() else (yield _read(state, ms))
@@ -188,11 +170,11 @@ def update(
     while True:
         payload = state.encode((yield Apply(fn, state.visible(found, ms))))
         if state.history:
-            args: tuple[Any, ...] = (state.key, found, payload, ms, state.max_versions)
-            done = yield Call("swap_version", args, options)
+            args = (state.key, found, payload, ms, state.max_versions)
+            done = yield Call(ValueBackend.swap_version, *args, ttl_ms=ttl_ms)
         else:
             state.forget()
-            done = yield Call("swap", (state.key, found, payload, ms), options)
+            done = yield Call(ValueBackend.swap, state.key, found, payload, ms, ttl_ms=ttl_ms)
         if done is True:
             if not state.history:
                 state.remember(Stored(payload, ms) if payload is not None else None)
@@ -212,7 +194,7 @@ def update(
 def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
     yield from ready(state, lifecycle)
     state.forget()
-    removed = yield Call("forget", (state.key,))
+    removed = yield Call(ValueBackend.forget, state.key)
     state.remember(None)
     return bool(removed)
 
@@ -229,7 +211,7 @@ def create(
 ) -> Flow[None]:
     _open(lifecycle)
     checked = pending.check_new(header)
-    if (yield Call("exists", (checked.id,))):
+    if (yield Call(EventBackend.exists, checked.id)):
         raise SessionExistsError(checked.id)
     pending.add(checked, ttl_ms)
 
@@ -246,9 +228,9 @@ def append(
     if not batch:
         if header is not None:
             return 0
-        _, stored = yield Call("read", (session_id, 0))
+        _, stored = yield Call(EventBackend.read, session_id, 0)
         return len(stored)
-    next_seq: int = yield Call("append", (session_id, batch, header), _ttl(ttl_ms))
+    next_seq: int = yield Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
     if header is not None:
         pending.materialised(header)
     return next_seq
@@ -260,7 +242,7 @@ def append_stored(
     """:func:`append` of a batch a writer encoded (and so checked) when it was emitted."""
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
-    next_seq: int = yield Call("append", (session_id, batch, header), _ttl(ttl_ms))
+    next_seq: int = yield Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
     if header is not None:
         pending.materialised(header)
     return next_seq
@@ -271,15 +253,15 @@ def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flo
     raises :class:`SessionBusyError` (its open turn is not interrupted)."""
     _open(lifecycle)
     check_session_id(session_id)
-    if (yield Call("lease_busy", (session_id, owner))):
+    if (yield Call(EventBackend.lease_busy, session_id, owner)):
         raise SessionBusyError(session_id)
     for _ in range(REPAIR_ATTEMPTS):
-        header, events = yield Call("read", (session_id, 0), {"repair": True})
+        header, events = yield Call(EventBackend.read, session_id, 0, repair=True)
         extra = closers(events)
         if not extra:
             return LoadedSession(header, events)
         try:
-            yield Call("append", (session_id, encode_batch(session_id, extra), None))
+            yield Call(EventBackend.append, session_id, encode_batch(session_id, extra), None)
         except SeqConflictError:
             continue
         return LoadedSession(header, events + extra)
@@ -290,19 +272,19 @@ def inspect_session(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession
     """What :func:`load` returns, closers included, without writing anything and
     without looking at the lease."""
     _open(lifecycle)
-    header, events = yield Call("read", (check_session_id(session_id), 0))
+    header, events = yield Call(EventBackend.read, check_session_id(session_id), 0)
     return LoadedSession(header, events + closers(events))
 
 
 def info(lifecycle: Lifecycle, session_id: str) -> Flow[SessionInfo]:
     _open(lifecycle)
-    found: SessionInfo = yield Call("info", (check_session_id(session_id),))
+    found: SessionInfo = yield Call(EventBackend.info, check_session_id(session_id))
     return found
 
 
 def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:
     _open(lifecycle)
-    found: list[SessionInfo] = yield Call("list_info")
+    found: list[SessionInfo] = yield Call(EventBackend.list_info)
     return sorted(found, key=lambda i: (i.header.created_at, i.header.id))
 
 
@@ -322,7 +304,7 @@ def open_writer(
     pending) header differs from ``header``. On any error the lease is given up."""
     _open(lifecycle)
     session_id = header.id
-    if not (yield Call("acquire_lease", (session_id, owner, lease_ms))):
+    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
         raise SessionBusyError(session_id)
     try:
         try:
@@ -345,14 +327,14 @@ def open_writer(
 def renew_lease(session_id: str, owner: str, lease_ms: int) -> Flow[None]:
     """Renew ``owner``'s lease; :class:`SessionBusyError` when another writer took it over
     (it expired meanwhile)."""
-    if not (yield Call("acquire_lease", (session_id, owner, lease_ms))):
+    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
         raise SessionBusyError(session_id, "its lease expired and another writer took it over")
 
 
 def release_lease(session_id: str, owner: str) -> Flow[None]:
     """Give the lease up; a failure here is not the caller's: the lease then expires."""
     with contextlib.suppress(Exception):  # it ends by itself (or with the process)
-        yield Call("release_lease", (session_id, owner))
+        yield Call(EventBackend.release_lease, session_id, owner)
 
 
 def fork(
@@ -370,7 +352,7 @@ def fork(
     check_session_id(child_id)
     if at_seq is not None:
         check_seq(at_seq)
-    parent, events = yield Call("read", (parent_id, 0), {"limit": at_seq})
+    parent, events = yield Call(EventBackend.read, parent_id, 0, limit=at_seq)
     if at_seq is not None and len(events) < at_seq:
         raise InvalidArgumentError(
             f"fork at seq {at_seq}: session {parent_id!r:.80} has only {len(events)}"
@@ -378,12 +360,12 @@ def fork(
         )
     child = SessionHeader(id=child_id, cwd=parent.cwd, parent_id=parent_id, fork_seq=len(events))
     pending.check_new(child)
-    if (yield Call("exists", (child_id,))):
+    if (yield Call(EventBackend.exists, child_id)):
         raise SessionExistsError(child_id)
     if not events:
         pending.add(child, ttl_ms)
         return child
-    yield Call("append", (child_id, encode_batch(child_id, events), child), _ttl(ttl_ms))
+    yield Call(EventBackend.append, child_id, encode_batch(child_id, events), child, ttl_ms=ttl_ms)
     return child
 
 
@@ -392,28 +374,28 @@ def read_from(
 ) -> Flow[list[SessionEvent]]:
     _open(lifecycle)
     check_from_seq(seq)
-    _, events = yield Call("read", (check_session_id(session_id), seq), {"limit": limit})
+    _, events = yield Call(EventBackend.read, check_session_id(session_id), seq, limit=limit)
     return events
 
 
 def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:
     _open(lifecycle)
-    headers: list[SessionHeader] = yield Call("list")
+    headers: list[SessionHeader] = yield Call(EventBackend.list)
     return sorted(headers, key=lambda h: (h.created_at, h.id))
 
 
 def prune(lifecycle: Lifecycle) -> Flow[int]:
     _open(lifecycle)
-    removed: int = yield Call("prune", (now_ms(),))
+    removed: int = yield Call(EventBackend.prune, now_ms())
     return removed
 
 
 def delete_session(pending: PendingSessions, lifecycle: Lifecycle, session_id: str) -> Flow[None]:
     _open(lifecycle)
     check_session_id(session_id)
-    if pending.discard(session_id) and not (yield Call("exists", (session_id,))):
+    if pending.discard(session_id) and not (yield Call(EventBackend.exists, session_id)):
         return
-    yield Call("delete", (session_id,))
+    yield Call(EventBackend.delete, session_id)
 
 
 def next_position(loaded: LoadedSession) -> tuple[int, int]:

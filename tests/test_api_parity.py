@@ -87,3 +87,63 @@ def test_async_context_managers_mirror_sync_ones():
 def test_sync_and_async_objects_travel_alike(sync, async_):
     """Both twins pickle (as their store's URL, namespace and options)."""
     assert "__reduce__" in vars(sync) and "__reduce__" in vars(async_)
+
+
+# Down to the backends ------------------------------------------------------------------------
+
+from sessionstore.contracts import EventBackend, ValueBackend  # noqa: E402
+from sessionstore.keys import ValueKey  # noqa: E402
+from sessionstore.redis import open_redis  # noqa: E402
+from sessionstore.redis.events import AsyncRedisEvents, RedisEvents  # noqa: E402
+from sessionstore.redis.values import AsyncRedisValues, RedisValues  # noqa: E402
+
+BACKEND_PAIRS = [
+    (ValueBackend, RedisValues, AsyncRedisValues),
+    (EventBackend, RedisEvents, AsyncRedisEvents),
+]
+BACKEND_IDS = ["values", "events"]
+
+
+def contract_methods(contract: type) -> list[str]:
+    return [
+        name
+        for name, member in inspect.getmembers(contract, inspect.isfunction)
+        if not name.startswith("_")
+    ]
+
+
+@pytest.mark.parametrize(("contract", "sync", "async_"), BACKEND_PAIRS, ids=BACKEND_IDS)
+def test_redis_backends_have_the_contracts_parameters(contract, sync, async_):
+    for name in contract_methods(contract):
+        assert parameters(getattr(sync, name)) == parameters(getattr(contract, name)), name
+        assert parameters(getattr(async_, name)) == parameters(getattr(contract, name)), name
+
+
+@pytest.mark.parametrize(("contract", "sync", "async_"), BACKEND_PAIRS, ids=BACKEND_IDS)
+def test_sync_and_async_redis_backends_run_one_implementation(contract, sync, async_):
+    """Each Redis backend method that does I/O is one function shared by the sync and the
+    async backend: only the client under it differs, so the two cannot drift apart."""
+    io_methods = [name for name in contract_methods(contract) if name not in {"prepare", "close"}]
+    assert io_methods
+    for name in io_methods:
+        assert getattr(sync, name) is getattr(async_, name), name
+
+
+def test_async_redis_backend_methods_return_awaitables_without_io():
+    """Calling an async backend method only builds a coroutine: the I/O runs when it is
+    awaited (the URL names a closed port and nothing is awaited here)."""
+    backends = open_redis("redis://127.0.0.1:9/0?cluster=no", "parity")
+    pair = backends.make_async()
+    key = ValueKey("parity", "S", "st", "ex", "1h", "backtest")
+    calls = [
+        pair.values.read(key),
+        pair.values.write(key, b"\x01", 0),
+        pair.values.scan("parity"),
+        pair.events.read("s"),
+        pair.events.info("s"),
+        pair.events.list(),
+    ]
+    for call in calls:
+        assert inspect.isawaitable(call)
+        call.close()
+    backends.close()

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import threading
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import unquote
 
 import redis
@@ -73,6 +73,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .. import forksafe
+from ..drive import Pause, Steps, adrive, drive
 from ..errors import (
     AccessDeniedError,
     InvalidArgumentError,
@@ -418,17 +419,45 @@ def _sentinel_socket_kwargs(options: RedisOptions, target: SentinelTarget) -> di
     return {**_client_kwargs(options), **target.sentinel_kwargs}
 
 
-def sentinel_client(options: RedisOptions) -> tuple[redis.Redis, redis.sentinel.Sentinel]:
+@dataclass(frozen=True)
+class Flavour:
+    """redis-py's classes for one kind of I/O, blocking or asyncio: the clients are built
+    alike from them."""
+
+    redis: Any
+    pool: Any
+    sentinel: Any
+    sentinel_pool: Any
+    retry: Any
+
+
+BLOCKING = Flavour(
+    redis.Redis, redis.BlockingConnectionPool, redis.sentinel.Sentinel, SentinelBlockingPool, Retry
+)
+ASYNCIO = Flavour(
+    redis.asyncio.Redis,
+    redis.asyncio.BlockingConnectionPool,
+    redis.asyncio.sentinel.Sentinel,
+    AsyncSentinelBlockingPool,
+    redis.asyncio.retry.Retry,
+)
+
+
+def _retry(flavour: Flavour) -> Any:
+    return flavour.retry(ExponentialBackoff(**_BACKOFF), RETRIES)
+
+
+def sentinel_client(options: RedisOptions, flavour: Flavour) -> tuple[Any, Any]:
     """(the client of the service's primary, the ``Sentinel`` it asks); no I/O."""
     target = options.sentinel
     assert target is not None
-    manager = redis.sentinel.Sentinel(
+    manager = flavour.sentinel(
         list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
     )
     client = manager.master_for(
         target.service,
-        connection_pool_class=SentinelBlockingPool,
-        retry=Retry(ExponentialBackoff(**_BACKOFF), RETRIES),
+        connection_pool_class=flavour.sentinel_pool,
+        retry=_retry(flavour),
         **target.node_kwargs,
         **_client_kwargs(options),
         **_pool_kwargs(options),
@@ -436,53 +465,21 @@ def sentinel_client(options: RedisOptions) -> tuple[redis.Redis, redis.sentinel.
     return _raw_stream_replies(client), manager
 
 
-def async_sentinel_client(
-    options: RedisOptions,
-) -> tuple[redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel]:
-    """:func:`sentinel_client` for ``redis.asyncio``; no I/O."""
-    target = options.sentinel
-    assert target is not None
-    manager = redis.asyncio.sentinel.Sentinel(
-        list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
-    )
-    client = manager.master_for(
-        target.service,
-        connection_pool_class=AsyncSentinelBlockingPool,
-        retry=redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES),
-        **target.node_kwargs,
-        **_client_kwargs(options),
-        **_pool_kwargs(options),
-    )
-    return _raw_stream_replies(client), manager
-
-
-def sync_client(options: RedisOptions) -> redis.Redis:
+def plain_client(options: RedisOptions, flavour: Flavour) -> Any:
     """A plain redis-py client for ``options`` on a blocking pool (see the module doc and
     :func:`_raw_stream_replies`); no I/O."""
-    retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
     try:
-        pool = redis.BlockingConnectionPool.from_url(
-            options.url, retry=retry, **_client_kwargs(options), **_pool_kwargs(options)
+        pool = flavour.pool.from_url(
+            options.url, retry=_retry(flavour), **_client_kwargs(options), **_pool_kwargs(options)
         )
     except ValueError as exc:
         raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
-    return _raw_stream_replies(redis.Redis.from_pool(pool))
-
-
-def async_client(options: RedisOptions) -> redis.asyncio.Redis:
-    """:func:`sync_client` for ``redis.asyncio``; no I/O."""
-    retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
-    try:
-        pool = redis.asyncio.BlockingConnectionPool.from_url(
-            options.url, retry=retry, **_client_kwargs(options), **_pool_kwargs(options)
-        )
-    except ValueError as exc:
-        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
-    return _raw_stream_replies(redis.asyncio.Redis.from_pool(pool))
+    return _raw_stream_replies(flavour.redis.from_pool(pool))
 
 
 _Client = TypeVar("_Client", redis.Redis, redis.asyncio.Redis)
-_T = TypeVar("_T")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
@@ -523,37 +520,34 @@ class ClusterClient(redis.cluster.RedisCluster):
     ``ClusterError`` (the boundary makes it :class:`StoreUnavailableError`)."""
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        for attempt in range(DEFECT_ATTEMPTS):
-            try:
-                return super().execute_command(*args, **kwargs)
-            except AttributeError as exc:
-                if not driver_defect(exc):
-                    raise
-                if attempt == DEFECT_ATTEMPTS - 1:
-                    raise ClusterError(_defect_text(args)) from exc
-            time.sleep(retry_delay(attempt + 1))
-            # A failed refresh is left to the next attempt to report.
-            with contextlib.suppress(RedisError, RedisClusterException):
-                self.nodes_manager.initialize()
-        raise AssertionError("unreachable")
+        call = functools.partial(super().execute_command, *args, **kwargs)
+        return drive(_past_defects(call, self.nodes_manager.initialize, args))
 
 
 class AsyncClusterClient(redis.asyncio.cluster.RedisCluster):
     """:class:`ClusterClient` for ``redis.asyncio``."""
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        for attempt in range(DEFECT_ATTEMPTS):
-            try:
-                return await super().execute_command(*args, **kwargs)
-            except AttributeError as exc:
-                if not driver_defect(exc):
-                    raise
-                if attempt == DEFECT_ATTEMPTS - 1:
-                    raise ClusterError(_defect_text(args)) from exc
-            await asyncio.sleep(retry_delay(attempt + 1))
-            with contextlib.suppress(RedisError, RedisClusterException):
-                await self.nodes_manager.initialize()
-        raise AssertionError("unreachable")
+        call = functools.partial(super().execute_command, *args, **kwargs)
+        return await adrive(_past_defects(call, self.nodes_manager.initialize, args))
+
+
+def _past_defects(call: Callable[[], Any], refresh: Callable[[], Any], args: Any) -> Steps[Any]:
+    """``call``, sent again after a slot-map ``refresh`` while it meets
+    :func:`driver_defect` (see :class:`ClusterClient`)."""
+    for attempt in range(DEFECT_ATTEMPTS):
+        try:
+            return (yield call)
+        except AttributeError as exc:
+            if not driver_defect(exc):
+                raise
+            if attempt == DEFECT_ATTEMPTS - 1:
+                raise ClusterError(_defect_text(args)) from exc
+        yield Pause(retry_delay(attempt + 1))
+        # A failed refresh is left to the next attempt to report.
+        with contextlib.suppress(RedisError, RedisClusterException):
+            yield refresh
+    raise AssertionError("unreachable")
 
 
 def _defect_text(args: tuple[Any, ...]) -> str:
@@ -582,6 +576,26 @@ def _cluster_refusal(exc: ResponseError) -> bool:
 def _refused(exc: ResponseError) -> bool:
     """The command is not allowed for this user, or renamed away (managed services)."""
     return isinstance(exc, NoPermissionError) or "unknown command" in str(exc).lower()
+
+
+def _detect(plain: Any, guard: ErrorBoundary) -> Steps[bool]:
+    """Whether the server behind ``plain`` is a Redis Cluster node: ``INFO cluster``, else
+    ``CLUSTER INFO``; a server that refuses both is taken as a plain one."""
+    with guard("INFO cluster"):
+        try:
+            return _cluster_enabled((yield functools.partial(plain.info, "cluster")))
+        except ResponseError as exc:
+            if _cluster_refusal(exc):
+                return True
+            if not _refused(exc):
+                raise
+        try:
+            yield functools.partial(plain.execute_command, "CLUSTER INFO")
+        except ResponseError as exc:
+            if "cluster support disabled" in str(exc) or _refused(exc):
+                return False
+            raise
+        return True
 
 
 class Topology:
@@ -633,9 +647,9 @@ class SyncClient:
         self._guard = guard
         self._sentinel: redis.sentinel.Sentinel | None = None
         if options.sentinel is not None:
-            self._plain, self._sentinel = sentinel_client(options)
+            self._plain, self._sentinel = sentinel_client(options, BLOCKING)
         else:
-            self._plain = sync_client(options)
+            self._plain = plain_client(options, BLOCKING)
         self._client: Any = None
         self._cache: Any = None
         self._lock = threading.Lock()
@@ -676,40 +690,34 @@ class SyncClient:
         """The :class:`~.tracking.ValueCache` if one was made already (no I/O), else None."""
         return self._cache
 
+    def forget_cached(self, name: str) -> None:
+        """Drop ``name`` from the value cache, if there is one (after a write of it)."""
+        cache = self._cache
+        if cache is not None:
+            cache.forget(name)
+
+    def run(
+        self, op: Callable[Concatenate[Any, _P], Steps[_R]], /, *args: _P.args, **kw: _P.kwargs
+    ) -> _R:
+        """Run the operation ``op(client, ...)`` (:mod:`sessionstore.drive`) on :meth:`get`."""
+        return drive(op(self.get(), *args, **kw))
+
     def _choose(self) -> Any:
         if self._topology.cluster is None:
-            self._topology.cluster = self._detect()
+            self._topology.cluster = drive(_detect(self._plain, self._guard))
         if not self._topology.cluster:
             return self._plain
         check_cluster_url(self._options)
-        retry = Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
         with self._guard("CLUSTER SLOTS"):
             cluster = ClusterClient.from_url(
                 self._options.url,
-                retry=retry,
+                retry=_retry(BLOCKING),
                 connection_pool_class=ClusterNodePool,
                 **_client_kwargs(self._options),
                 **_pool_kwargs(self._options),
             )
         self._plain.close()
         return cluster
-
-    def _detect(self) -> bool:
-        with self._guard("INFO cluster"):
-            try:
-                return _cluster_enabled(self._plain.info("cluster"))
-            except ResponseError as exc:
-                if _cluster_refusal(exc):
-                    return True
-                if not _refused(exc):
-                    raise
-            try:
-                self._plain.execute_command("CLUSTER INFO")
-            except ResponseError as exc:
-                if "cluster support disabled" in str(exc) or _refused(exc):
-                    return False
-                raise
-            return True
 
     def close(self) -> None:
         """Close the client (and its pools); a later call reconnects."""
@@ -737,13 +745,24 @@ class AsyncClient:
         self._guard = guard
         self._sentinel: redis.asyncio.sentinel.Sentinel | None = None
         if options.sentinel is not None:
-            self._plain, self._sentinel = async_sentinel_client(options)
+            self._plain, self._sentinel = sentinel_client(options, ASYNCIO)
         else:
-            self._plain = async_client(options)
+            self._plain = plain_client(options, ASYNCIO)
         self._client: Any = None
         self._lock: asyncio.Lock | None = None
         self._first_use = FirstUse()
         self._slots: asyncio.Semaphore | None = None
+
+    def cache(self) -> None:
+        """The async client caches nothing (see :meth:`SyncClient.cache`)."""
+        return None
+
+    async def run(
+        self, op: Callable[Concatenate[Any, _P], Steps[_R]], /, *args: _P.args, **kw: _P.kwargs
+    ) -> _R:
+        """Run the operation ``op(client, ...)`` (:mod:`sessionstore.drive`) in :meth:`use`."""
+        async with self.use() as client:
+            return await adrive(op(client, *args, **kw))
 
     def use(self) -> _Use:
         """``async with client.use() as redis_client:`` around one call of a backend: the
@@ -770,14 +789,13 @@ class AsyncClient:
 
     async def _choose(self) -> Any:
         if self._topology.cluster is None:
-            self._topology.cluster = await self._detect()
+            self._topology.cluster = await adrive(_detect(self._plain, self._guard))
         if not self._topology.cluster:
             return self._plain
         check_cluster_url(self._options)
-        retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), RETRIES)
         cluster = AsyncClusterClient.from_url(
             self._options.url,
-            retry=retry,
+            retry=_retry(ASYNCIO),
             max_connections=self._options.max_connections,
             **_client_kwargs(self._options),
         )
@@ -803,23 +821,6 @@ class AsyncClient:
                 "(raise ?max_connections= or the timeout)"
             ) from None
         return slots
-
-    async def _detect(self) -> bool:
-        with self._guard("INFO cluster"):
-            try:
-                return _cluster_enabled(await self._plain.info("cluster"))
-            except ResponseError as exc:
-                if _cluster_refusal(exc):
-                    return True
-                if not _refused(exc):
-                    raise
-            try:
-                await self._plain.execute_command("CLUSTER INFO")
-            except ResponseError as exc:
-                if "cluster support disabled" in str(exc) or _refused(exc):
-                    return False
-                raise
-            return True
 
     async def aclose(self) -> None:
         """Close the client (and its pools)."""
@@ -851,44 +852,6 @@ class _Use:
             self._held.release()
 
 
-# One operation, two drivers ---------------------------------------------------------------
-
-#: An operation written once: it yields zero-argument calls (which return a reply, or an
-#: awaitable of it on a ``redis.asyncio`` client) and receives their replies; an error a
-#: call raises is thrown into it at that point.
-Steps = Generator[Callable[[], Any], Any, _T]
-
-
-def drive(steps: Steps[_T]) -> _T:
-    """Run ``steps`` on a redis-py client."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = step(), None
-        except Exception as exc:  # noqa: BLE001 - handed to the operation
-            reply, error = None, exc
-
-
-async def adrive(steps: Steps[_T]) -> _T:
-    """:func:`drive` on a ``redis.asyncio`` client (each call's reply is awaited)."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = await step(), None
-        except Exception as exc:  # noqa: BLE001 - handed to the operation
-            reply, error = None, exc
-
-
 # Keys on every primary -------------------------------------------------------------------
 
 #: Keys asked for per SCAN call, and commands per pipeline over what a SCAN found.
@@ -902,23 +865,6 @@ def scan_keys(client: Any, pattern: str, count: int) -> list[Any]:
     found: list[Any] = []
     for node in client.get_primaries():
         found += client.get_redis_connection(node).scan_iter(match=pattern, count=count)
-    return list(dict.fromkeys(found))
-
-
-async def scan_keys_async(client: Any, pattern: str, count: int) -> list[Any]:
-    """:func:`scan_keys` on a ``redis.asyncio`` client."""
-    if not is_cluster(client):
-        return list(dict.fromkeys([n async for n in client.scan_iter(match=pattern, count=count)]))
-    found: list[Any] = []
-    for node in client.get_primaries():
-        cursor = 0
-        while True:
-            # The cluster client reports the cursor by node: {node name: cursor}.
-            cursors, names = await client.scan(cursor, pattern, count, target_nodes=node)
-            found += names
-            cursor = int(cursors[node.name])
-            if cursor == 0:
-                break
     return list(dict.fromkeys(found))
 
 

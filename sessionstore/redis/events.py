@@ -38,10 +38,11 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from .. import keys
 from ..contracts import EventBackend, StoredEvent
+from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from . import scripts
-from .client import AsyncClient, ErrorBoundary, Steps, SyncClient, adrive, drive, is_cluster
+from .client import AsyncClient, ErrorBoundary, SyncClient, is_cluster
 from .durability import (
     CONFIG_PATTERN,
     INFO_SECTION,
@@ -51,7 +52,7 @@ from .durability import (
     check_acks,
     wait_ms,
 )
-from .index import Listing, Queue, list_index, list_index_async, session_entry
+from .index import Listing, Queue, list_steps, session_entry
 from .logformat import (
     READ_ATTEMPTS,
     LogRead,
@@ -154,17 +155,22 @@ def _lease_keys(namespace: str, listing: Listing) -> list[str]:
     ]
 
 
-class _LogBase:
-    """State shared by the sync and async event backends."""
+def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary) -> list[Any]:
+    """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
+    ``timeout`` and always less than the socket timeout, so the read never times out."""
+    block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
+    after = keys.stream_id(from_seq - 1) if from_seq > 0 else "0-0"
+    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, after]
 
-    def __init__(
-        self,
-        client: Any,
-        namespace: str,
-        boundary: ErrorBoundary,
-        durability: Durability,
-    ) -> None:
-        self._handle = client
+
+# The operations, written once --------------------------------------------------------------
+
+
+class LogOps:
+    """Every event-log operation as :data:`~sessionstore.drive.Steps` on a client (sync or
+    async). :class:`RedisEvents` and :class:`AsyncRedisEvents` run them."""
+
+    def __init__(self, namespace: str, boundary: ErrorBoundary, durability: Durability) -> None:
         self._namespace = namespace
         self._guard = boundary
         self._durability = durability
@@ -174,9 +180,14 @@ class _LogBase:
     def _keys(self, session_id: str) -> tuple[str, str]:
         return keys.log_keys(self._namespace, session_id)
 
-    def _check_steps(self, client: Any) -> Steps[None]:
-        """The durability check as steps (:func:`.client.drive`): ask every server, a
-        refusal counting as None, then judge."""
+    def _lease(self, session_id: str) -> str:
+        return keys.log_lease_key(self._namespace, session_id)
+
+    def check_durable(self, client: Any) -> Steps[None]:
+        """Before the first write: the durability check (see the module doc). Every
+        server is asked, a refusal counting as None; then the replies are judged."""
+        if not self._check.pending:
+            return
         replies: dict[str, Any] = {}
         for name, node in _servers(client, self._guard.display_url):
             with self._guard(self._check.question, None if node is None else name):
@@ -188,55 +199,195 @@ class _LogBase:
                     replies[name] = None
         self._check.judge(replies)
 
-    def _entry(self, session_id: str, header: SessionHeader | None) -> scripts.Command | None:
-        """The index entry an append adds first: only one that may materialise the
-        session (it carries the header) can create data."""
-        return None if header is None else session_entry(self._namespace, session_id)
-
-    def _lease(self, session_id: str) -> str:
-        return keys.log_lease_key(self._namespace, session_id)
-
-    def _check_acks(self, session_id: str, acks: int, next_seq: int) -> None:
-        check_acks(
-            self._durability, acks, session_id, next_seq, self._guard.display_url, self._wait_ms
-        )
-
-
-def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary) -> list[Any]:
-    """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
-    ``timeout`` and always less than the socket timeout, so the read never times out."""
-    block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
-    after = keys.stream_id(from_seq - 1) if from_seq > 0 else "0-0"
-    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, after]
-
-
-class RedisEvents(_LogBase, EventBackend):
-    """:class:`EventBackend` on a redis-py client."""
-
-    _handle: SyncClient
-
-    @property
-    def _client(self) -> Any:
-        return self._handle.get()
-
-    def _ready(self) -> None:
-        """Before the first write: the durability check (see the module doc)."""
-        if self._check.pending:
-            drive(self._check_steps(self._client))
-
-    def locate(self, session_id: str) -> str | None:
+    def locate(self, client: Any, session_id: str) -> Steps[str | None]:
         return None
+        yield  # an operation without I/O
 
-    def exists(self, session_id: str) -> bool:
+    def exists(self, client: Any, session_id: str) -> Steps[bool]:
         meta, _ = self._keys(session_id)
         with self._guard("EXISTS", meta):
-            return bool(self._client.exists(meta))
+            return bool((yield functools.partial(client.exists, meta)))
 
-    def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
+    def wait_for_events(
+        self, client: Any, session_id: str, from_seq: int, timeout: float
+    ) -> Steps[None]:
         """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
         _, stream = self._keys(session_id)
+        command = xread_args(stream, from_seq, timeout, self._guard)
         with self._guard("XREAD", stream):
-            self._client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
+            yield functools.partial(client.execute_command, *command)
+
+    def append(
+        self,
+        client: Any,
+        session_id: str,
+        events: list[StoredEvent],
+        header: SessionHeader | None,
+        ttl_ms: int | None,
+    ) -> Steps[int]:
+        yield from self.check_durable(client)
+        names = self._keys(session_id)
+        args = append_args(events, header, ttl_ms)
+        # Only an append that may materialise the session (it carries the header) can
+        # create data, so only it adds the index entry first.
+        first = None if header is None else session_entry(self._namespace, session_id)
+        replicas = self._durability.replicas if self._durability.mode == REPLICAS else 0
+        with self._guard("log_append.lua", names[0]):
+            if replicas:
+                reply, acks = yield from scripts.run_then_wait_steps(
+                    client, "log_append", names, args, replicas, self._wait_ms, first
+                )
+            else:
+                reply = yield from scripts.run_steps(client, "log_append", names, args, first)
+        next_seq = decode_append(session_id, events, reply)
+        if replicas:
+            check_acks(
+                self._durability,
+                acks,
+                session_id,
+                next_seq,
+                self._guard.display_url,
+                self._wait_ms,
+            )
+        return next_seq
+
+    def read(
+        self, client: Any, session_id: str, from_seq: int, repair: bool, limit: int | None
+    ) -> Steps[tuple[SessionHeader, list[SessionEvent]]]:
+        meta, stream = self._keys(session_id)
+        for attempt in range(READ_ATTEMPTS):
+            plan = LogRead(session_id, from_seq, limit)
+            try:
+                yield from self._fetch(client, plan, meta, stream)
+            except CorruptLogError:
+                with self._guard("HGETALL", meta):
+                    again = yield functools.partial(client.hgetall, meta)
+                if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
+                    raise
+                continue
+            if repair:
+                yield from self._cut_tail(client, plan, meta, stream)
+            return plan.result()
+        raise AssertionError("unreachable")
+
+    def _fetch(self, client: Any, plan: LogRead, meta: str, stream: str) -> Steps[None]:
+        with self._guard("HGETALL+XRANGE", meta):
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(meta)
+            pipe.xrange(stream, *plan.first_range())
+            found, entries = yield pipe.execute
+        plan.take_meta(found)
+        plan.take(entries)
+        while not plan.done:
+            with self._guard("XRANGE", stream):
+                entries = yield functools.partial(client.xrange, stream, *plan.next_range())
+            plan.take(entries)
+
+    def _cut_tail(self, client: Any, plan: LogRead, meta: str, stream: str) -> Steps[None]:
+        if plan.tail_unknown:
+            with self._guard("XRANGE", stream):
+                plan.tail = bool(
+                    (yield functools.partial(client.xrange, stream, *plan.tail_probe()))
+                )
+        if plan.tail:
+            yield from self.check_durable(client)
+            with self._guard("log_cut_tail.lua", meta):
+                yield from scripts.run_steps(
+                    client, "log_cut_tail", [meta, stream], plan.cut_args()
+                )
+
+    def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[bool]:
+        lease = self._lease(session_id)
+        with self._guard("lease_acquire.lua", lease):
+            return bool(
+                (yield from scripts.run_steps(client, "lease_acquire", [lease], [owner, ttl_ms]))
+            )
+
+    def release_lease(self, client: Any, session_id: str, owner: str) -> Steps[None]:
+        lease = self._lease(session_id)
+        with self._guard("lease_release.lua", lease):
+            yield from scripts.run_steps(client, "lease_release", [lease], [owner])
+
+    def lease_busy(self, client: Any, session_id: str, owner: str | None) -> Steps[bool]:
+        lease = self._lease(session_id)
+        with self._guard("HGET", lease):
+            return _busy((yield functools.partial(client.hget, lease, "owner")), owner)
+
+    def info(self, client: Any, session_id: str) -> Steps[SessionInfo]:
+        meta, _ = self._keys(session_id)
+        with self._guard("HGETALL+EXISTS", meta):
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(meta)
+            pipe.exists(self._lease(session_id))
+            found, lease = yield pipe.execute
+        return decode_info(session_id, found, bool(lease), meta)
+
+    def _listing(self, client: Any, queue: Queue) -> Steps[Listing]:
+        index = keys.index_keys(self._namespace)[0]
+        return (yield from list_steps(client, self._guard, index, queue))
+
+    def list_info(self, client: Any) -> Steps[list[SessionInfo]]:
+        listing = yield from self._listing(client, _meta_of(self._namespace))
+        leases = _lease_keys(self._namespace, listing)
+        replies: list[Any] = []
+        if leases:
+            with self._guard("EXISTS", listing.index):
+                pipe = client.pipeline(transaction=False)
+                for lease in leases:
+                    pipe.exists(lease)
+                replies = yield pipe.execute
+        return decode_infos(self._namespace, listing, replies)
+
+    def list(self, client: Any) -> Steps[list[SessionHeader]]:
+        listing = yield from self._listing(client, _meta_of(self._namespace))
+        return decode_listing(self._namespace, listing)
+
+    def delete(self, client: Any, session_id: str) -> Steps[None]:
+        yield from self.check_durable(client)
+        names = self._keys(session_id)
+        with self._guard("log_delete.lua", names[0]):
+            reply = yield from scripts.run_steps(client, "log_delete", names, [])
+        if text(reply) == "NOTFOUND":
+            raise SessionNotFoundError(session_id)
+
+    def prune(self, client: Any) -> Steps[int]:
+        """The server expires sessions by itself, both keys together: only the index
+        entries of sessions gone are cleared (see :mod:`.index`); returns 0."""
+        yield from self._listing(client, _exists_of(self._namespace))
+        return 0
+
+
+# The backends: one shell, two clients --------------------------------------------------------
+
+
+class _Log:
+    """The event backend's methods, each running one :class:`LogOps` operation on the
+    handle's client: results on a :class:`SyncClient`, coroutines on an
+    :class:`AsyncClient`."""
+
+    _handle: SyncClient | AsyncClient
+
+    def __init__(
+        self,
+        client: SyncClient | AsyncClient,
+        namespace: str,
+        boundary: ErrorBoundary,
+        durability: Durability,
+    ) -> None:
+        self._handle = client
+        self._ops = LogOps(namespace, boundary, durability)
+
+    def check_durable(self) -> Any:
+        return self._handle.run(self._ops.check_durable)
+
+    def locate(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.locate, session_id)
+
+    def exists(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.exists, session_id)
+
+    def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> Any:
+        return self._handle.run(self._ops.wait_for_events, session_id, from_seq, timeout)
 
     def append(
         self,
@@ -245,28 +396,8 @@ class RedisEvents(_LogBase, EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-    ) -> int:
-        self._ready()
-        names = self._keys(session_id)
-        args = append_args(events, header, ttl_ms)
-        first = self._entry(session_id, header)
-        with self._guard("log_append.lua", names[0]):
-            if self._durability.mode == REPLICAS:
-                reply, acks = scripts.run_then_wait(
-                    self._client,
-                    "log_append",
-                    names,
-                    args,
-                    self._durability.replicas,
-                    self._wait_ms,
-                    first,
-                )
-            else:
-                reply, acks = scripts.run(self._client, "log_append", names, args, first), 0
-        next_seq = decode_append(session_id, events, reply)
-        if self._durability.mode == REPLICAS:
-            self._check_acks(session_id, acks, next_seq)
-        return next_seq
+    ) -> Any:
+        return self._handle.run(self._ops.append, session_id, events, header, ttl_ms)
 
     def read(
         self,
@@ -275,271 +406,45 @@ class RedisEvents(_LogBase, EventBackend):
         *,
         repair: bool = False,
         limit: int | None = None,
-    ) -> tuple[SessionHeader, list[SessionEvent]]:
-        meta, stream = self._keys(session_id)
-        for attempt in range(READ_ATTEMPTS):
-            plan = LogRead(session_id, from_seq, limit)
-            try:
-                self._fetch(plan, meta, stream)
-            except CorruptLogError:
-                with self._guard("HGETALL", meta):
-                    again = self._client.hgetall(meta)
-                if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
-                    raise
-                continue
-            if repair:
-                self._cut_tail(plan, meta, stream)
-            return plan.result()
-        raise AssertionError("unreachable")
+    ) -> Any:
+        return self._handle.run(self._ops.read, session_id, from_seq, repair, limit)
 
-    def _fetch(self, plan: LogRead, meta: str, stream: str) -> None:
-        with self._guard("HGETALL+XRANGE", meta), self._client.pipeline(False) as pipe:
-            pipe.hgetall(meta)
-            pipe.xrange(stream, *plan.first_range())
-            found, entries = pipe.execute()
-        plan.take_meta(found)
-        plan.take(entries)
-        while not plan.done:
-            with self._guard("XRANGE", stream):
-                entries = self._client.xrange(stream, *plan.next_range())
-            plan.take(entries)
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> Any:
+        return self._handle.run(self._ops.acquire_lease, session_id, owner, ttl_ms)
 
-    def _cut_tail(self, plan: LogRead, meta: str, stream: str) -> None:
-        if plan.tail_unknown:
-            with self._guard("XRANGE", stream):
-                plan.tail = bool(self._client.xrange(stream, *plan.tail_probe()))
-        if plan.tail:
-            self._ready()
-            with self._guard("log_cut_tail.lua", meta):
-                scripts.run(self._client, "log_cut_tail", [meta, stream], plan.cut_args())
+    def release_lease(self, session_id: str, owner: str) -> Any:
+        return self._handle.run(self._ops.release_lease, session_id, owner)
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
-        lease = self._lease(session_id)
-        with self._guard("lease_acquire.lua", lease):
-            return bool(scripts.run(self._client, "lease_acquire", [lease], [owner, ttl_ms]))
+    def lease_busy(self, session_id: str, owner: str | None = None) -> Any:
+        return self._handle.run(self._ops.lease_busy, session_id, owner)
 
-    def release_lease(self, session_id: str, owner: str) -> None:
-        lease = self._lease(session_id)
-        with self._guard("lease_release.lua", lease):
-            scripts.run(self._client, "lease_release", [lease], [owner])
+    def info(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.info, session_id)
 
-    def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
-        lease = self._lease(session_id)
-        with self._guard("HGET", lease):
-            return _busy(self._client.hget(lease, "owner"), owner)
+    def list_info(self) -> Any:
+        return self._handle.run(self._ops.list_info)
 
-    def info(self, session_id: str) -> SessionInfo:
-        meta, _ = self._keys(session_id)
-        with self._guard("HGETALL+EXISTS", meta), self._client.pipeline(False) as pipe:
-            pipe.hgetall(meta)
-            pipe.exists(self._lease(session_id))
-            found, lease = pipe.execute()
-        return decode_info(session_id, found, bool(lease), meta)
+    def list(self) -> Any:
+        return self._handle.run(self._ops.list)
 
-    def list_info(self) -> list[SessionInfo]:
-        index = keys.index_keys(self._namespace)[0]
-        listing = list_index(self._client, self._guard, index, _meta_of(self._namespace))
-        leases = _lease_keys(self._namespace, listing)
-        replies: list[Any] = []
-        if leases:
-            with self._guard("EXISTS", index), self._client.pipeline(False) as pipe:
-                for lease in leases:
-                    pipe.exists(lease)
-                replies = pipe.execute()
-        return decode_infos(self._namespace, listing, replies)
+    def delete(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.delete, session_id)
 
-    def list(self) -> list[SessionHeader]:
-        index = keys.index_keys(self._namespace)[0]
-        listing = list_index(self._client, self._guard, index, _meta_of(self._namespace))
-        return decode_listing(self._namespace, listing)
-
-    def delete(self, session_id: str) -> None:
-        self._ready()
-        names = self._keys(session_id)
-        with self._guard("log_delete.lua", names[0]):
-            reply = scripts.run(self._client, "log_delete", names, [])
-        if text(reply) == "NOTFOUND":
-            raise SessionNotFoundError(session_id)
-
-    def prune(self, now_ms: int) -> int:
-        """The server expires sessions by itself, both keys together: only the index
-        entries of sessions gone are cleared (see :mod:`.index`); returns 0."""
-        index = keys.index_keys(self._namespace)[0]
-        list_index(self._client, self._guard, index, _exists_of(self._namespace))
-        return 0
+    def prune(self, now_ms: int) -> Any:
+        return self._handle.run(self._ops.prune)
 
 
-class AsyncRedisEvents(_LogBase):
+class RedisEvents(_Log, EventBackend):
+    """:class:`EventBackend` on a redis-py client."""
+
+    _handle: SyncClient
+
+
+class AsyncRedisEvents(_Log):
     """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client."""
 
     _handle: AsyncClient
-
-    async def _ready(self, client: Any) -> None:
-        """Before the first write: the durability check (see the module doc)."""
-        if self._check.pending:
-            await adrive(self._check_steps(client))
-
-    async def locate(self, session_id: str) -> str | None:
-        return None
-
-    async def exists(self, session_id: str) -> bool:
-        meta, _ = self._keys(session_id)
-        async with self._handle.use() as client:
-            with self._guard("EXISTS", meta):
-                return bool(await client.exists(meta))
-
-    async def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
-        """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
-        _, stream = self._keys(session_id)
-        async with self._handle.use() as client:
-            with self._guard("XREAD", stream):
-                await client.execute_command(*xread_args(stream, from_seq, timeout, self._guard))
-
-    async def append(
-        self,
-        session_id: str,
-        events: list[StoredEvent],
-        header: SessionHeader | None,
-        *,
-        ttl_ms: int | None = None,
-    ) -> int:
-        names = self._keys(session_id)
-        args = append_args(events, header, ttl_ms)
-        first = self._entry(session_id, header)
-        async with self._handle.use() as client:
-            await self._ready(client)
-            with self._guard("log_append.lua", names[0]):
-                if self._durability.mode == REPLICAS:
-                    reply, acks = await scripts.run_then_wait_async(
-                        client,
-                        "log_append",
-                        names,
-                        args,
-                        self._durability.replicas,
-                        self._wait_ms,
-                        first,
-                    )
-                else:
-                    reply = await scripts.run_async(client, "log_append", names, args, first)
-                    acks = 0
-        next_seq = decode_append(session_id, events, reply)
-        if self._durability.mode == REPLICAS:
-            self._check_acks(session_id, acks, next_seq)
-        return next_seq
-
-    async def read(
-        self,
-        session_id: str,
-        from_seq: int = 0,
-        *,
-        repair: bool = False,
-        limit: int | None = None,
-    ) -> tuple[SessionHeader, list[SessionEvent]]:
-        meta, stream = self._keys(session_id)
-        async with self._handle.use() as client:
-            for attempt in range(READ_ATTEMPTS):
-                plan = LogRead(session_id, from_seq, limit)
-                try:
-                    await self._fetch(client, plan, meta, stream)
-                except CorruptLogError:
-                    with self._guard("HGETALL", meta):
-                        again = await client.hgetall(meta)
-                    if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
-                        raise
-                    continue
-                if repair:
-                    await self._cut_tail(client, plan, meta, stream)
-                return plan.result()
-        raise AssertionError("unreachable")
-
-    async def _fetch(self, client: Any, plan: LogRead, meta: str, stream: str) -> None:
-        with self._guard("HGETALL+XRANGE", meta):
-            async with client.pipeline(False) as pipe:
-                pipe.hgetall(meta)
-                pipe.xrange(stream, *plan.first_range())
-                found, entries = await pipe.execute()
-        plan.take_meta(found)
-        plan.take(entries)
-        while not plan.done:
-            with self._guard("XRANGE", stream):
-                entries = await client.xrange(stream, *plan.next_range())
-            plan.take(entries)
-
-    async def _cut_tail(self, client: Any, plan: LogRead, meta: str, stream: str) -> None:
-        if plan.tail_unknown:
-            with self._guard("XRANGE", stream):
-                plan.tail = bool(await client.xrange(stream, *plan.tail_probe()))
-        if plan.tail:
-            await self._ready(client)
-            with self._guard("log_cut_tail.lua", meta):
-                await scripts.run_async(client, "log_cut_tail", [meta, stream], plan.cut_args())
-
     renews_leases = True
-
-    async def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
-        lease = self._lease(session_id)
-        async with self._handle.use() as client:
-            with self._guard("lease_acquire.lua", lease):
-                reply = await scripts.run_async(client, "lease_acquire", [lease], [owner, ttl_ms])
-        return bool(reply)
-
-    async def release_lease(self, session_id: str, owner: str) -> None:
-        lease = self._lease(session_id)
-        async with self._handle.use() as client:
-            with self._guard("lease_release.lua", lease):
-                await scripts.run_async(client, "lease_release", [lease], [owner])
-
-    async def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
-        lease = self._lease(session_id)
-        async with self._handle.use() as client:
-            with self._guard("HGET", lease):
-                return _busy(await client.hget(lease, "owner"), owner)
-
-    async def info(self, session_id: str) -> SessionInfo:
-        meta, _ = self._keys(session_id)
-        async with self._handle.use() as client:
-            with self._guard("HGETALL+EXISTS", meta):
-                async with client.pipeline(transaction=False) as pipe:
-                    pipe.hgetall(meta)
-                    pipe.exists(self._lease(session_id))
-                    found, lease = await pipe.execute()
-        return decode_info(session_id, found, bool(lease), meta)
-
-    async def list_info(self) -> list[SessionInfo]:
-        index = keys.index_keys(self._namespace)[0]
-        async with self._handle.use() as client:
-            listing = await list_index_async(client, self._guard, index, _meta_of(self._namespace))
-            leases = _lease_keys(self._namespace, listing)
-            replies: list[Any] = []
-            if leases:
-                with self._guard("EXISTS", index):
-                    async with client.pipeline(transaction=False) as pipe:
-                        for lease in leases:
-                            pipe.exists(lease)
-                        replies = await pipe.execute()
-        return decode_infos(self._namespace, listing, replies)
-
-    async def list(self) -> list[SessionHeader]:
-        index = keys.index_keys(self._namespace)[0]
-        async with self._handle.use() as client:
-            listing = await list_index_async(client, self._guard, index, _meta_of(self._namespace))
-        return decode_listing(self._namespace, listing)
-
-    async def delete(self, session_id: str) -> None:
-        names = self._keys(session_id)
-        async with self._handle.use() as client:
-            await self._ready(client)
-            with self._guard("log_delete.lua", names[0]):
-                reply = await scripts.run_async(client, "log_delete", names, [])
-        if text(reply) == "NOTFOUND":
-            raise SessionNotFoundError(session_id)
-
-    async def prune(self, now_ms: int) -> int:
-        """:meth:`RedisEvents.prune`."""
-        index = keys.index_keys(self._namespace)[0]
-        async with self._handle.use() as client:
-            await list_index_async(client, self._guard, index, _exists_of(self._namespace))
-        return 0
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""

@@ -18,6 +18,7 @@ runs it once.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from .. import keys
+from ..drive import Steps
 from . import scripts
 from .client import (
     SCAN_COUNT,
@@ -129,36 +131,22 @@ class Listing:
         return [[cutoff, *chunk] for chunk in _chunks(stale)]
 
 
-def list_index(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Listing:
-    """Run a :class:`Listing` on a redis-py client."""
+def list_steps(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Steps[Listing]:
+    """Run a :class:`Listing` (see the module doc)."""
     listing = Listing.of(index, queue)
     with guard("ZRANGE", index):
-        listing.take_range(client.zrange(index, 0, -1, withscores=True))
-    for chunk in listing.chunks():
-        with guard("pipelined checks of", index), client.pipeline(False) as pipe:
-            for member in chunk:
-                queue(pipe, member)
-            listing.take_checks(chunk, pipe.execute(raise_on_error=False))
-    for args in listing.forget_calls():
-        with guard("index_forget.lua", index):
-            scripts.run(client, "index_forget", [index], args)
-    return listing
-
-
-async def list_index_async(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Listing:
-    """:func:`list_index` on a ``redis.asyncio`` client."""
-    listing = Listing.of(index, queue)
-    with guard("ZRANGE", index):
-        listing.take_range(await client.zrange(index, 0, -1, withscores=True))
+        listing.take_range((yield functools.partial(client.zrange, index, 0, -1, withscores=True)))
     for chunk in listing.chunks():
         with guard("pipelined checks of", index):
-            async with client.pipeline(transaction=False) as pipe:
-                for member in chunk:
-                    queue(pipe, member)
-                listing.take_checks(chunk, await pipe.execute(raise_on_error=False))
+            pipe = client.pipeline(transaction=False)
+            for member in chunk:
+                queue(pipe, member)
+            listing.take_checks(
+                chunk, (yield functools.partial(pipe.execute, raise_on_error=False))
+            )
     for args in listing.forget_calls():
         with guard("index_forget.lua", index):
-            await scripts.run_async(client, "index_forget", [index], args)
+            yield from scripts.run_steps(client, "index_forget", [index], args)
     return listing
 
 

@@ -25,18 +25,17 @@ an out-of-memory server leaves nothing half done.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import hashlib
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio.cluster
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import PipelineCommand
 from redis.cluster import PRIMARY, ClusterNode
@@ -51,8 +50,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..drive import Pause, Steps, drive
 from ..errors import SessionStoreError
-from .client import RETRIES, Steps, adrive, drive, is_cluster, retry_delay
+from .client import RETRIES, is_cluster, retry_delay
 from .durability import Acks
 
 Arg = str | bytes | int
@@ -125,9 +125,9 @@ def _wait_command(replicas: int, ms: int) -> list[Command]:
     return [["WAIT", replicas, ms]]
 
 
-def _no_script(replies: list[Any], at: int, attempt: int) -> bool:
+def _no_script(replies: list[Any], at: int) -> bool:
     """The script of a pipeline was missing (to load and send again, once)."""
-    return attempt == 0 and at < len(replies) and isinstance(replies[at], NoScriptError)
+    return at < len(replies) and isinstance(replies[at], NoScriptError)
 
 
 #: What a direct call to the node serving a slot may meet while the cluster moves the
@@ -135,7 +135,64 @@ def _no_script(replies: list[Any], at: int, attempt: int) -> bool:
 _SLOT_MOVING = (RedisConnectionError, RedisTimeoutError, AskError, ClusterDownError, TryAgainError)
 
 
-# Synchronous flavour -------------------------------------------------------------------
+# Where a batch of commands goes -----------------------------------------------------------
+
+#: Sends commands on one connection, in order, and returns their replies with an error
+#: reply in its place (an awaitable of them on a ``redis.asyncio`` client).
+Batch = Callable[[Sequence[Command]], Any]
+
+
+def client_batch(client: Any) -> Batch:
+    """A :data:`Batch` on a single server's client (sync or async): one pipeline."""
+
+    def send(commands: Sequence[Command]) -> Any:
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)
+
+    return send
+
+
+def _async_node_batch(node: AsyncClusterNode) -> Batch:
+    """A :data:`Batch` on one node of a ``redis.asyncio`` cluster client, which has no
+    client per node: the node's own pipeline keeps the commands on one connection."""
+
+    async def send(commands: Sequence[Command]) -> list[Any]:
+        queued = [PipelineCommand(at, *command) for at, command in enumerate(commands)]
+        await node.execute_pipeline(queued)
+        return [command.result for command in queued]
+
+    return send
+
+
+def _is_async_cluster(client: Any) -> bool:
+    return isinstance(client, redis.asyncio.cluster.RedisCluster)
+
+
+def _node_batch(client: Any, node: Any) -> Batch:
+    """A :data:`Batch` on the cluster node ``node``."""
+    if _is_async_cluster(client):
+        return _async_node_batch(node)
+    return client_batch(client.get_redis_connection(node))
+
+
+def _ask_target(client: Any, host: str, port: int) -> tuple[Batch, str, Callable[[], Any] | None]:
+    """(a :data:`Batch` on the target of an ``ASK``, its name, what closes it); a node the
+    slot map does not have yet (a primary just added, receiving its first slot) gets a
+    connection of its own for this call, closed after it."""
+    node = client.get_node(host=host, port=port)
+    if node is not None:
+        return _node_batch(client, node), node.name, None
+    if _is_async_cluster(client):
+        fresh = AsyncClusterNode(host, port, PRIMARY, **client.get_connection_kwargs())
+        return _async_node_batch(fresh), fresh.name, fresh.disconnect
+    node = ClusterNode(host, port, PRIMARY)
+    client.nodes_manager.create_redis_connections([node])
+    return client_batch(node.redis_connection), node.name, node.redis_connection.close
+
+
+# The operations ---------------------------------------------------------------------------
 
 
 def _load_targets(client: Any, keys: Sequence[str]) -> list[Any]:
@@ -150,8 +207,8 @@ def _load_targets(client: Any, keys: Sequence[str]) -> list[Any]:
 
 
 def _load_steps(client: Any, found: Script, keys: Sequence[str]) -> Steps[None]:
-    """``SCRIPT LOAD`` as steps: on a cluster on each of :func:`_load_targets` (a node
-    down is passed over unless every load failed)."""
+    """``SCRIPT LOAD``: on a cluster on each of :func:`_load_targets` (a node down is
+    passed over unless every load failed)."""
     if not is_cluster(client):
         yield functools.partial(client.script_load, found.source)
         return
@@ -168,166 +225,54 @@ def _load_steps(client: Any, found: Script, keys: Sequence[str]) -> Steps[None]:
         raise errors[0]
 
 
-def _load(client: Any, found: Script, keys: Sequence[str]) -> None:
-    drive(_load_steps(client, found, keys))
-
-
-def run(
-    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
-) -> Any:
-    """Run script ``name`` with ``EVALSHA``, loading it first when the server lacks it;
-    ``first`` (an index entry) before it (see the module doc)."""
-    found = script(name)
-    if first is not None:
-        if not is_cluster(client):
-            return _pipelined(client, found, keys, args, first, [])[0]
-        client.execute_command(*first)
-    try:
-        return client.execute_command("EVALSHA", *_evalsha_args(found, keys, args))
-    except NoScriptError:
-        _load(client, found, keys)
-        return client.execute_command("EVALSHA", *_evalsha_args(found, keys, args))
-
-
-def run_then_wait(
-    client: Any,
-    name: str,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    replicas: int,
-    ms: int,
-    first: Command | None = None,
-) -> tuple[Any, int]:
-    """Run script ``name``, then ``WAIT replicas ms`` on the same connection (one
-    pipeline, one round trip); returns (script reply, replicas that acknowledged).
-    ``first`` as for :func:`run`.
-
-    On a cluster both go to the primary serving the keys' slot; when that primary is
-    unreachable or no longer serves the slot, the slot map is refreshed and the call
-    repeated (at most ``RETRIES`` times): the scripts are idempotent per call.
-    """
-    found = script(name)
-    if not is_cluster(client):
-        return _run_then_wait_on(client, found, keys, args, replicas, ms, first)
-    if first is not None:
-        client.execute_command(*first)
-    for attempt in range(RETRIES + 1):
-        node = client.get_node_from_key(keys[0])
-        try:
-            try:
-                reply, acks = _run_then_wait_on(
-                    client.get_redis_connection(node), found, keys, args, replicas, ms
-                )
-                return reply, Acks(acks, node.name)
-            except AskError as ask:
-                # The slot is migrating and the keys are already on the target: the
-                # same pipeline goes there, after ASKING.
-                with _node_client(client, ask.host, ask.port) as (target, name):
-                    reply, acks = _run_then_wait_on(
-                        target, found, keys, args, replicas, ms, ["ASKING"]
-                    )
-                    return reply, Acks(acks, name)
-        except _SLOT_MOVING:
-            if attempt == RETRIES:
-                raise
-        time.sleep(retry_delay(attempt + 1))
-        # A failed refresh is left to the next attempt to report.
-        with contextlib.suppress(RedisError, RedisClusterException):
-            client.nodes_manager.initialize()
-    raise AssertionError("unreachable")
-
-
-@contextlib.contextmanager
-def _node_client(client: Any, host: str, port: int) -> Iterator[tuple[Any, str]]:
-    """(the redis-py client of cluster node ``host:port``, its name); a node the slot
-    map does not have yet (a primary just added, receiving its first slot) gets a
-    client of its own for this call."""
-    node = client.get_node(host=host, port=port)
-    if node is not None:
-        yield client.get_redis_connection(node), node.name
-        return
-    node = ClusterNode(host, port, PRIMARY)
-    client.nodes_manager.create_redis_connections([node])
-    try:
-        yield node.redis_connection, node.name
-    finally:
-        node.redis_connection.close()
-
-
-def _run_then_wait_on(
-    client: Any,
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    replicas: int,
-    ms: int,
-    first: Command | None = None,
-) -> tuple[Any, int]:
-    reply, rest = _pipelined(client, found, keys, args, first, _wait_command(replicas, ms))
-    return reply, int(rest[0])
-
-
-def _pipelined(
-    client: Any,
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    first: Command | None,
-    then: Sequence[Command],
-) -> tuple[Any, list[Any]]:
-    """One pipeline of :func:`_batch` on a single server (a cluster node's client);
-    returns (the script's reply, the replies of ``then``)."""
-    return drive(_pipeline_steps(client, found, keys, args, first, then))
-
-
 def _pipeline_steps(
-    client: Any,
+    send: Batch,
     found: Script,
     keys: Sequence[str],
     args: Sequence[Arg],
     first: Command | None,
     then: Sequence[Command],
 ) -> Steps[tuple[Any, list[Any]]]:
-    """:func:`_pipelined` as steps, for :func:`drive` and :func:`adrive`: loads the
-    script and sends the pipeline again once on NOSCRIPT."""
+    """One batch of :func:`_batch` on one connection; returns (the script's reply, the
+    replies of ``then``). On NOSCRIPT the script is loaded there and the batch sent again,
+    once."""
     commands, at = _batch(found, keys, args, first, then)
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies = yield functools.partial(pipe.execute, raise_on_error=False)
-        if _no_script(replies, at, attempt):
-            yield functools.partial(client.script_load, found.source)
-            continue
-        break
+    replies = yield functools.partial(send, commands)
+    if _no_script(replies, at):
+        _raise_first_error((yield functools.partial(send, [["SCRIPT", "LOAD", found.source]])))
+        replies = yield functools.partial(send, commands)
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
 
 
-# Asynchronous flavour ------------------------------------------------------------------
-
-
-async def _load_async(client: Any, found: Script, keys: Sequence[str]) -> None:
-    await adrive(_load_steps(client, found, keys))
-
-
-async def run_async(
+def run_steps(
     client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
-) -> Any:
-    """:func:`run` on a ``redis.asyncio`` client."""
+) -> Steps[Any]:
+    """Run script ``name`` with ``EVALSHA``, loading it first when the server lacks it;
+    ``first`` (an index entry) before it (see the module doc)."""
     found = script(name)
     if first is not None:
         if not is_cluster(client):
-            return (await _pipelined_async(client, found, keys, args, first, []))[0]
-        await client.execute_command(*first)
+            send = client_batch(client)
+            reply, _ = yield from _pipeline_steps(send, found, keys, args, first, ())
+            return reply
+        yield functools.partial(client.execute_command, *first)
+    call = functools.partial(client.execute_command, "EVALSHA", *_evalsha_args(found, keys, args))
     try:
-        return await client.execute_command("EVALSHA", *_evalsha_args(found, keys, args))
+        return (yield call)
     except NoScriptError:
-        await _load_async(client, found, keys)
-        return await client.execute_command("EVALSHA", *_evalsha_args(found, keys, args))
+        yield from _load_steps(client, found, keys)
+        return (yield call)
 
 
-async def run_then_wait_async(
+def run(
+    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
+) -> Any:
+    """:func:`run_steps` on a redis-py client."""
+    return drive(run_steps(client, name, keys, args, first))
+
+
+def run_then_wait_steps(
     client: Any,
     name: str,
     keys: Sequence[str],
@@ -335,83 +280,47 @@ async def run_then_wait_async(
     replicas: int,
     ms: int,
     first: Command | None = None,
-) -> tuple[Any, int]:
-    """:func:`run_then_wait` on a ``redis.asyncio`` client."""
+) -> Steps[tuple[Any, int]]:
+    """Run script ``name``, then ``WAIT replicas ms`` on the same connection (one
+    pipeline, one round trip); returns (script reply, replicas that acknowledged).
+    ``first`` as for :func:`run_steps`.
+
+    On a cluster both go to the primary serving the keys' slot; when that primary is
+    unreachable or no longer serves the slot, the slot map is refreshed and the call
+    repeated (at most ``RETRIES`` times): the scripts are idempotent per call. A slot
+    being migrated answers ``ASK`` when the keys are already on the target: the same
+    pipeline goes there, after ``ASKING``.
+    """
     found = script(name)
+    wait = _wait_command(replicas, ms)
     if not is_cluster(client):
-        wait = _wait_command(replicas, ms)
-        reply, rest = await _pipelined_async(client, found, keys, args, first, wait)
+        send = client_batch(client)
+        reply, rest = yield from _pipeline_steps(send, found, keys, args, first, wait)
         return reply, int(rest[0])
     if first is not None:
-        await client.execute_command(*first)
+        yield functools.partial(client.execute_command, *first)
     for attempt in range(RETRIES + 1):
         node = client.get_node_from_key(keys[0])
         try:
             try:
-                return await _run_then_wait_on_node(client, node, found, keys, args, replicas, ms)
+                send = _node_batch(client, node)
+                reply, rest = yield from _pipeline_steps(send, found, keys, args, None, wait)
+                return reply, Acks(int(rest[0]), node.name)
             except AskError as ask:
-                # See run_then_wait: the pipeline goes to the target, after ASKING.
-                target = client.get_node(host=ask.host, port=ask.port)
-                if target is not None:
-                    return await _run_then_wait_on_node(
-                        client, target, found, keys, args, replicas, ms, asking=True
-                    )
-                target = AsyncClusterNode(
-                    ask.host, ask.port, PRIMARY, **client.get_connection_kwargs()
-                )
+                send, target, close = _ask_target(client, ask.host, ask.port)
                 try:
-                    return await _run_then_wait_on_node(
-                        client, target, found, keys, args, replicas, ms, asking=True
+                    reply, rest = yield from _pipeline_steps(
+                        send, found, keys, args, ["ASKING"], wait
                     )
+                    return reply, Acks(int(rest[0]), target)
                 finally:
-                    await target.disconnect()
+                    if close is not None:
+                        yield close
         except _SLOT_MOVING:
             if attempt == RETRIES:
                 raise
-        await asyncio.sleep(retry_delay(attempt + 1))
+        yield Pause(retry_delay(attempt + 1))
         # A failed refresh is left to the next attempt to report.
         with contextlib.suppress(RedisError, RedisClusterException):
-            await client.nodes_manager.initialize()
+            yield client.nodes_manager.initialize
     raise AssertionError("unreachable")
-
-
-async def _pipelined_async(
-    client: Any,
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    first: Command | None,
-    then: Sequence[Command],
-) -> tuple[Any, list[Any]]:
-    """:func:`_pipelined` on a ``redis.asyncio`` client."""
-    return await adrive(_pipeline_steps(client, found, keys, args, first, then))
-
-
-async def _run_then_wait_on_node(
-    client: Any,
-    node: Any,
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    replicas: int,
-    ms: int,
-    *,
-    asking: bool = False,
-) -> tuple[Any, int]:
-    # The async cluster client has no per-node client: the node's own pipeline keeps
-    # (ASKING,) EVALSHA and WAIT on one connection, as WAIT and ASKING need.
-    for attempt in range(2):
-        commands = [PipelineCommand(0, "ASKING")] if asking else []
-        at = len(commands)
-        commands += [
-            PipelineCommand(at, "EVALSHA", *_evalsha_args(found, keys, args)),
-            PipelineCommand(at + 1, "WAIT", replicas, ms),
-        ]
-        await node.execute_pipeline(commands)
-        replies: list[Any] = [command.result for command in commands]
-        if isinstance(replies[at], NoScriptError) and attempt == 0:
-            await node.execute_command("SCRIPT", "LOAD", found.source)
-            continue
-        break
-    _raise_first_error(replies)
-    return replies[at], Acks(int(replies[at + 1]), node.name)

@@ -1,8 +1,8 @@
 """Session values on Redis: one hash per plain value, a zset and a hash per history value.
 
-Every method but ``scan`` is one round trip: build the command, call, decode. The build
-and decode functions are shared by :class:`RedisValues` (sync) and
-:class:`AsyncRedisValues`.
+Every method but ``scan`` is one round trip: build the command, call, decode. Each is
+written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`RedisValues`
+(sync) and :class:`AsyncRedisValues` run the same operations on their client.
 
 * ``read``: ``HMGET key v w`` (from memory with ``?cache=yes``: see :mod:`.tracking`);
   ``write`` and ``swap``: ``value_swap.lua`` (without and
@@ -17,7 +17,7 @@ Every write that stores a value adds its index entry first, in the same round tr
 single server (see :mod:`.scripts`); a clear adds none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
-trip (:func:`.scripts.run_then_wait`), and raises :class:`DurabilityError` when fewer
+trip (:func:`.scripts.run_then_wait_steps`), and raises :class:`DurabilityError` when fewer
 replicas confirmed it: an acknowledged value survives a failover as an acknowledged event
 does. Other durabilities check nothing for values.
 
@@ -38,19 +38,22 @@ without writing, however many other writes or deletes landed in between (see
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from .. import keys
 from ..contracts import Refused, Stored, ValueBackend
+from ..drive import Steps
 from ..errors import SessionStoreError
 from ..keys import ValueKey
 from . import scripts
 from .client import AsyncClient, ErrorBoundary, SyncClient, resend_window_ms
 from .durability import REPLICAS, Durability, check_value_acks, wait_ms
-from .index import Listing, Queue, list_index, list_index_async, value_entry
+from .index import Listing, Queue, list_steps, value_entry
 
 log = logging.getLogger("sessionstore")
 
@@ -269,62 +272,170 @@ def _plain_expected_is_possible(expected: Stored | None) -> bool:
     return expected is None or expected.payload is not None
 
 
-# Synchronous -----------------------------------------------------------------------------
+# The operations, written once --------------------------------------------------------------
 
 
-class RedisValues(ValueBackend):
-    """:class:`ValueBackend` on a redis-py client (see the module doc for the commands)."""
+class ValueOps:
+    """Every value operation as :data:`~sessionstore.drive.Steps` on a client (sync or
+    async): build, call, decode. :class:`RedisValues` and :class:`AsyncRedisValues` run
+    them."""
 
     def __init__(
-        self, client: SyncClient, boundary: ErrorBoundary, durability: Durability | None = None
+        self,
+        boundary: ErrorBoundary,
+        durability: Durability | None,
+        forget: Callable[[str], None] = lambda name: None,
     ) -> None:
-        self._handle = client
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
         self._replicas = durability.replicas if durability and durability.mode == REPLICAS else 0
         self._wait_ms = wait_ms(boundary.timeout)
+        self._forget = forget
 
-    def _run(self, name: str, names: list[str], args: list[Any], first: Any = None) -> Any:
-        """Run a writing script; with ``replicas:N``, then ``WAIT`` and check the acks."""
+    def _script(
+        self, client: Any, name: str, names: list[str], args: list[Any], first: Any = None
+    ) -> Steps[Any]:
+        """Run a writing script; with ``replicas:N``, then ``WAIT`` and check the acks.
+        The value's cached record (``?cache=yes``) is dropped whatever the outcome."""
         try:
-            return self._run_script(name, names, args, first)
+            if not self._replicas:
+                return (yield from scripts.run_steps(client, name, names, args, first))
+            reply, acks = yield from scripts.run_then_wait_steps(
+                client, name, names, args, self._replicas, self._wait_ms, first
+            )
+            check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
+            return reply
         finally:
-            cache = self._handle.cached()
-            if cache is not None:
-                cache.forget(names[0])
+            self._forget(names[0])
 
-    def _run_script(self, name: str, names: list[str], args: list[Any], first: Any) -> Any:
-        if not self._replicas:
-            return scripts.run(self._client, name, names, args, first)
-        reply, acks = scripts.run_then_wait(
-            self._client, name, names, args, self._replicas, self._wait_ms, first
-        )
-        check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
-        return reply
-
-    @property
-    def _client(self) -> Any:
-        return self._handle.get()
-
-    def read(self, key: ValueKey) -> Stored | None:
+    def read(self, client: Any, key: ValueKey, cache: Any = None) -> Steps[Stored | None]:
         name = keys.value_key(key)
-        cache = self._handle.cache()
         with self._guard("HMGET", name):
-            if cache is not None:
-                reply = cache.hmget(name, [FIELD_VALUE, FIELD_WHEN])
-            else:
-                reply = self._client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
+            reader = client if cache is None else cache
+            reply = yield functools.partial(reader.hmget, name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
     def write(
-        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
-    ) -> None:
+        self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
+    ) -> Steps[None]:
         names = plain_keys(key)
         args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
         with entry as first, self._guard("value_swap.lua", names[0]):
-            self._run("value_swap", names, args, first)
+            yield from self._script(client, "value_swap", names, args, first)
+
+    def swap(
+        self,
+        client: Any,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        ttl_ms: int | None,
+    ) -> Steps[Literal[True] | Refused]:
+        if not _plain_expected_is_possible(expected):
+            return Refused((yield from self.read(client, key)))
+        names = plain_keys(key)
+        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=False)
+        with entry as first, self._guard("value_swap.lua", names[0]):
+            reply = yield from self._script(client, "value_swap", names, args, first)
+        return decode_swap(names[0], reply)
+
+    def read_as_of(self, client: Any, key: ValueKey, when: int) -> Steps[Stored | None]:
+        names = keys.history_keys(key)
+        with self._guard("history_get.lua", names[0]):
+            reply = yield from scripts.run_steps(client, "history_get", names, [str(when)])
+        return decode_version(names[0], reply)
+
+    def write_version(
+        self,
+        client: Any,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        ttl_ms: int | None,
+    ) -> Steps[None]:
+        yield from self._set_version(client, key, payload, when, max_versions, None, ttl_ms, False)
+
+    def swap_version(
+        self,
+        client: Any,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        ttl_ms: int | None,
+    ) -> Steps[bool]:
+        return (
+            yield from self._set_version(
+                client, key, payload, when, max_versions, expected, ttl_ms, True
+            )
+        )
+
+    def _set_version(
+        self,
+        client: Any,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        expected: Stored | None,
+        ttl_ms: int | None,
+        compare: bool,
+    ) -> Steps[bool]:
+        names = history_set_keys(key)
+        token = new_token()
+        args = history_set_args(
+            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
+        )
+        entry = self._recent.entry(key, payload, history=True)
+        with entry as first, self._guard("history_set.lua", names[0]):
+            reply = yield from self._script(client, "history_set", names, args, first)
+        return decode_status(reply)
+
+    def scan(self, client: Any, namespace: str) -> Steps[list[tuple[ValueKey, bool]]]:
+        index = keys.index_keys(namespace)[1]
+        listing = yield from list_steps(client, self._guard, index, scan_queue(namespace))
+        return decode_scan(namespace, listing)
+
+    def forget(self, client: Any, key: ValueKey) -> Steps[bool]:
+        names = forget_keys(key)
+        args = forget_args(new_token(), self._window)
+        with self._guard("value_forget.lua", names[0]):
+            return bool(int((yield from self._script(client, "value_forget", names, args))))
+
+
+# The backends: one shell, two clients --------------------------------------------------------
+
+
+class _Values:
+    """The value backend's methods, each running one :class:`ValueOps` operation on the
+    handle's client: results on a :class:`SyncClient`, coroutines on an
+    :class:`AsyncClient`."""
+
+    _handle: SyncClient | AsyncClient
+
+    def __init__(
+        self,
+        client: SyncClient | AsyncClient,
+        boundary: ErrorBoundary,
+        durability: Durability | None = None,
+    ) -> None:
+        self._handle = client
+        forget = client.forget_cached if isinstance(client, SyncClient) else (lambda name: None)
+        self._ops = ValueOps(boundary, durability, forget)
+
+    def read(self, key: ValueKey) -> Any:
+        return self._handle.run(self._ops.read, key, self._handle.cache())
+
+    def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> Any:
+        return self._handle.run(self._ops.write, key, payload, when, ttl_ms)
 
     def swap(
         self,
@@ -334,21 +445,11 @@ class RedisValues(ValueBackend):
         when: int,
         *,
         ttl_ms: int | None = None,
-    ) -> Literal[True] | Refused:
-        if not _plain_expected_is_possible(expected):
-            return Refused(self.read(key))
-        names = plain_keys(key)
-        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
-        entry = self._recent.entry(key, payload, history=False)
-        with entry as first, self._guard("value_swap.lua", names[0]):
-            reply = self._run("value_swap", names, args, first)
-        return decode_swap(names[0], reply)
+    ) -> Any:
+        return self._handle.run(self._ops.swap, key, expected, payload, when, ttl_ms)
 
-    def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
-        names = keys.history_keys(key)
-        with self._guard("history_get.lua", names[0]):
-            reply = scripts.run(self._client, "history_get", names, [str(when)])
-        return decode_version(names[0], reply)
+    def read_as_of(self, key: ValueKey, when: int) -> Any:
+        return self._handle.run(self._ops.read_as_of, key, when)
 
     def write_version(
         self,
@@ -358,8 +459,8 @@ class RedisValues(ValueBackend):
         max_versions: int | None,
         *,
         ttl_ms: int | None = None,
-    ) -> None:
-        self._set_version(key, payload, when, max_versions, None, ttl_ms, compare=False)
+    ) -> Any:
+        return self._handle.run(self._ops.write_version, key, payload, when, max_versions, ttl_ms)
 
     def swap_version(
         self,
@@ -370,175 +471,30 @@ class RedisValues(ValueBackend):
         max_versions: int | None,
         *,
         ttl_ms: int | None = None,
-    ) -> bool:
-        return self._set_version(key, payload, when, max_versions, expected, ttl_ms, compare=True)
+    ) -> Any:
+        swap_version = self._ops.swap_version
+        return self._handle.run(swap_version, key, expected, payload, when, max_versions, ttl_ms)
 
-    def _set_version(
-        self,
-        key: ValueKey,
-        payload: bytes | None,
-        when: int,
-        max_versions: int | None,
-        expected: Stored | None,
-        ttl_ms: int | None,
-        *,
-        compare: bool,
-    ) -> bool:
-        names = history_set_keys(key)
-        token = new_token()
-        args = history_set_args(
-            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
-        )
-        entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_set.lua", names[0]):
-            reply = self._run("history_set", names, args, first)
-        return decode_status(reply)
+    def scan(self, namespace: str) -> Any:
+        return self._handle.run(self._ops.scan, namespace)
 
-    def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
-        index = keys.index_keys(namespace)[1]
-        listing = list_index(self._client, self._guard, index, scan_queue(namespace))
-        return decode_scan(namespace, listing)
-
-    def forget(self, key: ValueKey) -> bool:
-        names = forget_keys(key)
-        args = forget_args(new_token(), self._window)
-        with self._guard("value_forget.lua", names[0]):
-            return bool(int(self._run("value_forget", names, args)))
+    def forget(self, key: ValueKey) -> Any:
+        return self._handle.run(self._ops.forget, key)
 
 
-# Asynchronous ----------------------------------------------------------------------------
+class RedisValues(_Values, ValueBackend):
+    """:class:`ValueBackend` on a redis-py client (see the module doc for the commands)."""
+
+    _handle: SyncClient
 
 
-class AsyncRedisValues:
+class AsyncRedisValues(_Values):
     """The methods of :class:`RedisValues` as coroutines, on a ``redis.asyncio`` client."""
 
-    def __init__(
-        self, client: AsyncClient, boundary: ErrorBoundary, durability: Durability | None = None
-    ) -> None:
-        self._handle = client
-        self._guard = boundary
-        self._window = resend_window_ms(boundary.timeout)
-        self._recent = RecentEntries()
-        self._replicas = durability.replicas if durability and durability.mode == REPLICAS else 0
-        self._wait_ms = wait_ms(boundary.timeout)
-
-    async def _run(
-        self, client: Any, name: str, names: list[str], args: list[Any], first: Any = None
-    ) -> Any:
-        """:meth:`RedisValues._run` on a ``redis.asyncio`` client."""
-        if not self._replicas:
-            return await scripts.run_async(client, name, names, args, first)
-        reply, acks = await scripts.run_then_wait_async(
-            client, name, names, args, self._replicas, self._wait_ms, first
-        )
-        check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
-        return reply
+    _handle: AsyncClient
 
     async def prepare(self, key: ValueKey) -> None:
         """Nothing to prepare on Redis."""
-
-    async def read(self, key: ValueKey) -> Stored | None:
-        name = keys.value_key(key)
-        async with self._handle.use() as client:
-            with self._guard("HMGET", name):
-                reply = await client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
-        return decode_plain(name, reply)
-
-    async def write(
-        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
-    ) -> None:
-        names = plain_keys(key)
-        args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
-        entry = self._recent.entry(key, payload, history=False)
-        async with self._handle.use() as client:
-            with entry as first, self._guard("value_swap.lua", names[0]):
-                await self._run(client, "value_swap", names, args, first)
-
-    async def swap(
-        self,
-        key: ValueKey,
-        expected: Stored | None,
-        payload: bytes | None,
-        when: int,
-        *,
-        ttl_ms: int | None = None,
-    ) -> Literal[True] | Refused:
-        if not _plain_expected_is_possible(expected):
-            return Refused(await self.read(key))
-        names = plain_keys(key)
-        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
-        entry = self._recent.entry(key, payload, history=False)
-        async with self._handle.use() as client:
-            with entry as first, self._guard("value_swap.lua", names[0]):
-                reply = await self._run(client, "value_swap", names, args, first)
-        return decode_swap(names[0], reply)
-
-    async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
-        names = keys.history_keys(key)
-        async with self._handle.use() as client:
-            with self._guard("history_get.lua", names[0]):
-                reply = await scripts.run_async(client, "history_get", names, [str(when)])
-        return decode_version(names[0], reply)
-
-    async def write_version(
-        self,
-        key: ValueKey,
-        payload: bytes | None,
-        when: int,
-        max_versions: int | None,
-        *,
-        ttl_ms: int | None = None,
-    ) -> None:
-        await self._set_version(key, payload, when, max_versions, None, ttl_ms, compare=False)
-
-    async def swap_version(
-        self,
-        key: ValueKey,
-        expected: Stored | None,
-        payload: bytes | None,
-        when: int,
-        max_versions: int | None,
-        *,
-        ttl_ms: int | None = None,
-    ) -> bool:
-        return await self._set_version(
-            key, payload, when, max_versions, expected, ttl_ms, compare=True
-        )
-
-    async def _set_version(
-        self,
-        key: ValueKey,
-        payload: bytes | None,
-        when: int,
-        max_versions: int | None,
-        expected: Stored | None,
-        ttl_ms: int | None,
-        *,
-        compare: bool,
-    ) -> bool:
-        names = history_set_keys(key)
-        token = new_token()
-        args = history_set_args(
-            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
-        )
-        entry = self._recent.entry(key, payload, history=True)
-        async with self._handle.use() as client:
-            with entry as first, self._guard("history_set.lua", names[0]):
-                reply = await self._run(client, "history_set", names, args, first)
-        return decode_status(reply)
-
-    async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
-        index = keys.index_keys(namespace)[1]
-        async with self._handle.use() as client:
-            listing = await list_index_async(client, self._guard, index, scan_queue(namespace))
-        return decode_scan(namespace, listing)
-
-    async def forget(self, key: ValueKey) -> bool:
-        names = forget_keys(key)
-        args = forget_args(new_token(), self._window)
-        async with self._handle.use() as client:
-            with self._guard("value_forget.lua", names[0]):
-                return bool(int(await self._run(client, "value_forget", names, args)))
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""

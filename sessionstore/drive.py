@@ -1,0 +1,83 @@
+"""One operation, two drivers (sans-I/O, as h11 does it).
+
+An operation is written once, as a generator (:data:`Steps`) that yields what it needs
+done and receives the outcome:
+
+* a zero-argument callable, which returns its result when driven by :func:`drive` and
+  an awaitable of it when driven by :func:`adrive` (a Redis command on a ``redis.Redis``
+  or a ``redis.asyncio`` client: redis-py's two clients share their methods' names and
+  arguments, so an operation builds the same call for both);
+* a :class:`Pause`, for a back-off between attempts.
+
+An error a call raises is thrown into the operation where it yielded the call, so its
+``try``/``with`` blocks (retries, reloads, error boundaries) see it exactly as in
+straight-line code. ``resolve`` turns what an operation yields into one of the two first
+(:mod:`sessionstore.flows` yields backend calls, sleeps and user callbacks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+class Pause:
+    """Wait ``seconds`` before the next step (a back-off)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+Step = Callable[[], Any] | Pause
+#: An operation written once (see the module doc).
+Steps = Generator[Step, Any, _T]
+
+
+def drive(steps: Generator[Any, Any, _T], resolve: Callable[[Any], Step] | None = None) -> _T:
+    """Run ``steps``, each call's result handed back as it is."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, error = None, None
+        if resolve is not None:
+            step = resolve(step)
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+            continue
+        try:
+            reply = step()
+        except Exception as exc:  # noqa: BLE001 - handed to the operation
+            error = exc
+
+
+async def adrive(
+    steps: Generator[Any, Any, _T], resolve: Callable[[Any], Step] | None = None
+) -> _T:
+    """:func:`drive`, each call's result awaited."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, error = None, None
+        if resolve is not None:
+            step = resolve(step)
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            continue
+        try:
+            reply = await step()
+        except Exception as exc:  # noqa: BLE001 - handed to the operation
+            error = exc
