@@ -5,7 +5,6 @@ encoding, and the bookkeeping of lazily created event-log sessions. No I/O here.
 from __future__ import annotations
 
 import math
-import random
 import threading
 from typing import Any, NamedTuple
 
@@ -199,11 +198,6 @@ def _arrived(
     state = SessionState(key, history, max_versions, ttl_ms)
     state.disposed = disposed
     return state
-
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait after losing ``attempt`` races in a row (jittered, capped)."""
-    return random.uniform(0, min(0.0005 * 2**attempt, 0.02))
 
 
 class PendingSessions:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from .backoff import LOST_RACE
 from .contracts import Refused, Stored, StoredEvent
 from .core import (
     REPAIR_ATTEMPTS,
@@ -25,7 +26,6 @@ from .core import (
     LoadedSession,
     PendingSessions,
     SessionState,
-    backoff,
     check_from_seq,
 )
 from .errors import (
@@ -172,7 +172,7 @@ def update(
     Fairness against a writer that updates in a tight loop: a refused plain swap returns
     the record it found under the backend's lock, the freshest start there is, so the
     next attempt goes at once with it. When that loses too, the flow backs off (growing,
-    jittered: :func:`~sessionstore.core.backoff`) and then re-reads: after the sleep the
+    jittered: :data:`~sessionstore.backoff.LOST_RACE`) and then re-reads: after the sleep the
     record the refusal returned is stale, and a swap with it could only lose again. Reads
     take no write lock, so they do not queue behind the fast writer. Gives up with
     :class:`ConcurrentModificationError` after ``UPDATE_ATTEMPTS`` back-offs.
@@ -205,7 +205,7 @@ def update(
             raise ConcurrentModificationError(
                 f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
             )
-        yield Sleep(backoff(lost))
+        yield Sleep(LOST_RACE.delay(lost))
         found, at_once = (yield _read(state, ms)), False
 
 

@@ -81,6 +81,7 @@ from ..errors import (
 )
 from ..urls import invalid_url, mask_url, reject_unknown_params
 from .durability import Durability, parse_durability
+from .retry import BACKOFF, RETRIES, retry_delay
 
 DEFAULT_TIMEOUT = 5.0
 #: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
@@ -109,8 +110,8 @@ SENTINEL_PORT = 26379
 SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
 #: Values of ``?cache=``.
 CACHE_VALUES = {"yes": True, "no": False}
-RETRIES = 2
-_BACKOFF = {"cap": 0.5, "base": 0.05}
+#: redis-py's ``ExponentialBackoff`` arguments: the schedule of :mod:`.retry`.
+_BACKOFF = {"cap": BACKOFF.cap, "base": BACKOFF.base}
 
 
 @dataclass(frozen=True)
@@ -328,11 +329,6 @@ def query_names(url: str) -> list[str]:
     _, sep, query = url.partition("?")
     query = query.partition("#")[0]
     return [item.partition("=")[0] for item in query.split("&") if item] if sep else []
-
-
-def retry_delay(failures: int) -> float:
-    """Seconds to wait before repeating a call that failed ``failures`` times."""
-    return float(ExponentialBackoff(**_BACKOFF).compute(failures))
 
 
 #: The shortest resend window (ms), whatever the timeout.
