@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .arguments import check_namespace, check_ttl
 from .connection import ConnectArgs, open_backends, resolve_url
-from .core import LoadedSession, ValueRef, check_namespace, check_ttl
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
@@ -37,6 +37,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession, ValueRef
 from .store import EventLog, Session, Store
 from .writer import SessionWriter
 

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any
 
 from . import flows
+from .arguments import check_namespace, check_poll, check_ttl
 from .connection import (
     AsyncBackends,
     Backends,
@@ -28,18 +29,6 @@ from .connection import (
     open_backends,
     resolve_url,
     travel_args,
-)
-from .core import (
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    ValueRef,
-    check_namespace,
-    check_poll,
-    check_ttl,
-    session_state,
-    value_refs,
 )
 from .drain import AsyncDrain
 from .errors import SessionStoreError
@@ -53,7 +42,10 @@ from .eventlog import (
 )
 from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession, ValueRef, value_refs
+from .session_state import SessionState, session_state
 from .store import DEFAULT_LEASE
+from .store_state import Lifecycle, PendingSessions
 from .writer import WriterBuffer, WriterContext, new_token
 
 DEFAULT_NAMESPACE = "default"

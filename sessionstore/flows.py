@@ -17,17 +17,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from .arguments import check_from_seq
 from .backoff import LOST_RACE
 from .contracts import Refused, Stored, StoredEvent
-from .core import (
-    REPAIR_ATTEMPTS,
-    UPDATE_ATTEMPTS,
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    check_from_seq,
-)
 from .errors import (
     ConcurrentModificationError,
     InvalidArgumentError,
@@ -38,9 +30,17 @@ from .errors import (
 )
 from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession
+from .session_state import SessionState
+from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
 
 T = TypeVar("T")
+
+#: How often ``update`` re-reads after losing a race before giving up.
+UPDATE_ATTEMPTS = 1000
+#: How often ``load`` re-reads when a concurrent append overtook its repair.
+REPAIR_ATTEMPTS = 50
 
 
 _NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})

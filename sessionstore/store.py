@@ -10,19 +10,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
+from .arguments import check_poll, check_ttl
 from .connection import Backends, ConnectArgs, travel_args
 from .contracts import EventBackend, ValueBackend
-from .core import (
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    ValueRef,
-    check_poll,
-    check_ttl,
-    session_state,
-    value_refs,
-)
 from .drain import Drain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -35,6 +25,9 @@ from .eventlog import (
 )
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession, ValueRef, value_refs
+from .session_state import SessionState, session_state
+from .store_state import Lifecycle, PendingSessions
 from .writer import SessionWriter, WriterContext
 
 #: A writer's lease, in seconds, unless it names one.
