@@ -22,14 +22,8 @@ from typing import Any
 
 from . import flows
 from .arguments import check_namespace, check_poll, check_ttl
-from .connection import (
-    AsyncBackends,
-    Backends,
-    ConnectArgs,
-    open_backends,
-    resolve_url,
-    travel_args,
-)
+from .connection import ConnectArgs, open_backends, resolve_url, travel_args
+from .contracts import AsyncBackends, Backends
 from .drain import AsyncDrain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -44,11 +38,9 @@ from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRef, value_refs
 from .session_state import SessionState, session_state
-from .store import DEFAULT_LEASE
+from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .store_state import Lifecycle, PendingSessions
 from .writer import WriterBuffer, WriterContext, new_token
-
-DEFAULT_NAMESPACE = "default"
 
 
 def connect(
