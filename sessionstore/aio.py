@@ -21,26 +21,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any
 
 from . import flows
-from .connection import (
-    AsyncBackends,
-    Backends,
-    ConnectArgs,
-    open_backends,
-    resolve_url,
-    travel_args,
-)
-from .core import (
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    ValueRef,
-    check_namespace,
-    check_poll,
-    check_ttl,
-    session_state,
-    value_refs,
-)
+from .arguments import check_namespace, check_poll, check_ttl
+from .connection import ConnectArgs, open_backends, resolve_url, travel_args
+from .contracts import AsyncBackends, Backends
 from .drain import AsyncDrain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -53,10 +36,11 @@ from .eventlog import (
 )
 from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
-from .store import DEFAULT_LEASE
+from .results import LoadedSession, ValueRef, value_refs
+from .session_state import SessionState, session_state
+from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE
+from .store_state import Lifecycle, PendingSessions
 from .writer import WriterBuffer, WriterContext, new_token
-
-DEFAULT_NAMESPACE = "default"
 
 
 def connect(

@@ -15,14 +15,13 @@ no URL                                     ``$SESSIONSTORE_URL``, else ``./.sess
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from .backends.fsutil import local_path
-from .contracts import EventBackend, ValueBackend
+from .contracts import Backends
 from .errors import InvalidArgumentError, SessionStoreError
 from .urls import mask_url, query_names, reject_unknown_params
 
@@ -101,32 +100,6 @@ def portable_url(url: str) -> str:
 
         return f"sqlite:///{database_path(url)}"
     return url
-
-
-@dataclass
-class AsyncBackends:
-    """A native async pair: objects with the methods of :class:`ValueBackend` and
-    :class:`EventBackend` as coroutines (same names, same arguments)."""
-
-    values: Any
-    events: Any
-    aclose: Callable[[], Awaitable[None]]
-
-
-@dataclass
-class Backends:
-    """What ``connect`` opens: the two backends and how to show and close them."""
-
-    values: ValueBackend
-    events: EventBackend
-    display_url: str
-    #: Builds the native async pair, when the backend has one (else threads are used).
-    make_async: Callable[[], AsyncBackends] | None = None
-    closers: list[Callable[[], None]] = field(default_factory=list)
-
-    def close(self) -> None:
-        for close in self.closers:
-            close()
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> str:

@@ -11,9 +11,10 @@ materialised with, and every append that writes moves its expiry to ``ttl_ms`` a
 an expired session is removed whole, by :meth:`EventBackend.prune` or by the server.
 
 A backend implements :class:`ValueBackend` and :class:`EventBackend` synchronously;
-the async API runs a blocking backend in a worker thread, or uses the backend's own
-``async_backend()`` where it has a native one (Redis). The conformance suites in
-``tests/conformance`` prove each backend against these contracts.
+``connect`` opens the pair as :class:`Backends`. The async API runs a blocking backend
+in a worker thread, or uses the :class:`AsyncBackends` pair the backend builds where it
+has a native one (Redis). The conformance suites in ``tests/conformance`` prove each
+backend against these contracts.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from __future__ import annotations
 import builtins
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import ClassVar, Literal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 from .keys import ValueKey
 from .leases import ProcessLeases
@@ -291,3 +293,29 @@ class EventBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""
+
+
+@dataclass
+class AsyncBackends:
+    """A native async pair: objects with the methods of :class:`ValueBackend` and
+    :class:`EventBackend` as coroutines (same names, same arguments)."""
+
+    values: Any
+    events: Any
+    aclose: Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Backends:
+    """What ``connect`` opens: the two backends and how to show and close them."""
+
+    values: ValueBackend
+    events: EventBackend
+    display_url: str
+    #: Builds the native async pair, when the backend has one (else threads are used).
+    make_async: Callable[[], AsyncBackends] | None = None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()

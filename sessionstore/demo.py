@@ -44,10 +44,10 @@ from typing import Any
 
 import sessionstore
 
-from .core import LoadedSession, ValueRef
 from .errors import SessionBusyError
 from .eventlog import closers
 from .models import SessionEvent, SessionHeader
+from .results import LoadedSession, ValueRef
 from .store import Store
 from .when import MAX_ABS_EPOCH_MS
 

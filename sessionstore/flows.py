@@ -16,17 +16,9 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .arguments import check_from_seq
+from .backoff import LOST_RACE
 from .contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
-from .core import (
-    REPAIR_ATTEMPTS,
-    UPDATE_ATTEMPTS,
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    backoff,
-    check_from_seq,
-)
 from .drive import Pause, Step, adrive, drive
 from .errors import (
     ConcurrentModificationError,
@@ -38,10 +30,18 @@ from .errors import (
 )
 from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession
+from .session_state import SessionState
+from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+#: How often ``update`` re-reads after losing a race before giving up.
+UPDATE_ATTEMPTS = 1000
+#: How often ``load`` re-reads when a concurrent append overtook its repair.
+REPAIR_ATTEMPTS = 50
 
 
 class Call:
@@ -154,7 +154,7 @@ def update(
     Fairness against a writer that updates in a tight loop: a refused plain swap returns
     the record it found under the backend's lock, the freshest start there is, so the
     next attempt goes at once with it. When that loses too, the flow backs off (growing,
-    jittered: :func:`~sessionstore.core.backoff`) and then re-reads: after the sleep the
+    jittered: :data:`~sessionstore.backoff.LOST_RACE`) and then re-reads: after the sleep the
     record the refusal returned is stale, and a swap with it could only lose again. Reads
     take no write lock, so they do not queue behind the fast writer. Gives up with
     :class:`ConcurrentModificationError` after ``UPDATE_ATTEMPTS`` back-offs.
@@ -187,7 +187,7 @@ def update(
             raise ConcurrentModificationError(
                 f"update of {state.key.label()} lost {UPDATE_ATTEMPTS} races in a row"
             )
-        yield Sleep(backoff(lost))
+        yield Sleep(LOST_RACE.delay(lost))
         found, at_once = (yield _read(state, ms)), False
 
 

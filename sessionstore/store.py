@@ -1,4 +1,5 @@
-"""The synchronous API: :class:`Store`, :class:`Session` and :class:`EventLog`.
+"""The synchronous API: :func:`connect`, :class:`Store`, :class:`Session` and
+:class:`EventLog` (``sessionstore`` exports them).
 
 Each method runs one flow of :mod:`sessionstore.flows` against the blocking backend;
 :mod:`sessionstore.aio` runs the same flows against async backends.
@@ -6,23 +7,14 @@ Each method runs one flow of :mod:`sessionstore.flows` against the blocking back
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .connection import Backends, ConnectArgs, travel_args
-from .contracts import EventBackend, ValueBackend
-from .core import (
-    Lifecycle,
-    LoadedSession,
-    PendingSessions,
-    SessionState,
-    ValueRef,
-    check_poll,
-    check_ttl,
-    session_state,
-    value_refs,
-)
+from .arguments import check_namespace, check_poll, check_ttl
+from .connection import ConnectArgs, open_backends, resolve_url, travel_args
+from .contracts import Backends, EventBackend, ValueBackend
 from .drain import Drain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -35,10 +27,50 @@ from .eventlog import (
 )
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession, ValueRef, value_refs
+from .session_state import SessionState, session_state
+from .store_state import Lifecycle, PendingSessions
 from .writer import SessionWriter, WriterContext
 
 #: A writer's lease, in seconds, unless it names one.
 DEFAULT_LEASE = 10.0
+#: The namespace of a store opened without one.
+DEFAULT_NAMESPACE = "default"
+
+
+def connect(
+    url: str | os.PathLike[str] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    *,
+    timeout: float | None = None,
+    durability: str | None = None,
+    ttl: float | None = None,
+    cache: bool | None = None,
+) -> Store:
+    """Open a store on ``url`` (see :mod:`sessionstore.connection` for the schemes).
+
+    ``timeout`` bounds how long a call waits for an unreachable server before raising
+    ``StoreUnavailableError`` (Redis; default 5 s). ``durability`` (Redis event logs):
+    ``"fsync"`` (default), ``"replicas:N"`` or ``"none"``; the URL may carry
+    ``?durability=...`` instead. ``ttl`` (seconds > 0) is the retention of the event-log
+    sessions this store creates (``events.create(..., ttl=...)`` overrides it): each
+    expires ``ttl`` after its last append; None (default) keeps them for good. A bad
+    ``ttl`` raises ``InvalidArgumentError``. ``cache=True`` (or ``?cache=yes``) answers
+    repeated reads of unchanged plain values from process memory, invalidated by the
+    server (Redis, sync client, single server or Sentinel). Opening does no I/O; the first
+    call connects.
+
+    The store pickles, and so do its handles and ``store.events``: another process gets
+    the URL (password included), namespace and these options, and connects on first use
+    (see :meth:`Store.__reduce__`). A ``memory://`` store cannot travel: pickling it
+    raises ``SessionStoreError``.
+    """
+    resolved = resolve_url(url)
+    ttl_ms = check_ttl(ttl)
+    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
+    backends = open_backends(resolved, check_namespace(namespace), options)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
+    return Store(backends, namespace, ttl_ms, args=args)
 
 
 class Session:
@@ -358,8 +390,6 @@ class Store:
 
 def _reopen(args: ConnectArgs, closed: bool) -> Store:
     """A store unpickled from ``args`` (see :meth:`Store.__reduce__`). No I/O."""
-    from . import connect
-
     store = connect(
         args.url,
         args.namespace,

@@ -20,12 +20,12 @@ import orjson
 
 from . import flows
 from .contracts import EventBackend, StoredEvent
-from .core import Lifecycle, PendingSessions
 from .drain import Drain
 from .errors import InvalidArgumentError, SessionStoreError, StoreClosedError
 from .eventlog import encode_batch
 from .flows import run
 from .models import SessionEvent, SessionHeader, restored_event
+from .store_state import Lifecycle, PendingSessions
 from .when import now_ms
 
 #: The most events one append of a writer carries (a long backlog goes in several).

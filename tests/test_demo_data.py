@@ -107,9 +107,7 @@ def test_what_the_demo_owns_is_its_naming_pattern_and_header():
     assert demo.owns_session(SessionHeader(id="demo-preflight-ab12", cwd="/demo/preflight"))
     assert not demo.owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/contrarian"))
     assert not demo.owns_session(SessionHeader(id="momentum-BTCUSDT", cwd="/demo/momentum"))
-    ref = sessionstore.core.ValueRef(
-        "SYM001USDT", "llm-signal", "synthetic", "1h", "backtest", True
-    )
+    ref = sessionstore.ValueRef("SYM001USDT", "llm-signal", "synthetic", "1h", "backtest", True)
     assert demo.owns_value(ref)
     assert not demo.owns_value(ref._replace(history=False))
     assert not demo.owns_value(ref._replace(mode="live"))

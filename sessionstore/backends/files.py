@@ -29,8 +29,7 @@ from typing import Any, Literal, TypeGuard
 
 import msgpack
 
-from ..connection import Backends
-from ..contracts import Refused, Stored, ValueBackend
+from ..contracts import Backends, Refused, Stored, ValueBackend
 from ..keys import ValueKey
 from ..urls import mask_url
 from ..when import now_ms

@@ -13,8 +13,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ..connection import Backends
-from ..contracts import Refused, Stored, ValueBackend
+from ..contracts import Backends, Refused, Stored, ValueBackend
 from ..errors import CorruptLogError
 from ..keys import ValueKey
 from ..urls import mask_url

@@ -362,8 +362,8 @@ class FileScratch:
         self.new_dirs: list[Path] = []
         if scheme_of(url) not in ("", "file"):
             return
+        from ..arguments import value_key
         from ..backends.files import FileValues
-        from ..core import value_key
 
         key = value_key(store.namespace, probe, "doctor", "doctor", "doctor", "backtest")
         key_dir = FileValues(file_root(url)).key_dir(key)

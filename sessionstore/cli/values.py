@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ..arguments import value_key
 from ..codec import decode_value
 from ..contracts import Stored
-from ..core import value_key
 from ..errors import InvalidArgumentError
 from ..keys import ValueKey
 from ..store import Store

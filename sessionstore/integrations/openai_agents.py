@@ -55,7 +55,7 @@ from agents.memory.session_settings import (
 )
 
 from .. import aio
-from ..core import backoff
+from ..backoff import LOST_RACE
 from ..errors import (
     ConcurrentModificationError,
     InvalidArgumentError,
@@ -279,7 +279,7 @@ class SessionStoreSession:
     @staticmethod
     async def _pause(attempt: int) -> None:
         if attempt > _EAGER_RETRIES:
-            await asyncio.sleep(backoff(attempt - _EAGER_RETRIES))
+            await asyncio.sleep(LOST_RACE.delay(attempt - _EAGER_RETRIES))
 
     async def _refresh(self) -> None:
         """Bring the folded items up to date with the stored log."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..connection import AsyncBackends, Backends
+from ..contracts import AsyncBackends, Backends
 from ..errors import InvalidArgumentError
 from .client import AsyncClient, ErrorBoundary, SyncClient, Topology, parse_options
 from .events import AsyncRedisEvents, RedisEvents

@@ -50,7 +50,6 @@ import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
-from redis.backoff import ExponentialBackoff
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.exceptions import (
     AskError,
@@ -82,6 +81,7 @@ from ..errors import (
 )
 from ..urls import invalid_url, mask_url, reject_unknown_params
 from .durability import Durability, parse_durability
+from .retry import BACKOFF, RETRIES, DriverBackoff, retry_delay
 
 DEFAULT_TIMEOUT = 5.0
 #: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
@@ -110,8 +110,6 @@ SENTINEL_PORT = 26379
 SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
 #: Values of ``?cache=``.
 CACHE_VALUES = {"yes": True, "no": False}
-RETRIES = 2
-_BACKOFF = {"cap": 0.5, "base": 0.05}
 
 
 @dataclass(frozen=True)
@@ -331,11 +329,6 @@ def query_names(url: str) -> list[str]:
     return [item.partition("=")[0] for item in query.split("&") if item] if sep else []
 
 
-def retry_delay(failures: int) -> float:
-    """Seconds to wait before repeating a call that failed ``failures`` times."""
-    return float(ExponentialBackoff(**_BACKOFF).compute(failures))
-
-
 #: The shortest resend window (ms), whatever the timeout.
 MIN_RESEND_WINDOW_MS = 10_000
 
@@ -345,7 +338,7 @@ def resend_window_ms(timeout: float) -> int:
     :mod:`sessionstore.keys`): twice the longest time one call may keep sending the same
     command (``RETRIES`` + 1 attempts, each a connect and a reply of up to ``timeout``
     and the longest back-off), and at least :data:`MIN_RESEND_WINDOW_MS`."""
-    attempt = 2 * timeout + _BACKOFF["cap"]
+    attempt = 2 * timeout + BACKOFF.cap
     return max(MIN_RESEND_WINDOW_MS, math.ceil(2 * (RETRIES + 1) * attempt * 1000))
 
 
@@ -444,7 +437,8 @@ ASYNCIO = Flavour(
 
 
 def _retry(flavour: Flavour) -> Any:
-    return flavour.retry(ExponentialBackoff(**_BACKOFF), RETRIES)
+    """redis-py's ``Retry`` of ``flavour`` on the schedule of :mod:`.retry`."""
+    return flavour.retry(DriverBackoff(), RETRIES)
 
 
 def sentinel_client(options: RedisOptions, flavour: Flavour) -> tuple[Any, Any]:

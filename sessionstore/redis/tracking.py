@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from .client import RETRIES, retry_delay
+from .retry import RETRIES, retry_delay
 
 CHANNEL = b"__redis__:invalidate"
 #: Replies kept at most; the cache is emptied when full.

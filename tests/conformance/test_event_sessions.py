@@ -236,6 +236,18 @@ def test_info_gives_the_metadata_of_a_session(store):
     assert info == SessionInfo(h, 3, T + 2, None, False)
 
 
+def test_last_time_is_the_time_of_the_last_committed_event_after_every_append(store):
+    started(store, "s-1", 2)
+    # Later seqs may carry earlier times: the last event counts, not the latest time.
+    store.events.append("s-1", [ev(2, time=T - 100), ev(3, time=T - 50)])
+    assert store.events.info("s-1").last_time == T - 47
+    store.events.append("s-1", [ev(0), ev(1)])  # an applied replay writes nothing
+    store.events.append("s-1", [ev(4, time=T + 1000)])
+    info = store.events.info("s-1")
+    assert (info.next_seq, info.last_time) == (5, T + 1004)
+    assert [(i.next_seq, i.last_time) for i in store.events.list_info()] == [(5, T + 1004)]
+
+
 def test_info_of_an_unknown_or_unmaterialised_session_raises_not_found(store):
     store.events.create(header("lazy"))
     for session_id in ("lazy", "nope"):

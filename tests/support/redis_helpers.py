@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from sessionstore import keys
-from sessionstore.connection import Backends
+from sessionstore.contracts import Backends
 from sessionstore.redis import open_redis
 
 

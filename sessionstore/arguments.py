@@ -1,0 +1,96 @@
+"""Checks of the arguments of the public API. No I/O.
+
+Each check returns the argument as the store uses it (a retention in ms, a
+:class:`~sessionstore.keys.ValueKey`) or raises :class:`InvalidArgumentError` saying what
+was wrong; checks of event-log arguments (session ids, headers, batches) are in
+:mod:`sessionstore.eventlog`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidArgumentError
+from .jsondata import short_repr
+from .keys import ValueKey
+
+#: The modes of a session value (``store.session(..., mode=...)``).
+MODES = ("backtest", "live")
+#: The longest retention accepted, in ms (about 285,000 years): an expiry time stays
+#: exact as a double and far inside every backend's 64-bit range.
+MAX_TTL_MS = 2**53 - 1
+
+
+def check_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{name} {value!r:.80} is not valid Unicode") from exc
+    return value
+
+
+def check_namespace(namespace: object) -> str:
+    check_text("namespace", namespace)
+    if not namespace:
+        raise InvalidArgumentError("namespace must not be empty")
+    return namespace  # type: ignore[return-value]
+
+
+def value_key(
+    namespace: str, symbol: object, strategy: object, exchange: object, frame: object, mode: object
+) -> ValueKey:
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {MODES}, not {short_repr(mode)}")
+    return ValueKey(
+        namespace,
+        check_text("symbol", symbol),
+        check_text("strategy", strategy),
+        check_text("exchange", exchange),
+        check_text("frame", frame),
+        mode,  # type: ignore[arg-type]
+    )
+
+
+def check_max_versions(history: bool, max_versions: object) -> int | None:
+    if max_versions is None:
+        return None
+    if not history:
+        raise InvalidArgumentError("max_versions only applies to history=True sessions")
+    if not isinstance(max_versions, int) or isinstance(max_versions, bool) or max_versions < 1:
+        raise InvalidArgumentError(f"max_versions must be a positive int, not {max_versions!r}")
+    return max_versions
+
+
+def check_ttl(ttl: object) -> int | None:
+    """A retention of ``ttl`` seconds (an int or a float > 0) in milliseconds, rounded
+    up to a whole one (at least 1); None stays None (no expiry). Anything else raises
+    :class:`InvalidArgumentError`."""
+    if ttl is None:
+        return None
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or ttl <= 0
+    ):
+        raise InvalidArgumentError(
+            f"ttl must be a positive number of seconds or None, not {short_repr(ttl)}"
+        )
+    if ttl > MAX_TTL_MS / 1000:
+        raise InvalidArgumentError(f"ttl {short_repr(ttl)} is too long (at most {MAX_TTL_MS} ms)")
+    # Rounded to the microsecond first, so that 0.3 s is 300 ms, not 301.
+    return max(1, math.ceil(round(ttl * 1000, 3)))
+
+
+def check_from_seq(seq: object) -> int:
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise InvalidArgumentError(f"seq must be an int >= 0, not {short_repr(seq)}")
+    return seq
+
+
+def check_poll(poll: object) -> float:
+    if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < 3600:
+        raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {short_repr(poll)}")
+    return float(poll)

@@ -1,0 +1,112 @@
+"""The modules of the package import one another without a cycle.
+
+The graph is read from the source with ``ast`` (nothing is imported): every ``import``
+counts, at module level or inside a function, since a lazy import only hides a cycle
+until the function runs. Imports under ``if TYPE_CHECKING:`` do not count (they never
+run). A module importing a submodule implicitly imports its parent package first; that
+edge is left out, as every package whose ``__init__`` imports a child would otherwise be
+a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sessionstore
+
+PACKAGE = Path(sessionstore.__file__).parent
+NAME = "sessionstore"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = [NAME, *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.extend(_imports(ast.Module(body=node.orelse, type_ignores=[])))
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        found.extend(_imports(node))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module name -> the package modules it imports (itself left out)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                targets.add(submodule if submodule in modules else source)
+        graph[module] = {target for target in targets if target in modules} - {module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that starts and ends at the same module, or None."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        on_path.add(module)
+        for target in sorted(graph[module]):
+            if target in on_path:
+                return path[path.index(target) :] + [target]
+            if target not in done:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        on_path.discard(module)
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if module not in done:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_module_of_the_package_imports_itself_back():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_graph_sees_relative_lazy_and_package_imports():
+    graph = import_graph()
+    assert "sessionstore.contracts" in graph["sessionstore.connection"]
+    assert "sessionstore.backends.memory" in graph["sessionstore.connection"]  # in a function
+    assert "sessionstore.flows" in graph["sessionstore.store"]  # ``from . import flows``
+    assert "sessionstore" in graph["sessionstore.demo"]  # ``import sessionstore``
+
+
+def test_a_cycle_is_reported_as_a_path():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
