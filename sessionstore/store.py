@@ -35,6 +35,7 @@ from .eventlog import (
 )
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .when import to_epoch_ms
 from .writer import SessionWriter, WriterContext
 
 #: A writer's lease, in seconds, unless it names one.
@@ -65,6 +66,11 @@ class Session:
         self._state = state
         self._lifecycle = lifecycle
         self._owner = owner
+        # A backend that keeps plain values in memory (Redis with ``?cache=yes``) answers
+        # a cached read without the flow machinery; see :meth:`get_data`.
+        self._cached_read: Callable[[Any], tuple[Any] | None] | None = (
+            None if state.history else getattr(backend, "cached_read", None)
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._owner is None:
@@ -79,8 +85,21 @@ class Session:
         """The stored value, or None if there is none or it was written for a later time.
 
         With ``history=True``: the newest value written for a time at or before ``when``.
+        On a store opened with ``?cache=yes`` a plain value may come from memory: a write
+        by another process is then seen once its invalidation has arrived (see
+        :mod:`sessionstore.redis.tracking`); one made through this store, at once.
         """
-        return run(flows.get_data(self._state, self._lifecycle, when), self._backend)
+        state = self._state
+        if self._cached_read is not None and state.initialised:
+            # The flow's steps, with the record from memory: same checks, same look-ahead.
+            ms = to_epoch_ms(when)
+            state.check_alive()
+            self._lifecycle.check_open()
+            cached = self._cached_read(state.key)
+            if cached is not None:
+                state.remember(cached[0])
+                return state.visible(cached[0], ms)
+        return run(flows.get_data(state, self._lifecycle, when), self._backend)
 
     def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``, replacing whatever was stored.

@@ -317,6 +317,16 @@ class RedisValues(ValueBackend):
                 reply = self._client.hmget(name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
+    def cached_read(self, key: ValueKey) -> tuple[Stored | None] | None:
+        """``(read(key),)`` when ``?cache=yes`` holds the record in memory, else None
+        (then ``read`` asks the server). No round trip."""
+        cache = self._handle.cached()
+        if cache is None:
+            return None
+        name = keys.value_key(key)
+        reply = cache.lookup(name)
+        return None if reply is None else (decode_plain(name, reply),)
+
     def write(
         self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
     ) -> None:
