@@ -91,12 +91,12 @@ class Session:
         """
         state = self._state
         if self._cached_read is not None and state.initialised:
-            # The flow's steps, with the record from memory: same checks, same look-ahead.
-            ms = to_epoch_ms(when)
-            state.check_alive()
-            self._lifecycle.check_open()
             cached = self._cached_read(state.key)
             if cached is not None:
+                # The flow's steps, with the record from memory: same checks, same look-ahead.
+                ms = to_epoch_ms(when)
+                state.check_alive()
+                self._lifecycle.check_open()
                 state.remember(cached[0])
                 return state.visible(cached[0], ms)
         return run(flows.get_data(state, self._lifecycle, when), self._backend)
