@@ -131,6 +131,16 @@ def get_data(state: SessionState, lifecycle: Lifecycle, when: Any) -> Flow[Any]:
     return state.visible(found, ms)
 
 
+def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, when: Any) -> Any:
+    """:func:`get_data` of a handle already prepared, given the record a value cache holds
+    (no I/O): the same checks, the same look-ahead."""
+    ms = to_epoch_ms(when)
+    state.check_alive()
+    lifecycle.check_open()
+    state.remember(found)
+    return state.visible(found, ms)
+
+
 def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -> Flow[None]:
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)

@@ -97,6 +97,11 @@ class Session:
         self._state = state
         self._lifecycle = lifecycle
         self._owner = owner
+        # A backend that keeps plain values in memory (Redis with ``?cache=yes``) answers
+        # a cached read without the flow machinery; see :meth:`get_data`.
+        self._cached_read: Callable[[Any], tuple[Any] | None] | None = (
+            None if state.history else getattr(backend, "cached_read", None)
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._owner is None:
@@ -111,8 +116,16 @@ class Session:
         """The stored value, or None if there is none or it was written for a later time.
 
         With ``history=True``: the newest value written for a time at or before ``when``.
+        On a store opened with ``?cache=yes`` a plain value may come from memory: a write
+        by another process is then seen once its invalidation has arrived (see
+        :mod:`sessionstore.redis.tracking`); one made through this store, at once.
         """
-        return run(flows.get_data(self._state, self._lifecycle, when), self._backend)
+        state = self._state
+        if self._cached_read is not None and state.initialised:
+            cached = self._cached_read(state.key)
+            if cached is not None:
+                return flows.get_cached(state, self._lifecycle, cached[0], when)
+        return run(flows.get_data(state, self._lifecycle, when), self._backend)
 
     def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``, replacing whatever was stored.

@@ -1,12 +1,14 @@
 """``?cache=yes``: value reads answered from memory, kept true by Redis client tracking.
 
 Each test runs its own ``redis-server`` so that ``INFO commandstats`` counts only its calls.
-History values are not cached (their read is a script); they stay correct with the cache on.
+Plain values are cached; history values are not (their read is a script, sent every time),
+and stay correct with the cache on.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import redis
 from support.redis_server import RedisServer
 
 import sessionstore
-from sessionstore import InvalidArgumentError
+from sessionstore import InvalidArgumentError, SessionDisposedError, StoreClosedError
 
 T1 = 1_700_000_000_000
 T2 = T1 + 60_000
@@ -31,10 +33,23 @@ def server() -> Iterator[RedisServer]:
         yield started
 
 
-def hmget_calls(server: RedisServer) -> int:
+def calls(server: RedisServer, command: str) -> int:
     client = redis.Redis(port=server.port)
     try:
-        return int(client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+    finally:
+        client.close()
+
+
+def hmget_calls(server: RedisServer) -> int:
+    return calls(server, "hmget")
+
+
+def tracking_clients(server: RedisServer) -> list[dict]:
+    """The connections with client tracking on: the cache's readers."""
+    client = redis.Redis(port=server.port)
+    try:
+        return [found for found in client.client_list() if "t" in found["flags"]]
     finally:
         client.close()
 
@@ -119,18 +134,30 @@ def test_look_ahead_applies_to_a_cached_record(server):
         assert hmget_calls(server) == before
 
 
+def _write_history_elsewhere(url: str, n: int, when: int) -> None:
+    with sessionstore.connect(url, "t-cache") as store:
+        store.session(*KEY, history=True).set_data({"n": n}, when)
+
+
 def test_history_values_are_not_cached_and_stay_correct(server):
     url = server.url + "?cache=yes"
-    with (
-        sessionstore.connect(url, "t-cache") as store,
-        sessionstore.connect(server.url, "t-cache") as other,
-    ):
+    with sessionstore.connect(url, "t-cache") as store:
         mine = store.session(*KEY, history=True)
-        theirs = other.session(*KEY, history=True)
         mine.set_data({"n": 1}, T1)
         assert mine.get_data(T2) == {"n": 1}
-        theirs.set_data({"n": 2}, T2)
+        before = calls(server, "evalsha")
+        for _ in range(5):
+            assert mine.get_data(T2) == {"n": 1}
+        assert calls(server, "evalsha") - before == 5  # every read asks the server
+        worker = multiprocessing.get_context("spawn").Process(
+            target=_write_history_elsewhere, args=(server.url, 2, T2)
+        )
+        worker.start()
+        worker.join(30)
+        assert worker.exitcode == 0
+        # Not cached, so the other process's write is seen by the very next read.
         assert mine.get_data(T2) == {"n": 2} and mine.get_data(T1) == {"n": 1}
+        assert hmget_calls(server) == 0
 
 
 def test_the_async_client_refuses_the_cache(server):
@@ -167,3 +194,184 @@ def test_connect_cache_true_is_the_url_option_and_travels(server, tmp_path):
     with pytest.raises(InvalidArgumentError, match="cache"):
         sessionstore.connect((tmp_path / "files").as_uri(), cache=True)
     sessionstore.connect((tmp_path / "files").as_uri(), cache=False).close()
+
+
+def test_a_value_handed_out_is_the_callers_own(server):
+    with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+        value = store.session(*KEY)
+        value.set_data({"n": 1, "items": [1, 2]}, T1)
+        first = value.get_data(T1)
+        first["n"] = 99
+        first["items"].append(3)
+        assert value.get_data(T1) == {"n": 1, "items": [1, 2]}
+
+
+def test_a_cached_read_checks_its_arguments_and_the_handle_as_a_fresh_one(server):
+    store = sessionstore.connect(server.url + "?cache=yes", "t-cache")
+    value = store.session(*KEY)
+    value.set_data({"n": 1}, T1)
+    assert value.get_data(T1) == {"n": 1}
+    with pytest.raises(InvalidArgumentError, match="when"):
+        value.get_data("yesterday")
+    other = store.session(*KEY)
+    assert other.get_data(T1) == {"n": 1}
+    other.dispose()
+    with pytest.raises(SessionDisposedError):
+        other.get_data(T1)
+    store.close()
+    with pytest.raises(StoreClosedError):
+        value.get_data(T1)
+
+
+def test_update_after_a_cached_read_starts_from_it_and_is_seen_at_once(server):
+    with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+        value = store.session(*KEY)
+        value.set_data(1, T1)
+        assert value.get_data(T1) == 1
+        assert value.get_data(T1) == 1  # cached
+        assert value.update(lambda n: n + 1, T1) == 2
+        assert value.get_data(T1) == 2
+
+
+def test_a_killed_reading_connection_empties_the_cache(server):
+    with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+        value = store.session(*KEY)
+        value.set_data({"n": 1}, T1)
+        assert value.get_data(T1) == {"n": 1}
+        (reader,) = tracking_clients(server)
+        admin = redis.Redis(port=server.port)
+        try:
+            # Only the tracked reader: the listener stays, and no invalidation will come.
+            admin.client_kill_filter(_id=reader["id"])
+            with sessionstore.connect(server.url, "t-cache") as other:
+                other.session(*KEY).set_data({"n": 2}, T1)
+        finally:
+            admin.close()
+        assert value.get_data(T1) == {"n": 2}
+
+
+def test_the_servers_idle_timeout_of_the_reader_empties_the_cache(server):
+    """Redis closes idle clients after ``timeout`` seconds but never a subscriber: a cache
+    whose every read is a hit loses its reader, and with it the invalidations."""
+    admin = redis.Redis(port=server.port)
+    try:
+        with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+            value = store.session(*KEY)
+            value.set_data({"n": 1}, T1)
+            assert value.get_data(T1) == {"n": 1}
+            admin.config_set("timeout", 1)
+            deadline = time.monotonic() + 10
+            while tracking_clients(server):
+                assert time.monotonic() < deadline, "the idle reader was not closed"
+                time.sleep(0.1)
+            admin.config_set("timeout", 0)
+            with sessionstore.connect(server.url, "t-cache") as other:
+                other.session(*KEY).set_data({"n": 2}, T1)
+            assert value.get_data(T1) == {"n": 2}
+    finally:
+        admin.close()
+
+
+def _read_in_a_forked_child(value: sessionstore.Session, queue: multiprocessing.Queue) -> None:
+    try:
+        first = value.get_data(T1)
+        value.set_data({"n": 3}, T1)
+        queue.put((first, value.get_data(T1)))
+    except BaseException as exc:
+        queue.put(repr(exc))
+        raise
+
+
+def test_a_forked_child_starts_with_an_empty_cache_and_leaves_the_parents_alone(server):
+    with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+        value = store.session(*KEY)
+        value.set_data({"n": 1}, T1)
+        assert value.get_data(T1) == {"n": 1}
+        with sessionstore.connect(server.url, "t-cache") as other:
+            other.session(*KEY).set_data({"n": 2}, T1)
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_read_in_a_forked_child, args=(value, queue))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        # The child read afresh (the parent's entry may still be on its way out) and saw
+        # its own write at once.
+        assert queue.get(timeout=5) == ({"n": 2}, {"n": 3})
+        eventually(lambda: value.get_data(T1), {"n": 3})
+        before = hmget_calls(server)
+        for _ in range(20):
+            assert value.get_data(T1) == {"n": 3}
+        assert hmget_calls(server) == before  # the parent's connections still track
+
+
+def test_threads_reading_a_cached_value_all_see_every_write_in_order(server):
+    url = server.url + "?cache=yes"
+    last = 30
+    seen: list[list[int]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+    with (
+        sessionstore.connect(url, "t-cache") as store,
+        sessionstore.connect(server.url, "t-cache") as other,
+    ):
+        store.session(*KEY).set_data(0, T1)
+        writer = other.session(*KEY)
+
+        def read(mine: list[int]) -> None:
+            value = store.session(*KEY)
+            try:
+                deadline = time.monotonic() + 20
+                while not mine or mine[-1] != last:
+                    found = value.get_data(T1)
+                    if not mine or found != mine[-1]:
+                        mine.append(found)
+                    assert time.monotonic() < deadline
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read, args=(mine,)) for mine in seen]
+        for thread in readers:
+            thread.start()
+        for n in range(1, last + 1):
+            writer.set_data(n, T1)
+            time.sleep(0.005)
+        for thread in readers:
+            thread.join(30)
+    assert not errors
+    for mine in seen:
+        assert mine == sorted(mine) and mine[-1] == last
+
+
+def test_after_a_sentinel_failover_the_cache_reads_from_the_new_primary():
+    from support.redis_sentinel import SERVICE, SentinelSetup
+
+    with (
+        SentinelSetup() as setup,
+        sessionstore.connect(setup.url + "?cache=yes", "t-cache") as store,
+    ):
+        value = store.session(*KEY)
+        value.set_data({"n": 1}, T1)
+        assert value.get_data(T1) == {"n": 1}
+        old = setup.current_primary()
+        sentinel = redis.Redis(port=setup.sentinels[0].port)
+        try:
+            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        finally:
+            sentinel.close()
+        setup.wait(lambda: setup.current_primary() not in (None, old), "a new primary", 20)
+        with sessionstore.connect(setup.url, "t-cache", durability="replicas:1") as other:
+            deadline = time.monotonic() + 20
+            while True:  # until the new primary takes writes with a replica behind it
+                try:
+                    other.session(*KEY).set_data({"n": 2}, T1)
+                    break
+                except sessionstore.SessionStoreError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+        # The demoted primary dropped the cache's connections (and would not have told it
+        # of writes made on the new one): the store reads from the new primary afresh.
+        eventually(lambda: value.get_data(T1), {"n": 2})
+        assert store.session(*KEY).get_data(T1) == {"n": 2}
+        new = setup.current_primary()
+        assert new is not None
+        assert tracking_clients(setup.node_at(new[1])), "the cache still reads elsewhere"

@@ -7,24 +7,35 @@ caching (``cache_config=``) is not used: it refuses servers older than Redis 7.4
 covers neither the async nor the cluster client.
 
 Two connections per store, made like the store's other connections (same server, or the
-primary the sentinels name): one reads (``HMGET``) and one listens. Every cached read
-first takes what the listener received (no round trip: a look at its socket), so a write
-by any process is seen once its invalidation has arrived. A cached reply is kept only
-when the read was made on a tracked connection; a reconnect of either connection (a
-restart, a failover, ``CLIENT KILL``) empties the cache before anything is read again.
+primary the sentinels name): one reads (``HMGET``) and one listens. Consistency: every
+read first looks whether either socket holds anything (one ``poll``, no round trip);
+when one does, the invalidations are applied (or the closed connection noticed) before
+the read is answered. So a write by another process is seen by every read that starts
+after its invalidation reached this process's socket (the server sends it before it
+acknowledges the write: on one host, as soon as the writer's call returns, in practice;
+across a network, one hop later). A write through this store is seen by this process's
+next read at once, whether or not its invalidation has arrived. A cached reply is kept
+only when the read was made on a tracked connection; a reconnect of either connection (a
+restart, a failover, ``CLIENT KILL``, the server's idle ``timeout``) empties the cache
+before anything is read again, and so does ``os.fork`` in the child.
 
-Only ``read`` is cached. History values (``history_get.lua``, a script) are not.
+A hit costs a ``poll`` of two sockets and a dict lookup, and takes no lock; a miss takes
+the lock (misses take turns on the one reading connection).
+
+Only plain values are cached (``HMGET``). History values (``history_get.lua``, a
+script) are not: each of their reads asks the server.
 """
 
 from __future__ import annotations
 
-import os
+import select
 import threading
 import time
 from typing import Any
 
 import redis
 
+from .. import forksafe
 from .retry import RETRIES, retry_delay
 
 CHANNEL = b"__redis__:invalidate"
@@ -32,21 +43,38 @@ CHANNEL = b"__redis__:invalidate"
 MAX_ENTRIES = 100_000
 
 
+class _Entry:
+    """One name's cached reply; ``reply`` is None until the read that made it returns.
+
+    An invalidation or a write of this process removes the entry from the cache; a read
+    still in flight then fills an entry nobody can find, so a reply that an invalidation
+    overtook is never served.
+    """
+
+    __slots__ = ("reply",)
+
+    def __init__(self) -> None:
+        self.reply: Any = None
+
+
 class ValueCache:
     """``HMGET key field...`` replies kept in memory while the server says they hold.
 
-    :meth:`hmget` is safe from several threads (one lock: reads that miss the cache
-    take turns on the one reading connection). Errors are redis-py's, for the caller's
-    boundary to map; after one, both connections are dropped and the cache emptied.
+    :meth:`lookup` and :meth:`hmget` are safe from several threads. Errors are
+    redis-py's, for the caller's boundary to map; after one, both connections are
+    dropped and the cache emptied.
     """
 
     def __init__(self, pool: redis.ConnectionPool) -> None:
         self._pool = pool
         self._lock = threading.Lock()
-        self._entries: dict[str, Any] = {}
+        self._entries: dict[str, _Entry] = {}
         self._reader: Any = None
         self._listener: Any = None
-        self._pid = os.getpid()
+        #: Watches both sockets while they are open; None when they are not.
+        self._poller: Any = None
+        forksafe.renew_locks(self, "_lock")
+        forksafe.at_fork(self, "_forked")
 
     def _connection(self) -> Any:
         # RESP2: invalidations come as plain pub/sub messages on the channel, which every
@@ -71,17 +99,30 @@ class ValueCache:
             raise redis.ConnectionError("the primary changed while the cache connected")
         reader.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", listener_id)
         reader.read_response()
+        poller = select.poll()
+        for connection in (listener, reader):
+            poller.register(_socket_of(connection), select.POLLIN)
         self._listener, self._reader = listener, reader
+        self._poller = poller
 
     def _drop(self) -> None:
+        # Hits stop first (they find no poller), then the entries go, then the sockets.
+        self._poller = None
         self._entries.clear()
         for connection in (self._reader, self._listener):
             if connection is not None:
                 connection.disconnect()
         self._reader = self._listener = None
 
+    def _forked(self) -> None:
+        """In a forked child: the parent's sockets are not ours to read or close."""
+        self._poller = None
+        self._entries = {}
+        self._reader = self._listener = None
+
     def _drain(self) -> None:
-        """Apply every invalidation received so far."""
+        """Apply every invalidation received so far (under the lock). Leaves nothing
+        buffered in the listener's parser, so that a quiet socket means no invalidation."""
         listener = self._listener
         while listener.can_read(timeout=0):
             message = listener.read_response(push_request=True)
@@ -93,9 +134,36 @@ class ValueCache:
             else:
                 for name in names:
                     self._entries.pop(name.decode(errors="replace"), None)
-        # A reader the server dropped (CLIENT KILL, shutdown) no longer tracks anything.
+        # A reader the server dropped (CLIENT KILL, shutdown, idle timeout) no longer
+        # tracks anything. No read of ours is in flight here: misses hold the lock.
         if self._reader.can_read(timeout=0):
             raise redis.ConnectionError("the cache's reading connection was closed")
+
+    def lookup(self, name: str) -> Any:
+        """The cached ``HMGET`` reply of ``name``, or None (not cached, or not connected:
+        :meth:`hmget` asks the server). No round trip and never raises; a connection
+        found closed is dropped."""
+        poller = self._poller
+        try:
+            quiet = poller is not None and not poller.poll(0)
+        except RuntimeError:  # another thread is polling the same object right now
+            quiet = False
+        if not quiet:
+            return self._lookup_after_drain(name)
+        entry = self._entries.get(name)
+        return None if entry is None else entry.reply
+
+    def _lookup_after_drain(self, name: str) -> Any:
+        with self._lock:
+            if self._poller is None:
+                return None
+            try:
+                self._drain()
+            except Exception:  # noqa: BLE001 - the next read reconnects and reports
+                self._drop()
+                return None
+            entry = self._entries.get(name)
+            return None if entry is None else entry.reply
 
     def hmget(self, name: str, fields: list[bytes]) -> Any:
         """``HMGET name *fields`` (always the same fields), from memory when no
@@ -112,32 +180,29 @@ class ValueCache:
 
     def _hmget(self, name: str, fields: list[bytes]) -> Any:
         with self._lock:
-            if self._pid != os.getpid():
-                # A forked child: the parent's sockets are not ours to read.
-                self._entries.clear()
-                self._reader = self._listener = None
-                self._lock = threading.Lock()
-                self._pid = os.getpid()
             try:
-                if self._listener is None:
+                if self._poller is None:
                     self._open()
-                self._drain()
-                found = self._entries.get(name)
-                if found is not None:
-                    return found
-                self._reader.send_command("HMGET", name, *fields)
-                reply = self._reader.read_response()
+                else:
+                    self._drain()
+                entry = self._entries.get(name)
+                if entry is not None and entry.reply is not None:
+                    return entry.reply
                 if len(self._entries) >= MAX_ENTRIES:
                     self._entries.clear()
-                self._entries[name] = reply
-                return reply
+                entry = self._entries[name] = _Entry()
+                self._reader.send_command("HMGET", name, *fields)
+                reply = self._reader.read_response()
             except BaseException:
                 self._drop()
                 raise
+            entry.reply = reply
+            return reply
 
     def forget(self, name: str) -> None:
         """Drop ``name``: a write of this process is seen by its next read at once,
-        whether or not its invalidation has arrived yet."""
+        whether or not its invalidation has arrived yet (a read of ``name`` in flight
+        meanwhile is not kept)."""
         self._entries.pop(name, None)
 
     def __len__(self) -> int:
@@ -146,3 +211,9 @@ class ValueCache:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def _socket_of(connection: Any) -> Any:
+    # redis-py has no public accessor for a connection's socket. Only its readiness is
+    # looked at here (never read or written): its parser owns the bytes.
+    return connection._sock

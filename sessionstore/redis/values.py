@@ -487,6 +487,16 @@ class RedisValues(_Values, ValueBackend):
 
     _handle: SyncClient
 
+    def cached_read(self, key: ValueKey) -> tuple[Stored | None] | None:
+        """``(read(key),)`` when ``?cache=yes`` holds the record in memory, else None
+        (then ``read`` asks the server). No round trip."""
+        cache = self._handle.cached()
+        if cache is None:
+            return None
+        name = keys.value_key(key)
+        reply = cache.lookup(name)
+        return None if reply is None else (decode_plain(name, reply),)
+
 
 class AsyncRedisValues(_Values):
     """The methods of :class:`RedisValues` as coroutines, on a ``redis.asyncio`` client."""
