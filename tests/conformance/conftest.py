@@ -1,4 +1,9 @@
-"""The conformance suites run every test for each backend and for both APIs (sync, async)."""
+"""The conformance suites run every test for each backend and for both APIs (sync, async).
+
+Besides the backends of the top-level conftest they run on "fakeredis": the Redis backend
+on fakeredis's TCP server, reached by a plain URL (support.fake_redis). It is a fast tier,
+not a proof: the real redis-server backends ("redis", "cluster", "acl") stay the proof,
+and what fakeredis lacks is skipped on it with the gap named."""
 
 from __future__ import annotations
 
@@ -6,10 +11,36 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import CONFORMANCE_BACKENDS, url_for
 from support.async_bridge import Bridge, sync_view
+from support.fake_redis import FakeRedisServer, skip_gaps
 
 import sessionstore
 from sessionstore import aio
+
+FAKE = "fakeredis"
+
+
+@pytest.fixture(params=[*CONFORMANCE_BACKENDS, FAKE])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every conformance backend, and fakeredis (tests it cannot run are skipped)."""
+    if request.param == FAKE:
+        skip_gaps(request)
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def fake_redis() -> Iterator[FakeRedisServer]:
+    with FakeRedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest, tmp_path) -> str:  # noqa: ANN001
+    """As the top-level ``store_url``, and the fakeredis server's URL for "fakeredis"."""
+    if backend == FAKE:
+        return request.getfixturevalue("fake_redis").url
+    return url_for(backend, request, tmp_path)
 
 
 @pytest.fixture(params=["sync", "async"])

@@ -24,7 +24,7 @@ def _sqlite_path(url: str) -> str:
     return url[len("sqlite:///") :]
 
 
-REDIS = ("redis", "cluster", "acl")
+REDIS = ("redis", "cluster", "acl", "fakeredis")
 
 
 def _redis(backend: str, url: str) -> Any:
