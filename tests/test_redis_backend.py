@@ -40,7 +40,8 @@ from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
-from sessionstore.redis.client import display, retry_delay, split_own_params
+from sessionstore.redis.options import display, split_own_params
+from sessionstore.redis.retry import retry_delay
 from sessionstore.redis.scripts import lua_dir, scripts
 
 T0 = 1_718_000_000_000
@@ -198,7 +199,7 @@ def test_redis_errors_map_to_the_sessionstore_hierarchy():
     from redis import exceptions as rex
 
     from sessionstore.errors import SessionStoreError
-    from sessionstore.redis.client import ErrorBoundary
+    from sessionstore.redis.boundary import ErrorBoundary
 
     boundary = ErrorBoundary("redis://u:***@h:1/0", 0.5)
     cases = [
@@ -433,7 +434,8 @@ def test_tokens_older_than_the_resend_window_are_dropped(redis_server, ns):
 
 
 def test_the_resend_window_covers_every_retry_of_a_call():
-    from sessionstore.redis.client import MIN_RESEND_WINDOW_MS, RETRIES, resend_window_ms
+    from sessionstore.redis.options import MIN_RESEND_WINDOW_MS, resend_window_ms
+    from sessionstore.redis.retry import RETRIES
 
     assert resend_window_ms(0.01) == MIN_RESEND_WINDOW_MS
     for timeout in (1.0, 5.0, 30.0):
@@ -1090,7 +1092,7 @@ def test_calls_queued_behind_a_failed_first_use_fail_with_it(tmp_path):
     import socket
     import threading
 
-    from sessionstore.redis.client import RETRIES
+    from sessionstore.redis.retry import RETRIES
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ from support.redis_server import RedisServer
 import sessionstore
 import sessionstore.aio
 from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader
-from sessionstore.redis.client import DEFAULT_MAX_CONNECTIONS, parse_options
+from sessionstore.redis.options import DEFAULT_MAX_CONNECTIONS, parse_options
 
 T0 = 1_718_000_000_000
 LIMIT = 8

@@ -21,15 +21,10 @@ from ..demo import check_durable
 from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
 from ..models import SessionEvent, SessionHeader
 from ..redis.acl import setuser_line
-from ..redis.client import (
-    ErrorBoundary,
-    RedisOptions,
-    SyncClient,
-    Topology,
-    is_cluster,
-    parse_options,
-)
+from ..redis.boundary import ErrorBoundary
+from ..redis.client import SyncClient, Topology, is_cluster
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
+from ..redis.options import RedisOptions, parse_options
 from ..store import Store
 from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
 from .text import plain

@@ -6,8 +6,10 @@ import dataclasses
 
 from ..contracts import AsyncBackends, Backends
 from ..errors import InvalidArgumentError
-from .client import AsyncClient, ErrorBoundary, SyncClient, Topology, parse_options
+from .boundary import ErrorBoundary
+from .client import AsyncClient, SyncClient, Topology
 from .events import AsyncRedisEvents, RedisEvents
+from .options import parse_options
 from .values import AsyncRedisValues, RedisValues
 
 

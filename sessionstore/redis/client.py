@@ -1,4 +1,5 @@
-"""Connection options, the redis-py clients, and the one place Redis errors are mapped.
+"""The redis-py clients of a store: built from its options (:mod:`.options`), chosen at
+first use (a plain server or a Redis Cluster), their errors mapped by :mod:`.boundary`.
 
 Opening does no I/O: redis-py connects on first use. Every call has a bounded
 duration: ``timeout`` seconds to connect and to wait for a reply, and two retries with
@@ -7,26 +8,23 @@ a short back-off on a connection error or timeout, after which the call raises
 server is back, and is reset in a forked child.
 
 Connections come from a pool of at most ``?max_connections=N`` (default
-:data:`DEFAULT_MAX_CONNECTIONS`) per server: a call that finds every connection busy
-waits for one, up to ``timeout``, and only then raises :class:`StoreUnavailableError`
-(redis-py's plain pools refuse the call at once instead). On a Redis Cluster the sync
-client has such a pool per node; the async cluster client cannot wait for one, so
-:class:`AsyncClient` lets at most N calls of the store run at once.
+:data:`.options.DEFAULT_MAX_CONNECTIONS`) per server: a call that finds every connection
+busy waits for one, up to ``timeout``, and only then raises
+:class:`StoreUnavailableError` (redis-py's plain pools refuse the call at once
+instead). On a Redis Cluster the sync client has such a pool per node; the async
+cluster client cannot wait for one, so :class:`AsyncClient` lets at most N calls of the
+store run at once.
 
 A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks the
 server at first use (``INFO cluster``) and then talks to the whole cluster with
 ``redis.cluster.RedisCluster`` (or its ``redis.asyncio`` twin), built from the same URL
 and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
 
-A ``redis+sentinel://`` (``rediss+sentinel://`` for TLS) URL names Redis Sentinels and a
-service: ``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]``. The
-client asks the sentinels for the service's primary (``redis.sentinel``) and follows a
-failover by itself: a connection to a demoted or dead primary is dropped, and the next
-attempt asks the sentinels again. The user info authenticates to the data nodes (as in
-redis-py, whose ``Sentinel`` sends no credentials to the sentinels unless told);
-``?sentinel_username=`` / ``?sentinel_password=`` authenticate to the sentinels. The
-same blocking pool (``?max_connections=``, waits up to ``timeout``) serves the primary.
-Such a URL is never a cluster: no detection is made.
+For a ``redis+sentinel://`` URL (see :mod:`.options`) the client asks the sentinels for
+the service's primary (``redis.sentinel``) and follows a failover by itself: a
+connection to a demoted or dead primary is dropped, and the next attempt asks the
+sentinels again. The same blocking pool (``?max_connections=``, waits up to
+``timeout``) serves the primary. Such a URL is never a cluster: no detection is made.
 """
 
 from __future__ import annotations
@@ -34,14 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
-import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
-from urllib.parse import unquote
 
 import redis
 import redis.asyncio
@@ -50,296 +45,26 @@ import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
-from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.exceptions import (
-    AskError,
-    AuthenticationError,
-    AuthorizationError,
     ClusterError,
-    MasterDownError,
     NoPermissionError,
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
     RedisClusterException,
     RedisError,
     ResponseError,
-    SlotNotCoveredError,
-    TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .. import forksafe
 from ..drive import Pause, Steps, adrive, drive
 from ..errors import (
-    AccessDeniedError,
     InvalidArgumentError,
     SessionStoreError,
     StoreUnavailableError,
 )
-from ..urls import invalid_url, mask_url, reject_unknown_params
-from .durability import Durability, parse_durability
-from .retry import BACKOFF, RETRIES, DriverBackoff, retry_delay
-
-DEFAULT_TIMEOUT = 5.0
-#: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
-DEFAULT_MAX_CONNECTIONS = 50
-#: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
-OWN_PARAMS = ("durability", "cluster", "max_connections", "cache")
-#: Query parameters handed to redis-py: those its ``parse_url`` converts (less the ones
-#: sessionstore sets itself: ``timeout`` is the store's, ``max_connections`` is ours),
-#: plus the connection options it takes as text (credentials, names, TLS files).
-REDIS_PY_PARAMS = tuple(
-    sorted(
-        (set(URL_QUERY_ARGUMENT_PARSERS) - {"timeout", "max_connections"})
-        | {"password", "username", "client_name", "lib_name", "lib_version"}
-        | {"encoding", "encoding_errors"}
-        | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path"}
-        | {"ssl_ca_data", "ssl_password", "ssl_ciphers"}
-    )
-)
-#: Values of ``?cluster=``: ask the server, or force a Redis Cluster client or a plain one.
-CLUSTER_MODES = ("auto", "yes", "no")
-#: URL schemes of a service behind Redis Sentinel (plain and TLS).
-SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
-#: The port of a sentinel named without one.
-SENTINEL_PORT = 26379
-#: Query parameters of a Sentinel URL that authenticate to the sentinels.
-SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
-#: Values of ``?cache=``.
-CACHE_VALUES = {"yes": True, "no": False}
-
-
-@dataclass(frozen=True)
-class RedisOptions:
-    """What :func:`parse_options` makes of ``open_redis``'s arguments."""
-
-    #: The URL handed to redis-py (sessionstore's own query parameters removed).
-    url: str
-    #: The URL to show: passwords masked.
-    display_url: str
-    timeout: float
-    durability: Durability
-    #: One of :data:`CLUSTER_MODES`.
-    cluster: str = "auto"
-    #: Connections per server (per node of a cluster); see the module doc.
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    #: The service behind Redis Sentinel a ``redis+sentinel://`` URL names; else None.
-    sentinel: SentinelTarget | None = None
-    #: Client-side caching of value reads (``?cache=yes``; see :mod:`.tracking`).
-    cache: bool = False
-
-
-@dataclass(frozen=True)
-class SentinelTarget:
-    """What a ``redis+sentinel://`` URL names (see the module doc)."""
-
-    #: (host, port) of each sentinel, in the URL's order.
-    sentinels: tuple[tuple[str, int], ...]
-    service: str
-    #: redis-py keyword arguments of the data nodes (db, credentials, TLS, options).
-    node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: redis-py keyword arguments of the sentinels (credentials, TLS).
-    sentinel_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
-
-
-def parse_sentinel_url(url: str, shown: str) -> SentinelTarget:
-    """The :class:`SentinelTarget` of ``url`` (sessionstore's own parameters removed).
-
-    Raises :class:`InvalidArgumentError` for a URL without a sentinel or a service, a
-    bad port or database, or a parameter redis-py rejects.
-    """
-    scheme, _, rest = url.partition("://")
-    tls = scheme.lower() == "rediss+sentinel"
-    rest, _, query = rest.partition("#")[0].partition("?")
-    authority, _, path = rest.partition("/")
-    userinfo, at, hosts = authority.rpartition("@")
-    sentinels = tuple(_sentinel_address(item, shown) for item in hosts.split(","))
-    service, _, db = path.partition("/")
-    service, db = unquote(service), db.strip("/")
-    if not service:
-        raise InvalidArgumentError(
-            f"{shown!r} names no service: write redis+sentinel://host:26379/SERVICE[/DB]"
-        )
-    if db and not (db.isascii() and db.isdigit()):
-        raise InvalidArgumentError(f"the database of {shown!r} must be a number, not {db!r:.20}")
-    items = [item for item in query.split("&") if item]
-    own = {
-        name: unquote(value)
-        for name, _, value in (item.partition("=") for item in items)
-        if name in SENTINEL_PARAMS
-    }
-    kept = "&".join(item for item in items if item.partition("=")[0] not in SENTINEL_PARAMS)
-    # redis-py reads the credentials and every option as for a redis:// URL.
-    stand_in = f"{'rediss' if tls else 'redis'}://{userinfo}{at}localhost/{db or 0}"
-    try:
-        node = parse_url(stand_in + ("?" + kept if kept else ""))
-    except ValueError as exc:
-        raise invalid_url(url, exc)  # noqa: B904 - it chains what is safe to show
-    for name in ("host", "port", "connection_class"):
-        node.pop(name, None)
-    tls_kwargs = {name: value for name, value in node.items() if name.startswith("ssl_")}
-    if tls:
-        node["ssl"] = True
-        tls_kwargs["ssl"] = True
-    sentinel = dict(tls_kwargs) if tls else {}
-    if "sentinel_username" in own:
-        sentinel["username"] = own["sentinel_username"]
-    if "sentinel_password" in own:
-        sentinel["password"] = own["sentinel_password"]
-    return SentinelTarget(sentinels, service, node, sentinel)
-
-
-def _sentinel_address(item: str, shown: str) -> tuple[str, int]:
-    host, port = item, ""
-    if item.startswith("["):
-        host, _, after = item[1:].partition("]")
-        port = after.removeprefix(":")
-    elif ":" in item:
-        host, _, port = item.rpartition(":")
-    if not host or (port and not (port.isascii() and port.isdigit())):
-        raise InvalidArgumentError(
-            f"{shown!r} names a sentinel {item!r:.60} that is not host[:port]"
-        )
-    return unquote(host), int(port) if port else SENTINEL_PORT
-
-
-def display(url: str) -> str:
-    """``url`` with every password masked: in the user-info part and in ``?password=``."""
-    return mask_url(url)
-
-
-def _max_connections(raw: str | None, shown: str) -> int:
-    if raw is None:
-        return DEFAULT_MAX_CONNECTIONS
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
-        raise InvalidArgumentError(
-            f"?max_connections= must be a whole number >= 1, not {raw!r:.40} in {shown!r}"
-        )
-    return int(raw)
-
-
-def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
-    """Validate the options; ``durability`` may come from the argument or ``?durability=``,
-    the cluster mode from ``?cluster=`` (default ``auto``).
-
-    Raises :class:`InvalidArgumentError` for a bad timeout, an unknown durability or
-    cluster mode, or a durability given both ways with different values.
-    """
-    shown = display(url)
-    if timeout is None:
-        timeout = DEFAULT_TIMEOUT
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, not {timeout!r}")
-    clean, own = split_own_params(url)
-    sentinel = url.partition("://")[0].lower() in SENTINEL_SCHEMES
-    extra = SENTINEL_PARAMS if sentinel else ()
-    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
-    from_url = own.get("durability")
-    if durability is not None and from_url is not None and durability != from_url:
-        raise InvalidArgumentError(
-            f"durability={durability!r} contradicts ?durability={from_url} in {shown!r}"
-        )
-    chosen = durability if durability is not None else from_url
-    cluster = own.get("cluster", "auto")
-    if cluster not in CLUSTER_MODES:
-        raise InvalidArgumentError(
-            f"?cluster= must be one of {', '.join(CLUSTER_MODES)}, not {cluster!r:.40} in {shown!r}"
-        )
-    cache = own.get("cache", "no")
-    if cache not in CACHE_VALUES:
-        raise InvalidArgumentError(f"?cache= must be yes or no, not {cache!r:.40} in {shown!r}")
-    target = None
-    if sentinel:
-        if cluster == "yes":
-            raise InvalidArgumentError(
-                f"{shown!r} names a service behind Redis Sentinel, never a Redis Cluster: "
-                "leave ?cluster= out"
-            )
-        cluster = "no"
-        target = parse_sentinel_url(clean, shown)
-    options = RedisOptions(
-        clean,
-        shown,
-        float(timeout),
-        parse_durability(chosen),
-        cluster,
-        _max_connections(own.get("max_connections"), shown),
-        target,
-        CACHE_VALUES[cache],
-    )
-    if cluster == "yes":
-        check_cluster_url(options)
-    return options
-
-
-def check_cluster_url(options: RedisOptions) -> None:
-    """Raise :class:`InvalidArgumentError` when the URL cannot address a Redis Cluster
-    (a unix socket, a database other than 0)."""
-    try:
-        parsed = parse_url(options.url)
-    except ValueError as exc:
-        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
-    if "path" in parsed:
-        raise InvalidArgumentError(
-            f"a Redis Cluster is reached by a redis:// or rediss:// URL (host and port), "
-            f"not {options.display_url!r}: its nodes address each other by TCP"
-        )
-    if parsed.get("db", 0) != 0:
-        raise InvalidArgumentError(
-            f"{options.display_url!r} names database {parsed['db']}, but a Redis Cluster "
-            "has only database 0"
-        )
-
-
-def split_own_params(url: str) -> tuple[str, dict[str, str]]:
-    """(``url`` without sessionstore's query parameters, those parameters).
-
-    The other parameters are kept byte for byte, for redis-py to read.
-    """
-    head, sep, query = url.partition("?")
-    if not sep:
-        return url, {}
-    query, hash_sep, fragment = query.partition("#")
-    kept: list[str] = []
-    own: dict[str, str] = {}
-    for item in query.split("&"):
-        name, _, value = item.partition("=")
-        if name in OWN_PARAMS:
-            if name in own:
-                raise InvalidArgumentError(f"?{name}= is given twice in {display(url)!r}")
-            own[name] = value
-        elif item:
-            kept.append(item)
-    rest = "&".join(kept)
-    return head + ("?" + rest if rest else "") + hash_sep + fragment, own
-
-
-def query_names(url: str) -> list[str]:
-    """The names of ``url``'s query parameters, in order."""
-    _, sep, query = url.partition("?")
-    query = query.partition("#")[0]
-    return [item.partition("=")[0] for item in query.split("&") if item] if sep else []
-
-
-#: The shortest resend window (ms), whatever the timeout.
-MIN_RESEND_WINDOW_MS = 10_000
-
-
-def resend_window_ms(timeout: float) -> int:
-    """How long (ms) the server remembers a value write's token (see
-    :mod:`sessionstore.keys`): twice the longest time one call may keep sending the same
-    command (``RETRIES`` + 1 attempts, each a connect and a reply of up to ``timeout``
-    and the longest back-off), and at least :data:`MIN_RESEND_WINDOW_MS`."""
-    attempt = 2 * timeout + BACKOFF.cap
-    return max(MIN_RESEND_WINDOW_MS, math.ceil(2 * (RETRIES + 1) * attempt * 1000))
+from ..urls import invalid_url
+from .boundary import ErrorBoundary, driver_defect
+from .options import RedisOptions, SentinelTarget, check_cluster_url
+from .retry import RETRIES, DriverBackoff, retry_delay
 
 
 def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
@@ -489,22 +214,8 @@ def _raw_stream_replies(client: _Client) -> _Client:
     return client
 
 
-_DRIVER_DIR = os.path.dirname(redis.__file__) + os.sep
 #: Attempts of one call that meets :func:`driver_defect` (see :class:`ClusterClient`).
 DEFECT_ATTEMPTS = 6
-
-
-def driver_defect(exc: BaseException) -> bool:
-    """``exc`` is the ``AttributeError`` redis-py's cluster client raises when a slot
-    being migrated answers ``ASK`` with a node it does not know yet (a primary just added
-    by ``redis-cli --cluster add-node``): it looks the node up, finds None and uses it.
-    The command was not applied (``ASK`` means the node that answered did not run it)."""
-    if not isinstance(exc, AttributeError) or getattr(exc, "obj", object()) is not None:
-        return False
-    trace = exc.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    return trace is not None and trace.tb_frame.f_code.co_filename.startswith(_DRIVER_DIR)
 
 
 class ClusterClient(redis.cluster.RedisCluster):
@@ -860,133 +571,3 @@ def scan_keys(client: Any, pattern: str, count: int) -> list[Any]:
     for node in client.get_primaries():
         found += client.get_redis_connection(node).scan_iter(match=pattern, count=count)
     return list(dict.fromkeys(found))
-
-
-_DENIED_MARKS = ("NOPERM", "WRONGPASS", "NOAUTH")
-_OOM_MARK = "OOM command not allowed"
-#: Replies of a server that cannot take the command right now (a replica, a primary
-#: without its replicas or its disk, a server loading its data or busy in a script).
-_UNAVAILABLE_MARKS = (
-    "READONLY",
-    "MASTERDOWN",
-    "LOADING",
-    "CLUSTERDOWN",
-    "TRYAGAIN",
-    "BUSY",
-    "NOREPLICAS",
-    "MISCONF",
-)
-#: ``WAIT`` ended by a failover (``CLUSTER FAILOVER``, a primary turned replica): the
-#: write before it was applied on a primary that may no longer be one.
-_UNBLOCKED_MARK = "UNBLOCKED"
-#: Said of every error that can follow a send of a write whose reply never came (a
-#: resend meets a restarted server, a replica, a full memory...).
-_UNDECIDED = "the call may or may not have been applied"
-#: Errors of a cluster in motion (failover, resharding, a node down): a later call may pass.
-_CLUSTER_IN_MOTION = (ClusterError, TryAgainError, SlotNotCoveredError)
-
-
-class _Guard:
-    """One ``with boundary(...)`` block (a plain class: it sits on every call's path)."""
-
-    __slots__ = ("boundary", "command", "key")
-
-    def __init__(self, boundary: ErrorBoundary, command: str, key: str | None) -> None:
-        self.boundary = boundary
-        self.command = command
-        self.key = key
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if isinstance(exc, RedisError | RedisClusterException):
-            raise self.boundary.translate(exc, self.command, self.key) from exc
-        if exc is not None and driver_defect(exc):
-            raise self.boundary.translate(
-                ClusterError(f"{type(exc).__name__}: {exc}"), self.command, self.key
-            ) from exc
-
-
-class ErrorBoundary:
-    """Turns redis-py errors into sessionstore errors, naming the command and the key.
-
-    ``with boundary("HMGET", key): ...`` wraps one call (sync or awaited): connection
-    errors and timeouts become :class:`StoreUnavailableError`, refused credentials or
-    ACLs :class:`AccessDeniedError`, a server out of memory :class:`StoreUnavailableError`,
-    a server that cannot take the command now (a replica, ``LOADING``, ``BUSY``,
-    ``NOREPLICAS``, ``MISCONF``) or a cluster that cannot serve the slot right now
-    (``CLUSTERDOWN``, ``TRYAGAIN``, a slot not covered, redirections that do not settle,
-    no reachable node) :class:`StoreUnavailableError`, a script cache lost again after
-    the script was loaded (``NOSCRIPT`` reaching the boundary) and a ``WAIT`` unblocked by
-    a failover (``UNBLOCKED``) :class:`StoreUnavailableError`, a plain server addressed as
-    a cluster (``?cluster=yes``) :class:`InvalidArgumentError`, anything else
-    :class:`SessionStoreError`; the redis-py error is chained.
-
-    Each :class:`StoreUnavailableError` may follow a send of the same call whose reply was
-    lost (redis-py resends on a dropped connection or a timeout): its message says that the
-    call may or may not have been applied. A value write is never applied twice (see
-    :mod:`sessionstore.keys`), so calling it again is safe.
-    """
-
-    def __init__(self, display_url: str, timeout: float) -> None:
-        self.display_url = display_url
-        self.timeout = timeout
-
-    def __call__(self, command: str, key: str | None = None) -> _Guard:
-        return _Guard(self, command, key)
-
-    def translate(
-        self, exc: RedisError | RedisClusterException, command: str, key: str | None
-    ) -> SessionStoreError:
-        """The sessionstore error for ``exc`` raised by ``command`` on ``key``."""
-        text = str(exc)
-        what = f"{command} on {key}" if key else command
-        where = f"the Redis server at {self.display_url}"
-        if isinstance(exc, AuthenticationError | AuthorizationError | NoPermissionError) or any(
-            mark in text for mark in _DENIED_MARKS
-        ):
-            return AccessDeniedError(f"access was denied by {where} for {what}: {text}")
-        if isinstance(exc, OutOfMemoryError) or _OOM_MARK in text:
-            return StoreUnavailableError(
-                f"{where} is out of memory (used memory > maxmemory, no eviction) and "
-                f"refused {what}, writing nothing; {_UNDECIDED} by an earlier send whose "
-                f"reply was lost. Free memory or raise maxmemory. ({text})"
-            )
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
-            return StoreUnavailableError(
-                f"{where} is unavailable: {what} failed after {RETRIES} retries "
-                f"(timeout {self.timeout:g} s); {_UNDECIDED}: {text}"
-            )
-        if isinstance(exc, NoScriptError):
-            return StoreUnavailableError(
-                f"{where} lost its script cache again (a restart, a failover, SCRIPT FLUSH "
-                f"or a slot moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
-            )
-        if text.startswith(_UNBLOCKED_MARK):
-            return StoreUnavailableError(
-                f"{where} ended the wait of {what} (a failover): {_UNDECIDED} on the new "
-                f"primary: {text}"
-            )
-        if isinstance(exc, ReadOnlyError | MasterDownError) or text.startswith(_UNAVAILABLE_MARKS):
-            return StoreUnavailableError(
-                f"{where} cannot serve {what} right now; {_UNDECIDED}: {text}"
-            )
-        if "Cluster mode is not enabled" in text or "cluster support disabled" in text:
-            return InvalidArgumentError(
-                f"{where} is not a Redis Cluster node, but {what} was sent to it as one "
-                "(?cluster=yes in the URL): use ?cluster=auto or leave the option out"
-            )
-        if isinstance(exc, AskError):
-            return StoreUnavailableError(
-                f"{where} redirected {what} to another node ({text}) and the redirections "
-                "did not settle: a Redis Cluster in motion, or a cluster node reached "
-                f"with ?cluster=no; {_UNDECIDED}"
-            )
-        if isinstance(exc, _CLUSTER_IN_MOTION) or type(exc) is RedisClusterException:
-            return StoreUnavailableError(
-                f"the Redis Cluster at {self.display_url} cannot serve {what} right now "
-                f"(a node down, a failover or resharding in progress); {_UNDECIDED}: "
-                f"{text or type(exc).__name__}"
-            )
-        return SessionStoreError(f"{where} failed {what}: {text}")

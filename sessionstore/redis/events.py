@@ -42,7 +42,8 @@ from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from . import scripts
-from .client import AsyncClient, ErrorBoundary, SyncClient, is_cluster
+from .boundary import ErrorBoundary
+from .client import AsyncClient, SyncClient, is_cluster
 from .durability import (
     CONFIG_PATTERN,
     INFO_SECTION,

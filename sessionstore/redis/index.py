@@ -29,15 +29,9 @@ from redis.exceptions import RedisError, ResponseError
 from .. import keys
 from ..drive import Steps
 from . import scripts
-from .client import (
-    SCAN_COUNT,
-    ErrorBoundary,
-    RedisOptions,
-    SyncClient,
-    Topology,
-    parse_options,
-    scan_keys,
-)
+from .boundary import ErrorBoundary
+from .client import SCAN_COUNT, SyncClient, Topology, scan_keys
+from .options import RedisOptions, parse_options
 
 #: How one listing checks an entry: queue the check on a pipeline, given the member.
 Queue = Callable[[Any, str], None]

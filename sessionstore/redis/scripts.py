@@ -52,8 +52,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..drive import Pause, Steps, drive
 from ..errors import SessionStoreError
-from .client import RETRIES, is_cluster, retry_delay
+from .client import is_cluster
 from .durability import Acks
+from .retry import RETRIES, retry_delay
 
 Arg = str | bytes | int
 #: A command as redis-py's ``execute_command`` takes it.

@@ -51,9 +51,11 @@ from ..drive import Steps
 from ..errors import SessionStoreError
 from ..keys import ValueKey
 from . import scripts
-from .client import AsyncClient, ErrorBoundary, SyncClient, resend_window_ms
+from .boundary import ErrorBoundary
+from .client import AsyncClient, SyncClient
 from .durability import REPLICAS, Durability, check_value_acks, wait_ms
 from .index import Listing, Queue, list_steps, value_entry
+from .options import resend_window_ms
 
 log = logging.getLogger("sessionstore")
 

@@ -44,7 +44,7 @@ from support.tcp_proxy import TcpProxy
 import sessionstore
 from sessionstore import DurabilityError, SessionHeader, StoreUnavailableError, keys
 from sessionstore.keys import ValueKey
-from sessionstore.redis.client import RETRIES
+from sessionstore.redis.retry import RETRIES
 
 from . import figures
 from .conftest import iterations

@@ -39,7 +39,7 @@ import sessionstore
 import sessionstore.aio
 from sessionstore import SessionHeader, StoreUnavailableError, keys
 from sessionstore.keys import ValueKey
-from sessionstore.redis.client import RETRIES
+from sessionstore.redis.retry import RETRIES
 from sessionstore.redis.scripts import scripts
 
 from . import figures
@@ -538,7 +538,7 @@ def test_a_script_cache_lost_again_while_a_write_is_sent_is_unavailable_not_an_e
 def test_replies_that_leave_a_write_undecided_are_store_unavailable(reply):
     from redis.exceptions import NoScriptError, ResponseError
 
-    from sessionstore.redis.client import ErrorBoundary
+    from sessionstore.redis.boundary import ErrorBoundary
 
     error = NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
     translated = ErrorBoundary("redis://h:1/0", 1.0).translate(error, "value_swap.lua", "k")

@@ -17,7 +17,7 @@ import redis.cluster
 
 from sessionstore import keys
 from sessionstore.connection import file_root
-from sessionstore.redis.client import split_own_params
+from sessionstore.redis.options import split_own_params
 
 
 def _sqlite_path(url: str) -> str:

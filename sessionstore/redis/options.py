@@ -1,0 +1,285 @@
+"""The URL of a Redis store and what it sets: :func:`parse_options` reads it into
+:class:`RedisOptions` (no I/O), without ever showing a password (:func:`display`).
+
+Query parameters sessionstore reads itself (``OWN_PARAMS``: ``durability``, ``cluster``,
+``max_connections``, ``cache``) never reach redis-py; the connection options redis-py
+takes (``REDIS_PY_PARAMS``) do; any other is refused with a suggestion.
+
+A ``redis+sentinel://`` (``rediss+sentinel://`` for TLS) URL names Redis Sentinels and a
+service: ``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]``. The
+user info authenticates to the data nodes (as in redis-py, whose ``Sentinel`` sends no
+credentials to the sentinels unless told); ``?sentinel_username=`` /
+``?sentinel_password=`` authenticate to the sentinels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
+
+from ..errors import InvalidArgumentError
+from ..urls import invalid_url, mask_url, reject_unknown_params
+from .durability import Durability, parse_durability
+from .retry import BACKOFF, RETRIES
+
+DEFAULT_TIMEOUT = 5.0
+#: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
+DEFAULT_MAX_CONNECTIONS = 50
+#: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
+OWN_PARAMS = ("durability", "cluster", "max_connections", "cache")
+#: Query parameters handed to redis-py: those its ``parse_url`` converts (less the ones
+#: sessionstore sets itself: ``timeout`` is the store's, ``max_connections`` is ours),
+#: plus the connection options it takes as text (credentials, names, TLS files).
+REDIS_PY_PARAMS = tuple(
+    sorted(
+        (set(URL_QUERY_ARGUMENT_PARSERS) - {"timeout", "max_connections"})
+        | {"password", "username", "client_name", "lib_name", "lib_version"}
+        | {"encoding", "encoding_errors"}
+        | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path"}
+        | {"ssl_ca_data", "ssl_password", "ssl_ciphers"}
+    )
+)
+#: Values of ``?cluster=``: ask the server, or force a Redis Cluster client or a plain one.
+CLUSTER_MODES = ("auto", "yes", "no")
+#: URL schemes of a service behind Redis Sentinel (plain and TLS).
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: The port of a sentinel named without one.
+SENTINEL_PORT = 26379
+#: Query parameters of a Sentinel URL that authenticate to the sentinels.
+SENTINEL_PARAMS = ("sentinel_username", "sentinel_password")
+#: Values of ``?cache=``.
+CACHE_VALUES = {"yes": True, "no": False}
+
+
+@dataclass(frozen=True)
+class RedisOptions:
+    """What :func:`parse_options` makes of ``open_redis``'s arguments."""
+
+    #: The URL handed to redis-py (sessionstore's own query parameters removed).
+    url: str
+    #: The URL to show: passwords masked.
+    display_url: str
+    timeout: float
+    durability: Durability
+    #: One of :data:`CLUSTER_MODES`.
+    cluster: str = "auto"
+    #: Connections per server (per node of a cluster); see the module doc.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: The service behind Redis Sentinel a ``redis+sentinel://`` URL names; else None.
+    sentinel: SentinelTarget | None = None
+    #: Client-side caching of value reads (``?cache=yes``; see :mod:`.tracking`).
+    cache: bool = False
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a ``redis+sentinel://`` URL names (see the module doc)."""
+
+    #: (host, port) of each sentinel, in the URL's order.
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    #: redis-py keyword arguments of the data nodes (db, credentials, TLS, options).
+    node_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: redis-py keyword arguments of the sentinels (credentials, TLS).
+    sentinel_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def parse_sentinel_url(url: str, shown: str) -> SentinelTarget:
+    """The :class:`SentinelTarget` of ``url`` (sessionstore's own parameters removed).
+
+    Raises :class:`InvalidArgumentError` for a URL without a sentinel or a service, a
+    bad port or database, or a parameter redis-py rejects.
+    """
+    scheme, _, rest = url.partition("://")
+    tls = scheme.lower() == "rediss+sentinel"
+    rest, _, query = rest.partition("#")[0].partition("?")
+    authority, _, path = rest.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    sentinels = tuple(_sentinel_address(item, shown) for item in hosts.split(","))
+    service, _, db = path.partition("/")
+    service, db = unquote(service), db.strip("/")
+    if not service:
+        raise InvalidArgumentError(
+            f"{shown!r} names no service: write redis+sentinel://host:26379/SERVICE[/DB]"
+        )
+    if db and not (db.isascii() and db.isdigit()):
+        raise InvalidArgumentError(f"the database of {shown!r} must be a number, not {db!r:.20}")
+    items = [item for item in query.split("&") if item]
+    own = {
+        name: unquote(value)
+        for name, _, value in (item.partition("=") for item in items)
+        if name in SENTINEL_PARAMS
+    }
+    kept = "&".join(item for item in items if item.partition("=")[0] not in SENTINEL_PARAMS)
+    # redis-py reads the credentials and every option as for a redis:// URL.
+    stand_in = f"{'rediss' if tls else 'redis'}://{userinfo}{at}localhost/{db or 0}"
+    try:
+        node = parse_url(stand_in + ("?" + kept if kept else ""))
+    except ValueError as exc:
+        raise invalid_url(url, exc)  # noqa: B904 - it chains what is safe to show
+    for name in ("host", "port", "connection_class"):
+        node.pop(name, None)
+    tls_kwargs = {name: value for name, value in node.items() if name.startswith("ssl_")}
+    if tls:
+        node["ssl"] = True
+        tls_kwargs["ssl"] = True
+    sentinel = dict(tls_kwargs) if tls else {}
+    if "sentinel_username" in own:
+        sentinel["username"] = own["sentinel_username"]
+    if "sentinel_password" in own:
+        sentinel["password"] = own["sentinel_password"]
+    return SentinelTarget(sentinels, service, node, sentinel)
+
+
+def _sentinel_address(item: str, shown: str) -> tuple[str, int]:
+    host, port = item, ""
+    if item.startswith("["):
+        host, _, after = item[1:].partition("]")
+        port = after.removeprefix(":")
+    elif ":" in item:
+        host, _, port = item.rpartition(":")
+    if not host or (port and not (port.isascii() and port.isdigit())):
+        raise InvalidArgumentError(
+            f"{shown!r} names a sentinel {item!r:.60} that is not host[:port]"
+        )
+    return unquote(host), int(port) if port else SENTINEL_PORT
+
+
+def display(url: str) -> str:
+    """``url`` with every password masked: in the user-info part and in ``?password=``."""
+    return mask_url(url)
+
+
+def _max_connections(raw: str | None, shown: str) -> int:
+    if raw is None:
+        return DEFAULT_MAX_CONNECTIONS
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise InvalidArgumentError(
+            f"?max_connections= must be a whole number >= 1, not {raw!r:.40} in {shown!r}"
+        )
+    return int(raw)
+
+
+def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
+    """Validate the options; ``durability`` may come from the argument or ``?durability=``,
+    the cluster mode from ``?cluster=`` (default ``auto``).
+
+    Raises :class:`InvalidArgumentError` for a bad timeout, an unknown durability or
+    cluster mode, or a durability given both ways with different values.
+    """
+    shown = display(url)
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise InvalidArgumentError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    clean, own = split_own_params(url)
+    sentinel = url.partition("://")[0].lower() in SENTINEL_SCHEMES
+    extra = SENTINEL_PARAMS if sentinel else ()
+    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
+    from_url = own.get("durability")
+    if durability is not None and from_url is not None and durability != from_url:
+        raise InvalidArgumentError(
+            f"durability={durability!r} contradicts ?durability={from_url} in {shown!r}"
+        )
+    chosen = durability if durability is not None else from_url
+    cluster = own.get("cluster", "auto")
+    if cluster not in CLUSTER_MODES:
+        raise InvalidArgumentError(
+            f"?cluster= must be one of {', '.join(CLUSTER_MODES)}, not {cluster!r:.40} in {shown!r}"
+        )
+    cache = own.get("cache", "no")
+    if cache not in CACHE_VALUES:
+        raise InvalidArgumentError(f"?cache= must be yes or no, not {cache!r:.40} in {shown!r}")
+    target = None
+    if sentinel:
+        if cluster == "yes":
+            raise InvalidArgumentError(
+                f"{shown!r} names a service behind Redis Sentinel, never a Redis Cluster: "
+                "leave ?cluster= out"
+            )
+        cluster = "no"
+        target = parse_sentinel_url(clean, shown)
+    options = RedisOptions(
+        clean,
+        shown,
+        float(timeout),
+        parse_durability(chosen),
+        cluster,
+        _max_connections(own.get("max_connections"), shown),
+        target,
+        CACHE_VALUES[cache],
+    )
+    if cluster == "yes":
+        check_cluster_url(options)
+    return options
+
+
+def check_cluster_url(options: RedisOptions) -> None:
+    """Raise :class:`InvalidArgumentError` when the URL cannot address a Redis Cluster
+    (a unix socket, a database other than 0)."""
+    try:
+        parsed = parse_url(options.url)
+    except ValueError as exc:
+        raise invalid_url(options.url, exc)  # noqa: B904 - it chains what is safe to show
+    if "path" in parsed:
+        raise InvalidArgumentError(
+            f"a Redis Cluster is reached by a redis:// or rediss:// URL (host and port), "
+            f"not {options.display_url!r}: its nodes address each other by TCP"
+        )
+    if parsed.get("db", 0) != 0:
+        raise InvalidArgumentError(
+            f"{options.display_url!r} names database {parsed['db']}, but a Redis Cluster "
+            "has only database 0"
+        )
+
+
+def split_own_params(url: str) -> tuple[str, dict[str, str]]:
+    """(``url`` without sessionstore's query parameters, those parameters).
+
+    The other parameters are kept byte for byte, for redis-py to read.
+    """
+    head, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    query, hash_sep, fragment = query.partition("#")
+    kept: list[str] = []
+    own: dict[str, str] = {}
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if name in OWN_PARAMS:
+            if name in own:
+                raise InvalidArgumentError(f"?{name}= is given twice in {display(url)!r}")
+            own[name] = value
+        elif item:
+            kept.append(item)
+    rest = "&".join(kept)
+    return head + ("?" + rest if rest else "") + hash_sep + fragment, own
+
+
+def query_names(url: str) -> list[str]:
+    """The names of ``url``'s query parameters, in order."""
+    _, sep, query = url.partition("?")
+    query = query.partition("#")[0]
+    return [item.partition("=")[0] for item in query.split("&") if item] if sep else []
+
+
+#: The shortest resend window (ms), whatever the timeout.
+MIN_RESEND_WINDOW_MS = 10_000
+
+
+def resend_window_ms(timeout: float) -> int:
+    """How long (ms) the server remembers a value write's token (see
+    :mod:`sessionstore.keys`): twice the longest time one call may keep sending the same
+    command (``RETRIES`` + 1 attempts, each a connect and a reply of up to ``timeout``
+    and the longest back-off), and at least :data:`MIN_RESEND_WINDOW_MS`."""
+    attempt = 2 * timeout + BACKOFF.cap
+    return max(MIN_RESEND_WINDOW_MS, math.ceil(2 * (RETRIES + 1) * attempt * 1000))
