@@ -56,7 +56,7 @@ token in the value's ``ops`` zset: found, the call was applied before and it ret
 that outcome without writing; else it writes, adds its token (score = the server's
 ``TIME``), drops tokens older than the resend window and sets the zset's expiry to the
 window. The window (ms) comes from the client, at least twice as long as one call can
-keep resending (``sessionstore.redis.client.resend_window_ms``). Deletes and ttl expiry
+keep resending (``sessionstore.redis.options.resend_window_ms``). Deletes and ttl expiry
 of the data leave the ``ops`` zset alone, so a resend is recognised however many other
 writes, deletes or expiries landed in between. Its name is of its own kind (``ops``), so
 no pattern of a value or a history matches it. ``value_forget.lua`` removes the three
