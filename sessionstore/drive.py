@@ -9,9 +9,11 @@ done and receives the outcome:
   arguments, so an operation builds the same call for both);
 * a :class:`Pause`, for a back-off between attempts.
 
-An error a call raises is thrown into the operation where it yielded the call, so its
-``try``/``with`` blocks (retries, reloads, error boundaries) see it exactly as in
-straight-line code. ``resolve`` turns what an operation yields into one of the two first
+An error a call raises (any ``BaseException``: a ``KeyboardInterrupt`` or a task's
+cancellation too) is thrown into the operation where it yielded the call, so its
+``try``/``with`` blocks (retries, reloads, error boundaries, cleanup) see it exactly as
+in straight-line code; an operation the driver leaves early is closed at once.
+``resolve`` turns what an operation yields into one of the two first
 (:mod:`sessionstore.flows` yields backend calls, sleeps and user callbacks).
 """
 
@@ -43,41 +45,48 @@ def drive(steps: Generator[Any, Any, _T], resolve: Callable[[Any], Step] | None 
     """Run ``steps``, each call's result handed back as it is."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        if resolve is not None:
-            step = resolve(step)
-        if isinstance(step, Pause):
-            time.sleep(step.seconds)
-            continue
-        try:
-            reply = step()
-        except Exception as exc:  # noqa: BLE001 - handed to the operation
-            error = exc
+    try:
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            if resolve is not None:
+                step = resolve(step)
+            try:
+                if isinstance(step, Pause):
+                    time.sleep(step.seconds)
+                else:
+                    reply = step()
+            except BaseException as exc:  # noqa: BLE001 - the operation cleans up, re-raises
+                error = exc
+    finally:
+        steps.close()
 
 
 async def adrive(
     steps: Generator[Any, Any, _T], resolve: Callable[[Any], Step] | None = None
 ) -> _T:
-    """:func:`drive`, each call's result awaited."""
+    """:func:`drive`, each call's result awaited (a cancellation is thrown into the
+    operation like any error, so its cleanup runs, and may await, before it ends)."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        if resolve is not None:
-            step = resolve(step)
-        if isinstance(step, Pause):
-            await asyncio.sleep(step.seconds)
-            continue
-        try:
-            reply = await step()
-        except Exception as exc:  # noqa: BLE001 - handed to the operation
-            error = exc
+    try:
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            if resolve is not None:
+                step = resolve(step)
+            try:
+                if isinstance(step, Pause):
+                    await asyncio.sleep(step.seconds)
+                else:
+                    reply = await step()
+            except BaseException as exc:  # noqa: BLE001 - the operation cleans up, re-raises
+                error = exc
+    finally:
+        steps.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 
 import pytest
 
@@ -123,7 +124,8 @@ def test_redis_backends_have_the_contracts_parameters(contract, sync, async_):
 def test_sync_and_async_redis_backends_run_one_implementation(contract, sync, async_):
     """Each Redis backend method that does I/O is one function shared by the sync and the
     async backend: only the client under it differs, so the two cannot drift apart."""
-    io_methods = [name for name in contract_methods(contract) if name not in {"prepare", "close"}]
+    no_io = {"prepare", "close", "locate"}
+    io_methods = [name for name in contract_methods(contract) if name not in no_io]
     assert io_methods
     for name in io_methods:
         assert getattr(sync, name) is getattr(async_, name), name
@@ -147,3 +149,21 @@ def test_async_redis_backend_methods_return_awaitables_without_io():
         assert inspect.isawaitable(call)
         call.close()
     backends.close()
+
+
+def test_redis_locate_does_no_io():
+    """``locate`` is documented to do no I/O: it answers at once on a server that is
+    down, sync and async."""
+    dead = "redis://127.0.0.1:9/0?durability=none"
+    with sessionstore.connect(dead, "parity", timeout=2) as store:
+        started = time.monotonic()
+        assert store.events.locate("s") is None
+        assert time.monotonic() - started < 0.5
+
+    async def scenario() -> None:
+        async with aio.connect(dead, "parity", timeout=2) as store:
+            assert await store.events.locate("s") is None
+
+    started = time.monotonic()
+    asyncio.run(scenario())
+    assert time.monotonic() - started < 0.5

@@ -375,3 +375,39 @@ def test_after_a_sentinel_failover_the_cache_reads_from_the_new_primary():
         new = setup.current_primary()
         assert new is not None
         assert tracking_clients(setup.node_at(new[1])), "the cache still reads elsewhere"
+
+
+def test_a_hit_while_another_thread_applies_invalidations_waits_for_them(server, monkeypatch):
+    """A drain takes the invalidation off the socket before it drops the entry: a hit in
+    between finds the socket quiet, and must still not serve the invalidated record."""
+    namespace = f"drain-{uuid.uuid4().hex[:8]}"
+    cached = sessionstore.connect(server.url + "?cache=yes", namespace)
+    other = sessionstore.connect(server.url, namespace)
+    try:
+        other.session(*KEY).set_data(1, 10)
+        first, second = cached.session(*KEY), cached.session(*KEY)
+        assert first.get_data(100) == 1 and second.get_data(100) == 1
+        cache = cached._backends.values._handle.cached()
+        listener = cache._listener
+        read_response = listener.read_response
+        taken = threading.Event()
+
+        def slow_read_response(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            reply = read_response(*args, **kwargs)  # the invalidation is off the socket
+            taken.set()
+            time.sleep(0.3)  # the drain loses the processor before it drops the entry
+            return reply
+
+        monkeypatch.setattr(listener, "read_response", slow_read_response)
+        other.session(*KEY).set_data(2, 10)
+        eventually(lambda: bool(cache._poller.poll(0)), True)  # arrived, not yet read
+        seen: dict[str, object] = {}
+        drainer = threading.Thread(target=lambda: seen.update(first=first.get_data(100)))
+        drainer.start()
+        assert taken.wait(5)
+        seen["second"] = second.get_data(100)
+        drainer.join()
+        assert seen == {"first": 2, "second": 2}
+    finally:
+        cached.close()
+        other.close()

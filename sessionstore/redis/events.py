@@ -200,10 +200,6 @@ class LogOps:
                     replies[name] = None
         self._check.judge(replies)
 
-    def locate(self, client: Any, session_id: str) -> Steps[str | None]:
-        return None
-        yield  # an operation without I/O
-
     def exists(self, client: Any, session_id: str) -> Steps[bool]:
         meta, _ = self._keys(session_id)
         with self._guard("EXISTS", meta):
@@ -381,9 +377,6 @@ class _Log:
     def check_durable(self) -> Any:
         return self._handle.run(self._ops.check_durable)
 
-    def locate(self, session_id: str) -> Any:
-        return self._handle.run(self._ops.locate, session_id)
-
     def exists(self, session_id: str) -> Any:
         return self._handle.run(self._ops.exists, session_id)
 
@@ -440,12 +433,20 @@ class RedisEvents(_Log, EventBackend):
 
     _handle: SyncClient
 
+    def locate(self, session_id: str) -> str | None:
+        """No file to name: None, without I/O."""
+        return None
+
 
 class AsyncRedisEvents(_Log):
     """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client."""
 
     _handle: AsyncClient
     renews_leases = True
+
+    async def locate(self, session_id: str) -> str | None:
+        """No file to name: None, without I/O."""
+        return None
 
     async def close(self) -> None:
         """Closing is done once for the pair, by ``AsyncBackends.aclose``."""

@@ -313,10 +313,13 @@ def run_then_wait_steps(
                     reply, rest = yield from _pipeline_steps(
                         send, found, keys, args, ["ASKING"], wait
                     )
-                    return reply, Acks(int(rest[0]), target)
-                finally:
-                    if close is not None:
+                except BaseException as exc:
+                    if close is not None and not isinstance(exc, GeneratorExit):
                         yield close
+                    raise
+                if close is not None:
+                    yield close
+                return reply, Acks(int(rest[0]), target)
         except _SLOT_MOVING:
             if attempt == RETRIES:
                 raise

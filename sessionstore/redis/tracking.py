@@ -11,16 +11,19 @@ primary the sentinels name): one reads (``HMGET``) and one listens. Consistency:
 read first looks whether either socket holds anything (one ``poll``, no round trip);
 when one does, the invalidations are applied (or the closed connection noticed) before
 the read is answered. So a write by another process is seen by every read that starts
-after its invalidation reached this process's socket (the server sends it before it
-acknowledges the write: on one host, as soon as the writer's call returns, in practice;
-across a network, one hop later). A write through this store is seen by this process's
-next read at once, whether or not its invalidation has arrived. A cached reply is kept
-only when the read was made on a tracked connection; a reconnect of either connection (a
-restart, a failover, ``CLIENT KILL``, the server's idle ``timeout``) empties the cache
-before anything is read again, and so does ``os.fork`` in the child.
+after its invalidation reached this process's socket: usually within a fraction of a
+millisecond on one host, one hop later across a network. The server may send the writer
+its reply before it sends us the invalidation, so a read right after another process's
+acknowledged write may still see the previous value. A write through this store is
+seen by this process's next read at once, whether or not its invalidation has arrived.
+A cached reply is kept only when the read was made on a tracked connection; a reconnect
+of either connection (a restart, a failover, ``CLIENT KILL``, the server's idle
+``timeout``) empties the cache before anything is read again, and so does ``os.fork``
+in the child.
 
-A hit costs a ``poll`` of two sockets and a dict lookup, and takes no lock; a miss takes
-the lock (misses take turns on the one reading connection).
+A hit costs a ``poll`` of two sockets and a dict lookup, and takes no lock (it goes the
+locked way when a drain ran meanwhile); a miss takes the lock (misses take turns on the
+one reading connection).
 
 Only plain values are cached (``HMGET``). History values (``history_get.lua``, a
 script) are not: each of their reads asks the server.
@@ -73,6 +76,9 @@ class ValueCache:
         self._listener: Any = None
         #: Watches both sockets while they are open; None when they are not.
         self._poller: Any = None
+        #: Odd while :meth:`_drain` applies what it took off the socket; bumped twice by
+        #: each drain, so a hit that saw it change may have read an entry being dropped.
+        self._draining = 0
         forksafe.renew_locks(self, "_lock")
         forksafe.at_fork(self, "_forked")
 
@@ -124,16 +130,20 @@ class ValueCache:
         """Apply every invalidation received so far (under the lock). Leaves nothing
         buffered in the listener's parser, so that a quiet socket means no invalidation."""
         listener = self._listener
-        while listener.can_read(timeout=0):
-            message = listener.read_response(push_request=True)
-            if not isinstance(message, list) or message[0] != b"message":
-                continue
-            names = message[2]
-            if names is None:
-                self._entries.clear()
-            else:
-                for name in names:
-                    self._entries.pop(name.decode(errors="replace"), None)
+        self._draining += 1
+        try:
+            while listener.can_read(timeout=0):
+                message = listener.read_response(push_request=True)
+                if not isinstance(message, list) or message[0] != b"message":
+                    continue
+                names = message[2]
+                if names is None:
+                    self._entries.clear()
+                else:
+                    for name in names:
+                        self._entries.pop(name.decode(errors="replace"), None)
+        finally:
+            self._draining += 1
         # A reader the server dropped (CLIENT KILL, shutdown, idle timeout) no longer
         # tracks anything. No read of ours is in flight here: misses hold the lock.
         if self._reader.can_read(timeout=0):
@@ -143,14 +153,19 @@ class ValueCache:
         """The cached ``HMGET`` reply of ``name``, or None (not cached, or not connected:
         :meth:`hmget` asks the server). No round trip and never raises; a connection
         found closed is dropped."""
+        # A drain takes invalidations off the socket before it drops their entries: a
+        # quiet socket proves nothing while one runs, or if one ran during this lookup.
+        seen = self._draining
         poller = self._poller
         try:
-            quiet = poller is not None and not poller.poll(0)
+            quiet = not seen & 1 and poller is not None and not poller.poll(0)
         except RuntimeError:  # another thread is polling the same object right now
             quiet = False
         if not quiet:
             return self._lookup_after_drain(name)
         entry = self._entries.get(name)
+        if self._draining != seen:
+            return self._lookup_after_drain(name)
         return None if entry is None else entry.reply
 
     def _lookup_after_drain(self, name: str) -> Any:
