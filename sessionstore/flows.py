@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .contracts import Refused, Stored, StoredEvent
+from .contracts import EventBatch, Refused, Stored
 from .core import (
     REPAIR_ATTEMPTS,
     UPDATE_ATTEMPTS,
@@ -255,7 +255,7 @@ def append(
 
 
 def append_stored(
-    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: list[StoredEvent]
+    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: EventBatch
 ) -> Flow[int]:
     """:func:`append` of a batch a writer encoded (and so checked) when it was emitted."""
     _open(lifecycle)

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 import redis
 from redis.connection import Connection
+from support.events import batch_of, stored
 from support.redis_helpers import namespace_snapshot
 from support.redis_server import RedisServer, free_port
 
 import sessionstore
 from sessionstore import keys
-from sessionstore.contracts import Stored, StoredEvent
+from sessionstore.contracts import EventBatch, Stored
 from sessionstore.errors import (
     AccessDeniedError,
     CorruptLogError,
@@ -36,7 +37,6 @@ from sessionstore.errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
@@ -69,11 +69,13 @@ def vkey(ns: str, symbol: str = "BTCUSDT", strategy: str = "s") -> ValueKey:
     return ValueKey(ns, symbol, strategy, "binance", "1h", "backtest")
 
 
-def batch(first: int, count: int, kind: str = "note") -> list[StoredEvent]:
-    return [
-        StoredEvent(seq, kind, T0 + seq, f'{{"n":{seq}}}', f"e{seq}" if seq % 2 else None)
-        for seq in range(first, first + count)
-    ]
+def batch(first: int, count: int, kind: str = "note") -> EventBatch:
+    return batch_of(
+        [
+            stored(seq, kind, T0 + seq, {"n": seq}, f"e{seq}" if seq % 2 else None)
+            for seq in range(first, first + count)
+        ]
+    )
 
 
 def started(events: Any, session_id: str, count: int) -> SessionHeader:
@@ -613,7 +615,7 @@ def test_a_replayed_append_after_a_lost_reply_is_a_success(redis_server, ns, ope
     assert events.append("s", batch(2, 3), None) == 5
     assert events.append("s", batch(0, 2), header) == 5
     assert snapshot(redis_server.url, ns) == before
-    changed = [StoredEvent(3, "other", T0 + 3, '{"n":3}', "e3")]
+    changed = batch_of([stored(3, "other", T0 + 3, {"n": 3}, "e3")])
     with pytest.raises(SeqConflictError) as caught:
         events.append("s", changed, None)
     assert (caught.value.expected, caught.value.got) == (5, 3)
@@ -695,10 +697,10 @@ def test_a_replay_compares_every_field_and_id(redis_server, ns, open_):
     before = snapshot(redis_server.url, ns)
     assert events.append("s", batch(1, 4), None) == 5, "an applied replay"
     for changed in (
-        [StoredEvent(2, "note", T0 + 2, '{"n":2}', "e2")],  # an id where there was none
-        [StoredEvent(3, "note", T0 + 3, '{"n":3}', None)],  # no id where there was one
-        [StoredEvent(3, "note", T0 + 3, '{"n":3}', "")],  # another id
-        [StoredEvent(3, "note", T0 + 4, '{"n":3}', "e3")],  # another time
+        batch_of([stored(2, "note", T0 + 2, {"n": 2}, "e2")]),  # an id where there was none
+        batch_of([stored(3, "note", T0 + 3, {"n": 3}, None)]),  # no id where there was one
+        batch_of([stored(3, "note", T0 + 3, {"n": 3}, "")]),  # another id
+        batch_of([stored(3, "note", T0 + 4, {"n": 3}, "e3")]),  # another time
     ):
         with pytest.raises(SeqConflictError) as caught:
             events.append("s", changed, None)
@@ -1062,7 +1064,7 @@ def test_the_async_pair_mirrors_the_sync_one(redis_server, ns, open_):
             assert await events.append("a", batch(0, 3), header) == 3
             assert await events.append("a", batch(1, 2), None) == 3
             assert await events.exists("a") and await events.locate("a") is None
-            assert (await events.read("a", 1, limit=1))[1] == decode_events(batch(1, 1))
+            assert (await events.read("a", 1, limit=1))[1] == batch(1, 1).events
             assert await events.list() == [header]
             await events.delete("a")
             with pytest.raises(SessionNotFoundError):

@@ -37,7 +37,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, ResponseError
 
 from .. import keys
-from ..contracts import EventBackend, StoredEvent
+from ..contracts import EventBackend, EventBatch
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from . import scripts
@@ -241,7 +241,7 @@ class RedisEvents(_LogBase, EventBackend):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        events: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
@@ -398,7 +398,7 @@ class AsyncRedisEvents(_LogBase):
     async def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        events: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,

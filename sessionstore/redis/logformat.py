@@ -15,9 +15,10 @@ from typing import Any, NoReturn
 
 import msgpack
 import orjson
+from pydantic import ValidationError
 
 from .. import keys
-from ..contracts import StoredEvent
+from ..contracts import EventBatch
 from ..errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -26,8 +27,15 @@ from ..errors import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version
-from ..models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo, restored_event
+from ..eventlog import check_stored_version, data_of_text
+from ..models import (
+    FORMAT_VERSION,
+    SessionEvent,
+    SessionHeader,
+    SessionInfo,
+    describe_invalid,
+    events_from_records,
+)
 
 #: Stream entries fetched per XRANGE call.
 CHUNK = 1000
@@ -158,7 +166,7 @@ def _checked(value: str, what: str) -> str:
 
 
 def append_args(
-    events: Sequence[StoredEvent], header: SessionHeader | None, ttl_ms: int | None = None
+    batch: EventBatch, header: SessionHeader | None, ttl_ms: int | None = None
 ) -> list[str | bytes]:
     """ARGV of ``log_append.lua`` for a contiguous, non-empty batch (its seqs are
     implied by the first; the events travel as one MessagePack argument, which costs the
@@ -169,15 +177,16 @@ def append_args(
     (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
     anything is sent.
     """
+    events = batch.events
     if not events:
         raise InvalidArgumentError("append needs at least one event")
     pairs = [] if header is None else [_checked(v, "header field") for v in header_fields(header)]
     flat: list[str] = []
-    for event in events:
+    for event, event_text in zip(events, batch.texts, strict=True):
         flat += (
             event.type,
             str(event.time),
-            event.data,
+            data_of_text(event_text, event.id is not None).decode(),
             "" if event.id is None else "=" + event.id,
         )
     return [
@@ -191,13 +200,13 @@ def append_args(
     ]
 
 
-def decode_append(session_id: str, events: Sequence[StoredEvent], reply: list[Any]) -> int:
+def decode_append(session_id: str, batch: EventBatch, reply: list[Any]) -> int:
     """``log_append.lua``'s reply -> the new next seq, or the typed error."""
     code = text(reply[0])
     if code in ("OK", "REPLAY"):
         return int(reply[1])
     if code == "CONFLICT":
-        next_seq, first = int(reply[1]), events[0].seq
+        next_seq, first = int(reply[1]), batch.events[0].seq
         detail = "batch differs from the stored events" if first < next_seq else ""
         raise SeqConflictError(session_id, next_seq, first, detail)
     if code == "NOTFOUND":
@@ -299,8 +308,8 @@ class LogRead:
         below the end of this read; return how many. :meth:`take` goes on with the rest,
         one by one, and so finds the end, the tail or the damage, and names it."""
         start = expect = self._expect
-        events = self.events
-        loads, restore = orjson.loads, restored_event
+        records: list[dict[str, Any]] = []
+        loads = orjson.loads
         kinds: dict[bytes, str] = {}  # each event type decoded once per reply
         for raw_id, fields in entries[: max(0, self._end - start)]:
             seq_text = b"%d" % expect
@@ -331,18 +340,16 @@ class LogRead:
                 name = kinds.get(kind)
                 if name is None:
                     name = kinds[kind] = kind.decode()
-                events.append(
-                    restore(
-                        expect,
-                        name,
-                        int(time),
-                        parsed,
-                        None if event_id is None else event_id.decode(),
-                    )
-                )
+                record = {"seq": expect, "type": name, "time": int(time), "data": parsed}
+                if event_id is not None:
+                    record["id"] = event_id.decode()
+                records.append(record)
             except ValueError:  # UnicodeDecodeError too
                 break
             expect += 1
+        valid = _valid_prefix(records)
+        self.events += valid
+        expect = start + len(valid)
         taken = expect - start
         if taken:
             self._expect = expect
@@ -369,19 +376,23 @@ class LogRead:
         raw_id = values.get(b"id")
         try:
             parsed = orjson.loads(raw["data"])
-            event = restored_event(
-                seq,
-                raw["type"].decode(),
-                int(raw["time"]),
-                parsed,
-                None if raw_id is None else raw_id.decode(),
-            )
+            record = {
+                "seq": seq,
+                "type": raw["type"].decode(),
+                "time": int(raw["time"]),
+                "data": parsed,
+                "id": None if raw_id is None else raw_id.decode(),
+            }
         except UnicodeDecodeError:
             self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
         except ValueError as exc:
             self._corrupt(f"entry {entry_id} has a malformed time or data: {exc}", seq)
         if not isinstance(parsed, dict):
             self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
+        try:
+            [event] = events_from_records([record])
+        except ValidationError as exc:
+            self._corrupt(f"entry {entry_id} is not a valid event: {describe_invalid(exc)}", seq)
         return event
 
     def _corrupt(self, detail: str, seq: int) -> NoReturn:
@@ -415,6 +426,16 @@ def _seq_of(session_id: str, entry_id: str) -> int:
         return int(entry_id.partition("-")[0])
     except ValueError:
         raise CorruptLogError(session_id, f"malformed stream entry id {entry_id!r}") from None
+
+
+def _valid_prefix(records: list[dict[str, Any]]) -> list[SessionEvent]:
+    """The events of the leading ``records`` that are valid events (all of them, but
+    for damage)."""
+    try:
+        return events_from_records(records)
+    except ValidationError as exc:
+        bad = exc.errors()[0]["loc"][0]
+        return events_from_records(records[: bad if isinstance(bad, int) else 0])
 
 
 def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
