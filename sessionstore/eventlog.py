@@ -123,9 +123,7 @@ _TIME_MIN = -INT64_MAX
 _NOT_A_BATCH = (SessionEvent, Mapping, str, bytes)
 
 
-def encode_batch(
-    session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
-) -> EventBatch:
+def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> EventBatch:
     """Validate a batch for ``append`` and encode each event as canonical JSON (see
     :func:`event_text`).
 

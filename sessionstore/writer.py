@@ -137,9 +137,7 @@ class WriterBuffer:
         """What a drain appends next, or nothing when it is done: a background drain
         (``target`` None) stops while paused by a failure, a flush once every event
         before seq ``target`` is durable."""
-        if (target is None and self.paused) or (
-            target is not None and self.durable_seq >= target
-        ):
+        if (target is None and self.paused) or (target is not None and self.durable_seq >= target):
             return EventBatch([], [])
         return EventBatch(self.pending[:BATCH_MAX], self.texts[:BATCH_MAX])
 

@@ -695,9 +695,7 @@ def _open_log(session_id: str, path: str | Path, flags: int) -> int:
         raise SessionNotFoundError(session_id) from None
 
 
-def _read_indexed(
-    fd: int, state: LogState, from_seq: int, count: int
-) -> list[SessionEvent] | None:
+def _read_indexed(fd: int, state: LogState, from_seq: int, count: int) -> list[SessionEvent] | None:
     """The ``count`` committed events from ``from_seq`` of the validated log ``state``,
     read from the nearest indexed line at or before it; None when the file no longer
     holds them there."""

@@ -59,6 +59,7 @@ from .logformat import (
     decode_append,
     decode_header,
     decode_info,
+    restore_id,
     text,
 )
 
@@ -206,8 +207,7 @@ def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary)
     """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
     ``timeout`` and always less than the socket timeout, so the read never times out."""
     block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
-    after = keys.stream_id(from_seq - 1) if from_seq > 0 else "0-0"
-    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, after]
+    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, restore_id(from_seq)]
 
 
 class RedisEvents(_LogBase, EventBackend):
