@@ -143,9 +143,11 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
                 f"append takes a list of events, not {type(events).__name__}"
             ) from None
     checked: list[SessionEvent] = []
+    records: list[dict[str, Any]] = []  # what each event's text encodes
     suspect: list[SessionEvent] = []  # harness events that need a closer look
     well_formed = harness.WELL_FORMED
     first = 0
+    objects = True  # every event's data is a dict
     for index, raw in enumerate(events):
         event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
         seq, kind, event_id, time = event.seq, event.type, event.id, event.time
@@ -168,11 +170,18 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
             first = seq
         elif seq != first + index:
             raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
+        data = event.data
+        is_dict = type(data) is dict
+        objects = objects and is_dict
         quick = well_formed.get(kind)
-        if quick is not None and not (type(event.data) is dict and quick(event.data)):
+        if quick is not None and not (is_dict and quick(data)):
             suspect.append(event)
         checked.append(event)
-    texts = _lossless_texts(checked)
+        if event_id is None:
+            records.append({"seq": seq, "type": kind, "time": time, "data": data})
+        else:
+            records.append({"seq": seq, "type": kind, "time": time, "data": data, "id": event_id})
+    texts = _lossless_texts(checked, records, objects)
     # Harness fields are judged once the data is known to be JSON, so that lossy data
     # is reported as such.
     for event in suspect:
@@ -201,18 +210,22 @@ def data_of_text(text: bytes, has_id: bool) -> bytes:
     return text[start : text.rindex(b',"id":')] if has_id else text[start:-1]
 
 
-def _lossless_texts(events: list[SessionEvent]) -> list[bytes]:
-    """:func:`event_text` of each event, once the batch is known to survive a JSON round
-    trip unchanged (one parse of the whole batch); else the data that does not is
-    named by :class:`NotJSONSerializableError`."""
-    records = [_record(e.seq, e.type, e.time, e.data, e.id) for e in events]
+def _lossless_texts(
+    events: list[SessionEvent], records: list[dict[str, Any]], objects: bool
+) -> list[bytes]:
+    """The text of each of ``records`` (see :func:`event_text`), once the batch is known
+    to survive a JSON round trip unchanged (one parse of the whole batch); else the data
+    that does not is named by :class:`NotJSONSerializableError`. ``objects``: every
+    event's data is a dict."""
+    dumps, loads = orjson.dumps, orjson.loads
     try:
-        if all(type(e.data) is dict for e in events):
-            dumps = orjson.dumps
+        if objects and len(records) == 1:
+            text = dumps(records[0])
+            if loads(text) == records[0]:
+                return [text]
+        elif objects:
             texts = [dumps(record) for record in records]
-            joined = texts[0] if len(texts) == 1 else b"[" + b",".join(texts) + b"]"
-            back = orjson.loads(joined)
-            if (back == records[0]) if len(texts) == 1 else (back == records):
+            if loads(b"[" + b",".join(texts) + b"]") == records:
                 return texts
     except (orjson.JSONEncodeError, TypeError, RecursionError):
         pass

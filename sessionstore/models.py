@@ -64,21 +64,12 @@ class SessionInfo:
 
 #: Validates stored events in bulk (pydantic's public API; see :func:`events_from_json`).
 _EVENT_LIST: TypeAdapter[list[SessionEvent]] = TypeAdapter(list[SessionEvent])
-#: Validates a stored entry holding several batches of events at once.
-_EVENT_LISTS: TypeAdapter[list[list[SessionEvent]]] = TypeAdapter(list[list[SessionEvent]])
-
-
 def events_from_json(text: bytes | str) -> list[SessionEvent]:
     """The events of a JSON array of event objects (``{"seq", "type", "time", "data",
     "id"?}``), parsed and validated in one pass by pydantic; ``ValidationError`` for
     anything that is not a valid :class:`SessionEvent` (``data`` may be any JSON here:
     a reader checks it is an object)."""
     return _EVENT_LIST.validate_json(text)
-
-
-def event_lists_from_json(text: bytes | str) -> list[list[SessionEvent]]:
-    """:func:`events_from_json` of a JSON array of such arrays."""
-    return _EVENT_LISTS.validate_json(text)
 
 
 def events_from_records(records: list[dict[str, Any]]) -> list[SessionEvent]:

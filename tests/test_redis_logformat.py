@@ -13,7 +13,7 @@ import pytest
 import sessionstore
 from sessionstore import CorruptLogError, SessionEvent
 from sessionstore.models import events_from_json
-from sessionstore.redis.logformat import CHUNK, LogRead
+from sessionstore.redis.logformat import ENTRY_EVENTS, WINDOW, LogRead
 
 META = {b"id": b"s", b"version": b"1", b"created_at": b"1", b"next_seq": b"4"}
 Fields = list[tuple[bytes, bytes]]
@@ -41,6 +41,7 @@ def mapped(entries: list[tuple[bytes, Fields]]) -> list[Any]:
 
 def read(reply: list[Any], from_seq: int = 0, limit: int | None = None) -> LogRead:
     plan = LogRead("s", from_seq, limit)
+    plan.first_range()
     plan.take_meta(META)
     plan.take(reply)
     return plan
@@ -104,11 +105,22 @@ def test_damage_gives_the_same_error_in_both_shapes(what):
     assert errors[0][0] == (3 if what == "short" else 1)
 
 
-def test_a_full_chunk_continues_after_its_last_entry():
+def test_a_reply_that_fills_its_window_continues_after_its_last_entry():
     plan = LogRead("s", 0, None)
-    plan.take_meta({**META, b"next_seq": b"%d" % (CHUNK + 1)})
-    plan.take(flat([entry(seq) for seq in range(CHUNK)]))
-    assert not plan.done and plan.next_range() == (f"({CHUNK - 1}-1", "+", CHUNK)
+    bound = WINDOW + ENTRY_EVENTS - 1
+    assert plan.first_range() == ("0-0", f"{bound}-{2**64 - 1}", None)
+    plan.take_meta({**META, b"next_seq": b"%d" % (3 * WINDOW)})
+    plan.take(flat([entry(seq) for seq in range(bound + 1)]))
+    assert not plan.done
+    assert plan.next_range() == (f"({bound}-1", f"{2 * bound + 1}-{2**64 - 1}", None)
+
+
+def test_a_reply_that_ends_before_its_window_is_missing_events():
+    plan = LogRead("s", 0, None)
+    plan.first_range()
+    plan.take_meta({**META, b"next_seq": b"%d" % (3 * WINDOW)})
+    with pytest.raises(CorruptLogError, match="event 100 is missing"):
+        plan.take(flat([entry(seq) for seq in range(100)]))
 
 
 def test_a_restored_event_is_indistinguishable_from_a_validated_one():

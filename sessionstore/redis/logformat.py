@@ -43,13 +43,14 @@ from ..models import (
     SessionHeader,
     SessionInfo,
     describe_invalid,
-    event_lists_from_json,
     events_from_json,
     events_from_records,
 )
 
-#: Stream entries fetched per XRANGE call.
+#: Stream entries fetched per XRANGE call of the first layout's logs (one event each).
 CHUNK = 1000
+#: Events a whole read asks for per XRANGE call (entries of up to ENTRY_EVENTS each).
+WINDOW = 10 * CHUNK
 #: Reads restarted when damage turns out to be a session deleted or replaced meanwhile.
 READ_ATTEMPTS = 3
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
@@ -246,17 +247,17 @@ class LogRead:
 
     The first round trip pipelines ``HGETALL meta`` and ``XRANGE`` from the entry that
     holds ``from_seq`` (:meth:`first_range`, :meth:`take_meta`, :meth:`take`); while
-    :attr:`done` is False, ``XRANGE`` :meth:`next_range` continues. A read with a
-    ``limit`` asks for the entries that can hold its events (ids up to the last one's
-    seq plus :data:`ENTRY_EVENTS`), so one round trip reads at most ``limit +
-    ENTRY_EVENTS`` events; a whole read asks for :data:`CHUNK` entries, then for as many
-    as hold about ``10 * CHUNK`` events. The commands need not be atomic (nor MULTI,
+    :attr:`done` is False, ``XRANGE`` :meth:`next_range` continues. Each asks for the
+    entries that can hold the next events wanted (``limit``, or :data:`WINDOW` for a whole
+    read): ids up to the last one's seq plus :data:`ENTRY_EVENTS`, so a reply holds at
+    most that many plus ``2 * ENTRY_EVENTS`` events. The commands need not be atomic (nor MULTI,
     which Redis refuses under maxmemory): entries below ``next_seq`` never change, and
     what a concurrent append adds lies past the ``next_seq`` read first.
 
     Each reply is parsed once: the ``events`` fields of its entries are joined into one
-    JSON document that pydantic validates into :class:`SessionEvent` objects, and entries
-    of the first layout are decoded from their fields. Entries whose first event is at or
+    JSON document for ``orjson.loads``, whose event objects pydantic validates into
+    :class:`SessionEvent` objects, and entries of the first layout are decoded from their
+    fields. Entries whose first event is at or
     past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False when known
     absent, None when not looked at); a missing, repeated or malformed event before it
     raises :class:`CorruptLogError`.
@@ -268,7 +269,7 @@ class LogRead:
         self.session_id = session_id
         self.from_seq = from_seq
         self.limit = limit
-        self.count = CHUNK
+        self._bound = 0
         self.events: list[SessionEvent] = []
         self.header: SessionHeader | None = None
         self.next_seq = 0
@@ -280,12 +281,12 @@ class LogRead:
         self._meta: dict[Any, Any] = {}
 
     def _range(self, start: str) -> tuple[str, str, int | None]:
-        if self.limit is None:
-            return start, "+", self.count
-        # The last entry wanted holds seq from_seq + limit - 1, so it ends at most
-        # ENTRY_EVENTS - 1 events later.
-        last = self.from_seq + max(self.limit, 1) - 1 + ENTRY_EVENTS - 1
-        return start, _stream_id(min(last, _MAX_SEQUENCE_PART), _MAX_SEQUENCE_PART), None
+        # The entries that can hold the next `window` events end at most ENTRY_EVENTS - 1
+        # events after them: one reply holds at most window + 2 * ENTRY_EVENTS events.
+        wanted = WINDOW if self.limit is None else self.from_seq + self.limit - self._expect
+        window = max(1, wanted)
+        self._bound = min(self._expect + window + ENTRY_EVENTS - 1, _MAX_SEQUENCE_PART)
+        return start, _stream_id(self._bound, _MAX_SEQUENCE_PART), None
 
     def first_range(self) -> tuple[str, str, int | None]:
         """(min, max, count) of the first XRANGE: from the entry holding ``from_seq``."""
@@ -312,7 +313,6 @@ class LogRead:
         """One XRANGE reply (a list of ``[id, [name, value, ...]]`` or ``(id, {name:
         value})``)."""
         runs = _Runs(self)
-        held = 0
         for raw_id, fields in entries:
             entry_id = text(raw_id)
             last, count = self._span(entry_id)
@@ -323,7 +323,6 @@ class LogRead:
             if self._expect >= self._end:
                 break
             self._last_id = entry_id
-            held += count
             if last >= self.next_seq:
                 self._corrupt(f"entry {entry_id} spans next_seq {self.next_seq}", first)
             if first > self._expect:
@@ -343,29 +342,23 @@ class LogRead:
             self._expect = first + stop
         else:
             runs.flush()
-            self._after(len(entries), held)
+            self._after(len(entries))
             return
         runs.flush()
         self.done = True
 
-    def _after(self, size: int, held: int) -> None:
-        """Every entry of a reply of ``size`` entries (``held`` events) was taken."""
-        if self.limit is not None:
-            if self._expect >= self._end:
-                self.done = True
-            elif size == 0:
+    def _after(self, size: int) -> None:
+        """Every entry of a reply of ``size`` entries was taken."""
+        # The reply held every entry up to the bound: one holding `expect` ends by then.
+        seen_all = size == 0 or self._bound >= self._expect + ENTRY_EVENTS - 1
+        if self._expect < self._end:
+            if seen_all:
                 self._missing()
             return
-        if size < self.count:
-            if self._expect < self._end:
-                self._missing()
-            if self.from_seq <= self.next_seq:
-                self.tail = False
-            self.done = True
-        elif self._expect >= self._end:
-            self.done = True
-        else:
-            self.count = max(1, min(CHUNK, 10 * CHUNK * size // max(held, 1)))
+        # A torn tail's first entry starts at next_seq, so it ends by then too.
+        if self._bound >= self.next_seq + ENTRY_EVENTS - 1 and self.from_seq <= self.next_seq:
+            self.tail = False
+        self.done = True
 
     def _missing(self) -> NoReturn:
         self._corrupt(
@@ -386,25 +379,39 @@ class LogRead:
 
     def take_run(self, run: list[tuple[str, int, int, int, int, bytes]]) -> None:
         """Decode entries holding an ``events`` field, all in one pass: (entry id, first
-        seq, number of events, events to skip, events to stop at, value) each."""
+        seq, number of events, events to skip, events to stop at, value) each. One
+        ``orjson.loads`` parses them together, the seqs and data are checked on the parsed
+        objects, and pydantic validates the events wanted as :class:`SessionEvent`
+        objects in one call."""
         values = [value for *_, value in run]
         try:
-            lists = event_lists_from_json(b"[" + b",".join(values) + b"]")
-        except ValidationError:
+            lists = orjson.loads(b"[" + b",".join(values) + b"]")
+        except orjson.JSONDecodeError:
+            lists = None
+        if type(lists) is not list or len(lists) != len(run):
             for entry_id, first, _, _, _, value in run:
                 self._check_entry(entry_id, first, value)
-            raise AssertionError("unreachable") from None
-        events = self.events
-        for (entry_id, first, count, skip, stop, _), found in zip(run, lists, strict=True):
-            if len(found) != count:
-                self._corrupt(f"entry {entry_id} holds {len(found)} events, not {count}", first)
+            raise AssertionError("unreachable")
+        wanted: list[dict[str, Any]] = []
+        for (entry_id, first, count, skip, stop, value), found in zip(run, lists, strict=True):
+            if type(found) is not list or len(found) != count:
+                self._check_entry(entry_id, first, value)
+                self._corrupt(f"entry {entry_id} does not hold {count} events", first)
             seq = first
-            for event in found:
-                if event.seq != seq or type(event.data) is not dict:
-                    what = "data that is not a JSON object" if event.seq == seq else "seq"
-                    self._corrupt(f"entry {entry_id} holds {what} at event {event.seq}", seq)
+            for record in found:
+                if type(record) is not dict or record.get("seq") != seq:
+                    self._corrupt(f"entry {entry_id} does not hold event {seq} in place", seq)
+                if type(record.get("data")) is not dict:
+                    self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
                 seq += 1
-            events += found if skip == 0 and stop == count else found[skip:stop]
+            wanted += found if skip == 0 and stop == count else found[skip:stop]
+        try:
+            self.events += events_from_records(wanted)
+        except ValidationError as exc:
+            index = exc.errors()[0]["loc"][0]
+            seq = wanted[index]["seq"] if isinstance(index, int) else self._expect
+            detail = f"stored event {seq} is invalid: {describe_invalid(exc)}"
+            self._corrupt(detail, seq)
 
     def _check_entry(self, entry_id: str, first: int, value: bytes) -> None:
         """Raise :class:`CorruptLogError` naming the first event of an ``events`` value
