@@ -130,7 +130,7 @@ def _results(
             f"{BASELINE}.get_items",
             samples,
             "events/s",
-            2.0,
+            1.0,
             SETTINGS,
         )
     )

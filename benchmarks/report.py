@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings import FINDINGS, LANDED
+from .findings import FINDINGS, LANDED, LAYOUTS
 from .harness import Result
 
 COLUMNS = ("Scenario", "Ours", "Baseline", "Ratio", "Target", "Result")
@@ -210,6 +210,10 @@ network or the fsync stubbed out where a note says so, `INFO commandstats` on th
 each note names what the time goes to and why it is still there.
 
 {_findings(results)}
+
+## The Redis stream layout
+
+{LAYOUTS}
 
 ## Method
 

@@ -1,18 +1,25 @@
 -- Append a contiguous batch of events to a session log, all or nothing.
 --
--- KEYS[1] - the session's meta hash (header fields, next_seq, last_time, and for a
---           session with a ttl: ttl_ms, expires_at)
--- KEYS[2] - the session's event stream (entry id "<seq>-1")
+-- KEYS[1] - the session's meta hash (header fields, next_seq, last_time, entries: the
+--           number of stream entries below next_seq, absent for a log of the first
+--           layout, which has one per event; and for a session with a ttl: ttl_ms,
+--           expires_at)
+-- KEYS[2] - the session's event stream: one entry per stored run of at most 1000
+--           events, id "<seq of its last event>-<its number of events>", one field
+--           "events" holding the events as a JSON array, one event object per line.
+--           An entry of the first layout (id "<seq>-1", fields seq, type, time, data
+--           and id) is a run of one event and is read alike.
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
 --           for none (a stored session keeps the ttl_ms it was materialised with)
 -- ARGV[4] - the stream's last id to restore after a torn tail is cut off: the
---           largest id below the batch's first entry ("0-0" when it starts at 0)
+--           largest id below the batch's first event ("0-0" when it starts at 0)
 -- ARGV[5] - number of header fields h, or "-1" when no header is given
 -- ARGV[6 .. 5+2h] - header field names and values (fields that are None left out)
--- ARGV[6+2h] - the events, n >= 1: one MessagePack array of 4 strings per event, flat:
---              type, time, data, and the id prefixed with "=" ("" when it has none)
+-- ARGV[6+2h] - the time of the batch's last event (integer text)
+-- ARGV[7+2h ..] - the entries to add, in pairs: number of events n >= 1, and the
+--           "events" text: "[" .. the n canonical event texts joined by ",\n" .. "]"
 -- returns {"OK", next_seq}       the batch was written
 --         {"REPLAY", next_seq}   every event is already stored identically
 --         {"CONFLICT", next_seq} the batch does not start at next_seq
@@ -22,56 +29,121 @@
 --         {"CORRUPT", detail}    the meta hash or the stream is damaged
 -- A session with a ttl_ms also gets "expires_at" in its meta hash: the server's TIME
 -- (ms) plus ttl_ms, when both keys expire.
--- Every check runs before the first write; next_seq is written last, so entries at
--- or past it are a torn tail, never part of the log. A session with a ttl_ms then has
--- both its keys expire ttl_ms from now, together (the script's clock stands still).
--- Seqs are computed as Lua numbers: exact below 2^53, which next_seq never reaches.
+-- Every check runs before the first write; next_seq is written last, so entries whose
+-- first event is at or past it are a torn tail, never part of the log. A session with a
+-- ttl_ms then has both its keys expire ttl_ms from now, together (the script's clock
+-- stands still). Seqs are computed as Lua numbers: exact below 2^53, which next_seq
+-- never reaches.
 
 local meta, stream = KEYS[1], KEYS[2]
 local first = ARGV[1]
 local nheader = tonumber(ARGV[5])
-local batch = cmsgpack.unpack(ARGV[6 + 2 * math.max(nheader, 0)])
-local count = #batch / 4
+local at = 6 + 2 * math.max(nheader, 0)
+local last_time = ARGV[at]
 local first_number = tonumber(first)
 
-local function seq_text(index)
-  return string.format('%d', first_number + index - 1)
+-- The entries to add: {id, text}; `count` events in all.
+local adds = {}
+local seq = first_number
+for i = at + 1, #ARGV, 2 do
+  local n = tonumber(ARGV[i])
+  seq = seq + n
+  adds[#adds + 1] = {string.format('%d-%d', seq - 1, n), ARGV[i + 1]}
 end
+local count = seq - first_number
 
-local function event_arg(index, offset)
-  return batch[4 * (index - 1) + offset]
-end
-
--- XADD event `index` with `call` (redis.call or redis.pcall).
-local function add(call, index)
-  local seq, id = seq_text(index), event_arg(index, 4)
-  if id == '' then
-    return call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(index, 1),
-      'time', event_arg(index, 2), 'data', event_arg(index, 3))
+-- (seq of the last event, number of events) of an entry id; nil when malformed.
+local function span(id)
+  local last, n = string.match(id, '^(%d+)-(%d+)$')
+  last, n = tonumber(last), tonumber(n)
+  if not last or not n or n < 1 or n - 1 > last then
+    return nil
   end
-  return call('XADD', stream, seq .. '-1', 'seq', seq, 'type', event_arg(index, 1),
-    'time', event_arg(index, 2), 'data', event_arg(index, 3), 'id', string.sub(id, 2))
+  return last, n
 end
 
--- True when stream entry `entry` is exactly what add() writes for event `index`.
-local function same(entry, index)
-  local seq, id, got = seq_text(index), event_arg(index, 4), entry[2]
-  local size = (id == '') and 8 or 10
-  return entry[1] == seq .. '-1' and #got == size and got[1] == 'seq' and got[2] == seq
-    and got[3] == 'type' and got[4] == event_arg(index, 1)
-    and got[5] == 'time' and got[6] == event_arg(index, 2)
-    and got[7] == 'data' and got[8] == event_arg(index, 3)
-    and (size == 8 or (got[9] == 'id' and got[10] == string.sub(id, 2)))
+-- The texts of the events of an "events" value, one per event.
+local function split(value)
+  local texts, body, pos = {}, string.sub(value, 2, -2), 1
+  while true do
+    local stop = string.find(body, ',\n', pos, true)
+    if not stop then
+      texts[#texts + 1] = string.sub(body, pos)
+      return texts
+    end
+    texts[#texts + 1] = string.sub(body, pos, stop - 1)
+    pos = stop + 2
+  end
+end
+
+-- A string as orjson writes it in JSON: what an event text holds for a type or an id.
+local escapes = {['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b', ['\t'] = '\\t',
+  ['\n'] = '\\n', ['\f'] = '\\f', ['\r'] = '\\r'}
+local function quoted(text)
+  return '"' .. string.gsub(text, '[%z\1-\31"\\]', function(c)
+    return escapes[c] or string.format('\\u%04x', string.byte(c))
+  end) .. '"'
+end
+
+-- The event texts of a stored entry of `n` events, nil when it is malformed; an entry
+-- of the first layout gives the text its fields stand for.
+local function entry_texts(fields, n)
+  if #fields == 2 and fields[1] == 'events' then
+    local texts = split(fields[2])
+    return #texts == n and texts or nil
+  end
+  local size = #fields
+  if n ~= 1 or not (size == 8 or (size == 10 and fields[9] == 'id')) or fields[1] ~= 'seq'
+      or fields[3] ~= 'type' or fields[5] ~= 'time' or fields[7] ~= 'data' then
+    return nil
+  end
+  local text = '{"seq":' .. fields[2] .. ',"type":' .. quoted(fields[4]) .. ',"time":'
+    .. fields[6] .. ',"data":' .. fields[8]
+  if size == 10 then
+    text = text .. ',"id":' .. quoted(fields[10])
+  end
+  return {text .. '}'}
+end
+
+-- The texts of the stored events from seq `from` to `to`, nil unless all are there.
+local function stored_texts(from, to)
+  local found, start = {}, string.format('%d-0', from)
+  while true do
+    local chunk = redis.call('XRANGE', stream, start, '+', 'COUNT', 64)
+    if #chunk == 0 then
+      return nil
+    end
+    for _, entry in ipairs(chunk) do
+      local last, n = span(entry[1])
+      local texts = last and entry_texts(entry[2], n)
+      if not texts then
+        return nil
+      end
+      for i = 1, n do
+        local s = last - n + i
+        if s >= from and s <= to then
+          if s ~= from + #found then
+            return nil
+          end
+          found[#found + 1] = texts[i]
+        end
+      end
+      if last >= to then
+        return found
+      end
+      start = '(' .. entry[1]
+    end
+  end
 end
 
 -- Load the meta hash: the three fields that matter, or all of it to compare a header.
 local stored, found, next_seq, ttl
 if nheader < 0 then
-  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms')
+  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries')
   if not (got[1] or got[2] or got[3]) and redis.call('EXISTS', meta) == 0 then
     return {'NOTFOUND'}
   end
-  found, next_seq, stored = true, got[1], {version = got[2], ttl_ms = got[3]}
+  found, next_seq, stored = true, got[1], {version = got[2], ttl_ms = got[3], entries = got[4]}
 else
   local flat = redis.call('HGETALL', meta)
   stored = {}
@@ -95,7 +167,7 @@ else
     local own = 0
     for name, _ in pairs(stored) do
       if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms'
-          and name ~= 'expires_at' then
+          and name ~= 'expires_at' and name ~= 'entries' then
         own = own + 1
       end
     end
@@ -118,65 +190,76 @@ else
 end
 
 local stored_next = tonumber(next_seq)
+local held = tonumber(stored['entries'] or next_seq)
+if not held then
+  return {'CORRUPT', 'the meta hash has no valid entries'}
+end
 if first ~= next_seq then
   local batch_last = first_number + count - 1
   if first_number > stored_next or batch_last >= stored_next then
     return {'CONFLICT', next_seq}
   end
-  local entries = redis.call('XRANGE', stream, first .. '-1', seq_text(count) .. '-1')
-  if #entries ~= count then
+  local have = stored_texts(first_number, batch_last)
+  if not have then
     return {'CONFLICT', next_seq}
   end
-  for i = 1, count do
-    if not same(entries[i], i) then
-      return {'CONFLICT', next_seq}
+  local i = 0
+  for _, add in ipairs(adds) do
+    for _, text in ipairs(split(add[2])) do
+      i = i + 1
+      if have[i] ~= text then
+        return {'CONFLICT', next_seq}
+      end
     end
   end
   return {'REPLAY', next_seq}
 end
 
--- The stream must hold exactly next_seq entries below next_seq (XLEN is O(1)); entries
--- at or past it are a torn tail, cut off here. When XLEN is next_seq already, the first
--- XADD proves there is no tail (its id would not be accepted); if it is refused, the
--- careful path below looks, and nothing has been written yet.
-local added = nil
-if redis.call('XLEN', stream) == stored_next then
-  added = add(redis.pcall, 1)
-  if type(added) == 'table' and added.err then
-    if not string.find(added.err, 'equal or smaller', 1, true) then
-      return added
-    end
-    added = nil
-  end
-end
-if not added then
-  local tail = redis.call('XRANGE', stream, next_seq, '+')
-  local held = redis.call('XLEN', stream) - #tail
-  if held ~= stored_next then
-    return {'CORRUPT', 'the stream holds ' .. held .. ' entries before next_seq ' .. next_seq}
-  end
-  -- Cut off the torn tail and lower the stream's last id, which XDEL leaves in place,
-  -- so that the batch's ids are accepted again.
+-- The stream must hold exactly `held` entries, none of them ending at or past next_seq
+-- (XLEN is O(1), the probe O(log n)); entries past it are a torn tail, cut off here.
+local tail = redis.call('XRANGE', stream, next_seq .. '-0', '+', 'COUNT', 1)
+if #tail > 0 or redis.call('XLEN', stream) ~= held then
+  tail = redis.call('XRANGE', stream, next_seq .. '-0', '+')
   local ids = {}
   for i = 1, #tail do
+    local last, n = span(tail[i][1])
+    if not last or last - n + 1 < stored_next then
+      return {'CORRUPT', 'stream entry ' .. tail[i][1] .. ' spans next_seq ' .. next_seq}
+    end
     ids[i] = tail[i][1]
   end
-  -- unpack() is bounded by the Lua stack: delete in slices
+  local before = redis.call('XLEN', stream) - #tail
+  if before ~= held then
+    return {'CORRUPT', 'the stream holds ' .. before .. ' entries before next_seq ' .. next_seq
+      .. ', not ' .. held}
+  end
+  -- Cut off the torn tail and lower the stream's last id, which XDEL leaves in place,
+  -- so that the batch's ids are accepted again. unpack() is bounded by the Lua stack:
+  -- delete in slices.
   for i = 1, #ids, 1000 do
     redis.call('XDEL', stream, unpack(ids, i, math.min(i + 999, #ids)))
   end
   if redis.call('EXISTS', stream) == 1 then
     redis.call('XSETID', stream, ARGV[4])
   end
-  add(redis.call, 1)
 end
 
-for i = 2, count do
-  add(redis.call, i)
+-- A tail deleted by hand leaves the stream's last id above the batch's: lower it once
+-- the first XADD is refused for it (nothing has been written yet).
+local added = redis.pcall('XADD', stream, adds[1][1], 'events', adds[1][2])
+if type(added) == 'table' and added.err then
+  if not string.find(added.err, 'equal or smaller', 1, true) then
+    return added
+  end
+  redis.call('XSETID', stream, ARGV[4])
+  redis.call('XADD', stream, adds[1][1], 'events', adds[1][2])
+end
+for i = 2, #adds do
+  redis.call('XADD', stream, adds[i][1], 'events', adds[i][2])
 end
 
-local after = seq_text(count + 1)
-local commit = {'next_seq', after, 'last_time', event_arg(count, 2)}
+local after = string.format('%d', first_number + count)
+local commit = {'next_seq', after, 'last_time', last_time, 'entries', held + #adds}
 if not found then
   for i = 6, 5 + 2 * nheader do
     commit[#commit + 1] = ARGV[i]

@@ -1,10 +1,11 @@
--- Cut off a session log's torn tail: stream entries at or past the committed next_seq.
+-- Cut off a session log's torn tail: stream entries that end at or past the committed
+-- next_seq (ids from "<next_seq>-0" on).
 --
 -- KEYS[1] - the session's meta hash
--- KEYS[2] - the session's event stream (entry id "<seq>-1")
+-- KEYS[2] - the session's event stream (entry id "<seq of its last event>-<count>")
 -- ARGV[1] - the next_seq the caller read (integer text); nothing is cut unless the
 --           meta hash still holds exactly this value
--- ARGV[2] - the stream's last id to restore: the largest id below "<next_seq>-1"
+-- ARGV[2] - the stream's last id to restore: the largest id below "<next_seq>-0"
 -- returns {"OK", number of entries cut}, {"CHANGED", next_seq} when the log moved on
 --         (nothing written), {"NOTFOUND"} when the session is gone
 

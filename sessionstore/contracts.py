@@ -52,17 +52,18 @@ class Refused:
         return False
 
 
-@dataclass(slots=True)
-class StoredEvent:
-    """An event as ``append`` hands it to a backend: ``data`` is canonical JSON text (see
-    :mod:`sessionstore.jsondata`). Treated as immutable (not frozen only because a frozen
-    dataclass costs four times as much to build, once per appended event)."""
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """A batch as ``append`` hands it to a backend: the validated ``events``, contiguous
+    and non-empty, and ``texts``, the canonical JSON of each one as it is stored (see
+    :func:`sessionstore.eventlog.event_text`). A backend stores the texts, never the
+    events' ``data`` objects, which the caller may still change."""
 
-    seq: int
-    type: str
-    time: int
-    data: str
-    id: str | None = None
+    events: list[SessionEvent]
+    texts: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.events)
 
 
 class ValueBackend(ABC):
@@ -167,7 +168,7 @@ class EventBackend(ABC):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
@@ -177,10 +178,10 @@ class EventBackend(ABC):
         ``header`` is given when this store created the session and may have to
         materialise it. Atomically, before any write: the session must exist or
         ``header`` be given (else ``SessionNotFoundError``); a stored header that
-        differs from ``header`` raises ``SessionExistsError``; ``events[0].seq`` must
+        differs from ``header`` raises ``SessionExistsError``; the batch's first seq must
         equal the stored next seq (else ``SeqConflictError``), unless every event of
-        the batch is already stored identically, which is an applied replay: nothing is
-        written. A torn tail is cut off durably before writing.
+        the batch is already stored identically (the same canonical text), which is an
+        applied replay: nothing is written. A torn tail is cut off durably before writing.
 
         ``ttl_ms`` is stored with a session this call materialises (it is ignored for a
         session already stored). In the same atomic step as the events, an append that
@@ -197,8 +198,8 @@ class EventBackend(ABC):
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         """The header and the committed events with ``seq >= from_seq`` (at most ``limit``),
-        built with :func:`~sessionstore.models.restored_event` (they were checked when
-        appended; ``data`` is the parsed JSON object).
+        each parsed from its stored text once and validated as a :class:`SessionEvent`
+        (``data`` is the parsed JSON object, of the caller's own).
 
         A torn tail is left out; with ``repair=True`` it is also cut off durably.
         Damage before the end raises ``CorruptLogError`` and rewrites nothing; an

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from . import harness
-from .contracts import StoredEvent
+from .contracts import EventBatch
 from .errors import (
     InvalidArgumentError,
     NotJSONSerializableError,
@@ -20,14 +21,14 @@ from .errors import (
 from .harness import TOOL_NOT_STARTED as TOOL_NOT_STARTED
 from .harness import TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN
 from .harness import harness_warnings as harness_warnings
-from .jsondata import JSONLossError, dump_lossless, dump_lossless_all, load, short_repr
+from .jsondata import JSONLossError, dump_lossless, short_repr
 from .models import (
     FORMAT_VERSION,
     INT64_MAX,
     SessionEvent,
     SessionHeader,
     describe_invalid,
-    restored_event,
+    events_from_json,
 )
 
 
@@ -122,10 +123,9 @@ _TIME_MIN = -INT64_MAX
 _NOT_A_BATCH = (SessionEvent, Mapping, str, bytes)
 
 
-def encode_batch(
-    session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
-) -> list[StoredEvent]:
-    """Validate a batch for ``append`` and encode its data as canonical JSON.
+def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> EventBatch:
+    """Validate a batch for ``append`` and encode each event as canonical JSON (see
+    :func:`event_text`).
 
     Raises :class:`InvalidArgumentError` for an event that is not a valid
     :class:`SessionEvent`, :class:`SeqConflictError` for a gap inside the batch,
@@ -143,9 +143,11 @@ def encode_batch(
                 f"append takes a list of events, not {type(events).__name__}"
             ) from None
     checked: list[SessionEvent] = []
+    records: list[dict[str, Any]] = []  # what each event's text encodes
     suspect: list[SessionEvent] = []  # harness events that need a closer look
     well_formed = harness.WELL_FORMED
     first = 0
+    objects = True  # every event's data is a dict
     for index, raw in enumerate(events):
         event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
         seq, kind, event_id, time = event.seq, event.type, event.id, event.time
@@ -168,21 +170,68 @@ def encode_batch(
             first = seq
         elif seq != first + index:
             raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
+        data = event.data
+        is_dict = type(data) is dict
+        objects = objects and is_dict
         quick = well_formed.get(kind)
-        if quick is not None and not (type(event.data) is dict and quick(event.data)):
+        if quick is not None and not (is_dict and quick(data)):
             suspect.append(event)
         checked.append(event)
-    texts = dump_lossless_all([event.data for event in checked]) if len(checked) > 1 else None
-    if texts is None:
-        texts = [_dump_data(event) for event in checked]
+        if event_id is None:
+            records.append({"seq": seq, "type": kind, "time": time, "data": data})
+        else:
+            records.append({"seq": seq, "type": kind, "time": time, "data": data, "id": event_id})
+    texts = _lossless_texts(checked, records, objects)
     # Harness fields are judged once the data is known to be JSON, so that lossy data
     # is reported as such.
     for event in suspect:
         harness.check_event(event.type, event.seq, event.data)
-    return [
-        StoredEvent(event.seq, event.type, event.time, text, event.id)
-        for event, text in zip(checked, texts, strict=True)
-    ]
+    return EventBatch(checked, texts)
+
+
+def _record(seq: int, kind: str, time: int, data: Any, event_id: str | None) -> dict[str, Any]:
+    if event_id is None:
+        return {"seq": seq, "type": kind, "time": time, "data": data}
+    return {"seq": seq, "type": kind, "time": time, "data": data, "id": event_id}
+
+
+def event_text(event: SessionEvent) -> bytes:
+    """The canonical JSON of an event as every backend stores it: what ``orjson.dumps``
+    writes for ``{"seq", "type", "time", "data", "id"}``, ``id`` left out when None. Two
+    events are identical when their texts are equal."""
+    return orjson.dumps(_record(event.seq, event.type, event.time, event.data, event.id))
+
+
+def data_of_text(text: bytes, has_id: bool) -> bytes:
+    """The canonical JSON of the ``data`` inside an :func:`event_text` (of an event with
+    an id when ``has_id``). Outside strings, which hold no bare quote, ``,"data":`` only
+    occurs as that key, and ``,"id":`` last as the one after it."""
+    start = text.index(b',"data":') + 8
+    return text[start : text.rindex(b',"id":')] if has_id else text[start:-1]
+
+
+def _lossless_texts(
+    events: list[SessionEvent], records: list[dict[str, Any]], objects: bool
+) -> list[bytes]:
+    """The text of each of ``records`` (see :func:`event_text`), once the batch is known
+    to survive a JSON round trip unchanged (one parse of the whole batch); else the data
+    that does not is named by :class:`NotJSONSerializableError`. ``objects``: every
+    event's data is a dict."""
+    dumps, loads = orjson.dumps, orjson.loads
+    try:
+        if objects and len(records) == 1:
+            text = dumps(records[0])
+            if loads(text) == records[0]:
+                return [text]
+        elif objects:
+            texts = [dumps(record) for record in records]
+            if loads(b"[" + b",".join(texts) + b"]") == records:
+                return texts
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        pass
+    for event in events:
+        _dump_data(event)  # names the first event whose data does not survive
+    return [orjson.dumps(record) for record in records]
 
 
 def new_event(seq: int, type: object, time: int, data: object) -> SessionEvent:
@@ -227,35 +276,31 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
         ) from exc
 
 
-def decode_events(stored: list[StoredEvent]) -> list[SessionEvent]:
-    """Stored (trusted, already validated) events back to :class:`SessionEvent`.
-
-    Consumes ``stored`` (it is left empty), so a long log is not held twice.
-    """
-    decoded: list[SessionEvent] = []
-    stored.reverse()
-    while stored:
-        e = stored.pop()
-        decoded.append(restored_event(e.seq, e.type, e.time, load(e.data), e.id))
-    return decoded
+def events_of_texts(texts: list[bytes]) -> list[SessionEvent]:
+    """Stored texts (see :func:`event_text`) back to :class:`SessionEvent`, each parsed
+    once; ``ValidationError`` for a text that is not a valid event."""
+    if not texts:
+        return []
+    return events_from_json(b"[" + b",".join(texts) + b"]")
 
 
 def plan_append(
     session_id: str,
     next_seq: int,
-    batch: list[StoredEvent],
-    stored_range: Callable[[int, int], list[StoredEvent]],
+    batch: EventBatch,
+    stored_texts: Callable[[int, int], list[bytes]],
 ) -> bool:
     """Decide an append against the stored ``next_seq``: True to write, False for an
     applied replay (every event already stored identically); else :class:`SeqConflictError`.
 
-    ``stored_range(first, last)`` returns the stored events with ``first <= seq <= last``.
+    ``stored_texts(first, last)`` returns the :func:`event_text` of the stored events
+    with ``first <= seq <= last``.
     """
-    first = batch[0].seq
+    first = batch.events[0].seq
     if first == next_seq:
         return True
-    last = batch[-1].seq
-    if first < next_seq and last < next_seq and stored_range(first, last) == batch:
+    last = batch.events[-1].seq
+    if first < next_seq and last < next_seq and stored_texts(first, last) == batch.texts:
         return False
     detail = "batch differs from the stored events" if first < next_seq else ""
     raise SeqConflictError(session_id, next_seq, first, detail)

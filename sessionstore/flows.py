@@ -18,7 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .arguments import check_from_seq
 from .backoff import LOST_RACE
-from .contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
+from .contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from .drive import Pause, Step, adrive, drive
 from .errors import (
     ConcurrentModificationError,
@@ -247,7 +247,7 @@ def append(
 
 
 def append_stored(
-    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: list[StoredEvent]
+    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: EventBatch
 ) -> Flow[int]:
     """:func:`append` of a batch a writer encoded (and so checked) when it was emitted."""
     _open(lifecycle)

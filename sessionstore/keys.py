@@ -25,11 +25,15 @@ key                                                     type    fields / members
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
-                                                                 ``ttl_ms`` (absent = no ttl),                         none
+                                                                 ``entries`` (stream entries),                         none
+                                                                 ``ttl_ms`` (absent = no ttl),
                                                                  ``expires_at`` (server ms, with ttl)
-``ss:<ns>:log:{<session id>}:events``                   stream  entry id ``<seq>-1``; fields ``seq``   log_*.lua       same as ``:meta``
-                                                                 ``type`` ``time`` ``data`` (JSON)
-                                                                 and ``id`` when the event has one
+``ss:<ns>:log:{<session id>}:events``                   stream  one entry per append (<= 1000        log_*.lua       same as ``:meta``
+                                                                 events), id ``<last seq>-<count>``;
+                                                                 field ``events``: JSON array of the
+                                                                 events, one per line (an old entry
+                                                                 ``<seq>-1``: fields ``seq type time
+                                                                 data id``)
 ``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's token  lease_*.lua     the writer's lease
                                                                                                                        (10 s), renewed
                                                                                                                        every third of it
@@ -251,7 +255,7 @@ def value_of_member(member: str, namespace: str) -> tuple[ValueKey, bool] | None
 
 
 def stream_id(seq: int) -> str:
-    """The stream entry id of event ``seq``."""
+    """The id of a stream entry holding event ``seq`` alone."""
     return f"{seq}-1"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .jsondata import elide
 from .when import now_ms
@@ -62,25 +62,20 @@ class SessionInfo:
     busy: bool
 
 
-_new_event = SessionEvent.__new__
-_set = object.__setattr__
-#: Every restored event shares one fields-set (pydantic copies it before any change).
-_EVENT_FIELDS = set(SessionEvent.model_fields)
+#: Validates stored events in bulk (pydantic's public API; see :func:`events_from_json`).
+_EVENT_LIST: TypeAdapter[list[SessionEvent]] = TypeAdapter(list[SessionEvent])
+def events_from_json(text: bytes | str) -> list[SessionEvent]:
+    """The events of a JSON array of event objects (``{"seq", "type", "time", "data",
+    "id"?}``), parsed and validated in one pass by pydantic; ``ValidationError`` for
+    anything that is not a valid :class:`SessionEvent` (``data`` may be any JSON here:
+    a reader checks it is an object)."""
+    return _EVENT_LIST.validate_json(text)
 
 
-def restored_event(seq: int, type: str, time: int, data: Any, id: str | None) -> SessionEvent:
-    """A :class:`SessionEvent` read back from a store, built without validation.
-
-    Only for events that were validated when appended: it is what
-    ``SessionEvent.model_construct`` builds for this model, without its per-field loop,
-    which dominates loading a long log.
-    """
-    event = _new_event(SessionEvent)
-    _set(event, "__dict__", {"seq": seq, "type": type, "time": time, "data": data, "id": id})
-    _set(event, "__pydantic_fields_set__", _EVENT_FIELDS)
-    _set(event, "__pydantic_extra__", None)
-    _set(event, "__pydantic_private__", None)
-    return event
+def events_from_records(records: list[dict[str, Any]]) -> list[SessionEvent]:
+    """The events of parsed event objects, validated by pydantic (``data`` is kept as
+    is, not copied); ``ValidationError`` for anything invalid."""
+    return _EVENT_LIST.validate_python(records)
 
 
 def describe_invalid(exc: ValidationError, most: int = 3) -> str:

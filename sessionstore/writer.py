@@ -16,15 +16,13 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
-import orjson
-
 from . import flows
-from .contracts import EventBackend, StoredEvent
+from .contracts import EventBackend, EventBatch
 from .drain import Drain
 from .errors import InvalidArgumentError, SessionStoreError, StoreClosedError
 from .eventlog import encode_batch
 from .flows import run
-from .models import SessionEvent, SessionHeader, restored_event
+from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms
 
@@ -66,7 +64,9 @@ class WriterBuffer:
         self.next_seq = next_seq
         self.last_time = last_time
         self.window = window
-        self.pending: list[StoredEvent] = []
+        #: The events emitted and not yet durable, and their canonical texts.
+        self.pending: list[SessionEvent] = []
+        self.texts: list[bytes] = []
         #: When each pending event was emitted (monotonic seconds).
         self.emitted: list[float] = []
         #: Events were emitted while an append was in flight: they go right after it.
@@ -114,36 +114,38 @@ class WriterBuffer:
         event = SessionEvent.model_construct(
             seq=self.next_seq, type=type, time=when, data={} if data is None else data, id=None
         )
-        [stored] = encode_batch(self.session_id, [event])
+        encoded = encode_batch(self.session_id, [event])
+        [text] = encoded.texts
+        # The event handed back and queued has data of its own, parsed from its text.
+        queued = SessionEvent.model_validate_json(text)
         self.last_time = when
         self.next_seq += 1
         moment = time.monotonic()
         head = not self.pending or self.paused
-        self.pending.append(stored)
+        self.pending.append(queued)
+        self.texts.append(text)
         self.emitted.append(moment)
         self.paused = False
-        returned = restored_event(stored.seq, type, when, orjson.loads(stored.data), None)
-        return returned, (self.emitted[0] + self.window if head else None)
+        return queued, (self.emitted[0] + self.window if head else None)
 
     @property
     def durable_seq(self) -> int:
         """The seq below which every emitted event is durable."""
         return self.next_seq - len(self.pending)
 
-    def next_batch(self, target: int | None) -> list[StoredEvent]:
+    def next_batch(self, target: int | None) -> EventBatch:
         """What a drain appends next, or nothing when it is done: a background drain
         (``target`` None) stops while paused by a failure, a flush once every event
         before seq ``target`` is durable."""
-        if target is None and self.paused:
-            return []
-        if target is not None and self.durable_seq >= target:
-            return []
-        return self.pending[:BATCH_MAX]
+        if (target is None and self.paused) or (target is not None and self.durable_seq >= target):
+            return EventBatch([], [])
+        return EventBatch(self.pending[:BATCH_MAX], self.texts[:BATCH_MAX])
 
     def written(self, count: int) -> None:
         """The first ``count`` pending events are durable: drop them; any earlier error
         was about them, so it is cleared."""
         del self.pending[:count]
+        del self.texts[:count]
         del self.emitted[:count]
         self.error = None
         self.paused = False

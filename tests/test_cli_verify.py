@@ -8,15 +8,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from support import artifacts
+from support.events import batch_of, stored
 from typer.testing import CliRunner
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader
 from sessionstore.cli import app
-from sessionstore.contracts import StoredEvent
 
 T = 1_718_000_000_000
 
@@ -171,8 +170,8 @@ def test_a_sqlite_header_row_that_cannot_be_read_is_reported_not_fatal(tmp_path,
 # --- harness fields of a log written before append checked them ---------------------------
 
 
-def legacy(seq: int, kind: str, data: Any) -> StoredEvent:
-    return StoredEvent(seq, kind, T + seq, orjson.dumps(data).decode())
+def legacy(seq: int, kind: str, data: Any) -> SessionEvent:
+    return stored(seq, kind, T + seq, data)
 
 
 @pytest.mark.parametrize("backend", ["file", "sqlite"])
@@ -182,12 +181,14 @@ def test_malformed_harness_fields_are_a_warning_not_a_traceback(tmp_path, backen
         # Written the way a version without the harness-field checks stored it.
         store._backends.events.append(
             "old",
-            [
-                legacy(0, "turn/start", {"turn": 1}),
-                legacy(1, "assistant/message", {"tool_calls": 5}),
-                legacy(2, "tool/result", {"call_id": ["c"], "is_error": True, "error": "boom"}),
-                legacy(3, "turn/end", {"reason": "done"}),
-            ],
+            batch_of(
+                [
+                    legacy(0, "turn/start", {"turn": 1}),
+                    legacy(1, "assistant/message", {"tool_calls": 5}),
+                    legacy(2, "tool/result", {"call_id": ["c"], "is_error": True, "error": "boom"}),
+                    legacy(3, "turn/end", {"reason": "done"}),
+                ]
+            ),
             SessionHeader(id="old", created_at=1),
         )
     verified = run("sessions", "verify", "--url", url, "-n", "ns")

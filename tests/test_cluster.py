@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import redis
 from redis.cluster import key_slot
+from support.events import batch_of, stored
 from support.redis_cluster import ClusterNodes, own_slots
 
 import sessionstore
 from sessionstore import keys
-from sessionstore.contracts import Stored, StoredEvent
+from sessionstore.contracts import EventBatch, Stored
 from sessionstore.errors import (
     DurabilityError,
     InvalidArgumentError,
@@ -46,8 +47,8 @@ def vkey(ns: str, symbol: str = "BTCUSDT") -> ValueKey:
     return ValueKey(ns, symbol, "s", "binance", "1h", "backtest")
 
 
-def batch(first: int, count: int) -> list[StoredEvent]:
-    return [StoredEvent(s, "note", T0 + s, f'{{"n":{s}}}') for s in range(first, first + count)]
+def batch(first: int, count: int) -> EventBatch:
+    return batch_of([stored(s, "note", T0 + s, {"n": s}) for s in range(first, first + count)])
 
 
 def header(session_id: str) -> SessionHeader:

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.events import batch_of, stored
 
 import sessionstore
 from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader
-from sessionstore.contracts import StoredEvent
 from sessionstore.errors import HarnessFieldError
 from sessionstore.eventlog import closers, encode_batch
 from sessionstore.harness import HARNESS_TYPES, harness_warnings
@@ -74,8 +74,8 @@ def test_a_malformed_harness_field_is_refused_naming_type_seq_and_path(kind, dat
 
 @pytest.mark.parametrize(("kind", "data"), WELL_FORMED)
 def test_well_formed_harness_fields_and_other_types_are_accepted(kind, data):
-    [stored] = encode_batch("s", [SessionEvent(seq=0, type=kind, time=T, data=data)])
-    assert orjson.loads(stored.data) == data
+    [text] = encode_batch("s", [SessionEvent(seq=0, type=kind, time=T, data=data)]).texts
+    assert orjson.loads(text)["data"] == data
 
 
 def test_lossy_data_is_named_before_a_missing_harness_field():
@@ -98,8 +98,8 @@ def test_closers_pass_the_check():
 # --- stored logs written before the check -------------------------------------------------
 
 
-def legacy(seq: int, kind: str, data: dict[str, Any]) -> StoredEvent:
-    return StoredEvent(seq, kind, T + seq, orjson.dumps(data).decode())
+def legacy(seq: int, kind: str, data: dict[str, Any]) -> SessionEvent:
+    return stored(seq, kind, T + seq, data)
 
 
 LEGACY_TURN = [
@@ -124,7 +124,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_a_log_with_malformed_harness_fields_still_loads_and_is_repaired(url):
     with sessionstore.connect(url, "ns") as store:
-        store._backends.events.append("old", LEGACY_TURN, SessionHeader(id="old"))
+        store._backends.events.append("old", batch_of(LEGACY_TURN), SessionHeader(id="old"))
         loaded = store.events.load("old")
     added = loaded.events[len(LEGACY_TURN) :]
     assert [(e.type, e.data.get("call_id")) for e in added] == [
@@ -139,7 +139,7 @@ def test_a_log_with_malformed_harness_fields_still_loads_and_is_repaired(url):
 
 def test_harness_warnings_name_seq_type_and_path_of_what_repair_ignored(url):
     with sessionstore.connect(url, "ns") as store:
-        store._backends.events.append("old", LEGACY_TURN, SessionHeader(id="old"))
+        store._backends.events.append("old", batch_of(LEGACY_TURN), SessionHeader(id="old"))
         warnings = harness_warnings(store.events.read_from("old", 0))
     assert warnings == [
         "seq 0 (turn/start): $.turn must be an int or a string or null, not dict",
@@ -211,11 +211,11 @@ def test_an_append_is_refused_whole_or_accepted_and_loads(shapes):
 @given(shapes=st.lists(st.tuples(harness_kinds, harness_data), min_size=1, max_size=6))
 @SETTINGS
 def test_a_stored_log_of_any_shape_loads(shapes):
-    stored = [legacy(0, "turn/start", {})] + [
+    written = [legacy(0, "turn/start", {})] + [
         legacy(seq, kind, data) for seq, (kind, data) in enumerate(shapes, start=1)
     ]
     with sessionstore.connect("memory://", "ns") as store:
-        store._backends.events.append("s", stored, SessionHeader(id="s"))
+        store._backends.events.append("s", batch_of(written), SessionHeader(id="s"))
         loaded = store.events.load("s")
         assert closers(loaded.events) == []
         assert store.events.load("s") == loaded

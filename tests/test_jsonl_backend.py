@@ -15,6 +15,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.events import batch_of, stored
 
 import sessionstore
 from sessionstore import (
@@ -28,8 +29,8 @@ from sessionstore import (
 )
 from sessionstore.backends import jsonl, jsonl_format
 from sessionstore.backends.jsonl import JsonlEvents, event_lines
-from sessionstore.contracts import StoredEvent
-from sessionstore.eventlog import decode_events, encode_batch
+from sessionstore.contracts import EventBatch
+from sessionstore.eventlog import encode_batch
 from sessionstore.jsondata import dump_lossless
 from sessionstore.store import Store
 
@@ -130,11 +131,11 @@ json_values = st.recursive(
 def test_data_comes_back_as_the_same_canonical_text(tmp_path: Path, data: dict[str, Any]) -> None:
     backend = JsonlEvents(tmp_path, "ns")
     session_id = uuid.uuid4().hex
-    [stored] = encode_batch(session_id, [SessionEvent(seq=0, type="t", time=1, data=data)])
-    backend.append(session_id, [stored], SessionHeader(id=session_id))
+    batch = encode_batch(session_id, [SessionEvent(seq=0, type="t", time=1, data=data)])
+    backend.append(session_id, batch, SessionHeader(id=session_id))
     _, [read] = backend.read(session_id)
     assert read == SessionEvent(seq=0, type="t", time=1, data=data)
-    assert dump_lossless(read.data) == stored.data
+    assert dump_lossless(read.data).encode() in batch.texts[0]
     line = Path(backend.locate(session_id) or "").read_bytes().split(b"\n")[1]
     assert orjson.dumps(orjson.loads(line)) == line
 
@@ -206,7 +207,7 @@ def test_read_honours_from_seq_and_limit(tmp_path: Path) -> None:
         header, found = backend.read(SID, 2, limit=3)
         assert header == HEADER
         assert [e.seq for e in found] == [2, 3, 4]
-        assert backend.read(SID, 7, limit=5)[1] == decode_events(encode_batch(SID, events(7, 8)))
+        assert backend.read(SID, 7, limit=5)[1] == events(7, 8)
         assert backend.read(SID, 9)[1] == []
         assert [e.seq for e in store.events.iter_events(SID, batch=3)] == list(range(8))
 
@@ -408,7 +409,7 @@ def test_delete_removes_the_file(tmp_path: Path) -> None:
 # --- appends parse only what they have not seen ----------------------------------------
 
 
-def batch(first: int, stop: int) -> list[StoredEvent]:
+def batch(first: int, stop: int) -> EventBatch:
     return encode_batch(SID, events(first, stop))
 
 
@@ -418,7 +419,7 @@ def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     counts = {"lines": 0, "logs": 0}
     parse_event, parse_log = jsonl.parse_event, jsonl.parse_log
 
-    def counted_event(line: bytes) -> tuple[StoredEvent, int]:
+    def counted_event(line: bytes) -> tuple[dict[str, Any], int]:
         counts["lines"] += 1
         return parse_event(line)
 
@@ -443,7 +444,7 @@ def test_appends_do_not_reread_what_they_wrote(tmp_path: Path, parsing: dict[str
     for first in range(3, 300, 3):
         assert backend.append(SID, batch(first, first + 3), None) == first + 3
     assert parsing == {"lines": 0, "logs": 0}
-    assert backend.read(SID) == (HEADER, decode_events(batch(0, 300)))
+    assert backend.read(SID) == (HEADER, events(0, 300))
 
 
 def test_an_append_parses_only_the_batches_appended_elsewhere_since(
@@ -464,7 +465,7 @@ def test_an_append_parses_only_the_batches_appended_elsewhere_since(
     before = path.read_bytes()
     assert mine.append(SID, batch(5, 7), None) == 10, "an applied replay of older events"
     assert path.read_bytes() == before
-    assert other.read(SID) == (HEADER, decode_events(batch(0, 10)))
+    assert other.read(SID) == (HEADER, events(0, 10))
 
 
 def test_an_append_after_another_store_appended_lands_contiguously(tmp_path: Path) -> None:
@@ -508,11 +509,11 @@ def test_a_log_rewritten_in_place_is_parsed_whole(tmp_path: Path) -> None:
     backend.append(SID, batch(0, 3), HEADER)
     path = Path(backend.locate(SID) or "")
     other = JsonlEvents(tmp_path / "b", "ns")
-    longer = [StoredEvent(seq, "other", seq, f'{{"pad":"{"x" * seq}"}}') for seq in range(6)]
-    other.append(SID, longer, HEADER)
+    longer = [stored(seq, "other", seq, {"pad": "x" * seq}) for seq in range(6)]
+    other.append(SID, batch_of(longer), HEADER)
     path.write_bytes(Path(other.locate(SID) or "").read_bytes())
     assert backend.append(SID, batch(6, 7), None) == 7
-    assert backend.read(SID) == (HEADER, decode_events(longer + batch(6, 7)))
+    assert backend.read(SID) == (HEADER, longer + events(6, 7))
 
 
 def test_a_session_recreated_elsewhere_is_seen_as_such(tmp_path: Path) -> None:
@@ -524,7 +525,7 @@ def test_a_session_recreated_elsewhere_is_seen_as_such(tmp_path: Path) -> None:
     with pytest.raises(SessionExistsError):
         mine.append(SID, batch(5, 6), HEADER)
     assert mine.append(SID, batch(5, 6), None) == 6
-    assert other.read(SID) == (recreated, decode_events(batch(0, 6)))
+    assert other.read(SID) == (recreated, events(0, 6))
 
 
 def test_a_forked_child_parses_the_log_whole_before_its_first_append(
@@ -546,7 +547,7 @@ def test_a_forked_child_parses_the_log_whole_before_its_first_append(
     reset(parsing)
     assert backend.append(SID, batch(6, 8), None) == 8
     assert parsing == {"lines": 3, "logs": 0}
-    assert backend.read(SID) == (HEADER, decode_events(batch(0, 8)))
+    assert backend.read(SID) == (HEADER, events(0, 8))
 
 
 # --- several processes ------------------------------------------------------------------
@@ -593,7 +594,7 @@ def test_concurrent_appends_from_four_processes_stay_contiguous(tmp_path: Path) 
 # --- the line encoding --------------------------------------------------------------------
 
 
-def reference_lines(events: list[StoredEvent]) -> bytes:
+def reference_lines(events: list[SessionEvent]) -> bytes:
     """What ``orjson.dumps`` writes for each event's record: the format's definition."""
     lines = []
     for e in events:
@@ -601,7 +602,7 @@ def reference_lines(events: list[StoredEvent]) -> bytes:
             "seq": e.seq,
             "type": e.type,
             "time": e.time,
-            "data": orjson.Fragment(e.data),
+            "data": e.data,
         }
         if e.id is not None:
             record["id"] = e.id
@@ -631,11 +632,11 @@ def test_event_lines_are_the_bytes_orjson_writes_for_each_record(
     first: int, fields: list[tuple[str, int, dict[str, Any], str | None]]
 ) -> None:
     special = ['"', "\\", "\n", "\x00", "\x1f", "\u2028", "ü", "😀", "\x7f"]
-    batch = [
-        StoredEvent(first + n, kind + special[n % 9], time, dump_lossless(data), event_id)
+    written = [
+        stored(first + n, kind + special[n % 9], time, data, event_id)
         for n, (kind, time, data, event_id) in enumerate(fields)
     ]
-    assert event_lines(batch) == reference_lines(batch)
+    assert event_lines(batch_of(written)) == reference_lines(written)
 
 
 # --- open logs kept between appends -------------------------------------------------------
@@ -673,7 +674,7 @@ def test_appends_keep_the_log_open(tmp_path: Path, opens: list[str]) -> None:
         backend.append(SID, encode_batch(SID, [event(3, other=True)]), None)
     assert backend.append(SID, batch(60, 61), None) == 61
     assert path not in opens
-    assert backend.read(SID) == (HEADER, decode_events(batch(0, 61)))
+    assert backend.read(SID) == (HEADER, events(0, 61))
 
 
 def test_an_append_lands_in_the_log_that_replaced_the_open_one(tmp_path: Path) -> None:
@@ -691,7 +692,7 @@ def test_an_append_lands_in_the_log_that_replaced_the_open_one(tmp_path: Path) -
     assert caught.value.expected == 5
     assert mine.append(SID, batch(5, 6), None) == 6
     assert old.read_bytes() == before
-    assert mine.read(SID) == (HEADER, decode_events(batch(0, 6)))
+    assert mine.read(SID) == (HEADER, events(0, 6))
 
 
 def test_an_append_to_a_log_moved_away_or_deleted_elsewhere_finds_it_gone(
@@ -713,7 +714,7 @@ def test_an_append_to_a_log_moved_away_or_deleted_elsewhere_finds_it_gone(
         mine.append(SID, batch(4, 5), None)
     assert not path.exists()
     assert mine.append(SID, batch(0, 1), HEADER) == 1
-    assert other.read(SID) == (HEADER, decode_events(batch(0, 1)))
+    assert other.read(SID) == (HEADER, events(0, 1))
 
 
 def test_a_same_size_rewrite_in_place_of_the_open_log_is_parsed_whole(
@@ -784,7 +785,7 @@ def test_a_forked_child_opens_the_log_anew_and_the_parent_keeps_its_own(
     opens.clear()
     assert backend.append(SID, batch(6, 8), None) == 8
     assert opens == []
-    assert backend.read(SID) == (HEADER, decode_events(batch(0, 8)))
+    assert backend.read(SID) == (HEADER, events(0, 8))
 
 
 def _append_from_threads(backend: JsonlEvents, threads: int, count: int) -> None:
@@ -847,12 +848,12 @@ def test_read_from_near_the_end_parses_only_what_it_returns_once_validated(
     long_log(JsonlEvents(tmp_path, "ns"), 5000)
     reader = JsonlEvents(tmp_path, "ns")
     reset(parsing)
-    assert reader.read(SID, 4990)[1] == decode_events(batch(4990, 5000))
+    assert reader.read(SID, 4990)[1] == events(4990, 5000)
     assert parsing["logs"] == 1, "the first read validates the whole log"
     reset(parsing)
     preads.clear()
-    assert reader.read(SID, 4995)[1] == decode_events(batch(4995, 5000))
-    assert reader.read(SID, 4000, limit=3)[1] == decode_events(batch(4000, 4003))
+    assert reader.read(SID, 4995)[1] == events(4995, 5000)
+    assert reader.read(SID, 4000, limit=3)[1] == events(4000, 4003)
     assert parsing == {"lines": 8, "logs": 0}
     assert sum(preads) < log_size(reader) // 20
 
@@ -891,7 +892,7 @@ def test_damage_before_the_read_range_is_found_by_the_first_read(tmp_path: Path)
 def test_damage_appended_since_the_last_read_is_found_by_the_next_one(tmp_path: Path) -> None:
     writer, reader = JsonlEvents(tmp_path, "ns"), JsonlEvents(tmp_path, "ns")
     long_log(writer, 500)
-    assert reader.read(SID, 499)[1] == decode_events(batch(499, 500))
+    assert reader.read(SID, 499)[1] == events(499, 500)
     writer.append(SID, batch(500, 510), None)
     writer.append(SID, batch(510, 520), None)
     path = Path(writer.locate(SID) or "")
@@ -905,7 +906,7 @@ def test_damage_appended_since_the_last_read_is_found_by_the_next_one(tmp_path: 
 def test_a_validated_line_rewritten_unseen_is_never_returned(tmp_path: Path) -> None:
     backend = JsonlEvents(tmp_path, "ns")
     long_log(backend, 500)
-    assert backend.read(SID, 0, limit=1)[1] == decode_events(batch(0, 1))
+    assert backend.read(SID, 0, limit=1)[1] == events(0, 1)
     path = Path(backend.locate(SID) or "")
     raw, st = path.read_bytes(), path.stat()
     at = raw.index(b'{"seq":300,')
@@ -923,10 +924,10 @@ def test_every_range_read_matches_the_whole_log(tmp_path: Path, size: int) -> No
     writer = JsonlEvents(tmp_path, "ns")
     long_log(writer, 300, size)
     grown = JsonlEvents(tmp_path, "ns")
-    assert grown.read(SID, 0, limit=1)[1] == decode_events(batch(0, 1))
+    assert grown.read(SID, 0, limit=1)[1] == events(0, 1)
     writer.append(SID, batch(300, 301), None)
     writer.append(SID, batch(301, 400), None)
-    whole = decode_events(batch(0, 400))
+    whole = events(0, 400)
     readers = {"writer": writer, "grown": grown, "fresh": JsonlEvents(tmp_path, "ns")}
     for name, reader in readers.items():
         for first in range(0, 401, 13):

@@ -16,15 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 from redis.connection import Connection
+from support.events import batch_of, stored
 from support.redis_helpers import namespace_snapshot
 from support.redis_server import RedisServer, free_port
 
 import sessionstore
 from sessionstore import keys
-from sessionstore.contracts import Stored, StoredEvent
+from sessionstore.contracts import EventBatch, Stored
 from sessionstore.errors import (
     AccessDeniedError,
     CorruptLogError,
@@ -36,7 +38,6 @@ from sessionstore.errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from sessionstore.eventlog import decode_events
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
@@ -70,16 +71,21 @@ def vkey(ns: str, symbol: str = "BTCUSDT", strategy: str = "s") -> ValueKey:
     return ValueKey(ns, symbol, strategy, "binance", "1h", "backtest")
 
 
-def batch(first: int, count: int, kind: str = "note") -> list[StoredEvent]:
-    return [
-        StoredEvent(seq, kind, T0 + seq, f'{{"n":{seq}}}', f"e{seq}" if seq % 2 else None)
-        for seq in range(first, first + count)
-    ]
+def batch(first: int, count: int, kind: str = "note") -> EventBatch:
+    return batch_of(
+        [
+            stored(seq, kind, T0 + seq, {"n": seq}, f"e{seq}" if seq % 2 else None)
+            for seq in range(first, first + count)
+        ]
+    )
 
 
 def started(events: Any, session_id: str, count: int) -> SessionHeader:
+    """A session of ``count`` events appended one by one: one stream entry each, with
+    the ids ``<seq>-1`` the tests below tear, delete and probe."""
     header = SessionHeader(id=session_id, created_at=T0, cwd="/work")
-    assert events.append(session_id, batch(0, count), header) == count
+    for seq in range(count):
+        assert events.append(session_id, batch(seq, 1), header) == seq + 1
     return header
 
 
@@ -277,10 +283,12 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
         b"created_at": str(T0).encode(),
         b"next_seq": b"1",
         b"last_time": str(T0).encode(),
+        b"entries": b"1",
     }
     [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
     assert entry_id == b"0-1"
-    assert fields == {b"seq": b"0", b"type": b"note", b"time": str(T0).encode(), b"data": b"{}"}
+    event = b'{"seq":0,"type":"note","time":%d,"data":{}}' % T0
+    assert fields == {b"events": b"[" + event + b"]"}
     client.close()
 
 
@@ -615,7 +623,7 @@ def test_a_replayed_append_after_a_lost_reply_is_a_success(redis_server, ns, ope
     assert events.append("s", batch(2, 3), None) == 5
     assert events.append("s", batch(0, 2), header) == 5
     assert snapshot(redis_server.url, ns) == before
-    changed = [StoredEvent(3, "other", T0 + 3, '{"n":3}', "e3")]
+    changed = batch_of([stored(3, "other", T0 + 3, {"n": 3}, "e3")])
     with pytest.raises(SeqConflictError) as caught:
         events.append("s", changed, None)
     assert (caught.value.expected, caught.value.got) == (5, 3)
@@ -697,10 +705,10 @@ def test_a_replay_compares_every_field_and_id(redis_server, ns, open_):
     before = snapshot(redis_server.url, ns)
     assert events.append("s", batch(1, 4), None) == 5, "an applied replay"
     for changed in (
-        [StoredEvent(2, "note", T0 + 2, '{"n":2}', "e2")],  # an id where there was none
-        [StoredEvent(3, "note", T0 + 3, '{"n":3}', None)],  # no id where there was one
-        [StoredEvent(3, "note", T0 + 3, '{"n":3}', "")],  # another id
-        [StoredEvent(3, "note", T0 + 4, '{"n":3}', "e3")],  # another time
+        batch_of([stored(2, "note", T0 + 2, {"n": 2}, "e2")]),  # an id where there was none
+        batch_of([stored(3, "note", T0 + 3, {"n": 3}, None)]),  # no id where there was one
+        batch_of([stored(3, "note", T0 + 3, {"n": 3}, "")]),  # another id
+        batch_of([stored(3, "note", T0 + 4, {"n": 3}, "e3")]),  # another time
     ):
         with pytest.raises(SeqConflictError) as caught:
             events.append("s", changed, None)
@@ -736,7 +744,7 @@ def test_long_logs_are_read_in_chunks_and_the_tail_is_probed(redis_server, ns, o
     client = raw(redis_server.url)
     client.xadd(stream, {"seq": 2500, "type": "x", "time": 1, "data": "{}"}, id="2500-1")
     assert len(events.read("long", 0, limit=10, repair=True)[1]) == 10
-    assert client.xlen(stream) == 2500
+    assert client.xlen(stream) == 3, "entries of 1000, 1000 and 500 events"
     client.close()
 
 
@@ -1064,7 +1072,7 @@ def test_the_async_pair_mirrors_the_sync_one(redis_server, ns, open_):
             assert await events.append("a", batch(0, 3), header) == 3
             assert await events.append("a", batch(1, 2), None) == 3
             assert await events.exists("a") and await events.locate("a") is None
-            assert (await events.read("a", 1, limit=1))[1] == decode_events(batch(1, 1))
+            assert (await events.read("a", 1, limit=1))[1] == batch(1, 1).events
             assert await events.list() == [header]
             await events.delete("a")
             with pytest.raises(SessionNotFoundError):
@@ -1155,4 +1163,81 @@ def test_follow_blocks_on_the_stream_instead_of_polling(redis_server, ns):
                 break
     assert seen == [0, 1, 2]
     assert client.info("commandstats")["cmdstat_xread"]["calls"] > before
+    client.close()
+
+
+# --- the stream layout: entries of several events, and logs of the first layout ----------
+
+
+def _first_layout(url: str, ns: str, session_id: str, written: list[SessionEvent]) -> None:
+    """Store ``written`` as the first layout did: one entry ``<seq>-1`` per event with the
+    fields seq, type, time, data and id, and a meta hash without ``entries``."""
+    meta, stream = keys.log_keys(ns, session_id)
+    client = raw(url)
+    for event in written:
+        fields = {"seq": event.seq, "type": event.type, "time": event.time}
+        fields["data"] = orjson.dumps(event.data)
+        if event.id is not None:
+            fields["id"] = event.id
+        client.xadd(stream, fields, id=f"{event.seq}-1")
+    header = {"id": session_id, "version": "1", "created_at": str(T0), "cwd": "/work"}
+    last = {"next_seq": len(written), "last_time": written[-1].time}
+    client.hset(meta, mapping={**header, **last})
+    client.close()
+
+
+def test_a_log_of_the_first_layout_loads_and_takes_appends_and_replays(redis_server, ns, open_):
+    odd = stored(2, 'a"b\\c\n\x01/é', T0 + 2, {"n": 2, "s": "x\ty"})
+    old = [*batch(0, 2).events, odd, *batch(3, 2).events]
+    _first_layout(redis_server.url, ns, "old", old)
+    events = open_(redis_server.url, ns).events
+    assert events.read("old")[1] == old
+    assert events.read("old", 3, limit=1)[1] == old[3:4]
+    assert events.append("old", batch_of(old[1:4]), None) == 5, "a replay over old entries"
+    with pytest.raises(SeqConflictError):
+        events.append("old", batch_of([stored(2, "other", T0 + 2, {"n": 2})]), None)
+    assert events.append("old", batch(5, 3), None) == 8
+    assert events.read("old")[1] == [*old, *batch(5, 3).events]
+    assert events.append("old", batch_of([old[4], *batch(5, 2).events]), None) == 8
+    assert events.read("old", 4, limit=2)[1] == [old[4], *batch(5, 1).events]
+
+
+def test_a_long_batch_is_stored_as_entries_of_at_most_a_thousand_events(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    assert events.append("big", batch(0, 2500), SessionHeader(id="big", created_at=T0)) == 2500
+    client = raw(redis_server.url)
+    stream = keys.log_keys(ns, "big")[1]
+    assert [entry_id for entry_id, _ in client.xrange(stream)] == [
+        b"999-1000",
+        b"1999-1000",
+        b"2499-500",
+    ]
+    for start in (0, 1, 998, 999, 1000, 1998, 2499):
+        assert events.read("big", start, limit=3)[1] == batch(start, min(3, 2500 - start)).events
+    assert events.append("big", batch(990, 20), None) == 2500, "a replay across two entries"
+    changed = [*batch(990, 19).events, stored(1009, "note", T0, {"n": 1009})]
+    with pytest.raises(SeqConflictError):
+        events.append("big", batch_of(changed), None)
+    client.close()
+
+
+def test_waiting_for_events_does_not_wake_for_an_entry_already_read(redis_server, ns, open_):
+    events = open_(redis_server.url, ns).events
+    events.append("w", batch(0, 3), SessionHeader(id="w", created_at=T0))
+    started = time.monotonic()
+    events.wait_for_events("w", 3, 0.3)
+    assert time.monotonic() - started >= 0.25, "woken by the entry holding seqs 0-2"
+
+
+def test_one_event_appended_after_a_tail_deleted_by_hand_lowers_the_stale_last_id(
+    redis_server, ns, open_
+):
+    events = open_(redis_server.url, ns).events
+    started(events, "s", 3)
+    _, stream = keys.log_keys(ns, "s")
+    client = raw(redis_server.url)
+    client.xadd(stream, {"events": "[]"}, id="3-1")
+    client.xdel(stream, "3-1")  # XDEL keeps the stream's last id at 3-1
+    assert events.append("s", batch(3, 1), None) == 4
+    assert [e.seq for e in events.read("s")[1]] == [0, 1, 2, 3]
     client.close()

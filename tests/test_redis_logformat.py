@@ -5,13 +5,15 @@ give the same events, and the same error for the same damage."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sessionstore
 from sessionstore import CorruptLogError, SessionEvent
-from sessionstore.models import restored_event
-from sessionstore.redis.logformat import CHUNK, LogRead
+from sessionstore.models import events_from_json
+from sessionstore.redis.logformat import ENTRY_EVENTS, WINDOW, LogRead
 
 META = {b"id": b"s", b"version": b"1", b"created_at": b"1", b"next_seq": b"4"}
 Fields = list[tuple[bytes, bytes]]
@@ -39,6 +41,7 @@ def mapped(entries: list[tuple[bytes, Fields]]) -> list[Any]:
 
 def read(reply: list[Any], from_seq: int = 0, limit: int | None = None) -> LogRead:
     plan = LogRead("s", from_seq, limit)
+    plan.first_range()
     plan.take_meta(META)
     plan.take(reply)
     return plan
@@ -102,16 +105,28 @@ def test_damage_gives_the_same_error_in_both_shapes(what):
     assert errors[0][0] == (3 if what == "short" else 1)
 
 
-def test_a_full_chunk_continues_after_its_last_entry():
+def test_a_reply_that_fills_its_window_continues_after_its_last_entry():
     plan = LogRead("s", 0, None)
-    plan.take_meta({**META, b"next_seq": b"%d" % (CHUNK + 1)})
-    plan.take(flat([entry(seq) for seq in range(CHUNK)]))
-    assert not plan.done and plan.next_range() == (f"({CHUNK - 1}-1", "+", CHUNK)
+    bound = WINDOW + ENTRY_EVENTS - 1
+    assert plan.first_range() == ("0-0", f"{bound}-{2**64 - 1}", None)
+    plan.take_meta({**META, b"next_seq": b"%d" % (3 * WINDOW)})
+    plan.take(flat([entry(seq) for seq in range(bound + 1)]))
+    assert not plan.done
+    assert plan.next_range() == (f"({bound}-1", f"{2 * bound + 1}-{2**64 - 1}", None)
+
+
+def test_a_reply_that_ends_before_its_window_is_missing_events():
+    plan = LogRead("s", 0, None)
+    plan.first_range()
+    plan.take_meta({**META, b"next_seq": b"%d" % (3 * WINDOW)})
+    with pytest.raises(CorruptLogError, match="event 100 is missing"):
+        plan.take(flat([entry(seq) for seq in range(100)]))
 
 
 def test_a_restored_event_is_indistinguishable_from_a_validated_one():
     validated = SessionEvent(seq=5, type="tool/call", time=7, data={"a": [1, {"b": None}]})
-    restored = restored_event(5, "tool/call", 7, {"a": [1, {"b": None}]}, None)
+    text = b'[{"seq":5,"type":"tool/call","time":7,"data":{"a":[1,{"b":null}]}}]'
+    [restored] = events_from_json(text)
     assert restored == validated
     assert repr(restored) == repr(validated)
     assert restored.model_dump() == validated.model_dump()
@@ -120,3 +135,9 @@ def test_a_restored_event_is_indistinguishable_from_a_validated_one():
     assert restored.model_copy(update={"seq": 6}).seq == 6 and restored.seq == 5
     with pytest.raises(ValueError):
         restored.seq = 9  # type: ignore[misc]  # frozen, like any SessionEvent
+
+
+def test_no_module_writes_pydantic_private_attributes():
+    package = Path(sessionstore.__file__).parent
+    for path in package.rglob("*.py"):
+        assert "__pydantic_" not in path.read_text(), path

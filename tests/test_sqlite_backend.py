@@ -12,6 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from support.events import batch_of, stored
 
 import sessionstore
 from sessionstore import (
@@ -28,9 +29,9 @@ from sessionstore import (
 from sessionstore.backends.sqlite import SqliteValues, open_sqlite
 from sessionstore.backends.sqlite_db import SCHEMA_VERSION, Database, database_path
 from sessionstore.backends.sqlite_events import SqliteEvents
-from sessionstore.contracts import Stored, StoredEvent
-from sessionstore.eventlog import decode_events
+from sessionstore.contracts import Stored
 from sessionstore.keys import ValueKey
+from sessionstore.models import SessionEvent
 
 NS = "ns-a"
 KEY = ValueKey(NS, "BTCUSDT", "momentum", "binance", "1h", "backtest")
@@ -69,13 +70,13 @@ def raw(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
         return conn.execute(sql, params).fetchall()
 
 
-def event(seq: int, data: str = "{}", type_: str = "note") -> StoredEvent:
-    return StoredEvent(seq, type_, T0 + seq, data)
+def event(seq: int, data: str = "{}", type_: str = "note") -> SessionEvent:
+    return stored(seq, type_, T0 + seq, data)
 
 
 def started(events: SqliteEvents, session_id: str, count: int) -> SessionHeader:
     header = SessionHeader(id=session_id, created_at=T0)
-    events.append(session_id, [event(i, f'{{"i":{i}}}') for i in range(count)], header)
+    events.append(session_id, batch_of([event(i, f'{{"i":{i}}}') for i in range(count)]), header)
     return header
 
 
@@ -256,7 +257,7 @@ def test_locate_is_none_and_exists_follows_the_session_row(events):
 
 def test_append_needs_an_existing_session_or_a_header(events, db_path):
     with pytest.raises(SessionNotFoundError):
-        events.append("s-1", [event(0)], None)
+        events.append("s-1", batch_of([event(0)]), None)
     assert raw(db_path, "SELECT COUNT(*) FROM log_events") == [(0,)]
 
 
@@ -265,29 +266,29 @@ def test_append_with_another_header_is_refused(events, db_path):
     before = log_rows(db_path)
     other = SessionHeader(id="s-1", created_at=T0 + 1)
     with pytest.raises(SessionExistsError):
-        events.append("s-1", [event(1)], other)
+        events.append("s-1", batch_of([event(1)]), other)
     assert log_rows(db_path) == before
     same = SessionHeader(id="s-1", created_at=T0)
-    assert events.append("s-1", [event(1)], same) == 2
+    assert events.append("s-1", batch_of([event(1)]), same) == 2
 
 
 def test_append_returns_the_next_seq_and_refuses_a_wrong_seq(events):
     header = started(events, "s-1", 2)
-    assert events.append("s-1", [event(2), event(3)], None) == 4
+    assert events.append("s-1", batch_of([event(2), event(3)]), None) == 4
     with pytest.raises(SeqConflictError):
-        events.append("s-1", [event(5)], None)
-    stored = [event(0, '{"i":0}'), event(1, '{"i":1}'), event(2), event(3)]
-    assert events.read("s-1") == (header, decode_events(list(stored)))
+        events.append("s-1", batch_of([event(5)]), None)
+    stored_events = [event(0, '{"i":0}'), event(1, '{"i":1}'), event(2), event(3)]
+    assert events.read("s-1") == (header, stored_events)
 
 
 def test_an_identical_replay_writes_nothing_and_a_different_one_conflicts(events, db_path):
     started(events, "s-1", 3)
     before = log_rows(db_path)
-    assert events.append("s-1", [event(1, '{"i":1}'), event(2, '{"i":2}')], None) == 3
+    assert events.append("s-1", batch_of([event(1, '{"i":1}'), event(2, '{"i":2}')]), None) == 3
     with pytest.raises(SeqConflictError):
-        events.append("s-1", [event(1, '{"i":1}'), event(2, '{"i":9}')], None)
+        events.append("s-1", batch_of([event(1, '{"i":1}'), event(2, '{"i":9}')]), None)
     with pytest.raises(SeqConflictError):
-        events.append("s-1", [event(2, '{"i":2}'), event(3)], None)
+        events.append("s-1", batch_of([event(2, '{"i":2}'), event(3)]), None)
     assert log_rows(db_path) == before
 
 
@@ -321,7 +322,7 @@ def test_append_cuts_a_torn_tail_before_writing(events, db_path):
     started(events, "s-1", 2)
     tear(db_path, 2)
     tear(db_path, 7)
-    assert events.append("s-1", [event(2, '{"new":true}')], None) == 3
+    assert events.append("s-1", batch_of([event(2, '{"new":true}')]), None) == 3
     assert raw(db_path, "SELECT seq, type FROM log_events ORDER BY seq")[2:] == [(2, "note")]
 
 
@@ -329,8 +330,8 @@ def test_orphan_rows_of_an_unmaterialised_session_are_a_torn_tail(events, db_pat
     assert not events.exists("s-1")  # creates the schema
     tear(db_path, 0)
     header = SessionHeader(id="s-1", created_at=T0)
-    assert events.append("s-1", [event(0)], header) == 1
-    assert events.read("s-1") == (header, decode_events([event(0)]))
+    assert events.append("s-1", batch_of([event(0)]), header) == 1
+    assert events.read("s-1") == (header, [event(0)])
 
 
 @pytest.mark.parametrize(
@@ -360,7 +361,7 @@ def test_a_lost_event_is_found_by_read_and_an_append_leaves_it_as_it_was(events,
     started(events, "s-1", 4)
     raw(db_path, "DELETE FROM log_events WHERE seq = 2")
     seqs = "SELECT seq FROM log_events ORDER BY seq"
-    assert events.append("s-1", [event(4)], None) == 5
+    assert events.append("s-1", batch_of([event(4)]), None) == 5
     assert raw(db_path, seqs) == [(0,), (1,), (3,), (4,)]
     after = log_rows(db_path)
     for repair in (False, True):
@@ -368,7 +369,7 @@ def test_a_lost_event_is_found_by_read_and_an_append_leaves_it_as_it_was(events,
             events.read("s-1", repair=repair)
         assert caught.value.seq == 2
     with pytest.raises(CorruptLogError) as caught:
-        events.append("s-1", [event(2)], None)
+        events.append("s-1", batch_of([event(2)]), None)
     assert caught.value.seq == 2
     assert log_rows(db_path) == after
 
@@ -378,7 +379,7 @@ def test_an_append_reads_no_event_rows_whatever_the_log_length(events, database)
     statements: list[str] = []
     database.connection().set_trace_callback(statements.append)
     try:
-        assert events.append("s-1", [event(200), event(201)], None) == 202
+        assert events.append("s-1", batch_of([event(200), event(201)]), None) == 202
     finally:
         database.connection().set_trace_callback(None)
     on_events = [s for s in statements if "log_events" in s]
@@ -403,9 +404,9 @@ def remembered(events: SqliteEvents, session_id: str, count: int, **create) -> S
     """What :func:`started` stores (``count`` >= 2), in two appends: ``events`` has then
     read the session row back, so that its next append is the one-UPDATE kind."""
     header = SessionHeader(id=session_id, created_at=T0)
-    events.append(session_id, [event(0, '{"i":0}')], header, **create)
+    events.append(session_id, batch_of([event(0, '{"i":0}')]), header, **create)
     rest = [event(i, f'{{"i":{i}}}') for i in range(1, count)]
-    assert events.append(session_id, rest, None) == count
+    assert events.append(session_id, batch_of(rest), None) == count
     assert session_id in events._known
     return header
 
@@ -423,18 +424,18 @@ READS_THE_ROW = ["BEGIN IMMEDIATE", "SELECT version, created_at,"]
 def test_an_append_to_a_remembered_session_is_one_update_a_delete_and_inserts(events, database):
     started(events, "s-1", 1)
     # The append after the one that created the session reads its row back, once.
-    ran = traced(database, lambda: events.append("s-1", [event(1)], None))
+    ran = traced(database, lambda: events.append("s-1", batch_of([event(1)]), None))
     assert ran[:2] == READS_THE_ROW, ran
-    ran = traced(database, lambda: events.append("s-1", [event(2)], None))
+    ran = traced(database, lambda: events.append("s-1", batch_of([event(2)]), None))
     assert ran == ONE_UPDATE
     # So does another instance (another process).
     other = SqliteEvents(database, NS)
-    ran = traced(database, lambda: other.append("s-1", [event(3)], None))
+    ran = traced(database, lambda: other.append("s-1", batch_of([event(3)]), None))
     assert ran[:2] == READS_THE_ROW, ran
-    ran = traced(database, lambda: other.append("s-1", [event(4)], None))
+    ran = traced(database, lambda: other.append("s-1", batch_of([event(4)]), None))
     assert ran == ONE_UPDATE
     # A replay or a conflict matches no row; then the row is read and the batch judged.
-    ran = traced(database, lambda: events.append("s-1", [event(4)], None))
+    ran = traced(database, lambda: events.append("s-1", batch_of([event(4)]), None))
     assert ran[1:3] == ["UPDATE log_sessions SET", "SELECT version, created_at,"], ran
     assert [e.seq for e in events.read("s-1")[1]] == [0, 1, 2, 3, 4]
 
@@ -443,21 +444,19 @@ def test_an_append_to_a_remembered_session_is_one_update_a_delete_and_inserts(ev
 def test_batches_of_any_size_land_whole_and_in_order(events, db_path, size):
     header = remembered(events, "s-1", 2)
     batch = [
-        StoredEvent(
-            seq, f"t{seq % 7}", T0 - seq, f'{{"n":{seq}}}', None if seq % 3 else f"id-{seq}"
-        )
+        stored(seq, f"t{seq % 7}", T0 - seq, f'{{"n":{seq}}}', None if seq % 3 else f"id-{seq}")
         for seq in range(2, 2 + size)
     ]
-    assert events.append("s-1", list(batch), None) == 2 + size
-    assert events.append("s-1", list(batch), None) == 2 + size  # an applied replay
+    assert events.append("s-1", batch_of(list(batch)), None) == 2 + size
+    assert events.append("s-1", batch_of(list(batch)), None) == 2 + size  # an applied replay
     rows = raw(
         db_path,
         "SELECT seq, type, time, data, event_id FROM log_events WHERE namespace=? ORDER BY seq",
         (NS,),
     )
-    assert rows[2:] == [(e.seq, e.type, e.time, e.data, e.id) for e in batch]
-    stored = [event(0, '{"i":0}'), event(1, '{"i":1}'), *batch]
-    assert events.read("s-1") == (header, decode_events(stored))
+    assert rows[2:] == [(e.seq, e.type, e.time, f'{{"n":{e.seq}}}', e.id) for e in batch]
+    written = [event(0, '{"i":0}'), event(1, '{"i":1}'), *batch]
+    assert events.read("s-1") == (header, written)
 
 
 def test_a_remembered_session_changed_by_another_process_is_judged_from_its_row(
@@ -466,24 +465,24 @@ def test_a_remembered_session_changed_by_another_process_is_judged_from_its_row(
     remembered(events, "s-1", 2)
     other = SqliteEvents(database, NS)
     # Another process appended: a conflict, and nothing written.
-    assert other.append("s-1", [event(2)], None) == 3
+    assert other.append("s-1", batch_of([event(2)]), None) == 3
     before = log_rows(db_path)
     with pytest.raises(SeqConflictError):
-        events.append("s-1", [event(2, '{"mine":1}')], None)
+        events.append("s-1", batch_of([event(2, '{"mine":1}')]), None)
     assert log_rows(db_path) == before
     # ... or deleted the session: it is gone for this instance too.
     other.delete("s-1")
     with pytest.raises(SessionNotFoundError):
-        events.append("s-1", [event(3)], None)
+        events.append("s-1", batch_of([event(3)]), None)
     # ... or created it anew with another header: appends follow the new row.
     remembered(events, "s-1", 2)
     renewed = SessionHeader(id="s-1", created_at=T0 + 5, cwd="/elsewhere")
     raw(db_path, "DELETE FROM log_events")
     raw(db_path, "DELETE FROM log_sessions")
-    assert other.append("s-1", [event(0), event(1)], renewed) == 2
+    assert other.append("s-1", batch_of([event(0), event(1)]), renewed) == 2
     with pytest.raises(SessionExistsError):
-        events.append("s-1", [event(2)], SessionHeader(id="s-1", created_at=T0))
-    assert events.append("s-1", [event(2)], None) == 3
+        events.append("s-1", batch_of([event(2)]), SessionHeader(id="s-1", created_at=T0))
+    assert events.append("s-1", batch_of([event(2)]), None) == 3
     assert events.read("s-1")[0] == renewed
     assert raw(db_path, "SELECT next_seq FROM log_sessions") == [(3,)]
 
@@ -507,7 +506,7 @@ def test_damage_to_a_remembered_session_row_is_still_refused(events, db_path, sq
     raw(db_path, sql)
     before = log_rows(db_path)
     with pytest.raises(error):
-        events.append("s-1", [event(2)], None)
+        events.append("s-1", batch_of([event(2)]), None)
     assert log_rows(db_path) == before
 
 
@@ -519,16 +518,16 @@ def test_expiry_moves_only_for_a_session_with_a_ttl(events, database, db_path):
     assert ttl == 60_000
     raw(db_path, "UPDATE log_sessions SET expires_at = 5 WHERE id='timed'")
     # The ttl given to an append of an existing session is ignored: the stored one counts.
-    ran = traced(database, lambda: events.append("timed", [event(2)], None, ttl_ms=1))
+    ran = traced(database, lambda: events.append("timed", batch_of([event(2)]), None, ttl_ms=1))
     assert ran == ONE_UPDATE
     ((ttl, moved),) = raw(db_path, expiry, ("timed",))
     assert ttl == 60_000 and moved >= first
-    ran = traced(database, lambda: events.append("plain", [event(2)], None, ttl_ms=1))
+    ran = traced(database, lambda: events.append("plain", batch_of([event(2)]), None, ttl_ms=1))
     assert ran == ONE_UPDATE
     assert raw(db_path, expiry, ("plain",)) == [(None, None)]
     # A stray expiry on a session without a ttl is cleared, as every append did before.
     raw(db_path, "UPDATE log_sessions SET expires_at = 5 WHERE id='plain'")
-    assert events.append("plain", [event(3)], None) == 4
+    assert events.append("plain", batch_of([event(3)]), None) == 4
     assert raw(db_path, expiry, ("plain",)) == [(None, None)]
     assert events.prune(T0 * 2) == 1
     assert [h.id for h in events.list()] == ["plain"]
@@ -538,11 +537,11 @@ def test_expiry_moves_only_for_a_session_with_a_ttl(events, database, db_path):
 def test_a_failed_append_of_a_remembered_session_leaves_the_database_unchanged(events, db_path):
     remembered(events, "s-1", 2)
     before = log_rows(db_path)
-    batch = [event(2), event(3), StoredEvent(4, "t", 2**64, "{}")]
+    batch = [event(2), event(3), stored(4, "t", 2**64, "{}")]
     with pytest.raises(InvalidArgumentError):
-        events.append("s-1", batch, None)
+        events.append("s-1", batch_of(batch), None)
     assert log_rows(db_path) == before
-    assert events.append("s-1", batch[:2], None) == 4
+    assert events.append("s-1", batch_of(batch[:2]), None) == 4
 
 
 def test_a_transaction_rolls_back_and_translates_driver_errors(database, db_path):
@@ -574,7 +573,7 @@ def test_a_stored_header_of_another_version_is_unsupported(events, db_path):
         events.read("s-1")
     assert caught.value.found == 7
     with pytest.raises(UnsupportedVersionError):
-        events.append("s-1", [event(1)], None)
+        events.append("s-1", batch_of([event(1)]), None)
 
 
 def test_a_malformed_stored_header_is_corruption(events, db_path):
@@ -641,7 +640,7 @@ def test_a_write_lock_held_beyond_the_timeout_is_unavailable(db_path):
             backends.values.swap(KEY, None, b"x", T0)
         assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
         with pytest.raises(StoreUnavailableError):
-            backends.events.append("s-1", [event(0)], SessionHeader(id="s-1"))
+            backends.events.append("s-1", batch_of([event(0)]), SessionHeader(id="s-1"))
     finally:
         blocker.rollback()
         blocker.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
+from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionNotFoundError
 from ..keys import ValueKey
 from ..models import SessionEvent, SessionHeader
@@ -75,12 +75,12 @@ class DummyEvents(EventBackend):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
     ) -> int:
-        return events[-1].seq + 1 if events else 0
+        return batch.events[-1].seq + 1 if batch.events else 0
 
     def read(
         self,

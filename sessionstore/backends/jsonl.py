@@ -64,7 +64,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..contracts import EventBackend, StoredEvent
+from ..contracts import EventBackend, EventBatch
 from ..errors import (
     CorruptLogError,
     SeqConflictError,
@@ -73,7 +73,7 @@ from ..errors import (
     StoreUnavailableError,
     UnsupportedVersionError,
 )
-from ..eventlog import decode_events, plan_append
+from ..eventlog import event_text, plan_append
 from ..jsondata import short_repr
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
@@ -202,7 +202,7 @@ class JsonlEvents(EventBackend):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
@@ -214,13 +214,13 @@ class JsonlEvents(EventBackend):
                 log = self._held.pop(session_id, None)
             for _ in range(_REOPEN_ATTEMPTS):
                 if log is None:
-                    log = self._open_for_append(session_id, path, events, header)
+                    log = self._open_for_append(session_id, path, batch, header)
                 try:
                     fcntl.flock(log.fd, fcntl.LOCK_EX)
                     st = _named_stat(path, log)
                     if st is not None:
                         next_seq = self._append_locked(
-                            log.fd, path, session_id, events, header, ttl_ms, st
+                            log.fd, path, session_id, batch, header, ttl_ms, st
                         )
                 except SeqConflictError:
                     self._put_back(session_id, log)
@@ -242,7 +242,7 @@ class JsonlEvents(EventBackend):
         self,
         session_id: str,
         path: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
     ) -> _Held:
         try:
@@ -251,7 +251,7 @@ class JsonlEvents(EventBackend):
             if header is None:
                 raise SessionNotFoundError(session_id) from None
             # Refuse a batch that cannot start a new log before creating its file.
-            plan_append(session_id, 0, events, _no_events)
+            plan_append(session_id, 0, batch, _no_events)
             make_dirs(self._dir)
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
@@ -297,7 +297,7 @@ class JsonlEvents(EventBackend):
         fd: int,
         path: str,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         ttl_ms: int | None,
         st: os.stat_result,
@@ -312,17 +312,20 @@ class JsonlEvents(EventBackend):
         elif header is not None and header != seen.header:
             raise SessionExistsError(session_id)
 
-        def stored_range(first: int, last: int) -> list[StoredEvent]:
+        def stored_texts(first: int, last: int) -> list[bytes]:
             offset = seen.next_seq - len(parsed)
             if first >= offset:
-                return parsed[first - offset : last - offset + 1]
-            # Only the replay of a batch older than what was just parsed gets here: rare
-            # enough to read the whole log rather than remember events.
-            return parse_log(session_id, read_all(fd)).events[first : last + 1]
+                found = parsed[first - offset : last - offset + 1]
+            else:
+                # Only the replay of a batch older than what was just parsed gets here:
+                # rare enough to read the whole log rather than remember events.
+                found = parse_log(session_id, read_all(fd)).events[first : last + 1]
+            return [event_text(event) for event in found]
 
-        if not plan_append(session_id, seen.next_seq, events, stored_range):
+        if not plan_append(session_id, seen.next_seq, batch, stored_texts):
             return seen.next_seq
-        data = event_lines(events) if new_header is None else new_header + event_lines(events)
+        events = batch.events
+        data = event_lines(batch) if new_header is None else new_header + event_lines(batch)
         if seen.torn:
             os.ftruncate(fd, seen.end)
             os.fsync(fd)
@@ -358,7 +361,7 @@ class JsonlEvents(EventBackend):
 
     def _catch_up(
         self, fd: int, session_id: str, st: os.stat_result
-    ) -> tuple[LogState, list[StoredEvent]]:
+    ) -> tuple[LogState, list[SessionEvent]]:
         """The log's state, under its lock (shared or exclusive), and the committed
         events parsed to learn it, which are the last ones before its next seq; ``st``
         describes the file open as ``fd``.
@@ -424,19 +427,18 @@ class JsonlEvents(EventBackend):
         self._own()
         with os_errors(path):
             if not repair:
-                header, stored = self._read_range(session_id, path, from_seq, limit)
-                return header, decode_events(stored)
+                return self._read_range(session_id, path, from_seq, limit)
             log = self._load(session_id, path, repair=False)
             if log.header is not None and log.torn:
                 log = self._load(session_id, path, repair=True)
         if log.header is None:
             raise SessionNotFoundError(session_id)
         stop = None if limit is None else from_seq + limit
-        return log.header, decode_events(log.events[from_seq:stop])
+        return log.header, log.events[from_seq:stop]
 
     def _read_range(
         self, session_id: str, path: Path, from_seq: int, limit: int | None
-    ) -> tuple[SessionHeader, list[StoredEvent]]:
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
         """The header and the committed events ``[from_seq, from_seq + limit)``, under a
         shared lock: what the log holds beyond the state remembered is validated first
         (all of it when nothing is remembered), then the events are read from the
@@ -673,7 +675,7 @@ class JsonlEvents(EventBackend):
 # --- reading and writing the file -------------------------------------------------------
 
 
-def _no_events(first: int, last: int) -> list[StoredEvent]:
+def _no_events(first: int, last: int) -> list[bytes]:
     return []
 
 
@@ -693,7 +695,7 @@ def _open_log(session_id: str, path: str | Path, flags: int) -> int:
         raise SessionNotFoundError(session_id) from None
 
 
-def _read_indexed(fd: int, state: LogState, from_seq: int, count: int) -> list[StoredEvent] | None:
+def _read_indexed(fd: int, state: LogState, from_seq: int, count: int) -> list[SessionEvent] | None:
     """The ``count`` committed events from ``from_seq`` of the validated log ``state``,
     read from the nearest indexed line at or before it; None when the file no longer
     holds them there."""
@@ -829,11 +831,11 @@ def _last_committed(fd: int, start: int, size: int) -> tuple[int, int | None]:
         complete = lines[1:-1] if pos > start else lines[:-1]
         for line in reversed(complete):
             try:
-                event, batch_end = parse_event(line)
+                record, batch_end = parse_event(line)
             except MalformedLine:
                 continue
-            if event.seq == batch_end:
-                return event.seq + 1, event.time
+            if record["seq"] == batch_end:
+                return batch_end + 1, record["time"]
         carry = lines[0] + b"\n" if pos > start else b""
     return 0, None
 

@@ -13,15 +13,15 @@ where the line of seq ``i * INDEX_EVERY`` starts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import orjson
 from pydantic import ValidationError
 
-from ..contracts import StoredEvent
+from ..contracts import EventBatch
 from ..errors import CorruptLogError
 from ..eventlog import check_stored_version
-from ..models import SessionHeader, describe_invalid
+from ..models import SessionEvent, SessionHeader, describe_invalid, events_from_records
 
 #: The header-line key holding a session's retention in ms (absent: none).
 TTL_FIELD = "ttl_ms"
@@ -37,43 +37,13 @@ def header_line(header: SessionHeader, ttl_ms: int | None = None) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def event_lines(events: list[StoredEvent]) -> bytes:
-    """The lines of one batch, each marked with the seq of the batch's last event.
-
-    Each line is what ``orjson.dumps`` writes for the record ``{"seq", "type", "time",
-    "data", "id"?, "batch_end"}`` with ``data`` embedded as is, built as text in one
-    pass: the ints (plain 64-bit ints, as :func:`~sessionstore.eventlog.encode_batch`
-    makes them) written as orjson writes them, the strings encoded by orjson (an event
-    type once per process)."""
-    batch_end = f',"batch_end":{events[-1].seq}}}\n'
-    types = _TYPE_TEXTS
-    lines = []
-    for e in events:
-        kind = types.get(e.type) or _type_text(e.type)
-        if e.id is None:
-            lines.append(
-                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}{batch_end}'
-            )
-        else:
-            event_id = orjson.dumps(e.id).decode()
-            lines.append(
-                f'{{"seq":{e.seq},"type":{kind},"time":{e.time},"data":{e.data}'
-                f',"id":{event_id}{batch_end}'
-            )
-    return "".join(lines).encode()
-
-
-#: The JSON text of each event type met, for :func:`event_lines`; forgotten past a bound.
-_TYPE_TEXTS: dict[str, str] = {}
-_TYPE_TEXTS_KEPT = 4096
-
-
-def _type_text(kind: str) -> str:
-    text = orjson.dumps(kind).decode()
-    if len(_TYPE_TEXTS) >= _TYPE_TEXTS_KEPT:
-        _TYPE_TEXTS.clear()
-    _TYPE_TEXTS[kind] = text
-    return text
+def event_lines(batch: EventBatch) -> bytes:
+    """The lines of one batch, each marked with the seq of the batch's last event: the
+    event's canonical text (see :func:`~sessionstore.eventlog.event_text`) with
+    ``"batch_end"`` added as its last key, which is what ``orjson.dumps`` writes for the
+    record ``{"seq", "type", "time", "data", "id"?, "batch_end"}``."""
+    end = b',"batch_end":%d}\n' % batch.events[-1].seq
+    return end.join([text[:-1] for text in batch.texts]) + end
 
 
 class MalformedLine(Exception):
@@ -117,12 +87,10 @@ def parse_header_line(
         raise CorruptLogError(session_id, detail, line=1) from exc
 
 
-def parse_event(line: bytes) -> tuple[StoredEvent, int]:
-    """One event line (without its newline): the event and its ``batch_end``.
-
-    ``data`` is re-serialised with orjson, which gives back the canonical text it was
-    appended with. Raises :class:`MalformedLine`.
-    """
+def parse_event(line: bytes) -> tuple[dict[str, Any], int]:
+    """One event line (without its newline), parsed once: the event object (for
+    :func:`~sessionstore.models.events_from_records`) and its ``batch_end``. Raises
+    :class:`MalformedLine`."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -133,7 +101,7 @@ def parse_event(line: bytes) -> tuple[StoredEvent, int]:
     if not is_int(seq) or seq < 0:
         raise MalformedLine("'seq' is missing or not an int >= 0")
     kind, time, data = record.get("type"), record.get("time"), record.get("data")
-    event_id, batch_end = record.get("id"), record.get("batch_end")
+    event_id, batch_end = record.get("id"), record.pop("batch_end", None)
     if not isinstance(kind, str):
         raise MalformedLine("'type' is missing or not a string", seq)
     if not is_int(time):
@@ -144,8 +112,21 @@ def parse_event(line: bytes) -> tuple[StoredEvent, int]:
         raise MalformedLine("'id' is not a string", seq)
     if not is_int(batch_end):
         raise MalformedLine("'batch_end' is missing or not an int", seq)
-    text = orjson.dumps(data).decode()
-    return StoredEvent(seq, kind, time, text, event_id), batch_end
+    return record, batch_end
+
+
+def _events(session_id: str, records: list[dict[str, Any]], line: int) -> list[SessionEvent]:
+    """The events of the checked records of consecutive lines, the first on 1-based line
+    ``line``; :class:`CorruptLogError` for one that is still not a valid event."""
+    try:
+        return events_from_records(records)
+    except ValidationError as exc:
+        index = exc.errors()[0]["loc"][0]
+        at = index if isinstance(index, int) else 0
+        detail = f"the event is invalid: {describe_invalid(exc)}"
+        raise CorruptLogError(
+            session_id, detail, seq=records[at].get("seq"), line=line + at
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -155,7 +136,7 @@ class ParsedLog:
     the offset index of the committed events (see the module docstring)."""
 
     header: SessionHeader | None
-    events: list[StoredEvent]
+    events: list[SessionEvent]
     end: int
     size: int
     offsets: tuple[int, ...] = ()
@@ -184,7 +165,7 @@ def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLo
 
 def parse_batches(
     session_id: str, raw: bytes, offset: int, next_seq: int, line: int
-) -> tuple[list[StoredEvent], int, list[int]]:
+) -> tuple[list[SessionEvent], int, list[int]]:
     """The committed events in ``raw[offset:]``, the offset where they end and the
     offsets in ``raw`` of the lines of those whose seq is a multiple of
     :data:`INDEX_EVERY`, leaving out a torn final batch.
@@ -193,7 +174,7 @@ def parse_batches(
     and to be on 1-based line ``line`` of the log. Raises :class:`CorruptLogError` for
     damage before the torn final batch.
     """
-    events: list[StoredEvent] = []
+    events: list[dict[str, Any]] = []
     offsets: list[int] = []
     committed, end = 0, offset
     open_end: int | None = None  # batch_end of the batch being read, until its last event
@@ -208,19 +189,21 @@ def parse_batches(
             break
         start, text, offset = offset, raw[offset:stop], stop + 1
         try:
-            event, batch_end = parse_event(text)
+            record, batch_end = parse_event(text)
         except MalformedLine as exc:
             malformed = CorruptLogError(session_id, str(exc), seq=exc.seq, line=number)
             continue
-        _check_order(session_id, event, batch_end, next_seq + len(events), open_end, number)
-        if event.seq % INDEX_EVERY == 0:
+        seq = record["seq"]
+        _check_order(session_id, seq, batch_end, next_seq + len(events), open_end, number)
+        if seq % INDEX_EVERY == 0:
             offsets.append(start)
-        events.append(event)
+        events.append(record)
         open_end = batch_end
-        if event.seq == batch_end:
+        if seq == batch_end:
             committed, end, open_end = len(events), offset, None
     kept = _multiples(next_seq + committed) - _multiples(next_seq)
-    return events[:committed], end, offsets[:kept]
+    del events[committed:]
+    return _events(session_id, events, line), end, offsets[:kept]
 
 
 def batch_offsets(data: bytes, first_seq: int, base: int) -> list[int]:
@@ -238,7 +221,7 @@ def batch_offsets(data: bytes, first_seq: int, base: int) -> list[int]:
     return found
 
 
-def parse_range(raw: bytes, skip: int, count: int, first_seq: int) -> list[StoredEvent] | None:
+def parse_range(raw: bytes, skip: int, count: int, first_seq: int) -> list[SessionEvent] | None:
     """The events on the ``count`` lines after the first ``skip`` lines of ``raw``, a
     validated part of a log whose first line there has seq ``first_seq - skip``; None if
     they are not those events (the file changed underneath). ``raw`` may end early: only
@@ -248,22 +231,25 @@ def parse_range(raw: bytes, skip: int, count: int, first_seq: int) -> list[Store
         pos = raw.find(b"\n", pos) + 1
         if pos == 0:
             return None
-    found: list[StoredEvent] = []
+    found: list[dict[str, Any]] = []
     expected = first_seq
     for _ in range(count):
         stop = raw.find(b"\n", pos)
         if stop < 0:
             return None
         try:
-            event, _ = parse_event(raw[pos:stop])
+            record, _ = parse_event(raw[pos:stop])
         except MalformedLine:
             return None
-        if event.seq != expected:
+        if record["seq"] != expected:
             return None
-        found.append(event)
+        found.append(record)
         expected += 1
         pos = stop + 1
-    return found
+    try:
+        return events_from_records(found)
+    except ValidationError:
+        return None
 
 
 def _multiples(stop: int) -> int:
@@ -273,7 +259,7 @@ def _multiples(stop: int) -> int:
 
 def _check_order(
     session_id: str,
-    event: StoredEvent,
+    seq: int,
     batch_end: int,
     expected: int,
     open_end: int | None,
@@ -281,14 +267,14 @@ def _check_order(
 ) -> None:
     """An event must continue the seqs and agree with its batch on ``batch_end``."""
     detail = None
-    if event.seq != expected:
+    if seq != expected:
         detail = f"expected seq {expected}"
-    elif open_end is None and batch_end < event.seq:
+    elif open_end is None and batch_end < seq:
         detail = f"'batch_end' {batch_end} comes before the event's own seq"
     elif open_end is not None and batch_end != open_end:
         detail = f"'batch_end' {batch_end} differs from its batch's {open_end}"
     if detail is not None:
-        raise CorruptLogError(session_id, detail, seq=event.seq, line=number)
+        raise CorruptLogError(session_id, detail, seq=seq, line=number)
 
 
 def is_int(value: object) -> TypeGuard[int]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .. import forksafe
-from ..contracts import EventBackend, Refused, Stored, StoredEvent, ValueBackend
+from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
-from ..eventlog import decode_events, plan_append
+from ..eventlog import events_of_texts, plan_append
 from ..keys import ValueKey
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from ..when import now_ms as wall_clock_ms
@@ -167,10 +167,12 @@ class MemoryValues(ValueBackend):
 
 @dataclass
 class _Log:
-    """One session: its header, events, retention and expiry (None: never)."""
+    """One session: its header, the canonical text of each event, the time of the last
+    one, retention and expiry (None: never)."""
 
     header: SessionHeader
-    events: list[StoredEvent] = field(default_factory=list)
+    events: list[bytes] = field(default_factory=list)
+    last_time: int | None = None
     ttl_ms: int | None = None
     expires_at: int | None = None
 
@@ -191,7 +193,7 @@ class MemoryEvents(EventBackend):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
@@ -205,8 +207,9 @@ class MemoryEvents(EventBackend):
             elif header is not None and header != found.header:
                 raise SessionExistsError(session_id)
             stored = found.events
-            if plan_append(session_id, len(stored), events, lambda a, b: stored[a : b + 1]):
-                stored.extend(events)
+            if plan_append(session_id, len(stored), batch, lambda a, b: stored[a : b + 1]):
+                stored.extend(batch.texts)
+                found.last_time = batch.events[-1].time
                 if found.ttl_ms is not None:
                     found.expires_at = wall_clock_ms() + found.ttl_ms
                 self._logs[session_id] = found
@@ -225,8 +228,8 @@ class MemoryEvents(EventBackend):
             if found is None:
                 raise SessionNotFoundError(session_id)
             end = None if limit is None else from_seq + limit
-            header, events = found.header, found.events[from_seq:end]
-        return header, decode_events(events)
+            header, texts = found.header, found.events[from_seq:end]
+        return header, events_of_texts(texts)
 
     def info(self, session_id: str) -> SessionInfo:
         with self._lock:
@@ -236,9 +239,8 @@ class MemoryEvents(EventBackend):
             return self._info(session_id, found)
 
     def _info(self, session_id: str, log: _Log) -> SessionInfo:
-        last = log.events[-1].time if log.events else None
         busy = self.lease_busy(session_id)
-        return SessionInfo(log.header, len(log.events), last, log.expires_at, busy)
+        return SessionInfo(log.header, len(log.events), log.last_time, log.expires_at, busy)
 
     def list_info(self) -> list[SessionInfo]:
         with self._lock:

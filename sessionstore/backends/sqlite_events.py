@@ -41,16 +41,22 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ..contracts import EventBackend, StoredEvent
+from ..contracts import EventBackend, EventBatch
 from ..errors import (
     CorruptLogError,
     SessionExistsError,
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version, decode_events, plan_append
+from ..eventlog import check_stored_version, data_of_text, event_text, plan_append
 from ..jsondata import short_repr
-from ..models import SessionEvent, SessionHeader, SessionInfo, describe_invalid
+from ..models import (
+    SessionEvent,
+    SessionHeader,
+    SessionInfo,
+    describe_invalid,
+    events_from_records,
+)
 from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
 
@@ -124,14 +130,14 @@ class SqliteEvents(EventBackend):
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
-            first = events[0].seq
-            new_next = first + len(events)
+            first = batch.events[0].seq
+            new_next = first + len(batch)
             if not self._advance(conn, session_id, header, first, new_next):
                 found = self._session(conn, session_id)
                 if found is not None:
@@ -145,10 +151,11 @@ class SqliteEvents(EventBackend):
                 else:
                     raise SessionNotFoundError(session_id)
 
-                def stored_range(first: int, last: int) -> list[StoredEvent]:
-                    return self._events(conn, session_id, first, last - first + 1)
+                def stored_texts(first: int, last: int) -> list[bytes]:
+                    found = self._events(conn, session_id, first, last - first + 1)
+                    return [event_text(event) for event in found]
 
-                if not plan_append(session_id, next_seq, events, stored_range):
+                if not plan_append(session_id, next_seq, batch, stored_texts):
                     return next_seq
                 expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
                 if found is None:
@@ -160,7 +167,7 @@ class SqliteEvents(EventBackend):
                     conn.execute(_SET_NEXT_SEQ, (new_next, expires_at, self._ns, session_id))
             # The torn tail starts at the committed next seq, which is ``first`` here.
             self._cut_tail(conn, session_id, first)
-            self._insert(conn, session_id, events)
+            self._insert(conn, session_id, batch)
             return new_next
 
     def _advance(
@@ -203,17 +210,20 @@ class SqliteEvents(EventBackend):
             known.clear()
         known[session_id] = (header, _columns(header), ttl_ms)
 
-    def _insert(self, conn: sqlite3.Connection, session_id: str, events: list[StoredEvent]) -> None:
+    def _insert(self, conn: sqlite3.Connection, session_id: str, batch: EventBatch) -> None:
         """Insert the event rows with multi-row INSERTs of up to :data:`_CHUNK` rows
-        (a power of two each, so that few distinct statements are ever prepared)."""
+        (a power of two each, so that few distinct statements are ever prepared); the
+        data column holds the canonical JSON of the event's data, as text."""
+        events, texts = batch.events, batch.texts
         count = len(events)
         done = 0
         while done < count:
             size = min(_CHUNK, count - done)
             size = 1 << (size.bit_length() - 1)
             params: list[object] = [self._ns, session_id]
-            for e in events if size == count else events[done : done + size]:
-                params.extend((e.seq, e.type, e.time, e.data, e.id))
+            for e, text in zip(events[done : done + size], texts[done : done + size], strict=True):
+                data = data_of_text(text, e.id is not None).decode()
+                params.extend((e.seq, e.type, e.time, data, e.id))
             conn.execute(_insert_sql(size), params)
             done += size
 
@@ -238,7 +248,7 @@ class SqliteEvents(EventBackend):
             events = self._events(conn, session_id, from_seq, wanted)
             if repair:
                 self._cut_tail(conn, session_id, next_seq)
-        return header, decode_events(events)
+        return header, events
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str
@@ -257,9 +267,9 @@ class SqliteEvents(EventBackend):
 
     def _events(
         self, conn: sqlite3.Connection, session_id: str, first: int, count: int
-    ) -> list[StoredEvent]:
-        """Exactly the ``count`` committed events from seq ``first``; a missing or
-        malformed one raises :class:`CorruptLogError`."""
+    ) -> list[SessionEvent]:
+        """Exactly the ``count`` committed events from seq ``first``, each row's data
+        parsed once; a missing or malformed one raises :class:`CorruptLogError`."""
         if count <= 0:
             return []
         rows = conn.execute(
@@ -267,16 +277,22 @@ class SqliteEvents(EventBackend):
             " AND seq >= ? AND seq < ? ORDER BY seq",
             (self._ns, session_id, first, first + count),
         ).fetchall()
-        events = []
+        records = []
         for expected, row in enumerate(rows, start=first):
             if row[0] != expected:
                 break
-            events.append(_event(session_id, row))
-        if len(events) < count:
+            records.append(_record(session_id, row))
+        if len(records) < count:
             raise CorruptLogError(
-                session_id, "an event below the next seq is missing", seq=first + len(events)
+                session_id, "an event below the next seq is missing", seq=first + len(records)
             )
-        return events
+        try:
+            return events_from_records(records)
+        except ValidationError as exc:
+            index = exc.errors()[0]["loc"][0]
+            seq = first + (index if isinstance(index, int) else 0)
+            detail = f"stored event is malformed: {describe_invalid(exc)}"
+            raise CorruptLogError(session_id, detail, seq=seq) from None
 
     def _cut_tail(self, conn: sqlite3.Connection, session_id: str, next_seq: int) -> None:
         """Delete the torn tail: rows at or past the committed next seq."""
@@ -444,8 +460,9 @@ def _header(session_id: str, row: Sequence[Any]) -> SessionHeader:
         raise CorruptLogError(session_id, detail) from None
 
 
-def _event(session_id: str, row: Sequence[Any]) -> StoredEvent:
-    """A log_events row as a :class:`StoredEvent`, after checking every column."""
+def _record(session_id: str, row: Sequence[Any]) -> dict[str, Any]:
+    """A log_events row as an event object, its data parsed, after checking every
+    column that validation does not (the data is text holding a JSON object)."""
     seq, kind, time, data, event_id = row
     if not isinstance(kind, str):
         raise CorruptLogError(session_id, f"event type is {kind!r:.40}", seq=seq)
@@ -461,4 +478,6 @@ def _event(session_id: str, row: Sequence[Any]) -> StoredEvent:
         raise CorruptLogError(session_id, f"event data is not JSON: {exc}", seq=seq) from None
     if not isinstance(parsed, dict):
         raise CorruptLogError(session_id, "event data is not a JSON object", seq=seq)
-    return StoredEvent(seq, kind, time, data, event_id)
+    if event_id is None:
+        return {"seq": seq, "type": kind, "time": time, "data": parsed}
+    return {"seq": seq, "type": kind, "time": time, "data": parsed, "id": event_id}

@@ -37,7 +37,7 @@ from typing import Any
 from redis.exceptions import NoPermissionError, ResponseError
 
 from .. import keys
-from ..contracts import EventBackend, StoredEvent
+from ..contracts import EventBackend, EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionEvent, SessionHeader, SessionInfo
@@ -61,6 +61,7 @@ from .logformat import (
     decode_append,
     decode_header,
     decode_info,
+    restore_id,
     text,
 )
 
@@ -160,8 +161,7 @@ def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary)
     """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
     ``timeout`` and always less than the socket timeout, so the read never times out."""
     block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
-    after = keys.stream_id(from_seq - 1) if from_seq > 0 else "0-0"
-    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, after]
+    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, restore_id(from_seq)]
 
 
 # The operations, written once --------------------------------------------------------------
@@ -218,13 +218,13 @@ class LogOps:
         self,
         client: Any,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         ttl_ms: int | None,
     ) -> Steps[int]:
         yield from self.check_durable(client)
         names = self._keys(session_id)
-        args = append_args(events, header, ttl_ms)
+        args = append_args(batch, header, ttl_ms)
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
@@ -236,7 +236,7 @@ class LogOps:
                 )
             else:
                 reply = yield from scripts.run_steps(client, "log_append", names, args, first)
-        next_seq = decode_append(session_id, events, reply)
+        next_seq = decode_append(session_id, batch, reply)
         if replicas:
             check_acks(
                 self._durability,
@@ -386,12 +386,12 @@ class _Log:
     def append(
         self,
         session_id: str,
-        events: list[StoredEvent],
+        batch: EventBatch,
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
     ) -> Any:
-        return self._handle.run(self._ops.append, session_id, events, header, ttl_ms)
+        return self._handle.run(self._ops.append, session_id, batch, header, ttl_ms)
 
     def read(
         self,

@@ -1,10 +1,21 @@
 """The event-log format on Redis, as pure functions shared by the sync and async backends.
 
 A session is a meta hash (header fields as plain text, an absent field is None, plus
-``next_seq``, ``last_time`` and, for a session with a retention, ``ttl_ms``) and a stream
-whose entry ``<seq>-1`` holds the fields ``seq``, ``type``, ``time``, ``data`` (canonical
-JSON text) and ``id`` when the event has one. ``next_seq`` is committed last, so entries
-at or past it are a torn tail. Both keys of a session with a ``ttl_ms`` carry the same
+``next_seq``, ``last_time`` and, for a session with a retention, ``ttl_ms``) and a stream.
+Each stream entry holds the events of one append (at most :data:`ENTRY_EVENTS` of them;
+a longer append writes several entries in the same script call): its id is ``<seq of
+its last event>-<number of events>`` and its one field ``events`` is a JSON array of the
+events' canonical texts (see :func:`~sessionstore.eventlog.event_text`), one per line::
+
+    1) "7-8"
+    2) 1) "events"
+       2) "[{"seq":0,"type":"turn/start","time":1718000000000,"data":{...}},\n..."
+
+So ``XRANGE <seq>-0 +`` starts at the entry holding ``seq``, and an entry whose first
+event is at or past ``next_seq`` (committed last) is a torn tail. An entry of the first
+layout (id ``<seq>-1``, fields ``seq``, ``type``, ``time``, ``data`` and ``id`` when the
+event has one) is an entry of one event and is read alike, so logs written by it still
+load and can be appended to. Both keys of a session with a ``ttl_ms`` carry the same
 expiry, set by every append.
 """
 
@@ -13,11 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-import msgpack
 import orjson
+from pydantic import ValidationError
 
-from .. import keys
-from ..contracts import StoredEvent
+from ..contracts import EventBatch
 from ..errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -27,19 +37,32 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..eventlog import check_stored_version
-from ..models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo, restored_event
+from ..models import (
+    FORMAT_VERSION,
+    SessionEvent,
+    SessionHeader,
+    SessionInfo,
+    describe_invalid,
+    events_from_json,
+    events_from_records,
+)
 
-#: Stream entries fetched per XRANGE call.
+#: Stream entries fetched per XRANGE call of the first layout's logs (one event each).
 CHUNK = 1000
+#: Events a whole read asks for per XRANGE call (entries of up to ENTRY_EVENTS each).
+WINDOW = 10 * CHUNK
 #: Reads restarted when damage turns out to be a session deleted or replaced meanwhile.
 READ_ATTEMPTS = 3
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
 _INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
 _MAX_SEQUENCE_PART = 2**64 - 1
 _FORMAT_VERSION = str(FORMAT_VERSION)
-_packb = msgpack.Packer(use_bin_type=True).pack
-#: The fields of a stream entry, in the order ``log_append.lua`` writes them (then ``id``).
-_FIELD_NAMES = [b"seq", b"type", b"time", b"data"]
+#: The most events one stream entry holds: a longer batch is stored as several entries,
+#: so that a read with a limit never fetches many more events than it returns.
+ENTRY_EVENTS = 1000
+#: The one field of a stream entry: its events as a JSON array, one per line.
+EVENTS_FIELD = b"events"
+_SEPARATOR = b",\n"
 
 
 def text(value: Any) -> str:
@@ -158,46 +181,53 @@ def _checked(value: str, what: str) -> str:
 
 
 def append_args(
-    events: Sequence[StoredEvent], header: SessionHeader | None, ttl_ms: int | None = None
+    batch: EventBatch, header: SessionHeader | None, ttl_ms: int | None = None
 ) -> list[str | bytes]:
-    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch (its seqs are
-    implied by the first; the events travel as one MessagePack argument, which costs the
-    client far less than four arguments per event); ``ttl_ms`` is the retention stored
-    with a session the call materialises.
+    """ARGV of ``log_append.lua`` for a contiguous, non-empty batch: its first seq (the
+    others follow it), the header, the last event's time, then the stream entries to add,
+    each as its number of events and its ``events`` text (see :func:`entry_text`), at most
+    :data:`ENTRY_EVENTS` events per entry. ``ttl_ms`` is the retention stored with a
+    session the call materialises.
 
     Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
     (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
     anything is sent.
     """
+    events, texts = batch.events, batch.texts
     if not events:
         raise InvalidArgumentError("append needs at least one event")
     pairs = [] if header is None else [_checked(v, "header field") for v in header_fields(header)]
-    flat: list[str] = []
-    for event in events:
-        flat += (
-            event.type,
-            str(event.time),
-            event.data,
-            "" if event.id is None else "=" + event.id,
-        )
-    return [
+    args: list[str | bytes] = [
         str(events[0].seq),
         _FORMAT_VERSION,
         "0" if ttl_ms is None else str(ttl_ms),
         restore_id(events[0].seq),
         "-1" if header is None else str(len(pairs) // 2),
         *pairs,
-        _packb(flat),
+        str(events[-1].time),
     ]
+    if len(texts) <= ENTRY_EVENTS:
+        args += (str(len(texts)), entry_text(texts))
+        return args
+    for start in range(0, len(texts), ENTRY_EVENTS):
+        part = texts[start : start + ENTRY_EVENTS]
+        args += (str(len(part)), entry_text(part))
+    return args
 
 
-def decode_append(session_id: str, events: Sequence[StoredEvent], reply: list[Any]) -> int:
+def entry_text(texts: Sequence[bytes]) -> bytes:
+    """The ``events`` field of a stream entry: a JSON array of the event texts, one per
+    line (no event text holds a newline: JSON strings escape it)."""
+    return b"[" + _SEPARATOR.join(texts) + b"]"
+
+
+def decode_append(session_id: str, batch: EventBatch, reply: list[Any]) -> int:
     """``log_append.lua``'s reply -> the new next seq, or the typed error."""
     code = text(reply[0])
     if code in ("OK", "REPLAY"):
         return int(reply[1])
     if code == "CONFLICT":
-        next_seq, first = int(reply[1]), events[0].seq
+        next_seq, first = int(reply[1]), batch.events[0].seq
         detail = "batch differs from the stored events" if first < next_seq else ""
         raise SeqConflictError(session_id, next_seq, first, detail)
     if code == "NOTFOUND":
@@ -215,15 +245,22 @@ def decode_append(session_id: str, events: Sequence[StoredEvent], reply: list[An
 class LogRead:
     """One ``read`` of a session log, fed with the replies of its commands.
 
-    The first round trip pipelines ``HGETALL meta`` and ``XRANGE stream <from_seq>-1 +
-    COUNT n`` (:meth:`take_meta`, :meth:`take`); while :attr:`done` is False, ``XRANGE
-    stream <next_range>`` continues. The commands need not be atomic (nor MULTI, which
-    Redis refuses under maxmemory): entries below ``next_seq`` never change, and what a
-    concurrent append adds lies past the ``next_seq`` read first.
+    The first round trip pipelines ``HGETALL meta`` and ``XRANGE`` from the entry that
+    holds ``from_seq`` (:meth:`first_range`, :meth:`take_meta`, :meth:`take`); while
+    :attr:`done` is False, ``XRANGE`` :meth:`next_range` continues. Each asks for the
+    entries that can hold the next events wanted (``limit``, or :data:`WINDOW` for a whole
+    read): ids up to the last one's seq plus :data:`ENTRY_EVENTS`, so a reply holds at
+    most that many plus ``2 * ENTRY_EVENTS`` events. The commands need not be atomic (nor MULTI,
+    which Redis refuses under maxmemory): entries below ``next_seq`` never change, and
+    what a concurrent append adds lies past the ``next_seq`` read first.
 
-    Entries at or past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False
-    when known absent, None when not looked at); a missing, duplicate or malformed entry
-    before it raises :class:`CorruptLogError`.
+    Each reply is parsed once: the ``events`` fields of its entries are joined into one
+    JSON document for ``orjson.loads``, whose event objects pydantic validates into
+    :class:`SessionEvent` objects, and entries of the first layout are decoded from their
+    fields. Entries whose first event is at or
+    past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False when known
+    absent, None when not looked at); a missing, repeated or malformed event before it
+    raises :class:`CorruptLogError`.
     """
 
     def __init__(self, session_id: str, from_seq: int, limit: int | None) -> None:
@@ -232,7 +269,7 @@ class LogRead:
         self.session_id = session_id
         self.from_seq = from_seq
         self.limit = limit
-        self.count = CHUNK if limit is None else max(1, min(CHUNK, limit))
+        self._bound = 0
         self.events: list[SessionEvent] = []
         self.header: SessionHeader | None = None
         self.next_seq = 0
@@ -243,14 +280,22 @@ class LogRead:
         self._last_id = ""
         self._meta: dict[Any, Any] = {}
 
-    def first_range(self) -> tuple[str, str, int]:
-        """(min, max, count) of the first XRANGE."""
-        # Stream ids are 64-bit: a larger from_seq reads (nothing) from the highest id.
-        return keys.stream_id(min(self.from_seq, _MAX_SEQUENCE_PART)), "+", self.count
+    def _range(self, start: str) -> tuple[str, str, int | None]:
+        # The entries that can hold the next `window` events end at most ENTRY_EVENTS - 1
+        # events after them: one reply holds at most window + 2 * ENTRY_EVENTS events.
+        wanted = WINDOW if self.limit is None else self.from_seq + self.limit - self._expect
+        window = max(1, wanted)
+        self._bound = min(self._expect + window + ENTRY_EVENTS - 1, _MAX_SEQUENCE_PART)
+        return start, _stream_id(self._bound, _MAX_SEQUENCE_PART), None
 
-    def next_range(self) -> tuple[str, str, int]:
+    def first_range(self) -> tuple[str, str, int | None]:
+        """(min, max, count) of the first XRANGE: from the entry holding ``from_seq``."""
+        # Stream ids are 64-bit: a larger from_seq reads (nothing) from the highest id.
+        return self._range(_stream_id(min(self.from_seq, _MAX_SEQUENCE_PART), 0))
+
+    def next_range(self) -> tuple[str, str, int | None]:
         """(min, max, count) of the next XRANGE: after the last entry seen."""
-        return "(" + self._last_id, "+", self.count
+        return self._range("(" + self._last_id)
 
     def take_meta(self, meta: Mapping[Any, Any]) -> None:
         """The ``HGETALL meta`` reply: SessionNotFoundError when empty."""
@@ -265,98 +310,131 @@ class LogRead:
         self._end = min(self.next_seq, end)
 
     def take(self, entries: Sequence[Any]) -> None:
-        """One XRANGE reply (a list of ``(id, fields)``)."""
-        taken = self._take_well_formed(entries)
-        for raw_id, fields in entries[taken:]:
+        """One XRANGE reply (a list of ``[id, [name, value, ...]]`` or ``(id, {name:
+        value})``)."""
+        runs = _Runs(self)
+        for raw_id, fields in entries:
             entry_id = text(raw_id)
-            self._last_id = entry_id
-            seq = _seq_of(self.session_id, entry_id)
-            if seq >= self.next_seq:
+            last, count = self._span(entry_id)
+            first = last - count + 1
+            if first >= self.next_seq:
                 self.tail = True
-                self.done = True
-                return
+                break
             if self._expect >= self._end:
-                self.done = True
-                return
-            self.events.append(self._decode(entry_id, seq, fields))
-            self._expect += 1
-        if len(entries) < self.count:
-            if self._expect < self._end:
-                raise CorruptLogError(
-                    self.session_id,
-                    f"event {self._expect} is missing: the stream ends before next_seq "
-                    f"{self.next_seq}",
-                    seq=self._expect,
-                )
-            if self.from_seq <= self.next_seq:
-                self.tail = False
-            self.done = True
-        elif self._expect >= self._end:
-            self.done = True
-
-    def _take_well_formed(self, entries: Sequence[Any]) -> int:
-        """Decode the leading entries that are exactly what ``log_append.lua`` writes and
-        below the end of this read; return how many. :meth:`take` goes on with the rest,
-        one by one, and so finds the end, the tail or the damage, and names it."""
-        start = expect = self._expect
-        events = self.events
-        loads, restore = orjson.loads, restored_event
-        kinds: dict[bytes, str] = {}  # each event type decoded once per reply
-        for raw_id, fields in entries[: max(0, self._end - start)]:
-            seq_text = b"%d" % expect
-            if raw_id != seq_text + b"-1":
                 break
-            if type(fields) is list:
-                size = len(fields)
-                if fields[:8:2] != _FIELD_NAMES or fields[1] != seq_text:
-                    break
-                if size == 8:
-                    event_id = None
-                elif size == 10 and fields[8] == b"id":
-                    event_id = fields[9]
-                else:
-                    break
-                kind, time, data = fields[3], fields[5], fields[7]
-            elif type(fields) is dict:
-                kind, time, data = fields.get(b"type"), fields.get(b"time"), fields.get(b"data")
-                if fields.get(b"seq") != seq_text or kind is None or time is None or data is None:
-                    break
-                event_id = fields.get(b"id")
+            self._last_id = entry_id
+            if last >= self.next_seq:
+                self._corrupt(f"entry {entry_id} spans next_seq {self.next_seq}", first)
+            if first > self._expect:
+                self._corrupt(f"event {self._expect} is missing (the next entry is {entry_id})",
+                              self._expect)  # fmt: skip
+            if last < self._expect:
+                self._corrupt(f"entry {entry_id} repeats seq {last}", last)
+            skip, stop = self._expect - first, min(count, self._end - first)
+            value = _events_value(fields)
+            if value is not None:
+                runs.add((entry_id, first, count, skip, stop, value))
             else:
-                break
-            try:
-                parsed = loads(data)
-                if type(parsed) is not dict:
-                    break
-                name = kinds.get(kind)
-                if name is None:
-                    name = kinds[kind] = kind.decode()
-                events.append(
-                    restore(
-                        expect,
-                        name,
-                        int(time),
-                        parsed,
-                        None if event_id is None else event_id.decode(),
-                    )
-                )
-            except ValueError:  # UnicodeDecodeError too
-                break
-            expect += 1
-        taken = expect - start
-        if taken:
-            self._expect = expect
-            self._last_id = text(entries[taken - 1][0])
-        return taken
+                runs.flush()
+                if count != 1:
+                    self._corrupt(f"entry {entry_id} has no events field", first)
+                self.events.append(self._decode_first_layout(entry_id, first, fields))
+            self._expect = first + stop
+        else:
+            runs.flush()
+            self._after(len(entries))
+            return
+        runs.flush()
+        self.done = True
 
-    def _decode(self, entry_id: str, seq: int, fields: Any) -> SessionEvent:
-        expect = self._expect
-        if seq < expect:
-            self._corrupt(f"entry {entry_id} repeats seq {seq}", seq)
-        if seq > expect:
-            self._corrupt(f"event {expect} is missing (the next entry is {entry_id})", expect)
-        if entry_id != keys.stream_id(seq):
-            self._corrupt(f"entry id {entry_id} should be {keys.stream_id(seq)}", seq)
+    def _after(self, size: int) -> None:
+        """Every entry of a reply of ``size`` entries was taken."""
+        # The reply held every entry up to the bound: one holding `expect` ends by then.
+        seen_all = size == 0 or self._bound >= self._expect + ENTRY_EVENTS - 1
+        if self._expect < self._end:
+            if seen_all:
+                self._missing()
+            return
+        # A torn tail's first entry starts at next_seq, so it ends by then too.
+        if self._bound >= self.next_seq + ENTRY_EVENTS - 1 and self.from_seq <= self.next_seq:
+            self.tail = False
+        self.done = True
+
+    def _missing(self) -> NoReturn:
+        self._corrupt(
+            f"event {self._expect} is missing: the stream ends before next_seq {self.next_seq}",
+            self._expect,
+        )
+
+    def _span(self, entry_id: str) -> tuple[int, int]:
+        """(seq of the last event, number of events) of an entry id."""
+        last, _, count = entry_id.partition("-")
+        try:
+            found = int(last), int(count)
+        except ValueError:
+            found = (-1, 0)
+        if not (found[1] >= 1 and found[0] >= found[1] - 1) or not last.isdigit():
+            self._corrupt(f"malformed stream entry id {entry_id!r}", self._expect)
+        return found
+
+    def take_run(self, run: list[tuple[str, int, int, int, int, bytes]]) -> None:
+        """Decode entries holding an ``events`` field, all in one pass: (entry id, first
+        seq, number of events, events to skip, events to stop at, value) each. One
+        ``orjson.loads`` parses them together, the seqs and data are checked on the parsed
+        objects, and pydantic validates the events wanted as :class:`SessionEvent`
+        objects in one call."""
+        values = [value for *_, value in run]
+        try:
+            lists = orjson.loads(b"[" + b",".join(values) + b"]")
+        except orjson.JSONDecodeError:
+            lists = None
+        if type(lists) is not list or len(lists) != len(run):
+            for entry_id, first, _, _, _, value in run:
+                self._check_entry(entry_id, first, value)
+            raise AssertionError("unreachable")
+        wanted: list[dict[str, Any]] = []
+        for (entry_id, first, count, skip, stop, value), found in zip(run, lists, strict=True):
+            if type(found) is not list or len(found) != count:
+                self._check_entry(entry_id, first, value)
+                self._corrupt(f"entry {entry_id} does not hold {count} events", first)
+            seq = first
+            for record in found:
+                if type(record) is not dict or record.get("seq") != seq:
+                    self._corrupt(f"entry {entry_id} does not hold event {seq} in place", seq)
+                if type(record.get("data")) is not dict:
+                    self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
+                seq += 1
+            wanted += found if skip == 0 and stop == count else found[skip:stop]
+        try:
+            self.events += events_from_records(wanted)
+        except ValidationError as exc:
+            index = exc.errors()[0]["loc"][0]
+            seq = wanted[index]["seq"] if isinstance(index, int) else self._expect
+            detail = f"stored event {seq} is invalid: {describe_invalid(exc)}"
+            self._corrupt(detail, seq)
+
+    def _check_entry(self, entry_id: str, first: int, value: bytes) -> None:
+        """Raise :class:`CorruptLogError` naming the first event of an ``events`` value
+        that is not a valid event (one per line), if any."""
+        try:
+            events_from_json(value)
+        except ValidationError as exc:
+            found = exc
+        else:
+            return
+        for index, line in enumerate(value[1:-1].split(_SEPARATOR)):
+            try:
+                events_from_json(b"[" + line + b"]")
+            except ValidationError as exc:
+                found, first = exc, first + index
+                break
+        detail = f"entry {entry_id} holds an invalid event: {describe_invalid(found)}"
+        self._corrupt(detail, first)
+
+    def _decode_first_layout(self, entry_id: str, seq: int, fields: Any) -> SessionEvent:
+        """The event of an entry of the first layout (fields seq, type, time, data, id)."""
+        if entry_id != f"{seq}-1":
+            self._corrupt(f"entry id {entry_id} should be {seq}-1", seq)
         values = fields if isinstance(fields, Mapping) else _pairs(fields)
         raw: dict[str, bytes] = {}
         for name in ("seq", "type", "time", "data"):
@@ -369,19 +447,23 @@ class LogRead:
         raw_id = values.get(b"id")
         try:
             parsed = orjson.loads(raw["data"])
-            event = restored_event(
-                seq,
-                raw["type"].decode(),
-                int(raw["time"]),
-                parsed,
-                None if raw_id is None else raw_id.decode(),
-            )
+            record = {
+                "seq": seq,
+                "type": raw["type"].decode(),
+                "time": int(raw["time"]),
+                "data": parsed,
+                "id": None if raw_id is None else raw_id.decode(),
+            }
         except UnicodeDecodeError:
             self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
         except ValueError as exc:
             self._corrupt(f"entry {entry_id} has a malformed time or data: {exc}", seq)
         if not isinstance(parsed, dict):
             self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
+        try:
+            [event] = events_from_records([record])
+        except ValidationError as exc:
+            self._corrupt(f"entry {entry_id} is not a valid event: {describe_invalid(exc)}", seq)
         return event
 
     def _corrupt(self, detail: str, seq: int) -> NoReturn:
@@ -398,8 +480,9 @@ class LogRead:
         return self.tail is None
 
     def tail_probe(self) -> tuple[str, str, int]:
-        """(min, max, count) of the XRANGE that tells whether a torn tail exists."""
-        return str(self.next_seq), "+", 1
+        """(min, max, count) of the XRANGE that tells whether a torn tail exists: the
+        first entry that ends at or past ``next_seq``."""
+        return _stream_id(self.next_seq, 0), "+", 1
 
     def cut_args(self) -> list[str]:
         """ARGV of ``log_cut_tail.lua`` for the next_seq this read saw."""
@@ -410,11 +493,36 @@ class LogRead:
         return self.header, self.events
 
 
-def _seq_of(session_id: str, entry_id: str) -> int:
-    try:
-        return int(entry_id.partition("-")[0])
-    except ValueError:
-        raise CorruptLogError(session_id, f"malformed stream entry id {entry_id!r}") from None
+class _Runs:
+    """Consecutive entries of one reply that hold an ``events`` field, decoded together
+    by :meth:`LogRead.take_run` when an entry of the first layout or the reply's end
+    comes."""
+
+    def __init__(self, read: LogRead) -> None:
+        self.read = read
+        self.run: list[tuple[str, int, int, int, int, bytes]] = []
+
+    def add(self, entry: tuple[str, int, int, int, int, bytes]) -> None:
+        self.run.append(entry)
+
+    def flush(self) -> None:
+        if self.run:
+            run, self.run = self.run, []
+            self.read.take_run(run)
+
+
+def _events_value(fields: Any) -> bytes | None:
+    """The ``events`` field of an entry, None for an entry of the first layout."""
+    if type(fields) is list:
+        return fields[1] if len(fields) == 2 and fields[0] == EVENTS_FIELD else None
+    if isinstance(fields, Mapping) and len(fields) == 1:
+        value = fields.get(EVENTS_FIELD)
+        return value if isinstance(value, bytes) else None
+    return None
+
+
+def _stream_id(seq: int, part: int) -> str:
+    return f"{seq}-{part}"
 
 
 def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:

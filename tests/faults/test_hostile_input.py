@@ -15,10 +15,10 @@ from conftest import BACKENDS, url_for
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from support.events import batch_of, stored
 
 import sessionstore
 from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader, SessionStoreError
-from sessionstore.contracts import StoredEvent
 from sessionstore.eventlog import closers
 from sessionstore.harness import HARNESS_TYPES, harness_warnings
 
@@ -192,12 +192,11 @@ def test_a_stored_log_with_any_harness_shapes_loads(seeded, shapes):
         texts = [orjson.dumps(data).decode() for _, data in shapes]
     except TypeError:  # not valid Unicode: no stored log holds it
         assume(False)
-    stored = [StoredEvent(0, "turn/start", T0, "{}")] + [
-        StoredEvent(seq, shapes[seq - 1][0], T0, texts[seq - 1])
-        for seq in range(1, len(shapes) + 1)
+    written = [stored(0, "turn/start", T0, "{}")] + [
+        stored(seq, shapes[seq - 1][0], T0, texts[seq - 1]) for seq in range(1, len(shapes) + 1)
     ]
     # Written past append's check, as a log stored before it was introduced.
-    store._backends.events.append(session_id, stored, SessionHeader(id=session_id))
+    store._backends.events.append(session_id, batch_of(written), SessionHeader(id=session_id))
     loaded = store.events.load(session_id)
     assert closers(loaded.events) == []
     assert len(harness_warnings(loaded.events)) <= len(shapes)
