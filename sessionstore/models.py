@@ -64,6 +64,8 @@ class SessionInfo:
 
 #: Validates stored events in bulk (pydantic's public API; see :func:`events_from_json`).
 _EVENT_LIST: TypeAdapter[list[SessionEvent]] = TypeAdapter(list[SessionEvent])
+
+
 def events_from_json(text: bytes | str) -> list[SessionEvent]:
     """The events of a JSON array of event objects (``{"seq", "type", "time", "data",
     "id"?}``), parsed and validated in one pass by pydantic; ``ValidationError`` for

@@ -327,6 +327,9 @@ def _edit_line(raw: bytes, number: int, edit: Any) -> bytes:
         (5, lambda r: {**r, "batch_end": 2}, 3),
         (4, lambda r: {**r, "seq": 3}, 3),
         (4, lambda r: [r], None),
+        (3, lambda r: {**r, "time": 2**63}, 1),
+        (3, lambda r: {**r, "id": 5}, 1),
+        (3, lambda r: {**r, "note": "an unknown field"}, 1),
         (1, lambda r: {**r, "id": "someone-else"}, None),
         (1, lambda r: {k: v for k, v in r.items() if k != "created_at"}, None),
     ],
@@ -340,6 +343,9 @@ def test_inconsistent_lines_before_the_end_are_corruption(
     path.write_bytes(damaged)
     with connect(tmp_path) as store, pytest.raises(CorruptLogError) as caught:
         store.events.load(SID)
+    assert (caught.value.line, caught.value.seq) == (number, seq)
+    with connect(tmp_path) as store, pytest.raises(CorruptLogError) as caught:
+        list(store.events.iter_events(SID, batch=2))
     assert (caught.value.line, caught.value.seq) == (number, seq)
     assert path.read_bytes() == damaged
 

@@ -60,6 +60,7 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,7 +362,7 @@ class JsonlEvents(EventBackend):
 
     def _catch_up(
         self, fd: int, session_id: str, st: os.stat_result
-    ) -> tuple[LogState, list[SessionEvent]]:
+    ) -> tuple[LogState, Sequence[SessionEvent]]:
         """The log's state, under its lock (shared or exclusive), and the committed
         events parsed to learn it, which are the last ones before its next seq; ``st``
         describes the file open as ``fd``.
@@ -455,7 +456,7 @@ class JsonlEvents(EventBackend):
                     return state.header, []
                 first_parsed = state.next_seq - len(parsed)
                 if from_seq >= first_parsed:
-                    return state.header, parsed[from_seq - first_parsed : stop - first_parsed]
+                    return state.header, list(parsed[from_seq - first_parsed : stop - first_parsed])
                 found = _read_indexed(fd, state, from_seq, stop - from_seq)
                 if found is not None:
                     return state.header, found

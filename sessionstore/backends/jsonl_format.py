@@ -12,8 +12,9 @@ where the line of seq ``i * INDEX_EVERY`` starts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 import orjson
 from pydantic import ValidationError
@@ -21,7 +22,13 @@ from pydantic import ValidationError
 from ..contracts import EventBatch
 from ..errors import CorruptLogError
 from ..eventlog import check_stored_version
-from ..models import SessionEvent, SessionHeader, describe_invalid, events_from_records
+from ..models import (
+    INT64_MAX,
+    SessionEvent,
+    SessionHeader,
+    describe_invalid,
+    events_from_records,
+)
 
 #: The header-line key holding a session's retention in ms (absent: none).
 TTL_FIELD = "ttl_ms"
@@ -87,9 +94,14 @@ def parse_header_line(
         raise CorruptLogError(session_id, detail, line=1) from exc
 
 
+#: The fields of an event line, besides ``batch_end``.
+_EVENT_KEYS = frozenset(SessionEvent.model_fields)
+
+
 def parse_event(line: bytes) -> tuple[dict[str, Any], int]:
-    """One event line (without its newline), parsed once: the event object (for
-    :func:`~sessionstore.models.events_from_records`) and its ``batch_end``. Raises
+    """One event line (without its newline), parsed once: the event object and its
+    ``batch_end``. Checks all that :class:`SessionEvent` checks, so that the models
+    can be built later, only for the events read (:class:`Events`). Raises
     :class:`MalformedLine`."""
     try:
         record = orjson.loads(line)
@@ -98,14 +110,17 @@ def parse_event(line: bytes) -> tuple[dict[str, Any], int]:
     if not isinstance(record, dict):
         raise MalformedLine("the line is not a JSON object")
     seq = record.get("seq")
-    if not is_int(seq) or seq < 0:
-        raise MalformedLine("'seq' is missing or not an int >= 0")
+    if not is_int(seq) or not 0 <= seq <= INT64_MAX:
+        raise MalformedLine("'seq' is missing or not an int >= 0 of 64 bits")
     kind, time, data = record.get("type"), record.get("time"), record.get("data")
     event_id, batch_end = record.get("id"), record.pop("batch_end", None)
     if not isinstance(kind, str):
         raise MalformedLine("'type' is missing or not a string", seq)
-    if not is_int(time):
-        raise MalformedLine("'time' is missing or not an int", seq)
+    if not is_int(time) or not -INT64_MAX <= time <= INT64_MAX:
+        raise MalformedLine("'time' is missing or not an int of 64 bits", seq)
+    if not record.keys() <= _EVENT_KEYS:
+        extra = sorted(record.keys() - _EVENT_KEYS)
+        raise MalformedLine(f"unknown fields {extra!r:.80}", seq)
     if not isinstance(data, dict):
         raise MalformedLine("'data' is missing or not an object", seq)
     if event_id is not None and not isinstance(event_id, str):
@@ -115,18 +130,40 @@ def parse_event(line: bytes) -> tuple[dict[str, Any], int]:
     return record, batch_end
 
 
-def _events(session_id: str, records: list[dict[str, Any]], line: int) -> list[SessionEvent]:
-    """The events of the checked records of consecutive lines, the first on 1-based line
-    ``line``; :class:`CorruptLogError` for one that is still not a valid event."""
+class Events(Sequence[SessionEvent]):
+    """Events of checked lines (:func:`parse_event`), built as models when read: a log
+    validated whole to learn where its lines are pays for the models it returns only."""
+
+    __slots__ = ("_records", "_session_id")
+
+    def __init__(self, session_id: str, records: list[dict[str, Any]]) -> None:
+        self._session_id = session_id
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[SessionEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> SessionEvent | list[SessionEvent]:
+        if isinstance(index, slice):
+            return _built(self._session_id, self._records[index])
+        return _built(self._session_id, [self._records[index]])[0]
+
+    def __iter__(self) -> Any:
+        return iter(self[:])
+
+
+def _built(session_id: str, records: list[dict[str, Any]]) -> list[SessionEvent]:
     try:
         return events_from_records(records)
-    except ValidationError as exc:
-        index = exc.errors()[0]["loc"][0]
-        at = index if isinstance(index, int) else 0
+    except ValidationError as exc:  # parse_event checks what the model checks
         detail = f"the event is invalid: {describe_invalid(exc)}"
-        raise CorruptLogError(
-            session_id, detail, seq=records[at].get("seq"), line=line + at
-        ) from None
+        raise CorruptLogError(session_id, detail) from None
 
 
 @dataclass(frozen=True)
@@ -136,7 +173,7 @@ class ParsedLog:
     the offset index of the committed events (see the module docstring)."""
 
     header: SessionHeader | None
-    events: list[SessionEvent]
+    events: Events
     end: int
     size: int
     offsets: tuple[int, ...] = ()
@@ -155,7 +192,7 @@ def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLo
     """
     first = raw.find(b"\n")
     if first < 0:
-        return ParsedLog(None, [], 0, len(raw))
+        return ParsedLog(None, Events(session_id, []), 0, len(raw))
     header = parse_header(session_id, raw[:first], where)
     if header.id != session_id:
         raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
@@ -165,7 +202,7 @@ def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLo
 
 def parse_batches(
     session_id: str, raw: bytes, offset: int, next_seq: int, line: int
-) -> tuple[list[SessionEvent], int, list[int]]:
+) -> tuple[Events, int, list[int]]:
     """The committed events in ``raw[offset:]``, the offset where they end and the
     offsets in ``raw`` of the lines of those whose seq is a multiple of
     :data:`INDEX_EVERY`, leaving out a torn final batch.
@@ -203,7 +240,7 @@ def parse_batches(
             committed, end, open_end = len(events), offset, None
     kept = _multiples(next_seq + committed) - _multiples(next_seq)
     del events[committed:]
-    return _events(session_id, events, line), end, offsets[:kept]
+    return Events(session_id, events), end, offsets[:kept]
 
 
 def batch_offsets(data: bytes, first_seq: int, base: int) -> list[int]:

@@ -214,16 +214,18 @@ class SqliteEvents(EventBackend):
         """Insert the event rows with multi-row INSERTs of up to :data:`_CHUNK` rows
         (a power of two each, so that few distinct statements are ever prepared); the
         data column holds the canonical JSON of the event's data, as text."""
-        events, texts = batch.events, batch.texts
-        count = len(events)
+        rows = [
+            (e.seq, e.type, e.time, data_of_text(text, e.id is not None).decode(), e.id)
+            for e, text in zip(batch.events, batch.texts, strict=True)
+        ]
+        count = len(rows)
         done = 0
         while done < count:
             size = min(_CHUNK, count - done)
             size = 1 << (size.bit_length() - 1)
             params: list[object] = [self._ns, session_id]
-            for e, text in zip(events[done : done + size], texts[done : done + size], strict=True):
-                data = data_of_text(text, e.id is not None).decode()
-                params.extend((e.seq, e.type, e.time, data, e.id))
+            for row in rows[done : done + size] if size < count else rows:
+                params += row
             conn.execute(_insert_sql(size), params)
             done += size
 
