@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any
 
 from . import flows
-from .arguments import check_namespace, check_poll, check_ttl
-from .connection import ConnectArgs, open_backends, resolve_url, travel_args
+from .arguments import check_poll, check_ttl
+from .connection import ConnectArgs, open_store, travel_args
 from .contracts import AsyncBackends, Backends
 from .drain import AsyncDrain
 from .errors import SessionStoreError
@@ -53,12 +53,8 @@ def connect(
     cache: bool | None = None,
 ) -> AsyncStore:
     """Like :func:`sessionstore.connect`, for asyncio. No I/O until first use."""
-    resolved = resolve_url(url)
-    ttl_ms = check_ttl(ttl)
-    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
-    backends = open_backends(resolved, check_namespace(namespace), options)
-    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
-    return AsyncStore(backends, namespace, ttl_ms, args=args)
+    opened = open_store(url, namespace, timeout, durability, ttl, cache)
+    return AsyncStore(opened.backends, namespace, opened.ttl_ms, args=opened.args)
 
 
 class _Offload:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from .arguments import check_namespace, check_ttl
 from .backends.fsutil import local_path
 from .contracts import Backends
 from .errors import InvalidArgumentError, SessionStoreError
@@ -149,6 +150,34 @@ def file_root(url: str) -> Path:
             f"file URLs take no fragment: {shown!r} (write a # in a folder name as %23)"
         )
     return local_path(unquote(path), shown)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What ``connect`` (sync or async) opened: the backends, the sessions' retention in
+    ms and the portable args of the call."""
+
+    backends: Backends
+    ttl_ms: int | None
+    args: ConnectArgs
+
+
+def open_store(
+    url: str | os.PathLike[str] | None,
+    namespace: str,
+    timeout: float | None,
+    durability: str | None,
+    ttl: float | None,
+    cache: bool | None,
+) -> Opened:
+    """Check ``connect``'s arguments and open the backends (no I/O); raises
+    ``InvalidArgumentError`` for a bad one."""
+    resolved = resolve_url(url)
+    ttl_ms = check_ttl(ttl)
+    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
+    backends = open_backends(resolved, check_namespace(namespace), options)
+    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
+    return Opened(backends, ttl_ms, args)
 
 
 def open_backends(url: str, namespace: str, options: dict[str, Any]) -> Backends:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .arguments import check_namespace, check_poll, check_ttl
-from .connection import ConnectArgs, open_backends, resolve_url, travel_args
+from .arguments import check_poll, check_ttl
+from .connection import ConnectArgs, open_store, travel_args
 from .contracts import Backends, EventBackend, ValueBackend
 from .drain import Drain
 from .errors import SessionStoreError
@@ -65,12 +65,8 @@ def connect(
     (see :meth:`Store.__reduce__`). A ``memory://`` store cannot travel: pickling it
     raises ``SessionStoreError``.
     """
-    resolved = resolve_url(url)
-    ttl_ms = check_ttl(ttl)
-    options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
-    backends = open_backends(resolved, check_namespace(namespace), options)
-    args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)
-    return Store(backends, namespace, ttl_ms, args=args)
+    opened = open_store(url, namespace, timeout, durability, ttl, cache)
+    return Store(opened.backends, namespace, opened.ttl_ms, args=opened.args)
 
 
 class Session:
