@@ -201,8 +201,10 @@ def test_child_forked_while_threads_use_a_redis_store_keeps_working(redis_server
 #: SQLite keeps which locks a process holds in process-wide state: a child forked while
 #: another thread of the parent is inside a write transaction inherits that lock and
 #: its own writes wait out the busy timeout. That is the SQLite fork item, not the writer.
-SQLITE_FORK = pytest.mark.xfail(
-    reason="SQLite: a lock held by another thread at the fork is inherited", strict=False
+#: Left out rather than run as an expected failure: when it shows, the child waits out
+#: SQLite's busy timeout, ten seconds or more of every run for a known defect of SQLite's.
+SQLITE_FORK = pytest.mark.skip(
+    reason="SQLite: a lock held by another thread at the fork is inherited (docs/reliability.md)"
 )
 
 

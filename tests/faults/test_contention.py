@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -113,26 +114,29 @@ def url(request, tmp_path):
     return url_for(request.param, request, tmp_path)
 
 
-def pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+@pytest.fixture(scope="module")
+def executor() -> Iterator[ProcessPoolExecutor]:
+    """One pool of spawned workers for the module: each test's calls still run in
+    ``PROCESSES`` processes at once, without paying their start-up again."""
+    with ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn")) as shared:
+        yield shared
 
 
 @pytest.mark.slow
-def test_concurrent_appenders_end_contiguous_with_each_workers_order_kept(url, namespace):
+def test_concurrent_appenders_end_contiguous_with_each_workers_order_kept(url, namespace, executor):
     per_worker = iterations(normal=500, ci=500, soak=2000)
     with sessionstore.connect(url, namespace) as store:
         store.events.create(SessionHeader(id="hot"))
         store.events.append("hot", [SessionEvent(seq=0, type="start", time=T0)])
-    with pool() as executor:
-        list(
-            executor.map(
-                append_many,
-                [url] * PROCESSES,
-                [namespace] * PROCESSES,
-                range(PROCESSES),
-                [per_worker] * PROCESSES,
-            )
+    list(
+        executor.map(
+            append_many,
+            [url] * PROCESSES,
+            [namespace] * PROCESSES,
+            range(PROCESSES),
+            [per_worker] * PROCESSES,
         )
+    )
     with sessionstore.connect(url, namespace) as store:
         events = store.events.load("hot").events
     assert [e.seq for e in events] == list(range(PROCESSES * per_worker + 1))
@@ -143,31 +147,29 @@ def test_concurrent_appenders_end_contiguous_with_each_workers_order_kept(url, n
 
 
 @pytest.mark.slow
-def test_concurrent_updates_lose_no_increment(url, namespace):
+def test_concurrent_updates_lose_no_increment(url, namespace, executor):
     per_worker = iterations(normal=500, ci=500, soak=2000)
-    with pool() as executor:
-        list(
-            executor.map(
-                increment_many, [url] * PROCESSES, [namespace] * PROCESSES, [per_worker] * PROCESSES
-            )
+    list(
+        executor.map(
+            increment_many, [url] * PROCESSES, [namespace] * PROCESSES, [per_worker] * PROCESSES
         )
+    )
     with sessionstore.connect(url, namespace) as store:
         assert store.session(*KEY).get_data(T0) == PROCESSES * per_worker
 
 
 @pytest.mark.slow
-def test_last_writer_wins_never_pairs_a_value_with_another_writes_when(url, namespace):
+def test_last_writer_wins_never_pairs_a_value_with_another_writes_when(url, namespace, executor):
     per_worker = iterations(normal=300, ci=200, soak=2000)
-    with pool() as executor:
-        torn = list(
-            executor.map(
-                write_and_read,
-                [url] * PROCESSES,
-                [namespace] * PROCESSES,
-                range(PROCESSES),
-                [per_worker] * PROCESSES,
-            )
+    torn = list(
+        executor.map(
+            write_and_read,
+            [url] * PROCESSES,
+            [namespace] * PROCESSES,
+            range(PROCESSES),
+            [per_worker] * PROCESSES,
         )
+    )
     assert sum(torn) == 0
 
 
