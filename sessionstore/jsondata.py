@@ -54,18 +54,6 @@ def dump_lossless(data: Any) -> str:
         raise JSONLossError(format_path(_find_bad_string(data, []) or []), str(exc)) from exc
 
 
-def dump_lossless_all(items: list[Any]) -> list[str] | None:
-    """:func:`dump_lossless` of every item when the whole list survives one round trip
-    (one parse instead of one per item); None when some item may not, so that the caller
-    checks them one by one and names the offender."""
-    try:
-        if all(type(item) is dict for item in items) and orjson.loads(orjson.dumps(items)) == items:
-            return [orjson.dumps(item).decode() for item in items]
-    except (orjson.JSONEncodeError, TypeError, RecursionError):
-        pass
-    return None
-
-
 def _check(value: Any, parts: list[str | int], active: set[int]) -> None:
     """Raise :class:`JSONLossError` for the first part of ``value`` (at ``parts``) that
     does not survive a round trip. The path is formatted only then: building it at every
