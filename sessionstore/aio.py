@@ -40,7 +40,7 @@ from .results import LoadedSession, ValueRef, value_refs
 from .session_state import SessionState, session_state
 from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .store_state import Lifecycle, PendingSessions
-from .writer import WriterBuffer, WriterContext, new_token
+from .writer import WriterBuffer, WriterContext, open_buffer
 
 
 def connect(
@@ -281,21 +281,10 @@ class AsyncEventLog:
     async def _open_writer(
         self, header: SessionHeader, window: float, ttl_ms: int | None, lease_ms: int
     ) -> AsyncSessionWriter:
-        token = new_token()
-        flow = flows.open_writer(self._pending, self._lifecycle, header, ttl_ms, token, lease_ms)
-        next_seq, last_time = await arun(flow, self._backend)
-        renews = bool(self._backend.renews_leases)
-        buffer = WriterBuffer(
-            header.id,
-            next_seq,
-            last_time,
-            window=window,
-            token=token,
-            lease_ms=lease_ms,
-            renews=renews,
-        )
         context = WriterContext(self._backend, self._pending, self._lifecycle, self._drain)
-        return AsyncSessionWriter(context, buffer)
+        renews = bool(self._backend.renews_leases)
+        flow = open_buffer(context, header, window, ttl_ms, lease_ms, renews)
+        return AsyncSessionWriter(context, await arun(flow, self._backend))
 
 
 class OpeningWriter:

@@ -21,14 +21,19 @@ MODES = ("backtest", "live")
 MAX_TTL_MS = 2**53 - 1
 
 
+def check_unicode(name: str, text: str) -> str:
+    """``text`` must encode as UTF-8 (no lone surrogates), on every backend alike."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{name} {short_repr(text)} is not valid Unicode") from exc
+    return text
+
+
 def check_text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{name} must be a string, not {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"{name} {value!r:.80} is not valid Unicode") from exc
-    return value
+    return check_unicode(name, value)
 
 
 def check_namespace(namespace: object) -> str:

@@ -11,6 +11,7 @@ import orjson
 from pydantic import ValidationError
 
 from . import harness
+from .arguments import check_unicode
 from .contracts import EventBatch
 from .errors import (
     InvalidArgumentError,
@@ -30,15 +31,6 @@ from .models import (
     describe_invalid,
     events_from_json,
 )
-
-
-def check_unicode(name: str, text: str) -> str:
-    """``text`` must encode as UTF-8 (no lone surrogates), on every backend alike."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"{name} {short_repr(text)} is not valid Unicode") from exc
-    return text
 
 
 def check_session_id(session_id: object) -> str:

@@ -195,6 +195,32 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+def open_buffer(
+    context: WriterContext,
+    header: SessionHeader,
+    window: float,
+    ttl_ms: int | None,
+    lease_ms: int,
+    renews: bool,
+) -> flows.Flow[WriterBuffer]:
+    """Open a writer (see :func:`sessionstore.flows.open_writer`: its lease, where its log
+    continues) and make its buffer; the sync and async writers run it alike."""
+    token = new_token()
+    position = flows.open_writer(
+        context.pending, context.lifecycle, header, ttl_ms, token, lease_ms
+    )
+    next_seq, last_time = yield from position
+    return WriterBuffer(
+        header.id,
+        next_seq,
+        last_time,
+        window=window,
+        token=token,
+        lease_ms=lease_ms,
+        renews=renews,
+    )
+
+
 class SessionWriter:
     """Buffers events and drains them to the log on the log's shared background drain:
     an event emitted while no append is in flight is written within ``window`` seconds;
@@ -216,21 +242,9 @@ class SessionWriter:
         lease_ms: int,
     ) -> None:
         self._context = context
-        token = new_token()
-        flow = flows.open_writer(
-            context.pending, context.lifecycle, header, ttl_ms, token, lease_ms
-        )
-        next_seq, last_time = run(flow, context.backend)
         backend: EventBackend = context.backend
-        self._buffer = WriterBuffer(
-            header.id,
-            next_seq,
-            last_time,
-            window=window,
-            token=token,
-            lease_ms=lease_ms,
-            renews=backend.renews_leases,
-        )
+        flow = open_buffer(context, header, window, ttl_ms, lease_ms, backend.renews_leases)
+        self._buffer = run(flow, backend)
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._drain: Drain = context.drain

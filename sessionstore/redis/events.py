@@ -107,6 +107,17 @@ def _exists_of(namespace: str) -> Queue:
     return queue
 
 
+def _readable(member: str, meta: Any) -> str:
+    """The session id of a listed index entry whose meta hash could be read, else
+    :class:`CorruptLogError`."""
+    session_id = keys.session_of_member(member)
+    if session_id is None:
+        raise CorruptLogError(member, "the index entry is not an escaped session id")
+    if isinstance(meta, Exception):
+        raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
+    return session_id
+
+
 def decode_listing(namespace: str, listing: Listing) -> list[SessionHeader]:
     """The headers of a listing of the sessions index. A session whose meta hash is
     damaged (not a hash, a malformed field) or of another format version is skipped and
@@ -115,11 +126,7 @@ def decode_listing(namespace: str, listing: Listing) -> list[SessionHeader]:
     for member, meta in listing.found:
         session_id = keys.session_of_member(member)
         try:
-            if session_id is None:
-                raise CorruptLogError(member, "the index entry is not an escaped session id")
-            if isinstance(meta, Exception):
-                raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
-            headers.append(decode_header(session_id, meta, check_version=True))
+            headers.append(decode_header(_readable(member, meta), meta, check_version=True))
         except (CorruptLogError, UnsupportedVersionError) as exc:
             log.warning("events.list() skipped session %r of namespace %r: %s",
                         session_id or member, namespace, exc)  # fmt: skip
@@ -138,12 +145,9 @@ def decode_infos(namespace: str, listing: Listing, leases: list[Any]) -> list[Se
     for (member, meta), lease in zip(listing.found, leases, strict=True):
         session_id = keys.session_of_member(member)
         try:
-            if session_id is None:
-                raise CorruptLogError(member, "the index entry is not an escaped session id")
-            if isinstance(meta, Exception):
-                raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
-            where = keys.log_keys(namespace, session_id)[0]
-            found.append(decode_info(session_id, meta, bool(lease), where))
+            listed = _readable(member, meta)
+            where = keys.log_keys(namespace, listed)[0]
+            found.append(decode_info(listed, meta, bool(lease), where))
         except (CorruptLogError, UnsupportedVersionError, SessionNotFoundError) as exc:
             log.warning("events.list_info() skipped session %r of namespace %r: %s",
                         session_id or member, namespace, exc)  # fmt: skip
