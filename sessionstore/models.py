@@ -8,10 +8,14 @@ Both are strict: a field takes only its own type (``seq="5"``, ``seq=True`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import copy
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, fields
+from typing import Annotated, Any, ClassVar, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic.fields import FieldInfo
 
 from .jsondata import elide
 from .when import now_ms
@@ -35,16 +39,124 @@ class SessionHeader(BaseModel):
     fork_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
-class SessionEvent(BaseModel):
-    """One log entry. ``data`` is not checked here: :meth:`append` checks it is lossless JSON."""
+_EVENT_SLOTS = ("seq", "type", "time", "data", "id")
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    seq: int = Field(ge=0, le=INT64_MAX)
-    type: str
-    time: int = Field(ge=-INT64_MAX, le=INT64_MAX)
+@pydantic_dataclass(slots=True, config=ConfigDict(extra="forbid"))
+class SessionEvent:
+    """One log entry, immutable. ``data`` is not checked here: :meth:`append` checks it
+    is lossless JSON.
+
+    A pydantic dataclass with slots rather than a ``BaseModel``: one object for the
+    garbage collector instead of three, and cheaper to build (``docs/benchmarks.md``,
+    "The event type"). Validation, its errors and the JSON schema are pydantic's; the
+    methods of a frozen pydantic model are kept (``model_validate``,
+    ``model_validate_json``, ``model_construct``, ``model_dump``, ``model_dump_json``,
+    ``model_copy``, ``model_json_schema``, ``model_fields``, ``dict(event)``, and
+    assignment raising ``ValidationError``). Not kept: ``isinstance(event, BaseModel)``,
+    weak references, and ``exclude_unset`` (a dataclass does not track which fields
+    were given, so every field is dumped).
+    """
+
+    seq: Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
+    type: StrictStr
+    time: Annotated[int, Strict(), Field(ge=-INT64_MAX, le=INT64_MAX)]
     data: Any = Field(default_factory=dict)
-    id: str | None = None
+    id: StrictStr | None = None
+
+    #: The fields, as ``BaseModel.model_fields`` gives them.
+    model_fields: ClassVar[dict[str, FieldInfo]]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _frozen(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise _frozen(name, None)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.seq, self.type, self.time, self.data, self.id))
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        """(name, value) of each field, so ``dict(event)`` works as on a pydantic model."""
+        for name in _EVENT_SLOTS:
+            yield name, getattr(self, name)
+
+    def __str__(self) -> str:
+        return " ".join(f"{name}={value!r}" for name, value in self)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _EVENT_SLOTS)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_EVENT_SLOTS, state, strict=True):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def model_validate(cls, obj: Any, *, strict: bool | None = None) -> SessionEvent:
+        """Validate ``obj`` (a mapping or a SessionEvent); ``ValidationError`` if invalid."""
+        return _EVENT.validate_python(obj, strict=strict)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray) -> SessionEvent:
+        """Parse and validate one event's JSON; ``ValidationError`` if invalid."""
+        return _EVENT.validate_json(json_data)
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> SessionEvent:
+        """An event built without validation, as pydantic's ``model_construct``: defaults
+        fill what is missing, unknown names are ignored."""
+        event = object.__new__(cls)
+        values.setdefault("data", {})
+        values.setdefault("id", None)
+        for name in _EVENT_SLOTS:
+            if name in values:
+                object.__setattr__(event, name, values[name])
+        return event
+
+    @classmethod
+    def model_json_schema(cls, **options: Any) -> dict[str, Any]:
+        """The JSON schema of an event, by pydantic."""
+        return _EVENT.json_schema(**options)
+
+    def model_dump(self, **options: Any) -> dict[str, Any]:
+        """The fields as a dict (pydantic's ``dump_python`` options: ``mode``,
+        ``include``, ``exclude``, ``exclude_none``, ...)."""
+        return _EVENT.dump_python(self, **options)
+
+    def model_dump_json(self, *, indent: int | None = None, **options: Any) -> str:
+        """The event as JSON text (pydantic's ``dump_json`` options)."""
+        return _EVENT.dump_json(self, indent=indent, **options).decode()
+
+    def model_copy(
+        self, *, update: dict[str, Any] | None = None, deep: bool = False
+    ) -> SessionEvent:
+        """A copy with ``update`` applied, not validated (as pydantic's ``model_copy``)."""
+        values = {name: getattr(self, name) for name in _EVENT_SLOTS}
+        if deep:
+            values = copy.deepcopy(values)
+        return type(self).model_construct(**{**values, **(update or {})})
+
+
+def _field_infos(cls: type) -> dict[str, FieldInfo]:
+    """A pydantic dataclass's fields as ``BaseModel.model_fields`` lists them."""
+    hints = get_type_hints(cls, include_extras=True)
+    return {
+        field.name: FieldInfo.from_annotated_attribute(
+            hints[field.name], ... if field.default is MISSING else field.default
+        )
+        for field in fields(cls)
+    }
+
+
+SessionEvent.model_fields = _field_infos(SessionEvent)
+_EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+
+
+def _frozen(name: str, value: Any) -> ValidationError:
+    """The error a frozen pydantic model raises on assignment."""
+    return ValidationError.from_exception_data(
+        "SessionEvent", [{"type": "frozen_instance", "loc": (name,), "input": value}]
+    )
 
 
 @dataclass(frozen=True, slots=True)

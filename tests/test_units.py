@@ -115,6 +115,27 @@ def test_a_batch_is_checked_at_once_with_the_same_texts(items):
     ]
 
 
+@given(
+    seq=st.integers(0, 2**63 - 1),
+    kind=st.text(),
+    time=st.integers(-(2**63) + 1, 2**63 - 1),
+    data=st.dictionaries(st.text(), json_values, max_size=5),
+    event_id=st.none() | st.text(),
+)
+def test_an_event_text_is_orjsons_dump_of_the_event_record(seq, kind, time, data, event_id):
+    event = SessionEvent(seq=seq, type=kind, time=time, data=data, id=event_id)
+    record = {"seq": seq, "type": kind, "time": time, "data": data}
+    if event_id is not None:
+        record["id"] = event_id
+    try:
+        expected = orjson.dumps(record)
+    except orjson.JSONEncodeError:  # a lone surrogate: append refuses such text first
+        return
+    assert event_text(event) == expected
+    if kind.isascii() and (event_id is None or event_id.isascii()):
+        assert encode_batch("s", [event]).texts == [expected]
+
+
 @pytest.mark.parametrize("bad", [(1, 2), float("inf"), {1, 2}, b"x"])
 def test_one_lossy_item_sends_the_batch_to_the_item_by_item_check(bad):
     batch = [
