@@ -18,12 +18,19 @@ import functools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from . import flows
 from .arguments import check_poll, check_ttl
 from .connection import ConnectArgs, open_store, travel_args
-from .contracts import AsyncBackends, Backends
+from .contracts import (
+    AsyncBackends,
+    AsyncEventBackend,
+    AsyncValueBackend,
+    Backends,
+    EventBackend,
+    ValueBackend,
+)
 from .drain import AsyncDrain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -57,10 +64,15 @@ def connect(
     return AsyncStore(opened.backends, namespace, opened.ttl_ms, args=opened.args)
 
 
-class _Offload:
-    """Async view of a blocking backend: each method runs in a worker thread."""
+_B = TypeVar("_B", bound=ValueBackend | EventBackend)
 
-    def __init__(self, target: Any) -> None:
+
+class _Offload(Generic[_B]):
+    """Async view of a blocking backend: each method runs in a worker thread, with the
+    backend's names and arguments. Through ``__getattr__`` (``Any`` to the type checker)
+    it is an :class:`AsyncValueBackend` or an :class:`AsyncEventBackend`."""
+
+    def __init__(self, target: _B) -> None:
         self._target = target
 
     def __getattr__(self, name: str) -> Any:
@@ -98,7 +110,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        backend: Any,
+        backend: AsyncValueBackend,
         state: SessionState,
         lifecycle: Lifecycle,
         owner: AsyncStore | None = None,
@@ -148,7 +160,7 @@ class AsyncEventLog:
 
     def __init__(
         self,
-        backend: Any,
+        backend: AsyncEventBackend,
         lifecycle: Lifecycle,
         ttl_ms: int | None = None,
         owner: AsyncStore | None = None,

@@ -13,8 +13,9 @@ an expired session is removed whole, by :meth:`EventBackend.prune` or by the ser
 A backend implements :class:`ValueBackend` and :class:`EventBackend` synchronously;
 ``connect`` opens the pair as :class:`Backends`. The async API runs a blocking backend
 in a worker thread, or uses the :class:`AsyncBackends` pair the backend builds where it
-has a native one (Redis). The conformance suites in ``tests/conformance`` prove each
-backend against these contracts.
+has a native one (Redis); either way it sees :class:`AsyncValueBackend` and
+:class:`AsyncEventBackend`, the same methods as coroutines. The conformance suites in
+``tests/conformance`` prove each backend against these contracts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 from .keys import ValueKey
 from .leases import ProcessLeases
@@ -296,13 +297,134 @@ class EventBackend(ABC):
         """Release connections and handles."""
 
 
+class AsyncValueBackend(Protocol):
+    """The methods of :class:`ValueBackend` that the async API calls, as coroutines:
+    the same names, arguments and results, the same contracts."""
+
+    async def prepare(self, key: ValueKey) -> None:
+        """:meth:`ValueBackend.prepare`."""
+
+    async def read(self, key: ValueKey) -> Stored | None:
+        """:meth:`ValueBackend.read`."""
+
+    async def write(
+        self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
+    ) -> None:
+        """:meth:`ValueBackend.write`."""
+
+    async def swap(
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Literal[True] | Refused:
+        """:meth:`ValueBackend.swap`."""
+
+    async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
+        """:meth:`ValueBackend.read_as_of`."""
+
+    async def write_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        """:meth:`ValueBackend.write_version`."""
+
+    async def swap_version(
+        self,
+        key: ValueKey,
+        expected: Stored | None,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> bool:
+        """:meth:`ValueBackend.swap_version`."""
+
+    async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
+        """:meth:`ValueBackend.scan`."""
+
+    async def forget(self, key: ValueKey) -> bool:
+        """:meth:`ValueBackend.forget`."""
+
+
+class AsyncEventBackend(Protocol):
+    """The methods of :class:`EventBackend` that the async API calls, as coroutines (the
+    same names, arguments and results, the same contracts), and its ``renews_leases``."""
+
+    async def locate(self, session_id: str) -> str | None:
+        """:meth:`EventBackend.locate`."""
+
+    async def exists(self, session_id: str) -> bool:
+        """:meth:`EventBackend.exists`."""
+
+    async def append(
+        self,
+        session_id: str,
+        batch: EventBatch,
+        header: SessionHeader | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> int:
+        """:meth:`EventBackend.append`."""
+
+    async def read(
+        self,
+        session_id: str,
+        from_seq: int = 0,
+        *,
+        repair: bool = False,
+        limit: int | None = None,
+    ) -> tuple[SessionHeader, builtins.list[SessionEvent]]:
+        """:meth:`EventBackend.read`."""
+
+    async def list(self) -> builtins.list[SessionHeader]:
+        """:meth:`EventBackend.list`."""
+
+    async def delete(self, session_id: str) -> None:
+        """:meth:`EventBackend.delete`."""
+
+    async def prune(self, now_ms: int) -> int:
+        """:meth:`EventBackend.prune`."""
+
+    async def info(self, session_id: str) -> SessionInfo:
+        """:meth:`EventBackend.info`."""
+
+    async def list_info(self) -> builtins.list[SessionInfo]:
+        """:meth:`EventBackend.list_info`."""
+
+    @property
+    def renews_leases(self) -> bool:
+        """:attr:`EventBackend.renews_leases`."""
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        """:meth:`EventBackend.acquire_lease`."""
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """:meth:`EventBackend.release_lease`."""
+
+    async def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
+        """:meth:`EventBackend.lease_busy`."""
+
+    async def wait_for_events(self, session_id: str, from_seq: int, timeout: float) -> None:
+        """:meth:`EventBackend.wait_for_events`."""
+
+
 @dataclass
 class AsyncBackends:
-    """A native async pair: objects with the methods of :class:`ValueBackend` and
-    :class:`EventBackend` as coroutines (same names, same arguments)."""
+    """What the async API runs on: the backend's native async pair, or its blocking pair
+    in worker threads (:mod:`sessionstore.aio`); and how to close it."""
 
-    values: Any
-    events: Any
+    values: AsyncValueBackend
+    events: AsyncEventBackend
     aclose: Callable[[], Awaitable[None]]
 
 

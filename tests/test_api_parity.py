@@ -167,3 +167,125 @@ def test_redis_locate_does_no_io():
     started = time.monotonic()
     asyncio.run(scenario())
     assert time.monotonic() - started < 0.5
+
+
+# The async contracts -------------------------------------------------------------------------
+
+from sessionstore.aio import _async_backends  # noqa: E402
+from sessionstore.connection import open_backends  # noqa: E402
+from sessionstore.contracts import AsyncEventBackend, AsyncValueBackend  # noqa: E402
+
+ASYNC_CONTRACTS = [(AsyncValueBackend, ValueBackend), (AsyncEventBackend, EventBackend)]
+#: The async pairs: Redis's native one, and the local backends run in worker threads.
+ASYNC_PAIRS = ["redis", "memory", "file", "sqlite", "dummy"]
+
+
+def contract_properties(contract: type) -> list[str]:
+    return [name for name, member in vars(contract).items() if isinstance(member, property)]
+
+
+def async_contract_gaps(protocol: type, contract: type, backend: object) -> list[str]:
+    """How ``backend`` falls short of ``protocol``: a method missing, parameters other
+    than those of the sync ``contract``'s method, a method that is neither a coroutine
+    function nor returns an awaitable, a property that is no bool. Methods that are not
+    coroutine functions are called with None for every argument: they may only build an
+    awaitable (closed here, never awaited)."""
+    gaps = []
+    for name in contract_methods(protocol):
+        method = getattr(backend, name, None)
+        if method is None:
+            gaps.append(f"{name}: missing")
+            continue
+        wanted = parameters(getattr(contract, name))[1:]  # without self
+        if parameters(method) != wanted:
+            gaps.append(f"{name}: parameters {parameters(method)}, not {wanted}")
+            continue
+        if inspect.iscoroutinefunction(method):
+            continue
+        required = [p for p in parameters(method) if p[2] is inspect.Parameter.empty]
+        result = method(*[None] * len(required))
+        if not inspect.isawaitable(result):
+            gaps.append(f"{name}: returns {result!r}, not an awaitable")
+        elif inspect.iscoroutine(result):
+            result.close()
+    for name in contract_properties(protocol):
+        if not isinstance(getattr(backend, name, None), bool):
+            gaps.append(f"{name}: not a bool")
+    return gaps
+
+
+@pytest.fixture(params=ASYNC_PAIRS)
+def async_pair(request, tmp_path):
+    """The async pair of a backend, as the async API opens it (nothing is awaited, so
+    the Redis URL names a closed port)."""
+    urls = {
+        "redis": "redis://127.0.0.1:9/0?cluster=no",
+        "memory": "memory://",
+        "file": (tmp_path / "s").as_uri(),
+        "sqlite": f"sqlite:///{tmp_path / 's.db'}",
+        "dummy": "dummy://",
+    }
+    backends = open_backends(urls[request.param], "parity", {})
+    yield _async_backends(backends)
+    backends.close()
+
+
+@pytest.mark.parametrize(("protocol", "contract"), ASYNC_CONTRACTS, ids=BACKEND_IDS)
+def test_async_contracts_are_the_sync_methods_as_coroutines(protocol, contract):
+    methods = contract_methods(protocol)
+    assert methods
+    for name in methods:
+        assert parameters(getattr(protocol, name)) == parameters(getattr(contract, name)), name
+        assert inspect.iscoroutinefunction(getattr(protocol, name)), name
+    assert set(contract_properties(protocol)) <= set(dir(contract))
+
+
+def test_async_backends_meet_the_async_contracts(async_pair):
+    values = async_contract_gaps(AsyncValueBackend, ValueBackend, async_pair.values)
+    events = async_contract_gaps(AsyncEventBackend, EventBackend, async_pair.events)
+    assert (values, events) == ([], [])
+
+
+class _Altered:
+    """``backend`` with the attribute ``name`` replaced by ``value``, or hidden (None)."""
+
+    def __init__(self, backend: object, name: str, value: object) -> None:
+        self._backend, self._name, self._value = backend, name, value
+
+    def __getattr__(self, attr: str) -> object:
+        if attr != self._name:
+            return getattr(self._backend, attr)
+        if self._value is None:
+            raise AttributeError(attr)
+        return self._value
+
+
+async def _read_renamed(item):
+    return None
+
+
+def _write_sync(key, payload, when, *, ttl_ms=None):
+    return None
+
+
+@pytest.mark.parametrize(
+    ("side", "name", "value", "gap"),
+    [
+        ("values", "swap", None, "swap: missing"),
+        ("values", "read", _read_renamed, "read: parameters"),
+        ("values", "write", _write_sync, "write: returns None, not an awaitable"),
+        ("events", "list", None, "list: missing"),
+        ("events", "renews_leases", None, "renews_leases: not a bool"),
+    ],
+    ids=["missing", "renamed", "not-awaitable", "missing-events", "no-property"],
+)
+def test_the_async_contract_check_finds_a_gap(side, name, value, gap):
+    """The check above fails for a backend that lacks a method, renames a parameter or
+    answers without an awaitable."""
+    protocol, contract = ASYNC_CONTRACTS[BACKEND_IDS.index(side)]
+    backends = open_backends("memory://", "parity", {})
+    backend = getattr(_async_backends(backends), side)
+    assert async_contract_gaps(protocol, contract, backend) == []
+    gaps = async_contract_gaps(protocol, contract, _Altered(backend, name, value))
+    assert len(gaps) == 1 and gaps[0].startswith(gap), gaps
+    backends.close()

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
 from .. import keys
-from ..contracts import EventBackend, EventBatch
+from ..contracts import AsyncEventBackend, EventBackend, EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionEvent, SessionHeader, SessionInfo
@@ -437,16 +437,49 @@ class RedisEvents(_Log, EventBackend):
 
     _handle: SyncClient
 
+    if TYPE_CHECKING:
+        # The shared methods return Any (a result here, a coroutine on an AsyncClient);
+        # the type checker gives them the contract's signatures.
+        check_durable = EventBackend.check_durable
+        exists = EventBackend.exists
+        append = EventBackend.append
+        read = EventBackend.read
+        list = EventBackend.list
+        delete = EventBackend.delete
+        prune = EventBackend.prune
+        info = EventBackend.info
+        list_info = EventBackend.list_info
+        acquire_lease = EventBackend.acquire_lease
+        release_lease = EventBackend.release_lease
+        lease_busy = EventBackend.lease_busy
+        wait_for_events = EventBackend.wait_for_events
+
     def locate(self, session_id: str) -> str | None:
         """No file to name: None, without I/O."""
         return None
 
 
 class AsyncRedisEvents(_Log):
-    """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client."""
+    """The methods of :class:`RedisEvents` as coroutines, on a ``redis.asyncio`` client:
+    an :class:`AsyncEventBackend`."""
 
     _handle: AsyncClient
     renews_leases = True
+
+    if TYPE_CHECKING:
+        # As in RedisEvents: the async contract's signatures for the shared methods.
+        exists = AsyncEventBackend.exists
+        append = AsyncEventBackend.append
+        read = AsyncEventBackend.read
+        list = AsyncEventBackend.list
+        delete = AsyncEventBackend.delete
+        prune = AsyncEventBackend.prune
+        info = AsyncEventBackend.info
+        list_info = AsyncEventBackend.list_info
+        acquire_lease = AsyncEventBackend.acquire_lease
+        release_lease = AsyncEventBackend.release_lease
+        lease_busy = AsyncEventBackend.lease_busy
+        wait_for_events = AsyncEventBackend.wait_for_events
 
     async def locate(self, session_id: str) -> str | None:
         """No file to name: None, without I/O."""

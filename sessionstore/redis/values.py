@@ -43,10 +43,10 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import keys
-from ..contracts import Refused, Stored, ValueBackend
+from ..contracts import AsyncValueBackend, Refused, Stored, ValueBackend
 from ..drive import Steps
 from ..errors import SessionStoreError
 from ..keys import ValueKey
@@ -489,6 +489,18 @@ class RedisValues(_Values, ValueBackend):
 
     _handle: SyncClient
 
+    if TYPE_CHECKING:
+        # The shared methods return Any (a result here, a coroutine on an AsyncClient);
+        # the type checker gives them the contract's signatures.
+        read = ValueBackend.read
+        write = ValueBackend.write
+        swap = ValueBackend.swap
+        read_as_of = ValueBackend.read_as_of
+        write_version = ValueBackend.write_version
+        swap_version = ValueBackend.swap_version
+        scan = ValueBackend.scan
+        forget = ValueBackend.forget
+
     def cached_read(self, key: ValueKey) -> tuple[Stored | None] | None:
         """``(read(key),)`` when ``?cache=yes`` holds the record in memory, else None
         (then ``read`` asks the server). No round trip."""
@@ -501,9 +513,21 @@ class RedisValues(_Values, ValueBackend):
 
 
 class AsyncRedisValues(_Values):
-    """The methods of :class:`RedisValues` as coroutines, on a ``redis.asyncio`` client."""
+    """The methods of :class:`RedisValues` as coroutines, on a ``redis.asyncio`` client:
+    an :class:`AsyncValueBackend`."""
 
     _handle: AsyncClient
+
+    if TYPE_CHECKING:
+        # As in RedisValues: the async contract's signatures for the shared methods.
+        read = AsyncValueBackend.read
+        write = AsyncValueBackend.write
+        swap = AsyncValueBackend.swap
+        read_as_of = AsyncValueBackend.read_as_of
+        write_version = AsyncValueBackend.write_version
+        swap_version = AsyncValueBackend.swap_version
+        scan = AsyncValueBackend.scan
+        forget = AsyncValueBackend.forget
 
     async def prepare(self, key: ValueKey) -> None:
         """Nothing to prepare on Redis."""
