@@ -380,9 +380,10 @@ class LogRead:
     def take_run(self, run: list[tuple[str, int, int, int, int, bytes]]) -> None:
         """Decode entries holding an ``events`` field, all in one pass: (entry id, first
         seq, number of events, events to skip, events to stop at, value) each. One
-        ``orjson.loads`` parses them together, the seqs and data are checked on the parsed
-        objects, and pydantic validates the events wanted as :class:`SessionEvent`
-        objects in one call."""
+        ``orjson.loads`` parses them together, pydantic validates the events wanted as
+        :class:`SessionEvent` objects in one call, and their seqs and data are checked
+        on the events built; only a run that fails a check is walked record by record,
+        to name the first damage."""
         values = [value for *_, value in run]
         try:
             lists = orjson.loads(b"[" + b",".join(values) + b"]")
@@ -397,21 +398,42 @@ class LogRead:
             if type(found) is not list or len(found) != count:
                 self._check_entry(entry_id, first, value)
                 self._corrupt(f"entry {entry_id} does not hold {count} events", first)
-            seq = first
-            for record in found:
-                if type(record) is not dict or record.get("seq") != seq:
-                    self._corrupt(f"entry {entry_id} does not hold event {seq} in place", seq)
-                if type(record.get("data")) is not dict:
-                    self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
-                seq += 1
-            wanted += found if skip == 0 and stop == count else found[skip:stop]
+            if skip == 0 and stop == count:
+                wanted += found
+            else:  # the events left out are checked here, the others below
+                self._check_records(entry_id, first, found)
+                wanted += found[skip:stop]
         try:
-            self.events += events_from_records(wanted)
+            events = events_from_records(wanted)
         except ValidationError as exc:
+            self._check_run(run, lists)
             index = exc.errors()[0]["loc"][0]
             seq = wanted[index]["seq"] if isinstance(index, int) else self._expect
             detail = f"stored event {seq} is invalid: {describe_invalid(exc)}"
             self._corrupt(detail, seq)
+        start, count = run[0][1] + run[0][3], len(events)
+        seqs = [event.seq for event in events]
+        objects = [type(event.data) for event in events].count(dict)
+        if seqs != list(range(start, start + count)) or objects != count:
+            self._check_run(run, lists)
+        self.events += events
+
+    def _check_run(
+        self, run: list[tuple[str, int, int, int, int, bytes]], lists: list[Any]
+    ) -> None:
+        """Raise :class:`CorruptLogError` for the first entry of ``run`` whose parsed
+        events (``lists``) are out of place or hold data that is not an object."""
+        for (entry_id, first, *_), found in zip(run, lists, strict=True):
+            self._check_records(entry_id, first, found)
+
+    def _check_records(self, entry_id: str, first: int, found: list[Any]) -> None:
+        seq = first
+        for record in found:
+            if type(record) is not dict or record.get("seq") != seq:
+                self._corrupt(f"entry {entry_id} does not hold event {seq} in place", seq)
+            if type(record.get("data")) is not dict:
+                self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
+            seq += 1
 
     def _check_entry(self, entry_id: str, first: int, value: bytes) -> None:
         """Raise :class:`CorruptLogError` naming the first event of an ``events`` value
