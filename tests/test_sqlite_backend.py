@@ -131,6 +131,58 @@ def test_connections_use_full_synchronous_and_a_busy_timeout(database):
     assert conn.execute("PRAGMA busy_timeout").fetchone() == (10_000,)
 
 
+def test_lease_transactions_skip_the_disk_wait_and_leave_appends_durable(database, events):
+    """A lease commits with synchronous=NORMAL; every transaction after it, appends
+    first, is back at FULL, also after a lease transaction that failed."""
+    seen: list[int] = []
+
+    def level() -> int:
+        return database.connection().execute("PRAGMA synchronous").fetchone()[0]
+
+    with database.transaction("s", immediate=True, durable=False):
+        seen.append(level())
+    assert events.acquire_lease("s", "owner-a", 30_000)
+    seen.append(level())
+    with pytest.raises(LookupError), database.transaction("s", immediate=True, durable=False):
+        raise LookupError("failed inside the transaction")
+    seen.append(level())
+    events.release_lease("s", "owner-a")
+    seen.append(level())
+    assert seen == [1, 2, 2, 2]
+    assert raw(database.path, "SELECT count(*) FROM log_leases") == [(0,)]
+
+
+def test_threads_of_one_process_queue_for_the_write_lock(db_path):
+    """An immediate transaction holds the database's in-process write lock; a thread
+    that cannot get it within the timeout gets StoreUnavailableError naming the file,
+    and nothing is written."""
+    database = Database(db_path, timeout=0.2)
+    values = SqliteValues(database)
+    held = threading.Event()
+    done = threading.Event()
+
+    def hold() -> None:
+        with database.transaction("other", immediate=True):
+            assert database.writing.locked()
+            held.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(StoreUnavailableError, match=str(db_path)):
+            values.write(KEY, b"x", T0)
+    finally:
+        done.set()
+        thread.join()
+    assert not database.writing.locked()
+    assert values.read(KEY) is None
+    values.write(KEY, b"x", T0)
+    assert values.read(KEY) == Stored(b"x", T0)
+    database.close()
+
+
 def test_each_thread_gets_its_own_connection(database):
     seen: list[sqlite3.Connection] = []
     thread = threading.Thread(target=lambda: seen.append(database.connection()))

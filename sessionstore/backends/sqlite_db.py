@@ -171,6 +171,10 @@ class Database:
         self.path = path
         self.timeout = timeout
         self._lock = threading.Lock()
+        #: Held by a thread of this process from ``BEGIN IMMEDIATE`` to its end: the
+        #: threads of one process queue here and start the moment the lock is free,
+        #: instead of sleeping in SQLite's busy handler (1 ms to 100 ms a time).
+        self.writing = threading.Lock()
         self._local = threading.local()
         self._pid = os.getpid()
         self._generation = 0
@@ -306,13 +310,16 @@ class Database:
         with every driver error translated; ``subject`` names what a CorruptLogError is about."""
         return Guard(self, subject)
 
-    def transaction(self, subject: str, *, immediate: bool) -> Transaction:
+    def transaction(self, subject: str, *, immediate: bool, durable: bool = True) -> Transaction:
         """One transaction, committed when the block ends and rolled back if it raises.
 
         ``immediate=True`` takes the write lock up front, so read-compare-write blocks of
         concurrent processes run one after the other (waiting up to ``timeout``).
+        ``durable=False`` commits without waiting for the disk (``synchronous=NORMAL``
+        for this transaction: every other process sees it at once, a power loss may
+        undo it), for state that means nothing once every process is gone.
         """
-        return Transaction(self, subject, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        return Transaction(self, subject, "BEGIN IMMEDIATE" if immediate else "BEGIN", durable)
 
     def close_idle_before_fork(self) -> None:
         """Close this thread's connection unless it is in a transaction, so that a
@@ -330,8 +337,9 @@ class Database:
         local.conn = None
 
     def reset_lock(self) -> None:
-        """Replace the lock; only for a forked child, where no other thread exists."""
+        """Replace the locks; only for a forked child, where no other thread exists."""
         self._lock = threading.Lock()
+        self.writing = threading.Lock()
 
     def close(self) -> None:
         """Close every connection this process opened; later use opens new ones."""
@@ -380,22 +388,40 @@ class Guard:
 
 class Transaction:
     """``with database.transaction(subject, immediate=...) as conn``: see
-    :meth:`Database.transaction`; a class for the same reason as :class:`Guard`."""
+    :meth:`Database.transaction`; a class for the same reason as :class:`Guard`. An
+    immediate transaction holds the database's ``writing`` lock from its ``BEGIN`` to
+    its end."""
 
-    __slots__ = ("_db", "_subject", "_begin", "_conn")
+    __slots__ = ("_db", "_subject", "_begin", "_durable", "_conn", "_lock")
 
-    def __init__(self, database: Database, subject: str, begin: str) -> None:
+    def __init__(self, database: Database, subject: str, begin: str, durable: bool) -> None:
         self._db = database
         self._subject = subject
         self._begin = begin
+        self._durable = durable
+        self._conn: sqlite3.Connection | None = None
+        self._lock: threading.Lock | None = None
 
     def __enter__(self) -> sqlite3.Connection:
+        database = self._db
+        if self._begin == "BEGIN IMMEDIATE":
+            lock = database.writing
+            if not lock.acquire(timeout=database.timeout):
+                raise StoreUnavailableError(
+                    f"SQLite database {database.path} is unavailable: another thread of "
+                    f"this process held its write lock for {database.timeout:g} s"
+                )
+            self._lock = lock
         try:
-            conn = self._db.connection()
+            conn = self._conn = database.connection()
+            if not self._durable:
+                conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(self._begin)
-        except _DRIVER_ERRORS as exc:
-            raise translate(exc, self._subject, self._db.path) from exc
-        self._conn = conn
+        except BaseException as exc:
+            self._release()
+            if isinstance(exc, _DRIVER_ERRORS):
+                raise translate(exc, self._subject, database.path) from exc
+            raise
         return conn
 
     def __exit__(
@@ -404,7 +430,14 @@ class Transaction:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        try:
+            self._end(exc)
+        finally:
+            self._release()
+
+    def _end(self, exc: BaseException | None) -> None:
         conn = self._conn
+        assert conn is not None
         if exc is None:
             try:
                 conn.execute("COMMIT")
@@ -417,6 +450,17 @@ class Transaction:
         _rollback(conn)
         if isinstance(exc, _DRIVER_ERRORS):
             raise translate(exc, self._subject, self._db.path) from exc
+
+    def _release(self) -> None:
+        """Give the connection back as every other transaction expects it (durable
+        commits) and free the write lock."""
+        try:
+            if not self._durable and self._conn is not None:
+                self._conn.execute("PRAGMA synchronous=FULL")
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

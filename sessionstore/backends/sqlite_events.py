@@ -19,7 +19,10 @@ row and judges it first.
 
 Leases: ``log_leases`` holds the live writer's lease of a session, (``owner``,
 ``expires_at``); it is taken, renewed and checked in ``BEGIN IMMEDIATE`` transactions
-and deleted when the writer closes. One that has expired is free.
+and deleted when the writer closes. One that has expired is free. Lease transactions
+commit without waiting for the disk: every process sees them at once, and what a power
+loss could undo (a lease taken, renewed or released just before it) matters to no
+process, since none outlives it.
 
 Metadata (:meth:`SqliteEvents.info`): the session row, the time of the event row just
 below ``next_seq`` and the lease row, in one statement.
@@ -301,7 +304,7 @@ class SqliteEvents(EventBackend):
         conn.execute(_CUT_TAIL, (self._ns, session_id, next_seq))
 
     def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
-        with self._db.transaction(session_id, immediate=True) as conn:
+        with self._db.transaction(session_id, immediate=True, durable=False) as conn:
             now = wall_clock_ms()
             row = conn.execute(
                 "SELECT owner, expires_at FROM log_leases WHERE namespace=? AND session_id=?",
@@ -318,7 +321,7 @@ class SqliteEvents(EventBackend):
             return True
 
     def release_lease(self, session_id: str, owner: str) -> None:
-        with self._db.transaction(session_id, immediate=True) as conn:
+        with self._db.transaction(session_id, immediate=True, durable=False) as conn:
             conn.execute(
                 "DELETE FROM log_leases WHERE namespace=? AND session_id=? AND owner=?",
                 (self._ns, session_id, owner),
