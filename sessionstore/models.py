@@ -54,8 +54,9 @@ class SessionEvent:
     ``model_validate_json``, ``model_construct``, ``model_dump``, ``model_dump_json``,
     ``model_copy``, ``model_json_schema``, ``model_fields``, ``dict(event)``, and
     assignment raising ``ValidationError``). Not kept: ``isinstance(event, BaseModel)``,
-    weak references, and ``exclude_unset`` (a dataclass does not track which fields
-    were given, so every field is dumped).
+    weak references, ``model_validate(..., strict=False)`` relaxing the fields, and
+    ``exclude_unset`` (a dataclass does not track which fields were given, so every
+    field is dumped).
     """
 
     seq: Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
@@ -93,8 +94,10 @@ class SessionEvent:
 
     @classmethod
     def model_validate(cls, obj: Any, *, strict: bool | None = None) -> SessionEvent:
-        """Validate ``obj`` (a mapping or a SessionEvent); ``ValidationError`` if invalid."""
-        return _EVENT.validate_python(obj, strict=strict)
+        """Validate ``obj`` (a mapping or a SessionEvent); ``ValidationError`` if invalid.
+        Every field is strict whatever ``strict`` says (pydantic's strict mode of a
+        dataclass would refuse a mapping; ``strict=False`` does not relax the fields)."""
+        return _EVENT.validate_python(obj)
 
     @classmethod
     def model_validate_json(cls, json_data: str | bytes | bytearray) -> SessionEvent:

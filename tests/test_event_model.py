@@ -67,9 +67,10 @@ valid = st.fixed_dictionaries(
 @given(st.one_of(fields, valid))
 def test_construction_accepts_and_refuses_what_the_model_did(values):
     assert outcome(lambda: SessionEvent(**values)) == outcome(lambda: Reference(**values))
-    assert outcome(lambda: SessionEvent.model_validate(values)) == outcome(
-        lambda: Reference.model_validate(values)
-    )
+    for strict in (None, True):
+        ours = outcome(lambda strict=strict: SessionEvent.model_validate(values, strict=strict))
+        theirs = outcome(lambda strict=strict: Reference.model_validate(values, strict=strict))
+        assert ours == theirs
 
 
 @given(st.one_of(fields, valid))
