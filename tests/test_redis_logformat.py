@@ -141,3 +141,48 @@ def test_no_module_writes_pydantic_private_attributes():
     package = Path(sessionstore.__file__).parent
     for path in package.rglob("*.py"):
         assert "__pydantic_" not in path.read_text(), path
+
+
+def batch_entry(first: int, lines: list[bytes]) -> tuple[bytes, Fields]:
+    """An entry of the batch layout: ``events`` is a JSON array, one event per line."""
+    last = first + len(lines) - 1
+    return b"%d-%d" % (last, len(lines)), [(b"events", b"[" + b",\n".join(lines) + b"]")]
+
+
+def event_line(seq: int, data: bytes = b'{"n":1}', kind: bytes = b'"note"') -> bytes:
+    return b'{"seq":%d,"type":%s,"time":%d,"data":%s}' % (seq, kind, 100 + seq, data)
+
+
+BATCH_DAMAGE: dict[str, tuple[bytes, int]] = {
+    "NaN in data": (b"[" + event_line(2, b'{"x":NaN}') + b"]", 2),
+    "Infinity in data": (b"[" + event_line(2, b'{"x":-Infinity}') + b"]", 2),
+    "not JSON": (b"[" + event_line(2)[:-2], 2),
+    "one event short": (b"[" + event_line(2) + b"]", 2),
+    "seq out of place": (b"[" + event_line(2) + b",\n" + event_line(4) + b"]", 3),
+    "data not an object": (b"[" + event_line(2) + b",\n" + event_line(3, b"[1]") + b"]", 3),
+    "type not a string": (b"[" + event_line(2) + b",\n" + event_line(3, kind=b"7") + b"]", 3),
+}
+
+
+@pytest.mark.parametrize("what", list(BATCH_DAMAGE))
+def test_damage_inside_a_batch_entry_names_its_event_in_both_shapes(what):
+    value, seq = BATCH_DAMAGE[what]
+    entries = [batch_entry(0, [event_line(0), event_line(1)]), (b"3-2", [(b"events", value)])]
+    errors = []
+    for shape in (flat, mapped):
+        with pytest.raises(CorruptLogError) as caught:
+            read(shape(entries))
+        errors.append((caught.value.seq, str(caught.value)))
+    assert errors[0] == errors[1]
+    assert errors[0][0] == seq, errors[0]
+
+
+def test_a_batch_entry_mentioning_nan_in_a_string_still_decodes():
+    entries = [
+        batch_entry(0, [event_line(0), event_line(1)]),
+        batch_entry(2, [event_line(2, b'{"s":"NaN or Infinity"}'), event_line(3)]),
+    ]
+    for shape in (flat, mapped):
+        events = read(shape(entries)).events
+        assert [event.seq for event in events] == [0, 1, 2, 3]
+        assert events[2].data == {"s": "NaN or Infinity"}

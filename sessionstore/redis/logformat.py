@@ -312,7 +312,6 @@ class LogRead:
     def take(self, entries: Sequence[Any]) -> None:
         """One XRANGE reply (a list of ``[id, [name, value, ...]]`` or ``(id, {name:
         value})``)."""
-        runs = _Runs(self)
         for raw_id, fields in entries:
             entry_id = text(raw_id)
             last, count = self._span(entry_id)
@@ -333,18 +332,16 @@ class LogRead:
             skip, stop = self._expect - first, min(count, self._end - first)
             value = _events_value(fields)
             if value is not None:
-                runs.add((entry_id, first, count, skip, stop, value))
+                found = self._entry_events(entry_id, first, count, value)
+                self.events += found if skip == 0 and stop == count else found[skip:stop]
+            elif count != 1:
+                self._corrupt(f"entry {entry_id} has no events field", first)
             else:
-                runs.flush()
-                if count != 1:
-                    self._corrupt(f"entry {entry_id} has no events field", first)
                 self.events.append(self._decode_first_layout(entry_id, first, fields))
             self._expect = first + stop
         else:
-            runs.flush()
             self._after(len(entries))
             return
-        runs.flush()
         self.done = True
 
     def _after(self, size: int) -> None:
@@ -377,56 +374,37 @@ class LogRead:
             self._corrupt(f"malformed stream entry id {entry_id!r}", self._expect)
         return found
 
-    def take_run(self, run: list[tuple[str, int, int, int, int, bytes]]) -> None:
-        """Decode entries holding an ``events`` field, all in one pass: (entry id, first
-        seq, number of events, events to skip, events to stop at, value) each. One
-        ``orjson.loads`` parses them together, pydantic validates the events wanted as
-        :class:`SessionEvent` objects in one call, and their seqs and data are checked
-        on the events built; only a run that fails a check is walked record by record,
-        to name the first damage."""
-        values = [value for *_, value in run]
+    def _entry_events(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
+        """The ``count`` events, from seq ``first``, of an entry's ``events`` value: one
+        ``orjson.loads``, one pydantic call validating the parsed events, and the seqs
+        and data checked on the events built. An entry that fails any of it is judged by
+        :meth:`_judge_entry`, which names the first damage. (Entry by entry, the parsed
+        records die young: the garbage collector never moves them to its oldest
+        generation.)"""
         try:
-            lists = orjson.loads(b"[" + b",".join(values) + b"]")
-        except orjson.JSONDecodeError:
-            lists = None
-        if type(lists) is not list or len(lists) != len(run):
-            for entry_id, first, _, _, _, value in run:
-                self._check_entry(entry_id, first, value)
-            raise AssertionError("unreachable")
-        wanted: list[dict[str, Any]] = []
-        for (entry_id, first, count, skip, stop, value), found in zip(run, lists, strict=True):
-            if type(found) is not list or len(found) != count:
-                self._check_entry(entry_id, first, value)
-                self._corrupt(f"entry {entry_id} does not hold {count} events", first)
-            if skip == 0 and stop == count:
-                wanted += found
-            else:  # the events left out are checked here, the others below
-                self._check_records(entry_id, first, found)
-                wanted += found[skip:stop]
+            records = orjson.loads(value)
+            if type(records) is list and len(records) == count:
+                events = events_from_records(records)
+                if [event.seq for event in events] == list(range(first, first + count)) and [
+                    type(event.data) for event in events
+                ].count(dict) == count:
+                    return events
+        except (orjson.JSONDecodeError, ValidationError):
+            pass
+        return self._judge_entry(entry_id, first, count, value)
+
+    def _judge_entry(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
+        """The events of an entry, checked step by step: :class:`CorruptLogError` for the
+        first thing wrong (not JSON, not ``count`` events, an event out of place or with
+        data that is not an object, an invalid event)."""
         try:
-            events = events_from_records(wanted)
-        except ValidationError as exc:
-            self._check_run(run, lists)
-            index = exc.errors()[0]["loc"][0]
-            seq = wanted[index]["seq"] if isinstance(index, int) else self._expect
-            detail = f"stored event {seq} is invalid: {describe_invalid(exc)}"
-            self._corrupt(detail, seq)
-        start, count = run[0][1] + run[0][3], len(events)
-        seqs = [event.seq for event in events]
-        objects = [type(event.data) for event in events].count(dict)
-        if seqs != list(range(start, start + count)) or objects != count:
-            self._check_run(run, lists)
-        self.events += events
-
-    def _check_run(
-        self, run: list[tuple[str, int, int, int, int, bytes]], lists: list[Any]
-    ) -> None:
-        """Raise :class:`CorruptLogError` for the first entry of ``run`` whose parsed
-        events (``lists``) are out of place or hold data that is not an object."""
-        for (entry_id, first, *_), found in zip(run, lists, strict=True):
-            self._check_records(entry_id, first, found)
-
-    def _check_records(self, entry_id: str, first: int, found: list[Any]) -> None:
+            found = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            self._check_entry(entry_id, first, value)
+            self._corrupt(f"entry {entry_id} is not valid JSON: {exc}", first)
+        if type(found) is not list or len(found) != count:
+            self._check_entry(entry_id, first, value)
+            self._corrupt(f"entry {entry_id} does not hold {count} events", first)
         seq = first
         for record in found:
             if type(record) is not dict or record.get("seq") != seq:
@@ -434,6 +412,13 @@ class LogRead:
             if type(record.get("data")) is not dict:
                 self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
             seq += 1
+        try:
+            return events_from_records(found)
+        except ValidationError as exc:
+            index = exc.errors()[0]["loc"][0]
+            seq = first + index if isinstance(index, int) else first
+            detail = f"stored event {seq} is invalid: {describe_invalid(exc)}"
+            self._corrupt(detail, seq)
 
     def _check_entry(self, entry_id: str, first: int, value: bytes) -> None:
         """Raise :class:`CorruptLogError` naming the first event of an ``events`` value
@@ -513,24 +498,6 @@ class LogRead:
     def result(self) -> tuple[SessionHeader, list[SessionEvent]]:
         assert self.header is not None
         return self.header, self.events
-
-
-class _Runs:
-    """Consecutive entries of one reply that hold an ``events`` field, decoded together
-    by :meth:`LogRead.take_run` when an entry of the first layout or the reply's end
-    comes."""
-
-    def __init__(self, read: LogRead) -> None:
-        self.read = read
-        self.run: list[tuple[str, int, int, int, int, bytes]] = []
-
-    def add(self, entry: tuple[str, int, int, int, int, bytes]) -> None:
-        self.run.append(entry)
-
-    def flush(self) -> None:
-        if self.run:
-            run, self.run = self.run, []
-            self.read.take_run(run)
 
 
 def _events_value(fields: Any) -> bytes | None:
