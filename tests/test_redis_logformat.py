@@ -186,3 +186,17 @@ def test_a_batch_entry_mentioning_nan_in_a_string_still_decodes():
         events = read(shape(entries)).events
         assert [event.seq for event in events] == [0, 1, 2, 3]
         assert events[2].data == {"s": "NaN or Infinity"}
+
+
+def test_a_read_from_inside_an_entry_checks_the_events_it_leaves_out():
+    good = [
+        batch_entry(0, [event_line(0), event_line(1)]),
+        batch_entry(2, [event_line(2), event_line(3)]),
+    ]
+    for shape in (flat, mapped):
+        assert [event.seq for event in read(shape(good[1:]), from_seq=3).events] == [3]
+        assert [event.seq for event in read(shape(good), from_seq=1, limit=2).events] == [1, 2]
+    damaged = [batch_entry(2, [event_line(5), event_line(3)])]
+    for shape in (flat, mapped):
+        with pytest.raises(CorruptLogError, match="does not hold event 2 in place"):
+            read(shape(damaged), from_seq=3)

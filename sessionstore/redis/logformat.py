@@ -332,8 +332,7 @@ class LogRead:
             skip, stop = self._expect - first, min(count, self._end - first)
             value = _events_value(fields)
             if value is not None:
-                found = self._entry_events(entry_id, first, count, value)
-                self.events += found if skip == 0 and stop == count else found[skip:stop]
+                self.events += self._entry_events(entry_id, first, count, value, skip, stop)
             elif count != 1:
                 self._corrupt(f"entry {entry_id} has no events field", first)
             else:
@@ -374,24 +373,37 @@ class LogRead:
             self._corrupt(f"malformed stream entry id {entry_id!r}", self._expect)
         return found
 
-    def _entry_events(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
-        """The ``count`` events, from seq ``first``, of an entry's ``events`` value: one
-        ``orjson.loads``, one pydantic call validating the parsed events, and the seqs
-        and data checked on the events built. An entry that fails any of it is judged by
+    def _entry_events(
+        self, entry_id: str, first: int, count: int, value: bytes, skip: int, stop: int
+    ) -> list[Any]:
+        """The events ``skip`` to ``stop`` of the ``count`` events, from seq ``first``, of
+        an entry's ``events`` value: one ``orjson.loads``, one pydantic call validating
+        the events wanted, and the seqs and data checked on the events built (and on
+        the parsed records left out). An entry that fails any of it is judged by
         :meth:`_judge_entry`, which names the first damage. (Entry by entry, the parsed
         records die young: the garbage collector never moves them to its oldest
         generation.)"""
         try:
             records = orjson.loads(value)
-            if type(records) is list and len(records) == count:
-                events = events_from_records(records)
-                if [event.seq for event in events] == list(range(first, first + count)) and [
-                    type(event.data) for event in events
-                ].count(dict) == count:
-                    return events
-        except (orjson.JSONDecodeError, ValidationError):
-            pass
-        return self._judge_entry(entry_id, first, count, value)
+        except orjson.JSONDecodeError:
+            records = None
+        partial = skip > 0 or stop < count
+        if (
+            type(records) is list
+            and len(records) == count
+            and (not partial or _in_place(records, first))
+        ):
+            try:
+                events = events_from_records(records[skip:stop] if partial else records)
+            except ValidationError:
+                events = None
+            if (
+                events is not None
+                and [event.seq for event in events] == list(range(first + skip, first + stop))
+                and [type(event.data) for event in events].count(dict) == len(events)
+            ):
+                return events
+        return self._judge_entry(entry_id, first, count, value)[skip:stop]
 
     def _judge_entry(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
         """The events of an entry, checked step by step: :class:`CorruptLogError` for the
@@ -498,6 +510,16 @@ class LogRead:
     def result(self) -> tuple[SessionHeader, list[SessionEvent]]:
         assert self.header is not None
         return self.header, self.events
+
+
+def _in_place(records: list[Any], first: int) -> bool:
+    """Whether parsed records are objects with data objects, holding seqs ``first``
+    onwards in order."""
+    if [type(record) for record in records].count(dict) != len(records):
+        return False
+    seqs = [record.get("seq") for record in records]
+    objects = [type(record.get("data")) for record in records].count(dict)
+    return seqs == list(range(first, first + len(records))) and objects == len(records)
 
 
 def _events_value(fields: Any) -> bytes | None:
