@@ -1,5 +1,5 @@
 """Real ``redis-server`` processes for the tests: each on a free port in a data dir of its
-own (on a RAM disk when there is one, see :func:`data_root`).
+own (on a RAM disk when there is one, see :mod:`support.ramdisk`).
 
 Tests never touch a Redis they did not start. When no ``redis-server`` binary is on PATH
 the Redis tests are skipped with a loud reason, except under ``CI``, where that is a failure.
@@ -18,27 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from .ramdisk import ram_root
+
 BINARY = shutil.which("redis-server")
-#: Free space a RAM-backed folder needs before the servers' data dirs go there.
-RAM_ROOM = 1 << 30
-
-
-def data_root() -> str | None:
-    """The folder of the servers' data dirs: ``/dev/shm`` when it is a writable RAM disk
-    with room, else the system temp dir (None).
-
-    Every server keeps ``appendfsync always``, and the tests stop a server by killing
-    its process, never the machine: what the server wrote stays in the kernel's hands
-    either way, so a restart finds the same AOF on a RAM disk as on a real one, and
-    only the fsync of every write gets cheaper."""
-    shm = "/dev/shm"
-    try:
-        stats = os.statvfs(shm)
-    except OSError:
-        return None
-    if os.access(shm, os.W_OK) and stats.f_bavail * stats.f_frsize >= RAM_ROOM:
-        return shm
-    return None
 
 
 def free_port() -> int:
@@ -128,7 +110,7 @@ class RedisServer:
         self.binary = require_binary()
         self.port = port or free_port()
         self._own_dir = data_dir is None
-        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="sessionstore-redis-", dir=data_root()))
+        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="sessionstore-redis-", dir=ram_root()))
         self.extra = list(extra)
         self.durable = durable
         self.process: subprocess.Popen[bytes] | None = None
