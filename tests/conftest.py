@@ -1,12 +1,15 @@
 """Shared fixtures: a real redis-server and a real Redis Cluster per test session (each
-started only when a test asks for it), and backend-parametrised stores."""
+started only when a test asks for it), and backend-parametrised stores; the tests' temp
+dirs on a RAM disk when there is one."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from support.ramdisk import ram_root
 from support.redis_cluster import ClusterNodes
 from support.redis_server import ContainerRedis, RedisServer, shared_server
 
@@ -21,6 +24,15 @@ BACKENDS = ["memory", "file", "sqlite", "redis", "cluster"]
 #: The conformance suites also run through the least-privilege ACL user ("acl").
 CONFORMANCE_BACKENDS = [*BACKENDS, "acl"]
 ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``tmp_path`` and its kin go on the RAM disk when there is one (see
+    :mod:`support.ramdisk`), unless ``--basetemp`` or ``PYTEST_DEBUG_TEMPROOT`` chose a
+    place: pytest's usual numbered dirs, kept as usual, under it."""
+    root = ram_root()
+    if root is not None and config.option.basetemp is None:
+        os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", root)
 
 
 @pytest.fixture(scope="session")

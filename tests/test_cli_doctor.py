@@ -4,8 +4,10 @@ leaves a file store as it found it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +20,9 @@ from typer.testing import CliRunner
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader
+from sessionstore.backoff import Backoff
 from sessionstore.cli import app
+from sessionstore.redis import retry
 
 T = 1_718_000_000_000
 
@@ -48,6 +52,37 @@ def inside(folder: str):
         yield
     finally:
         os.chdir(before)
+
+
+@contextmanager
+def default_port_closed():
+    """Connections to port 6379, where a URL without a host or port leads, are refused as
+    on a machine with no Redis of its own: the test reaches no server it did not start,
+    and a TLS URL does not wait out its handshake with a plain server found there."""
+    connect = socket.socket.connect
+
+    def refuse(sock: socket.socket, address: Any) -> None:
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] == 6379:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
+        connect(sock, address)
+
+    socket.socket.connect = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        socket.socket.connect = connect  # type: ignore[method-assign]
+
+
+@contextmanager
+def retried_at_once():
+    """A call that met a refused connection is sent again as many times as ever, with no
+    back-off before each retry: the same calls, outcomes and lines, without the waits."""
+    backoff = retry.BACKOFF
+    retry.BACKOFF = Backoff(base=0.0, cap=0.0)
+    try:
+        yield
+    finally:
+        retry.BACKOFF = backoff
 
 
 def test_on_a_new_file_store_doctor_leaves_nothing_behind(tmp_path):
@@ -139,7 +174,12 @@ def urls(draw: Any) -> str:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(url=urls())
 def test_any_url_gets_lines_and_an_exit_code_never_a_traceback(url):
-    with tempfile.TemporaryDirectory() as folder, inside(folder):
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        inside(folder),
+        default_port_closed(),
+        retried_at_once(),
+    ):
         result = doctor("--url", url)
         assert result.exit_code in (0, 1, 2), (url, result.stdout, result.stderr)
         assert len(result.stderr.splitlines()) <= 2, result.stderr

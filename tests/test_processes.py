@@ -4,6 +4,7 @@ spawn (workers connect by URL), for every backend that can be shared."""
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -60,10 +61,18 @@ def shared_url(request, tmp_path):
     return url_for(request.param, request, tmp_path)
 
 
-@pytest.mark.slow
-def test_four_spawned_workers_lose_no_update(shared_url, namespace):
+@pytest.fixture(scope="module")
+def spawned() -> Iterator[ProcessPoolExecutor]:
+    """One pool of 4 spawned workers for the module: each test's 4 calls still run in 4
+    processes at once, each connecting by URL (and closing its store when done), without
+    paying their start-up again."""
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(increment_by_url, [shared_url] * 4, [namespace] * 4, [500] * 4))
+        yield pool
+
+
+@pytest.mark.slow
+def test_four_spawned_workers_lose_no_update(shared_url, namespace, spawned):
+    done = list(spawned.map(increment_by_url, [shared_url] * 4, [namespace] * 4, [500] * 4))
     assert sum(done) == 2000
     with sessionstore.connect(shared_url, namespace) as store:
         assert store.session(*KEY).get_data(T0) == 2000
@@ -89,14 +98,13 @@ def test_forked_workers_keep_using_the_parents_store(shared_url, namespace):
 
 
 @pytest.mark.slow
-def test_four_processes_appending_to_one_session_stay_contiguous(shared_url, namespace):
+def test_four_processes_appending_to_one_session_stay_contiguous(shared_url, namespace, spawned):
     with sessionstore.connect(shared_url, namespace) as store:
         store.events.create(SessionHeader(id="shared"))
         store.events.append("shared", [SessionEvent(seq=0, type="start", time=T0, data={})])
-    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(
-            pool.map(append_by_url, [shared_url] * 4, [namespace] * 4, range(4), [40] * 4)
-        )
+    results = list(
+        spawned.map(append_by_url, [shared_url] * 4, [namespace] * 4, range(4), [40] * 4)
+    )
     with sessionstore.connect(shared_url, namespace) as store:
         events = store.events.load("shared").events
     assert [e.seq for e in events] == list(range(161))

@@ -79,6 +79,11 @@ def test_a_bad_emit_raises_at_once_naming_type_seq_and_path_and_queues_nothing(s
 # --- the writer: failure and retry -------------------------------------------------------
 
 
+def paused(w) -> bool:
+    """Whether ``w``'s background append failed and its background writing paused."""
+    return w._buffer.paused
+
+
 def _break_then_mend(store, w, h):
     """Make the writer's next append fail (its session is deleted under it), return a
     function that makes appends work again (the session is restored as it was)."""
@@ -98,7 +103,7 @@ def test_a_failed_background_append_is_retried_by_the_next_emit_in_order(store):
     w = store.events.writer(h, window=0.01)
     mend = _break_then_mend(store, w, h)
     w.emit("note", {"n": 1})
-    time.sleep(0.3)  # the background append fails, and writing pauses
+    assert wait_until(lambda: paused(w))  # the background append fails, and writing pauses
     mend()
     w.emit("note", {"n": 2})
     assert wait_until(lambda: stored_count(store, "w") == 3)
@@ -112,7 +117,7 @@ def test_a_failed_background_append_pauses_background_writing(store):
     w = store.events.writer(h, window=0.01)
     mend = _break_then_mend(store, w, h)
     w.emit("note", {"n": 1})
-    time.sleep(0.3)
+    assert wait_until(lambda: paused(w))
     mend()
     time.sleep(0.3)  # no retry without new work
     assert stored_count(store, "w") == 1
@@ -125,7 +130,7 @@ def test_flush_retries_a_failed_batch_before_raising(store):
     w = store.events.writer(h, window=0.01)
     mend = _break_then_mend(store, w, h)
     w.emit("note", {"n": 1})
-    time.sleep(0.3)
+    assert wait_until(lambda: paused(w))
     with pytest.raises(SessionNotFoundError):
         w.flush()
     mend()
@@ -139,7 +144,7 @@ def test_close_retries_a_failed_batch_before_raising(store):
     w = store.events.writer(h, window=0.01)
     mend = _break_then_mend(store, w, h)
     w.emit("note", {"n": 1})
-    time.sleep(0.3)
+    assert wait_until(lambda: paused(w))
     mend()
     w.close()
     assert [e.data["n"] for e in store.events.read_from("w", 0)] == [0, 1]

@@ -21,15 +21,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import url_for
+from support.redis_server import RedisServer
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader, SessionNotFoundError
@@ -277,11 +281,32 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture
+def disk_path() -> Iterator[Path]:
+    """A dir in the system temp dir, on disk even where the other tests keep their files
+    on a RAM disk: a writer is killed after a random while of up to 0.25 s, a window
+    sized for appends that wait for a disk's fsync (a few dozen of them)."""
+    path = Path(tempfile.mkdtemp(prefix="sessionstore-killed-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """This module's own server, its AOF on disk for the same reason as :func:`disk_path`."""
+    data = Path(tempfile.mkdtemp(prefix="sessionstore-redis-"))
+    try:
+        with RedisServer(data_dir=data) as server:
+            yield server
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_a_writer_killed_mid_stream_loses_no_acknowledged_event_and_tears_no_batch(
-    backend, request, tmp_path
+    backend, request, disk_path
 ):
-    url = url_for(backend, request, tmp_path)
+    url = url_for(backend, request, disk_path)
     namespace = f"kill-{uuid.uuid4().hex[:10]}"
     kills = iterations(normal=5, ci=3, soak=60)
     rng = random.Random()

@@ -2,8 +2,9 @@
 on a free port in its own temp dir, joined by ``redis-cli --cluster create``.
 
 Every node runs ``appendonly yes`` with ``appendfsync always`` and
-``cluster-node-timeout`` 2000 ms, so a killed primary is failed over to its replica by
-the cluster itself within a few seconds. When ``redis-server`` or ``redis-cli`` is
+``cluster-node-timeout`` 2000 ms (1000 ms on the clusters of the tests that kill a
+primary), so a killed primary is failed over to its replica by the cluster itself within
+a few seconds. When ``redis-server`` or ``redis-cli`` is
 missing the cluster tests are skipped with a loud reason, except under ``CI``, where
 that is a failure (as for :class:`RedisServer`).
 """
@@ -26,6 +27,9 @@ from .redis_server import RedisServer
 
 CLI = shutil.which("redis-cli")
 NODE_TIMEOUT_MS = 2000
+#: The node timeout of a cluster whose test kills a primary and waits for its replica
+#: to take over: the failover comes about 2 s sooner (node timeout, then the election).
+FAST_FAILOVER_MS = 1000
 SLOTS = 16384
 
 
@@ -81,18 +85,20 @@ class ClusterNodes:
     """The nodes of one cluster (3 primaries with a replica each, by default);
     :meth:`start` creates the cluster and waits until it serves."""
 
-    def __init__(self, primaries: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = NODE_TIMEOUT_MS
+    ) -> None:
         self.cli = require_cli()
+        self.node_timeout_ms = node_timeout_ms
         self.nodes = [self.new_server() for _ in range(primaries * (1 + replicas))]
         self.replicas = replicas
 
-    @staticmethod
-    def new_server() -> RedisServer:
+    def new_server(self) -> RedisServer:
         """A cluster-enabled ``redis-server`` on a free port, not started."""
         return RedisServer(
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
             # a replica's first sync starts at once, not after the default 5 s
             "--repl-diskless-sync-delay", "0",
             port=cluster_port(),
@@ -217,6 +223,35 @@ class ClusterNodes:
             return True
 
         self.wait(healthy, "cluster_state:ok on every node", timeout)
+
+    def wait_agreed(self, timeout: float = 30) -> None:
+        """Until every running node sees every other running node in the role (and, for
+        a replica, with the primary) that node gives itself. A role learnt by gossip
+        lags: a replica still seen as an empty primary gets no vote in a failover."""
+
+        def agreed() -> bool:
+            views = [_roles(node) for node in self.running()]
+            own = {node_id: role for view in views for node_id, (role, me) in view.items() if me}
+            return all(
+                view[node_id][0] == role
+                for view in views
+                for node_id, role in own.items()
+                if node_id in view
+            )
+
+        self.wait(agreed, "every node agreeing on the roles", timeout)
+
+
+def _roles(node: RedisServer) -> dict[str, tuple[str, bool]]:
+    """node id -> (``"primary"`` or ``"replica of <id>"``, whether it is ``node``), as
+    ``CLUSTER NODES`` of ``node`` lists them."""
+    found = {}
+    for line in _ask(node, "CLUSTER", "NODES").splitlines():
+        fields = line.split()
+        flags = fields[2].split(",")
+        role = f"replica of {fields[3]}" if "slave" in flags else "primary"
+        found[fields[0]] = (role, "myself" in flags)
+    return found
 
 
 def own_slots(node: RedisServer) -> list[tuple[int, int]]:

@@ -1,4 +1,5 @@
-"""Real ``redis-server`` processes for the tests: each on a free port in its own temp dir.
+"""Real ``redis-server`` processes for the tests: each on a free port in a data dir of its
+own (on a RAM disk when there is one, see :mod:`support.ramdisk`).
 
 Tests never touch a Redis they did not start. When no ``redis-server`` binary is on PATH
 the Redis tests are skipped with a loud reason, except under ``CI``, where that is a failure.
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from .ramdisk import ram_root
 
 BINARY = shutil.which("redis-server")
 
@@ -107,7 +110,7 @@ class RedisServer:
         self.binary = require_binary()
         self.port = port or free_port()
         self._own_dir = data_dir is None
-        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="sessionstore-redis-"))
+        self.dir = data_dir or Path(tempfile.mkdtemp(prefix="sessionstore-redis-", dir=ram_root()))
         self.extra = list(extra)
         self.durable = durable
         self.process: subprocess.Popen[bytes] | None = None
