@@ -220,10 +220,11 @@ Every writer takes, renews and releases its lease in a transaction of its own. T
 commit without waiting for the disk (a lease means nothing once its process is gone,
 and a power loss ends every process), and the threads of one process queue on an
 in-process lock for the write lock instead of sleeping in SQLite's busy handler (1 to
-100 ms a time) while the drain thread renews leases: 10k writers cost 1.0-1.4x per
-writer what 1k do, against 3.3x before (open 4.6 ms per writer at 10k, now 0.3 ms).
-What grows is the flush, which waits for the one drain thread's appends, each its own
-durable commit.""",
+100 ms a time) while the drain thread renews leases: in runs of this scenario alone 10k
+writers cost 1.0-1.4x per writer what 1k do, against 3.3x before (open 4.6 ms per writer
+at 10k, now 0.3-0.5 ms). What grows is the flush, which waits for the one drain thread's
+appends, each its own durable commit (an fsync), so the single repetition of the full
+run moves with whatever else uses the disk.""",
     "JSONL event log: iter_events(batch=1000) of 100k events": """\
 A fresh store validates the log once whichever way it reads; `iter_events` then reads
 each batch of 1000 from the nearest indexed line, parsing each line once.""",
