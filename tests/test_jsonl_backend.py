@@ -648,8 +648,17 @@ def test_event_lines_are_the_bytes_orjson_writes_for_each_record(
 # --- open logs kept between appends -------------------------------------------------------
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def open_fds(root: Path) -> int:
+    """This process's descriptors open on files under ``root`` (others, such as sockets
+    that earlier tests left to the garbage collector, may close at any moment)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        found += target.startswith(f"{root}{os.sep}")
+    return found
 
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
@@ -746,29 +755,29 @@ def test_a_same_size_rewrite_in_place_of_the_open_log_is_parsed_whole(
 @needs_proc
 def test_few_logs_are_kept_open_and_close_closes_them(tmp_path: Path) -> None:
     backend = JsonlEvents(tmp_path, "ns")
-    start = open_fds()
+    start = open_fds(tmp_path)
     for n in range(jsonl._HELD_LOGS + 8):
         backend.append(f"s{n}", batch(0, 1), SessionHeader(id=f"s{n}"))
-    assert open_fds() == start + jsonl._HELD_LOGS
+    assert open_fds(tmp_path) == start + jsonl._HELD_LOGS
     backend.delete("s20")
-    assert open_fds() == start + jsonl._HELD_LOGS - 1
+    assert open_fds(tmp_path) == start + jsonl._HELD_LOGS - 1
     backend.close()
-    assert open_fds() == start
+    assert open_fds(tmp_path) == start
     assert backend.append("s0", batch(1, 2), None) == 2
-    assert open_fds() == start + 1
+    assert open_fds(tmp_path) == start + 1
     del backend
-    assert open_fds() == start, "a collected backend closes its logs"
+    assert open_fds(tmp_path) == start, "a collected backend closes its logs"
 
 
 @needs_proc
 def test_closing_the_store_closes_the_logs_it_kept_open(tmp_path: Path) -> None:
-    start = open_fds()
+    start = open_fds(tmp_path)
     store = connect(tmp_path)
     store.events.create(HEADER)
     store.events.append(SID, [SessionEvent(seq=0, type="note", time=1)])
-    assert open_fds() > start
+    assert open_fds(tmp_path) > start
     store.close()
-    assert open_fds() == start
+    assert open_fds(tmp_path) == start
 
 
 def test_a_forked_child_opens_the_log_anew_and_the_parent_keeps_its_own(
