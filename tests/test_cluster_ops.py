@@ -228,13 +228,10 @@ def shared_with_replicas() -> Iterator[ClusterNodes]:
 
 @pytest.fixture
 def three_with_replicas(shared_with_replicas: ClusterNodes) -> ClusterNodes:
-    """The shared cluster once it is at rest: every slot served, every replica in sync,
-    and its primaries listed first, as on a cluster just created (``cluster.url`` names a
-    primary even after a failover)."""
+    """The shared cluster once it is at rest: every slot served, every replica in sync."""
     cluster = shared_with_replicas
     cluster.wait_ok()
     replicas_online(cluster)
-    cluster.nodes.sort(key=lambda node: cluster.role(node) != "primary")
     return cluster
 
 

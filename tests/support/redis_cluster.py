@@ -162,8 +162,9 @@ class ClusterNodes:
 
     @property
     def url(self) -> str:
-        """The URL of one node that was a primary when the cluster was created."""
-        return self.nodes[0].url
+        """The URL of the first running primary in creation order: the first node, as
+        long as no failover made it a replica."""
+        return next(n for n in self.running() if self.role(n) == "primary").url
 
     def running(self) -> list[RedisServer]:
         return [n for n in self.nodes if n.process is not None and n.process.poll() is None]
