@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 from support.events import batch_of, stored
-from support.redis_cluster import FAST_FAILOVER_MS, ClusterNodes, own_slots
+from support.redis_cluster import ClusterNodes, own_slots
 
 import sessionstore
 from sessionstore import keys
@@ -279,7 +279,7 @@ def test_the_least_privilege_user_suffices_on_a_cluster(redis_cluster, ns):
 @pytest.fixture
 def own_cluster() -> Iterator[ClusterNodes]:
     """A cluster of this test's own, for killing nodes."""
-    with ClusterNodes(node_timeout_ms=FAST_FAILOVER_MS) as cluster:
+    with ClusterNodes() as cluster:
         yield cluster
 
 

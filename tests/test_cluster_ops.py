@@ -29,7 +29,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 from support import cluster_ops
-from support.redis_cluster import FAST_FAILOVER_MS, ClusterNodes, own_slots
+from support.redis_cluster import ClusterNodes, own_slots
 from support.redis_server import RedisServer
 
 import sessionstore
@@ -212,7 +212,7 @@ def three() -> Iterator[ClusterNodes]:
 @pytest.fixture
 def own_with_replicas() -> Iterator[ClusterNodes]:
     """3 primaries with a replica each, for a test that kills one."""
-    with ClusterNodes(primaries=3, replicas=1, node_timeout_ms=FAST_FAILOVER_MS) as cluster:
+    with ClusterNodes(primaries=3, replicas=1) as cluster:
         replicas_online(cluster)
         yield cluster
 

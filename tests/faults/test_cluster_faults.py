@@ -37,7 +37,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 from support import cluster_ops
-from support.redis_cluster import FAST_FAILOVER_MS, ClusterNodes, own_slots
+from support.redis_cluster import ClusterNodes, own_slots
 from support.redis_server import RedisServer
 from support.tcp_proxy import TcpProxy
 
@@ -180,7 +180,7 @@ def bump(value: dict[str, int] | None) -> dict[str, int]:
 def test_a_killed_primary_loses_no_acknowledged_write_and_the_same_store_goes_on(ns):
     kills = iterations(normal=1, ci=1, soak=6)
     rng = random.Random()
-    with ClusterNodes(primaries=3, replicas=1, node_timeout_ms=FAST_FAILOVER_MS) as cluster:
+    with ClusterNodes(primaries=3, replicas=1) as cluster:
         sessions = [
             name_on(n, lambda s: log_slot(ns, s), f"L{n.port}-") for n in cluster.primaries()
         ]

@@ -2,9 +2,8 @@
 on a free port in its own temp dir, joined by ``redis-cli --cluster create``.
 
 Every node runs ``appendonly yes`` with ``appendfsync always`` and
-``cluster-node-timeout`` 2000 ms (1000 ms on the clusters of the tests that kill a
-primary), so a killed primary is failed over to its replica by the cluster itself within
-a few seconds. When ``redis-server`` or ``redis-cli`` is
+``cluster-node-timeout`` 2000 ms, so a killed primary is failed over to its replica by
+the cluster itself within a few seconds. When ``redis-server`` or ``redis-cli`` is
 missing the cluster tests are skipped with a loud reason, except under ``CI``, where
 that is a failure (as for :class:`RedisServer`).
 """
@@ -27,9 +26,6 @@ from .redis_server import RedisServer
 
 CLI = shutil.which("redis-cli")
 NODE_TIMEOUT_MS = 2000
-#: The node timeout of a cluster whose test kills a primary and waits for its replica
-#: to take over: the failover comes about 2 s sooner (node timeout, then the election).
-FAST_FAILOVER_MS = 1000
 SLOTS = 16384
 
 
@@ -85,20 +81,18 @@ class ClusterNodes:
     """The nodes of one cluster (3 primaries with a replica each, by default);
     :meth:`start` creates the cluster and waits until it serves."""
 
-    def __init__(
-        self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = NODE_TIMEOUT_MS
-    ) -> None:
+    def __init__(self, primaries: int = 3, replicas: int = 1) -> None:
         self.cli = require_cli()
-        self.node_timeout_ms = node_timeout_ms
         self.nodes = [self.new_server() for _ in range(primaries * (1 + replicas))]
         self.replicas = replicas
 
-    def new_server(self) -> RedisServer:
+    @staticmethod
+    def new_server() -> RedisServer:
         """A cluster-enabled ``redis-server`` on a free port, not started."""
         return RedisServer(
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
             # a replica's first sync starts at once, not after the default 5 s
             "--repl-diskless-sync-delay", "0",
             port=cluster_port(),
