@@ -1,15 +1,12 @@
 """A long-lived store keeps working while an operator reshards, grows and fails over the
 Redis Cluster under it.
 
-Each test that kills a node, adds one or drops a slot starts its own small cluster; the
-others (resharding, a graceful failover, one slot migrated) share one, which they leave
-serving every slot with every replica in sync. A test opens one store before the
-operation, runs traffic (values written and updated, events appended) from a few threads
-during it, and afterwards checks every acknowledged write: a value holds the last
-acknowledged number or a later one, a log holds every acknowledged event, contiguous,
-none twice. A call may fail only with ``StoreUnavailableError`` (the outcome is
-unknown); the tests count those. The store that ran through the operation then lists
-every session and value.
+Each test starts its own small cluster, opens one store before the operation, runs
+traffic (values written and updated, events appended) from a few threads during it, and
+afterwards checks every acknowledged write: a value holds the last acknowledged number
+or a later one, a log holds every acknowledged event, contiguous, none twice. A call may
+fail only with ``StoreUnavailableError`` (the outcome is unknown); the tests count those.
+The store that ran through the operation then lists every session and value.
 
 ``SESSIONSTORE_SOAK=1`` moves more slots and runs the traffic longer.
 """
@@ -210,29 +207,10 @@ def three() -> Iterator[ClusterNodes]:
 
 
 @pytest.fixture
-def own_with_replicas() -> Iterator[ClusterNodes]:
-    """3 primaries with a replica each, for a test that kills one."""
+def three_with_replicas() -> Iterator[ClusterNodes]:
     with ClusterNodes(primaries=3, replicas=1) as cluster:
         replicas_online(cluster)
         yield cluster
-
-
-@pytest.fixture(scope="module")
-def shared_with_replicas() -> Iterator[ClusterNodes]:
-    """3 primaries with a replica each, shared by the tests that move slots or fail over
-    gracefully: each leaves every slot served and every replica in sync, and works on
-    keys of its own namespace, so one test's data or operation never meets another's."""
-    with ClusterNodes(primaries=3, replicas=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def three_with_replicas(shared_with_replicas: ClusterNodes) -> ClusterNodes:
-    """The shared cluster once it is at rest: every slot served, every replica in sync."""
-    cluster = shared_with_replicas
-    cluster.wait_ok()
-    replicas_online(cluster)
-    return cluster
 
 
 def replicas_online(cluster: ClusterNodes, timeout: float = 30) -> None:
@@ -278,25 +256,22 @@ def assert_lists_everything(store: Any, traffic: Traffic) -> None:
 # --- resharding between existing primaries --------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("durability", "nodes"),
-    [("none", "three"), ("replicas:1", "three_with_replicas")],
-    ids=["none", "replicas:1"],
-)
-def test_reshard_under_traffic(ns, durability, nodes, request):
-    cluster = request.getfixturevalue(nodes)
-    source, target = cluster.primaries()[:2]
-    moving = first_slots(source, RESHARD_SLOTS)
-    symbols, sessions = spread(cluster, ns, 2, moving)
-    url = f"{cluster.url}?durability={durability}"
-    with sessionstore.connect(url, ns, timeout=1) as store:
-        with Traffic(store, symbols, sessions) as traffic:
-            traffic.wait_calls(50)
-            cluster_ops.reshard(cluster, source, target, RESHARD_SLOTS)
-            traffic.wait_calls(50)
-        checked = traffic.check(cluster.url, ns)
-        assert_lists_everything(store, traffic)
-    report(f"reshard {RESHARD_SLOTS} slots ({durability})", traffic, checked)
+@pytest.mark.parametrize("durability", ["none", "replicas:1"])
+def test_reshard_under_traffic(ns, durability):
+    replicas = 1 if durability.startswith("replicas") else 0
+    with ClusterNodes(primaries=3, replicas=replicas) as cluster:
+        source, target = cluster.primaries()[:2]
+        moving = first_slots(source, RESHARD_SLOTS)
+        symbols, sessions = spread(cluster, ns, 2, moving)
+        url = f"{cluster.url}?durability={durability}"
+        with sessionstore.connect(url, ns, timeout=1) as store:
+            with Traffic(store, symbols, sessions) as traffic:
+                traffic.wait_calls(50)
+                cluster_ops.reshard(cluster, source, target, RESHARD_SLOTS)
+                traffic.wait_calls(50)
+            checked = traffic.check(cluster.url, ns)
+            assert_lists_everything(store, traffic)
+        report(f"reshard {RESHARD_SLOTS} slots ({durability})", traffic, checked)
 
 
 # --- growing the cluster --------------------------------------------------------------------
@@ -340,8 +315,8 @@ def test_graceful_failover_under_traffic(three_with_replicas, ns, durability):
     report(f"CLUSTER FAILOVER ({durability})", traffic, checked)
 
 
-def test_killed_primary_under_traffic(own_with_replicas, ns):
-    cluster = own_with_replicas
+def test_killed_primary_under_traffic(three_with_replicas, ns):
+    cluster = three_with_replicas
     symbols, sessions = spread(cluster, ns, 2)
     victim = cluster.owner(keys.log_keys(ns, sessions[0])[0])
     # A failover keeps what a replica confirmed: fsync alone protects against a restart,

@@ -156,9 +156,8 @@ class ClusterNodes:
 
     @property
     def url(self) -> str:
-        """The URL of the first running primary in creation order: the first node, as
-        long as no failover made it a replica."""
-        return next(n for n in self.running() if self.role(n) == "primary").url
+        """The URL of one node that was a primary when the cluster was created."""
+        return self.nodes[0].url
 
     def running(self) -> list[RedisServer]:
         return [n for n in self.nodes if n.process is not None and n.process.poll() is None]
@@ -218,35 +217,6 @@ class ClusterNodes:
             return True
 
         self.wait(healthy, "cluster_state:ok on every node", timeout)
-
-    def wait_agreed(self, timeout: float = 30) -> None:
-        """Until every running node sees every other running node in the role (and, for
-        a replica, with the primary) that node gives itself. A role learnt by gossip
-        lags: a replica still seen as an empty primary gets no vote in a failover."""
-
-        def agreed() -> bool:
-            views = [_roles(node) for node in self.running()]
-            own = {node_id: role for view in views for node_id, (role, me) in view.items() if me}
-            return all(
-                view[node_id][0] == role
-                for view in views
-                for node_id, role in own.items()
-                if node_id in view
-            )
-
-        self.wait(agreed, "every node agreeing on the roles", timeout)
-
-
-def _roles(node: RedisServer) -> dict[str, tuple[str, bool]]:
-    """node id -> (``"primary"`` or ``"replica of <id>"``, whether it is ``node``), as
-    ``CLUSTER NODES`` of ``node`` lists them."""
-    found = {}
-    for line in _ask(node, "CLUSTER", "NODES").splitlines():
-        fields = line.split()
-        flags = fields[2].split(",")
-        role = f"replica of {fields[3]}" if "slave" in flags else "primary"
-        found[fields[0]] = (role, "myself" in flags)
-    return found
 
 
 def own_slots(node: RedisServer) -> list[tuple[int, int]]:
