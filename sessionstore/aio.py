@@ -14,9 +14,9 @@ backends (memory, files, SQLite) run their blocking calls in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -355,24 +355,17 @@ class AsyncSessionWriter:
         """Return once every event emitted before this call is durable (a failed append
         is retried first; the error of this attempt is raised)."""
         self._buffer.check_owner("flush")
-        try:
-            await self._write(self._buffer.next_seq)
-        except Exception as exc:
-            self._buffer.failed(exc)
-            raise
+        await self._write(self._buffer.flush_target())
 
     async def close(self) -> None:
         """Flush (retrying a failed append), then give the session's lease up."""
         self._buffer.check_owner("close")
-        self._buffer.closed = True
+        self._buffer.close()
         try:
             await self.flush()
         finally:
             async with self._drain_lock:
-                if not self._buffer.released:
-                    self._buffer.released = True
-                    flow = flows.release_lease(self.session_id, self._buffer.token)
-                    await arun(flow, self._context.backend)
+                await arun(self._buffer.release(), self._context.backend)
 
     async def __aenter__(self) -> AsyncSessionWriter:
         return self
@@ -385,31 +378,13 @@ class AsyncSessionWriter:
         buffer = self._buffer
         if os.getpid() != buffer.owner:
             return None
-        try:
+        with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
             await self._write(None)
-        except Exception as exc:  # noqa: BLE001 - kept, raised by flush or close
-            buffer.failed(exc)
         return buffer.next_due()
 
     async def _write(self, target: int | None) -> None:
-        buffer, context = self._buffer, self._context
         async with self._drain_lock:
-            now = time.monotonic()
-            if buffer.renewal_due(now):
-                renewal = flows.renew_lease(buffer.session_id, buffer.token, buffer.lease_ms)
-                await arun(renewal, context.backend)
-                buffer.renewed_at = now
-            while True:
-                batch = buffer.next_batch(target)
-                if not batch:
-                    return
-                flow = flows.append_stored(
-                    context.pending, context.lifecycle, buffer.session_id, batch
-                )
-                await arun(flow, context.backend)
-                buffer.written(len(batch))
-                if target is None:
-                    return
+            await arun(self._buffer.write(self._context, target), self._context.backend)
 
 
 class AsyncStore:

@@ -10,6 +10,7 @@ only do the I/O it asks for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -40,13 +41,24 @@ class WriterContext(NamedTuple):
 
 
 class WriterBuffer:
-    """Seq and time assignment, the queue of encoded events and the failure and lease
-    bookkeeping; shared by the sync and async writers, which call it under their lock.
+    """Seq and time assignment, the queue of encoded events, the failure and lease
+    bookkeeping and the drain itself (:meth:`write`, a flow); shared by the sync and
+    async writers, which only run its flows. Its lock guards the queue against ``emit``
+    from other threads; it is never held across I/O.
 
     Failure: a failed append keeps its batch at the head of the queue and pauses
     background writing (:attr:`paused`); the next ``emit`` resumes it, so the failed
     batch is retried first, then the new events, in order; a later successful append
     of that batch clears the error for good.
+
+    Unknown outcome: an append that raised (a lost reply, a timeout, a server killed
+    before replying) may have been applied. The batch handed to it stays
+    :attr:`unsettled` until an append of it succeeds, and the next append sends exactly
+    that batch again, never a larger one: applied, the store recognises it as an applied
+    replay and returns its next seq; not applied, it is written now. Either way it is
+    then written, and the events emitted since follow in later batches. (A batch merged
+    with newer events could be neither the stored next seq nor a replay: refused for
+    ever.)
     """
 
     def __init__(
@@ -60,6 +72,7 @@ class WriterBuffer:
         lease_ms: int = 0,
         renews: bool = False,
     ) -> None:
+        self._lock = threading.Lock()
         self.session_id = session_id
         self.next_seq = next_seq
         self.last_time = last_time
@@ -71,6 +84,9 @@ class WriterBuffer:
         self.emitted: list[float] = []
         #: Events were emitted while an append was in flight: they go right after it.
         self.hurry = False
+        #: The number of events of the batch last handed to an append whose success is
+        #: not known yet (in flight, or failed); 0 when none.
+        self.unsettled = 0
         self.error: BaseException | None = None
         self.paused = False
         self.closed = False
@@ -109,6 +125,10 @@ class WriterBuffer:
         ``data`` or the returned event afterwards changes nothing stored.
         """
         check_emit(type, data)
+        with self._lock:
+            return self._queue(type, data)
+
+    def _queue(self, type: str, data: dict[str, Any] | None) -> tuple[SessionEvent, float | None]:
         self.check_open()
         when = max(self.last_time, now_ms())
         event = SessionEvent.model_construct(
@@ -136,24 +156,43 @@ class WriterBuffer:
     def next_batch(self, target: int | None) -> EventBatch:
         """What a drain appends next, or nothing when it is done: a background drain
         (``target`` None) stops while paused by a failure, a flush once every event
-        before seq ``target`` is durable."""
-        if (target is None and self.paused) or (target is not None and self.durable_seq >= target):
-            return EventBatch([], [])
-        return EventBatch(self.pending[:BATCH_MAX], self.texts[:BATCH_MAX])
+        before seq ``target`` is durable. An unsettled batch is handed out again as it
+        was; else the head of the queue, at most :data:`BATCH_MAX` events."""
+        with self._lock:
+            if self.durable_seq >= (self.next_seq if target is None else target) or (
+                target is None and self.paused
+            ):
+                return EventBatch([], [])
+            size = self.unsettled or min(len(self.pending), BATCH_MAX)
+            self.unsettled = size
+            return EventBatch(self.pending[:size], self.texts[:size])
 
     def written(self, count: int) -> None:
         """The first ``count`` pending events are durable: drop them; any earlier error
         was about them, so it is cleared."""
-        del self.pending[:count]
-        del self.texts[:count]
-        del self.emitted[:count]
-        self.error = None
-        self.paused = False
-        self.hurry = bool(self.pending)
+        with self._lock:
+            del self.pending[:count]
+            del self.texts[:count]
+            del self.emitted[:count]
+            self.unsettled = 0
+            self.error = None
+            self.paused = False
+            self.hurry = bool(self.pending)
 
     def failed(self, error: BaseException) -> None:
-        self.error = error
-        self.paused = True
+        with self._lock:
+            self.error = error
+            self.paused = True
+
+    def close(self) -> None:
+        """Refuse emits from now on."""
+        with self._lock:
+            self.closed = True
+
+    def flush_target(self) -> int:
+        """The seq a flush called now must make durable: every event emitted so far."""
+        with self._lock:
+            return self.next_seq
 
     def renewal_due(self, now: float) -> bool:
         return self.renews and not self.released and now >= self.renewed_at + self.lease_ms / 3000
@@ -161,14 +200,42 @@ class WriterBuffer:
     def next_due(self) -> float | None:
         """When the writer wants the drain next: the oldest pending event's window (not
         while paused), or the lease's renewal; None for neither."""
-        if self.released:
-            return None
-        due = []
-        if self.pending and not self.paused:
-            due.append(self.emitted[0] + (0.0 if self.hurry else self.window))
-        if self.renews:
-            due.append(self.renewed_at + self.lease_ms / 3000)
-        return min(due) if due else None
+        with self._lock:
+            if self.released:
+                return None
+            due = []
+            if self.pending and not self.paused:
+                due.append(self.emitted[0] + (0.0 if self.hurry else self.window))
+            if self.renews:
+                due.append(self.renewed_at + self.lease_ms / 3000)
+            return min(due) if due else None
+
+    def write(self, context: WriterContext, target: int | None) -> flows.Flow[None]:
+        """The drain, run by a writer's shell under its drain lock (one at a time):
+        renew the lease when due, then append batches until ``target`` is durable
+        (None: one batch, unless paused). A failure is noted (:meth:`failed`) and
+        raised; the batch stays queued, unsettled."""
+        try:
+            now = time.monotonic()
+            if self.renewal_due(now):
+                yield from flows.renew_lease(self.session_id, self.token, self.lease_ms)
+                self.renewed_at = now
+            while batch := self.next_batch(target):
+                yield from flows.append_stored(
+                    context.pending, context.lifecycle, self.session_id, batch
+                )
+                self.written(len(batch))
+                if target is None:
+                    return
+        except Exception as exc:
+            self.failed(exc)
+            raise
+
+    def release(self) -> flows.Flow[None]:
+        """Give the lease up, once (run under the drain lock, after the last flush)."""
+        if not self.released:
+            self.released = True
+            yield from flows.release_lease(self.session_id, self.token)
 
 
 def check_emit(event_type: object, data: object) -> None:
@@ -229,7 +296,9 @@ class SessionWriter:
     A failed background append keeps its batch, in order, at the head of the queue and
     pauses background writing; the next :meth:`emit` retries it first, :meth:`flush`
     and :meth:`close` retry before they raise, and an error whose batch was written
-    later is never raised.
+    later is never raised. A batch whose append may have been applied (its outcome was
+    never learnt) is sent again exactly as it was, so it is recognised as written (see
+    :class:`WriterBuffer`).
     """
 
     def __init__(
@@ -245,7 +314,6 @@ class SessionWriter:
         backend: EventBackend = context.backend
         flow = open_buffer(context, header, window, ttl_ms, lease_ms, backend.renews_leases)
         self._buffer = run(flow, backend)
-        self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._drain: Drain = context.drain
         due = self._buffer.next_due()
@@ -264,8 +332,7 @@ class SessionWriter:
         """Snapshot and check ``data`` (see :meth:`WriterBuffer.make`), queue the event
         (seq and time assigned here) and return it. No I/O."""
         self._buffer.check_owner("emit")
-        with self._lock:
-            event, due = self._buffer.make(type, data)
+        event, due = self._buffer.make(type, data)
         if due is not None:
             self._drain.schedule(self, due)
         return event
@@ -274,29 +341,18 @@ class SessionWriter:
         """Return once every event emitted before this call is durable. A failed
         append is retried here first; the error of this attempt is raised."""
         self._buffer.check_owner("flush")
-        with self._lock:
-            target = self._buffer.next_seq
-        try:
-            self._write(target)
-        except Exception as exc:
-            with self._lock:
-                self._buffer.failed(exc)
-            raise
+        self._write(self._buffer.flush_target())
 
     def close(self) -> None:
         """Flush (retrying a failed append), then give the session's lease up. Emits
         are refused from now on; after an error, ``flush`` or ``close`` may retry."""
         self._buffer.check_owner("close")
-        with self._lock:
-            self._buffer.closed = True
+        self._buffer.close()
         try:
             self.flush()
         finally:
             with self._drain_lock:
-                if not self._buffer.released:
-                    self._buffer.released = True
-                    flow = flows.release_lease(self.session_id, self._buffer.token)
-                    run(flow, self._context.backend)
+                run(self._buffer.release(), self._context.backend)
 
     def __enter__(self) -> SessionWriter:
         return self
@@ -310,34 +366,10 @@ class SessionWriter:
         buffer = self._buffer
         if os.getpid() != buffer.owner:
             return None
-        try:
+        with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
             self._write(None)
-        except Exception as exc:  # noqa: BLE001 - kept, raised by flush or close
-            with self._lock:
-                buffer.failed(exc)
-        with self._lock:
-            return buffer.next_due()
+        return buffer.next_due()
 
     def _write(self, target: int | None) -> None:
-        """Under the drain lock: renew the lease when due, then append batches until
-        ``target`` is durable (None: one batch, unless paused)."""
-        buffer, backend = self._buffer, self._context.backend
         with self._drain_lock:
-            now = time.monotonic()
-            if buffer.renewal_due(now):
-                run(flows.renew_lease(buffer.session_id, buffer.token, buffer.lease_ms), backend)
-                buffer.renewed_at = now
-            while True:
-                with self._lock:
-                    batch = buffer.next_batch(target)
-                if not batch:
-                    return
-                context = self._context
-                flow = flows.append_stored(
-                    context.pending, context.lifecycle, buffer.session_id, batch
-                )
-                run(flow, backend)
-                with self._lock:
-                    buffer.written(len(batch))
-                if target is None:
-                    return
+            run(self._buffer.write(self._context, target), self._context.backend)

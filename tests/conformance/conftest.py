@@ -12,11 +12,8 @@ from typing import Any
 
 import pytest
 from conftest import CONFORMANCE_BACKENDS, url_for
-from support.async_bridge import Bridge, sync_view
+from support.async_bridge import Stores
 from support.fake_redis import FakeRedisServer, skip_gaps
-
-import sessionstore
-from sessionstore import aio
 
 FAKE = "fakeredis"
 
@@ -51,23 +48,13 @@ def api(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def open_store(store_url: str, namespace: str, api: str) -> Iterator[Callable[..., Any]]:
     """Open another store on the same URL (the same data, except for ``memory://``)."""
-    opened: list[Any] = []
-    bridge = Bridge() if api == "async" else None
+    stores = Stores(api)
 
     def _open(ns: str | None = None, url: str | None = None, **options: Any) -> Any:
-        target_url, target_ns = url or store_url, ns or namespace
-        if bridge is None:
-            store: Any = sessionstore.connect(target_url, target_ns, **options)
-        else:
-            store = sync_view(bridge.run(aio.connect, target_url, target_ns, **options), bridge)
-        opened.append(store)
-        return store
+        return stores.open(url or store_url, ns or namespace, **options)
 
     yield _open
-    for store in opened:
-        store.close()
-    if bridge is not None:
-        bridge.stop()
+    stores.close()
 
 
 @pytest.fixture

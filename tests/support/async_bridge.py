@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import sessionstore
 from sessionstore import aio
 
 
@@ -82,3 +83,27 @@ class SyncView:
 
 def sync_view(store: aio.AsyncStore, bridge: Bridge) -> SyncView:
     return SyncView(store, bridge)
+
+
+class Stores:
+    """Opens stores through the sync API (``api="sync"``) or through the async one driven
+    synchronously (``"async"``), and closes them all with :meth:`close`."""
+
+    def __init__(self, api: str) -> None:
+        self._bridge = Bridge() if api == "async" else None
+        self._opened: list[Any] = []
+
+    def open(self, url: str, namespace: str, **options: Any) -> Any:
+        if self._bridge is None:
+            store: Any = sessionstore.connect(url, namespace, **options)
+        else:
+            opened = self._bridge.run(aio.connect, url, namespace, **options)
+            store = sync_view(opened, self._bridge)
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()
+        if self._bridge is not None:
+            self._bridge.stop()
