@@ -1,8 +1,8 @@
 """A write-behind writer whose background append was applied but whose outcome it never
 learnt (every reply lost, or the server killed before replying), with more events
 emitted meanwhile: its ``flush`` and ``close`` succeed and the stored log holds every
-emitted event exactly once, in order -- through a lost reply and across a restart of
-the server, sync and async.
+emitted event exactly once, in order -- through a lost reply, across a restart of the
+server and across a failover to its replica, sync and async.
 
 ``tests/support/tcp_proxy.py`` sits between the writer and a real redis-server and loses
 the replies of the writer's background append (and of redis-py's resends of it), so the
@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from support.async_bridge import Stores
 from support.redis_server import RedisServer
 from support.tcp_proxy import TcpProxy
 
 import sessionstore
-from sessionstore import SessionEvent, SessionHeader
+from sessionstore import SessionEvent, SessionHeader, keys
 from sessionstore.redis.retry import RETRIES
 
 from .test_linearizable_values import _preload
@@ -135,3 +136,40 @@ def test_a_writer_whose_append_outcome_a_server_restart_hid_stores_every_event_o
     emitted += emit(writer, 1, "last")
     writer.close()
     stored_as_emitted(server, namespace, emitted)
+
+
+def test_a_writer_whose_append_outcome_a_failover_hid_stores_every_event_once(
+    server, proxy, connect
+):
+    """The primary applies the append, its replica receives it, and the primary dies
+    before replying; the replica is promoted and the writer's address now leads to it
+    (the proxy: a virtual IP or a DNS name moving over)."""
+    primary = redis.Redis(port=server.port)
+    primary.config_set("repl-diskless-sync-delay", 0)  # the replica syncs at once
+    primary.close()
+    with RedisServer("--replicaof", "127.0.0.1", str(server.port), durable=False) as replica:
+        client = redis.Redis(port=replica.port)
+        wait_until(lambda: client.info("replication")["master_link_status"] == "up")
+        namespace, writer, emitted = started(server, proxy, connect)
+        meta = keys.log_keys(namespace, SESSION)[0]
+
+        def replicated_then_killed() -> None:
+            deadline = time.monotonic() + PATIENCE
+            while client.hget(meta, "next_seq") != b"7" and time.monotonic() < deadline:
+                time.sleep(0.005)
+            server.kill()
+
+        proxy.drop_replies("EVALSHA", before_close=replicated_then_killed)
+        emitted += emit(writer, 4, "applied")
+        assert proxy.reply_dropped.wait(PATIENCE)
+        emitted += emit(writer, 5, "meanwhile")
+        wait_until(lambda: failed_in_background(writer))
+        assert not proxy.hook_errors and client.hget(meta, "next_seq") == b"7"
+        client.replicaof("NO", "ONE")
+        proxy.upstream = ("127.0.0.1", replica.port)
+        emitted += emit(writer, 2, "after")
+        writer.flush()
+        emitted += emit(writer, 1, "last")
+        writer.close()
+        client.close()
+        stored_as_emitted(replica, namespace, emitted)
