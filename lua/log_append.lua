@@ -9,6 +9,7 @@
 --           "events" holding the events as a JSON array, one event object per line.
 --           An entry of the first layout (id "<seq>-1", fields seq, type, time, data
 --           and id) is a run of one event and is read alike.
+-- KEYS[3] - the session's lease hash (field "owner": the live writer's token)
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
@@ -18,9 +19,12 @@
 -- ARGV[5] - number of header fields h, or "-1" when no header is given
 -- ARGV[6 .. 5+2h] - header field names and values (fields that are None left out)
 -- ARGV[6+2h] - the time of the batch's last event (integer text)
--- ARGV[7+2h ..] - the entries to add, in pairs: number of events n >= 1, and the
---           "events" text: "[" .. the n canonical event texts joined by ",\n" .. "]"
+-- ARGV[7+2h .. #ARGV-1] - the entries to add, in pairs: number of events n >= 1, and
+--           the "events" text: "[" .. the n canonical event texts joined by ",\n" .. "]"
+-- ARGV[#ARGV] - the owner token of the writer appending (its fence), "" for a plain
+--           append, which does not look at the lease
 -- returns {"OK", next_seq}       the batch was written
+--         {"BUSY"}               another owner holds the lease (it took the writer's over)
 --         {"REPLAY", next_seq}   every event is already stored identically
 --         {"CONFLICT", next_seq} the batch does not start at next_seq
 --         {"NOTFOUND"}           no such session and no header given
@@ -41,11 +45,21 @@ local nheader = tonumber(ARGV[5])
 local at = 6 + 2 * math.max(nheader, 0)
 local last_time = ARGV[at]
 local first_number = tonumber(first)
+local owner = ARGV[#ARGV]
+
+-- Fencing: a writer whose lease another owner holds now writes nothing (an expired
+-- lease key is gone: free).
+if owner ~= '' then
+  local held = redis.call('HGET', KEYS[3], 'owner')
+  if held and held ~= owner then
+    return {'BUSY'}
+  end
+end
 
 -- The entries to add: {id, text}; `count` events in all.
 local adds = {}
 local seq = first_number
-for i = at + 1, #ARGV, 2 do
+for i = at + 1, #ARGV - 1, 2 do
   local n = tonumber(ARGV[i])
   seq = seq + n
   adds[#adds + 1] = {string.format('%d-%d', seq - 1, n), ARGV[i + 1]}

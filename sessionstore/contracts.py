@@ -3,6 +3,9 @@ hold every decision; a backend only stores and fetches, atomically where stated.
 
 Leases: a live writer holds a lease on its session, visible to every process using
 the same store, until it is closed or dies (see :meth:`EventBackend.acquire_lease`).
+Every append of a writer carries its lease token, which the backend checks atomically
+with the seq (see :meth:`EventBackend.append`): a writer whose lease another took over
+writes nothing more.
 
 Retention: a value written with ``ttl_ms`` expires ``ttl_ms`` milliseconds (of the
 backend's clock: the server's for Redis, the wall clock elsewhere) after that write; an
@@ -173,6 +176,7 @@ class EventBackend(ABC):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> int:
         """Durably append a contiguous batch and return the new next seq.
 
@@ -187,6 +191,13 @@ class EventBackend(ABC):
         ``ttl_ms`` is stored with a session this call materialises (it is ignored for a
         session already stored). In the same atomic step as the events, an append that
         writes sets the expiry of a session stored with a ttl to ``ttl_ms`` after now.
+
+        ``owner`` fences the append: it is the lease token of the writer appending (see
+        :meth:`acquire_lease`). In the same atomic step as the seq check, and before it,
+        a live lease on the session held by another owner raises ``SessionBusyError``
+        and writes nothing (the writer's lease was taken over); the owner's own lease,
+        or none (released, expired), lets the append through. Without ``owner`` (a
+        plain append) no lease is looked at.
         """
 
     @abstractmethod
@@ -373,6 +384,7 @@ class AsyncEventBackend(Protocol):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> int:
         """:meth:`EventBackend.append`."""
 

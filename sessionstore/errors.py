@@ -134,7 +134,8 @@ class SessionExistsError(SessionStoreError):
 class SessionBusyError(SessionStoreError):
     """A live writer, in this process or another, holds the session's lease: ``load``
     and a second ``writer`` wait until it is closed or dies (``inspect`` and ``append``
-    stay allowed)."""
+    stay allowed); a writer whose lease it took over writes nothing more (its appends
+    are fenced)."""
 
     def __init__(self, session_id: str, detail: str = "") -> None:
         self.session_id = session_id

@@ -29,6 +29,7 @@ from .errors import (
     SessionNotFoundError,
 )
 from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
+from .leases import taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession
 from .session_state import SessionState
@@ -247,12 +248,19 @@ def append(
 
 
 def append_stored(
-    pending: PendingSessions, lifecycle: Lifecycle, session_id: str, batch: EventBatch
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    session_id: str,
+    batch: EventBatch,
+    owner: str,
 ) -> Flow[int]:
-    """:func:`append` of a batch a writer encoded (and so checked) when it was emitted."""
+    """:func:`append` of a batch a writer encoded (and so checked) when it was emitted,
+    fenced by the writer's lease token ``owner``: :class:`SessionBusyError` when another
+    writer took the lease over."""
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
-    next_seq: int = yield Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
+    call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms, owner=owner)
+    next_seq: int = yield call
     if header is not None:
         pending.materialised(header)
     return next_seq
@@ -260,7 +268,8 @@ def append_stored(
 
 def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flow[LoadedSession]:
     """Read and repair; a session whose lease a live writer other than ``owner`` holds
-    raises :class:`SessionBusyError` (its open turn is not interrupted)."""
+    raises :class:`SessionBusyError` (its open turn is not interrupted). The closers of
+    a writer opening (``owner`` given) are fenced by its lease."""
     _open(lifecycle)
     check_session_id(session_id)
     if (yield Call(EventBackend.lease_busy, session_id, owner)):
@@ -271,7 +280,8 @@ def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flo
         if not extra:
             return LoadedSession(header, events)
         try:
-            yield Call(EventBackend.append, session_id, encode_batch(session_id, extra), None)
+            closing = encode_batch(session_id, extra)
+            yield Call(EventBackend.append, session_id, closing, None, owner=owner)
         except SeqConflictError:
             continue
         return LoadedSession(header, events + extra)
@@ -338,7 +348,7 @@ def renew_lease(session_id: str, owner: str, lease_ms: int) -> Flow[None]:
     """Renew ``owner``'s lease; :class:`SessionBusyError` when another writer took it over
     (it expired meanwhile)."""
     if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
-        raise SessionBusyError(session_id, "its lease expired and another writer took it over")
+        raise taken_over(session_id)
 
 
 def release_lease(session_id: str, owner: str) -> Flow[None]:

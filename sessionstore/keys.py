@@ -67,9 +67,10 @@ no pattern of a value or a history matches it. ``value_forget.lua`` removes the 
 data keys of one value, plain and history. Hashes written by older versions may hold a
 field ``t`` (the tokens of that time): reads and writes ignore it, and a clear removes it.
 
-``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
-a torn tail, never part of the log; ``log_append.lua`` and ``log_cut_tail.lua`` cut it
-off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
+``log_append.lua`` of a writer reads the session's ``lease`` hash first (its fence: another
+owner's lease refuses the append). ``next_seq`` is committed last by ``log_append.lua``: a
+stream entry at or past it is a torn tail, never part of the log; ``log_append.lua`` and
+``log_cut_tail.lua`` cut it off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
 ``KEYS``, built here; the Lua never builds a key name.
 
 The two ``idx`` sorted sets index the namespace, so listing never needs ``SCAN`` (which

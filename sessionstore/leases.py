@@ -9,6 +9,12 @@ import threading
 import time
 
 from . import forksafe
+from .errors import SessionBusyError
+
+
+def taken_over(session_id: str) -> SessionBusyError:
+    """What a fenced append raises: the writer's lease is held by another writer."""
+    return SessionBusyError(session_id, "another writer took its lease over")
 
 
 class ProcessLeases:

@@ -20,9 +20,15 @@ from typing import Any, NamedTuple
 from . import flows
 from .contracts import EventBackend, EventBatch
 from .drain import Drain
-from .errors import InvalidArgumentError, SessionStoreError, StoreClosedError
+from .errors import (
+    InvalidArgumentError,
+    SessionBusyError,
+    SessionStoreError,
+    StoreClosedError,
+)
 from .eventlog import encode_batch
 from .flows import run
+from .leases import taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms
@@ -92,6 +98,9 @@ class WriterBuffer:
         self.closed = False
         #: Set once the lease is given up: the writer is served no more.
         self.released = False
+        #: Set once an append or a renewal found the lease held by another writer: the
+        #: writer is fenced off for good, and writes (and renews) nothing more.
+        self.fenced = False
         self.token = token
         self.lease_ms = lease_ms
         self.renews = renews
@@ -141,7 +150,7 @@ class WriterBuffer:
         self.last_time = when
         self.next_seq += 1
         moment = time.monotonic()
-        head = not self.pending or self.paused
+        head = (not self.pending or self.paused) and not self.fenced
         self.pending.append(queued)
         self.texts.append(text)
         self.emitted.append(moment)
@@ -195,13 +204,14 @@ class WriterBuffer:
             return self.next_seq
 
     def renewal_due(self, now: float) -> bool:
-        return self.renews and not self.released and now >= self.renewed_at + self.lease_ms / 3000
+        lease_held = self.renews and not self.released and not self.fenced
+        return lease_held and now >= self.renewed_at + self.lease_ms / 3000
 
     def next_due(self) -> float | None:
         """When the writer wants the drain next: the oldest pending event's window (not
         while paused), or the lease's renewal; None for neither."""
         with self._lock:
-            if self.released:
+            if self.released or self.fenced:
                 return None
             due = []
             if self.pending and not self.paused:
@@ -213,20 +223,28 @@ class WriterBuffer:
     def write(self, context: WriterContext, target: int | None) -> flows.Flow[None]:
         """The drain, run by a writer's shell under its drain lock (one at a time):
         renew the lease when due, then append batches until ``target`` is durable
-        (None: one batch, unless paused). A failure is noted (:meth:`failed`) and
-        raised; the batch stays queued, unsettled."""
+        (None: one batch, unless paused), each fenced by the lease token. A failure is
+        noted (:meth:`failed`) and raised; the batch stays queued, unsettled. Once the
+        lease was found taken over, every write raises :class:`SessionBusyError` at once,
+        without I/O."""
         try:
+            if self.fenced:
+                raise taken_over(self.session_id)
             now = time.monotonic()
             if self.renewal_due(now):
                 yield from flows.renew_lease(self.session_id, self.token, self.lease_ms)
                 self.renewed_at = now
             while batch := self.next_batch(target):
                 yield from flows.append_stored(
-                    context.pending, context.lifecycle, self.session_id, batch
+                    context.pending, context.lifecycle, self.session_id, batch, self.token
                 )
                 self.written(len(batch))
                 if target is None:
                     return
+        except SessionBusyError as exc:
+            self.fenced = True
+            self.failed(exc)
+            raise
         except Exception as exc:
             self.failed(exc)
             raise
@@ -299,6 +317,11 @@ class SessionWriter:
     later is never raised. A batch whose append may have been applied (its outcome was
     never learnt) is sent again exactly as it was, so it is recognised as written (see
     :class:`WriterBuffer`).
+
+    Every append carries the writer's lease token, checked by the store with the seq:
+    once another writer took the lease over (it expired while this one was paused), this
+    writer writes nothing more, and its :meth:`flush` and :meth:`close` raise
+    :class:`SessionBusyError`.
     """
 
     def __init__(

@@ -7,6 +7,7 @@ from typing import Literal
 from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionNotFoundError
 from ..keys import ValueKey
+from ..leases import taken_over
 from ..models import SessionEvent, SessionHeader
 
 
@@ -64,7 +65,8 @@ class DummyValues(ValueBackend):
 
 
 class DummyEvents(EventBackend):
-    """Appends are accepted (any seq, any session) and forgotten; nothing is ever found."""
+    """Appends are accepted (any seq, any session) and forgotten; nothing is ever found.
+    Leases are held within the process, and fence appends as the contract says."""
 
     def locate(self, session_id: str) -> str | None:
         return None
@@ -79,7 +81,10 @@ class DummyEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> int:
+        if owner is not None and self.lease_busy(session_id, owner):
+            raise taken_over(session_id)
         return batch.events[-1].seq + 1 if batch.events else 0
 
     def read(

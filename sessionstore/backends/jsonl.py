@@ -8,7 +8,9 @@ it was appended with. Every line ends with ``\\n``. Nothing exists before the fi
 which writes the header and the first batch together.
 
 An append holds an exclusive ``flock`` on the log and writes the batch with one ``write``
-and an fsync, so a crash can only tear the final batch. Readers recognise a torn final
+and an fsync, so a crash can only tear the final batch. A writer's append checks its lease
+under that lock first (fencing): a lease file another process holds locked, or a lease this
+process holds for another writer, refuses it. Readers recognise a torn final
 batch -- a last line without its newline or that does not parse, with the lines of its
 batch before it, or a final batch that never reaches its ``batch_end`` -- and leave it out;
 anything wrong before it is :class:`CorruptLogError`, and nothing is rewritten. A file
@@ -69,6 +71,7 @@ from ..contracts import EventBackend, EventBatch
 from ..errors import (
     CorruptLogError,
     SeqConflictError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
@@ -76,6 +79,7 @@ from ..errors import (
 )
 from ..eventlog import event_text, plan_append
 from ..jsondata import short_repr
+from ..leases import taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
 from .jsonl_cache import PROBE, LogState, LogStates
@@ -207,6 +211,7 @@ class JsonlEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> int:
         path = self._file(session_id)
         try:
@@ -220,10 +225,12 @@ class JsonlEvents(EventBackend):
                     fcntl.flock(log.fd, fcntl.LOCK_EX)
                     st = _named_stat(path, log)
                     if st is not None:
+                        if owner is not None and self.lease_busy(session_id, owner):
+                            raise taken_over(session_id)
                         next_seq = self._append_locked(
                             log.fd, path, session_id, batch, header, ttl_ms, st
                         )
-                except SeqConflictError:
+                except (SeqConflictError, SessionBusyError):
                     self._put_back(session_id, log)
                     raise
                 except BaseException:

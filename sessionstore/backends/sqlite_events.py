@@ -19,7 +19,9 @@ row and judges it first.
 
 Leases: ``log_leases`` holds the live writer's lease of a session, (``owner``,
 ``expires_at``); it is taken, renewed and checked in ``BEGIN IMMEDIATE`` transactions
-and deleted when the writer closes. One that has expired is free. Lease transactions
+and deleted when the writer closes. One that has expired is free. A writer's append
+reads it in its own transaction, before anything else: another owner's live lease
+refuses the append (fencing). Lease transactions
 commit without waiting for the disk: every process sees them at once, and what a power
 loss could undo (a lease taken, renewed or released just before it) matters to no
 process, since none outlives it.
@@ -53,6 +55,7 @@ from ..errors import (
 )
 from ..eventlog import check_stored_version, data_of_text, event_text, plan_append
 from ..jsondata import short_repr
+from ..leases import taken_over
 from ..models import (
     SessionEvent,
     SessionHeader,
@@ -137,8 +140,11 @@ class SqliteEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
+            if owner is not None and self._leased_to_another(conn, session_id, owner):
+                raise taken_over(session_id)
             first = batch.events[0].seq
             new_next = first + len(batch)
             if not self._advance(conn, session_id, header, first, new_next):
@@ -329,11 +335,16 @@ class SqliteEvents(EventBackend):
 
     def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
         with self._db.guard(session_id) as conn:
-            row = conn.execute(
-                "SELECT 1 FROM log_leases WHERE namespace=? AND session_id=?"
-                " AND owner IS NOT ? AND expires_at > ?",
-                (self._ns, session_id, owner, wall_clock_ms()),
-            ).fetchone()
+            return self._leased_to_another(conn, session_id, owner)
+
+    def _leased_to_another(
+        self, conn: sqlite3.Connection, session_id: str, owner: str | None
+    ) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM log_leases WHERE namespace=? AND session_id=?"
+            " AND owner IS NOT ? AND expires_at > ?",
+            (self._ns, session_id, owner, wall_clock_ms()),
+        ).fetchone()
         return row is not None
 
     def info(self, session_id: str) -> SessionInfo:

@@ -1,9 +1,9 @@
 """Session event logs on Redis: a meta hash and a stream per session (see ``logformat``).
 
-* ``append``: ``log_append.lua`` (checks, torn-tail cut, XADDs, ``next_seq`` last, then
-  ``PEXPIRE`` of both keys for a session with a ttl), then ``WAIT`` in the same round
-  trip for ``durability="replicas:N"``. A retry of the same call after a lost reply finds
-  its batch stored and returns it as an applied replay.
+* ``append``: ``log_append.lua`` (checks -- a writer's lease first, its fence --, torn-tail
+  cut, XADDs, ``next_seq`` last, then ``PEXPIRE`` of both keys for a session with a ttl),
+  then ``WAIT`` in the same round trip for ``durability="replicas:N"``. A retry of the
+  same call after a lost reply finds its batch stored and returns it as an applied replay.
 * ``read``: ``HGETALL meta`` and ``XRANGE`` pipelined, then more XRANGE chunks for long
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
@@ -225,10 +225,11 @@ class LogOps:
         batch: EventBatch,
         header: SessionHeader | None,
         ttl_ms: int | None,
+        owner: str | None,
     ) -> Steps[int]:
         yield from self.check_durable(client)
-        names = self._keys(session_id)
-        args = append_args(batch, header, ttl_ms)
+        names = [*self._keys(session_id), self._lease(session_id)]
+        args = append_args(batch, header, ttl_ms, owner)
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
@@ -394,8 +395,9 @@ class _Log:
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
+        owner: str | None = None,
     ) -> Any:
-        return self._handle.run(self._ops.append, session_id, batch, header, ttl_ms)
+        return self._handle.run(self._ops.append, session_id, batch, header, ttl_ms, owner)
 
     def read(
         self,

@@ -37,6 +37,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..eventlog import check_stored_version
+from ..leases import taken_over
 from ..models import (
     FORMAT_VERSION,
     SessionEvent,
@@ -181,13 +182,16 @@ def _checked(value: str, what: str) -> str:
 
 
 def append_args(
-    batch: EventBatch, header: SessionHeader | None, ttl_ms: int | None = None
+    batch: EventBatch,
+    header: SessionHeader | None,
+    ttl_ms: int | None = None,
+    owner: str | None = None,
 ) -> list[str | bytes]:
     """ARGV of ``log_append.lua`` for a contiguous, non-empty batch: its first seq (the
-    others follow it), the header, the last event's time, then the stream entries to add,
+    others follow it), the header, the last event's time, the stream entries to add,
     each as its number of events and its ``events`` text (see :func:`entry_text`), at most
-    :data:`ENTRY_EVENTS` events per entry. ``ttl_ms`` is the retention stored with a
-    session the call materialises.
+    :data:`ENTRY_EVENTS` events per entry, then the fencing ``owner`` ("" for none).
+    ``ttl_ms`` is the retention stored with a session the call materialises.
 
     Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
     (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
@@ -208,10 +212,11 @@ def append_args(
     ]
     if len(texts) <= ENTRY_EVENTS:
         args += (str(len(texts)), entry_text(texts))
-        return args
-    for start in range(0, len(texts), ENTRY_EVENTS):
-        part = texts[start : start + ENTRY_EVENTS]
-        args += (str(len(part)), entry_text(part))
+    else:
+        for start in range(0, len(texts), ENTRY_EVENTS):
+            part = texts[start : start + ENTRY_EVENTS]
+            args += (str(len(part)), entry_text(part))
+    args.append("" if owner is None else _checked(owner, "lease owner"))
     return args
 
 
@@ -230,6 +235,8 @@ def decode_append(session_id: str, batch: EventBatch, reply: list[Any]) -> int:
         next_seq, first = int(reply[1]), batch.events[0].seq
         detail = "batch differs from the stored events" if first < next_seq else ""
         raise SeqConflictError(session_id, next_seq, first, detail)
+    if code == "BUSY":
+        raise taken_over(session_id)
     if code == "NOTFOUND":
         raise SessionNotFoundError(session_id)
     if code == "EXISTS":

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from support import artifacts
+from support.async_bridge import SyncView
 
 from sessionstore import (
     InvalidArgumentError,
@@ -344,6 +345,44 @@ def test_plain_append_with_the_right_seq_stays_allowed_under_a_lease(store, open
     other = reader(store, open_store, backend)
     assert other.events.append("w", [ev(1)]) == 2
     w.close()
+
+
+def lose_lease(store, w) -> None:
+    """Give ``w``'s lease up behind its back, as its expiry while ``w`` was paused would
+    (a file lock never expires): the next writer takes it over."""
+    events, token = store.events, w._buffer.token
+    if isinstance(events, SyncView):
+        events._bridge.run(events._target._backend.release_lease, w.session_id, token)
+    else:
+        events._backend.release_lease(w.session_id, token)
+
+
+def test_a_writer_whose_lease_was_taken_over_writes_nothing_more(store, open_store, backend):
+    h = header("w")
+    a = store.events.writer(h)
+    a.emit("note", {"by": "a", "n": 0})
+    a.flush()
+    lose_lease(store, a)
+    other = reader(store, open_store, backend)
+    b = other.events.writer(h)
+    # A's next event has the stored next seq: only its lease refuses it.
+    assert a.emit("note", {"by": "a", "n": 1}).seq == 1
+    with pytest.raises(SessionBusyError) as caught:
+        a.flush()
+    assert caught.value.session_id == "w"
+    assert seqs(other.events.read_from("w", 0)) == [0]
+    assert b.emit("note", {"by": "b", "n": 1}).seq == 1
+    b.flush()  # the rightful holder sees no error caused by A
+    with pytest.raises(SessionBusyError):
+        a.close()
+    assert other.events.info("w").busy is True  # A's close left B's lease alone
+    b.emit("note", {"by": "b", "n": 2})
+    b.close()
+    assert [e.data for e in store.events.read_from("w", 0)] == [
+        {"by": "a", "n": 0},
+        {"by": "b", "n": 1},
+        {"by": "b", "n": 2},
+    ]
 
 
 def log_footprint(backend, store_url, namespace):
