@@ -1,6 +1,8 @@
 """The writers of one store share one background drain: a bounded number of threads
 (sync) whatever the number of writers, and an event emitted while a slow append is in
-flight is written right after it."""
+flight is written right after it. A background append that was applied but raised (its
+outcome unknown) is recognised as written, sync and async (against redis-server:
+``tests/faults/test_writer_outcome_unknown.py``)."""
 
 from __future__ import annotations
 
@@ -115,3 +117,57 @@ def test_the_async_writers_of_a_store_share_one_drain_task():
             return len(tasks)
 
     assert asyncio.run(scenario()) == 1
+
+
+def _applied_then_lost(backend: Any) -> list[Any]:
+    """Make the first append of ``backend`` (the real one) apply its batch, then raise
+    :class:`StoreUnavailableError` as a lost reply does; returns that batch, once sent."""
+    append = backend.append
+    lost: list[Any] = []
+
+    def lossy(*args: Any, **kwargs: Any) -> Any:
+        result = append(*args, **kwargs)
+        if not lost:
+            lost.append(args[1])
+            raise sessionstore.StoreUnavailableError("the reply was lost")
+        return result
+
+    backend.append = lossy
+    return lost
+
+
+def _failed(writer: Any) -> bool:
+    return writer._buffer.error is not None
+
+
+def test_an_applied_append_whose_outcome_was_lost_is_recognised_as_written():
+    with sessionstore.connect("memory://", "ns") as store:
+        writer = store.events.writer(SessionHeader(id="w"), window=0.01)
+        lost = _applied_then_lost(store.events._backend)
+        emitted = [writer.emit("note", {"n": n}) for n in range(3)]
+        began = time.monotonic()
+        while not _failed(writer):
+            assert time.monotonic() - began < 10
+            time.sleep(0.01)
+        emitted += [writer.emit("note", {"n": n}) for n in range(3, 6)]
+        writer.flush()
+        writer.close()
+        assert lost and store.events.read_from("w", 0) == emitted
+
+
+def test_an_async_applied_append_whose_outcome_was_lost_is_recognised_as_written():
+    async def scenario() -> None:
+        async with aio.connect("memory://", "ns") as store:
+            writer = await store.events.writer(SessionHeader(id="w"), window=0.01)
+            lost = _applied_then_lost(store.events._backend._target)
+            emitted = [writer.emit("note", {"n": n}) for n in range(3)]
+            began = time.monotonic()
+            while not _failed(writer):
+                assert time.monotonic() - began < 10
+                await asyncio.sleep(0.01)
+            emitted += [writer.emit("note", {"n": n}) for n in range(3, 6)]
+            await writer.flush()
+            await writer.close()
+            assert lost and await store.events.read_from("w", 0) == emitted
+
+    asyncio.run(scenario())
