@@ -19,6 +19,7 @@ from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionEr
 from ..harness import harness_warnings
 from ..models import SessionEvent, SessionInfo
 from .common import (
+    APP_SETTINGS,
     EXIT_ERROR,
     EXIT_FAILED,
     Json,
@@ -36,9 +37,7 @@ from .common import (
 )
 from .text import literal, plain, preview
 
-app = typer.Typer(
-    help="Event-log sessions.", no_args_is_help=True, pretty_exceptions_show_locals=False
-)
+app = typer.Typer(help="Event-log sessions.", **APP_SETTINGS)
 
 SessionId = Annotated[str, typer.Argument(help="Session id.")]
 FromSeq = Annotated[int, typer.Option("--from", min=0, help="First seq to show.")]

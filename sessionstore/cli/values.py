@@ -23,6 +23,7 @@ from ..keys import ValueKey
 from ..store import Store
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
 from .common import (
+    APP_SETTINGS,
     Json,
     Namespace,
     Url,
@@ -37,7 +38,7 @@ from .common import (
 )
 from .text import plain, shorten
 
-app = typer.Typer(help="Session values.", no_args_is_help=True, pretty_exceptions_show_locals=False)
+app = typer.Typer(help="Session values.", **APP_SETTINGS)
 
 Symbol = Annotated[str, typer.Argument(help="Symbol, e.g. BTCUSDT.")]
 Strategy = Annotated[str, typer.Argument(help="Strategy name.")]
