@@ -3,13 +3,18 @@ through typer's runner)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import uuid
 from urllib.parse import urlsplit
 
 import pytest
 import redis
+from test_cli_json import ALL
 from typer.testing import CliRunner
 
+import sessionstore
+from sessionstore import SessionEvent, SessionHeader
 from sessionstore.cli.app import app
 from sessionstore.cli.demo import sessions_command
 
@@ -67,22 +72,10 @@ def test_the_least_privilege_user_is_told_durability_aof_and_nothing_else(acl_ur
     assert urlsplit(acl_url).password not in result.stderr
 
 
-def commands(group=None, path=()):  # noqa: ANN001, ANN201
-    """Every command path of the CLI (``("sessions", "list")``...)."""
-    import typer.main
-
-    group = group or typer.main.get_command(app)
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            yield from commands(command, (*path, name))
-        else:
-            yield (*path, name)
-
-
 @pytest.mark.parametrize("width", [60, 80, 120])
 def test_help_wraps_to_the_terminal_and_labels_no_flag_with_a_type(width, monkeypatch):
     monkeypatch.setenv("COLUMNS", str(width))
-    paths = list(commands())
+    paths = ALL
     assert ("sessions", "list") in paths and ("acl",) in paths
     for path in [(), *paths]:
         result = runner.invoke(app, [*path, "--help"], terminal_width=width)
@@ -90,3 +83,71 @@ def test_help_wraps_to_the_terminal_and_labels_no_flag_with_a_type(width, monkey
         lines = result.stdout.splitlines()
         assert max(len(line) for line in lines) <= width, (path, lines)
         assert "<bool>" not in result.stdout, path
+
+
+def fill(url: str, namespace: str, sessions: int, values: int) -> None:
+    with sessionstore.connect(url, namespace) as store:
+        for n in range(sessions):
+            store.events.create(SessionHeader(id=f"s{n}"))
+            store.events.append(f"s{n}", [SessionEvent(seq=0, type="note", time=1)])
+        for n in range(values):
+            store.session(f"SYM{n}", "s", "e", "1h").set_data(n, 1)
+
+
+@pytest.fixture(params=["file", "sqlite", "redis"])
+def any_store(request, tmp_path) -> str:  # noqa: ANN001
+    if request.param == "file":
+        return str(tmp_path / "store")
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("redis_server").url + "?durability=none"
+
+
+def test_namespaces_lists_each_namespace_with_its_sessions_and_values(any_store):
+    ours = [f"t-{uuid.uuid4().hex[:8]}-{n}" for n in range(2)] + ["t-odd:name {x}"]
+    fill(any_store, ours[0], sessions=2, values=1)
+    fill(any_store, ours[1], sessions=0, values=3)
+    fill(any_store, ours[2], sessions=1, values=0)
+    found = {usage.name: usage for usage in sessionstore.namespaces(any_store)}
+    assert (found[ours[0]].sessions, found[ours[0]].values) == (2, 1)
+    assert (found[ours[1]].sessions, found[ours[1]].values) == (0, 3)
+    assert (found[ours[2]].sessions, found[ours[2]].values) == (1, 0)
+    rows = [
+        json.loads(line)
+        for line in run("namespaces", "--url", any_store, "--json").stdout.splitlines()
+    ]
+    assert {"name": ours[1], "sessions": 0, "values": 3} in rows
+    table = run("namespaces", "--url", any_store)
+    assert table.exit_code == 0 and ours[0] in table.stdout
+
+
+def test_namespaces_of_an_empty_or_private_store_are_none(tmp_path):
+    assert sessionstore.namespaces(str(tmp_path / "nothing")) == []
+    assert not (tmp_path / "nothing").exists()
+    assert sessionstore.namespaces(f"sqlite:///{tmp_path / 'none.db'}") == []
+    assert not (tmp_path / "none.db").exists()
+    assert sessionstore.namespaces("memory://") == []
+    result = run("namespaces", "--url", str(tmp_path / "nothing"))
+    assert result.exit_code == 0 and "no namespace of" in result.stderr
+
+
+def test_the_least_privilege_user_is_told_namespaces_need_an_admin(acl_url):
+    with pytest.raises(sessionstore.AccessDeniedError):
+        sessionstore.namespaces(acl_url)
+    result = run("namespaces", "--url", acl_url)
+    assert result.exit_code == 2 and "admin" in result.stderr.splitlines()[-1]
+    assert urlsplit(acl_url).password not in result.stderr
+
+
+def test_an_empty_listing_names_the_store_the_namespace_and_where_data_is(tmp_path):
+    url = str(tmp_path / "store")
+    fill(url, "t-full", sessions=1, values=1)
+    for args in (("sessions", "list"), ("values", "list")):
+        result = run(*args, "--url", url, "-n", "t-empty")
+        assert result.exit_code == 0 and result.stdout.strip() == ""
+        assert "'t-empty'" in result.stderr and url in result.stderr
+        assert "'t-full' (1 sessions, 1 values)" in result.stderr
+        as_json = run(*args, "--url", url, "-n", "t-empty", "--json")
+        assert as_json.stdout == "" and "'t-empty'" in as_json.stderr
+    listed = run("sessions", "list", "--url", url, "-n", "t-full")
+    assert "no sessions" not in listed.stderr

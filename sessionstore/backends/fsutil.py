@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from urllib.parse import unquote
 
 from ..errors import (
     AccessDeniedError,
@@ -67,6 +68,18 @@ def encode_name(text: str) -> str:
             break
         prefix.append(token)
     return "".join(prefix) + DIGEST_MARK + digest
+
+
+def decode_name(name: str) -> str | None:
+    """The text :func:`encode_name` made ``name`` of; None for a name it could not have
+    made, or a shortened one (its end is a digest)."""
+    if DIGEST_MARK in name:
+        return None
+    try:
+        text = unquote(name, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return text if encode_name(text) == name else None
 
 
 def _encode_char(char: str) -> str:

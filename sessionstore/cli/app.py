@@ -9,6 +9,7 @@ from .acl import acl
 from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
+from .namespaces import namespaces
 
 HELP = (
     "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
@@ -32,5 +33,6 @@ def root() -> None:
 app.command()(demo)
 app.command("doctor")(guarded(doctor))
 app.command("acl")(guarded(acl))
+app.command("namespaces")(guarded(namespaces))
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

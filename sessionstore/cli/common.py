@@ -174,6 +174,28 @@ def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> No
     raise typer.Exit(EXIT_ERROR)
 
 
+def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
+    """A listing that found nothing says so on stderr: which store (masked URL or path)
+    and namespace it read, and which namespaces of that store do hold data (when the
+    user may list them)."""
+    resolved = resolve_url(url)
+    message = f"no {what} in namespace {namespace!r} of {mask_url(resolved)}"
+    try:
+        others = [usage for usage in sessionstore.namespaces(resolved) if usage.name != namespace]
+    except SessionStoreError:
+        others = None
+    if others:
+        held = ", ".join(
+            f"{usage.name!r} ({usage.sessions} sessions, {usage.values} values)"
+            for usage in others[:10]
+        )
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        message += f"; namespaces holding data: {held}{more} (choose one with -n)"
+    elif others is not None:
+        message += "; no namespace of this store holds data"
+    errors.print(plain(message))
+
+
 def guarded(command: F) -> F:
     """Turn argument errors raised outside a store block into one line as well."""
 

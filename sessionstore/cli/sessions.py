@@ -34,6 +34,7 @@ from .common import (
     library_notices,
     note,
     open_store,
+    say_nothing_found,
 )
 from .text import literal, plain, preview
 
@@ -137,9 +138,11 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
                 )
             row.update(busy=info.busy, expires_at=info.expires_at)
             rows.append(row)
+    if not rows:
+        say_nothing_found("sessions", url, namespace)
     if json:
         emit_rows(rows)
-    else:
+    elif rows:
         print_session_table(rows)
 
 

@@ -35,6 +35,7 @@ from .common import (
     iso,
     json_text,
     open_store,
+    say_nothing_found,
 )
 from .text import plain, shorten
 
@@ -220,8 +221,12 @@ def list_values(url: Url = None, namespace: Namespace = "default", json: Json = 
     """Every stored value of the namespace. --json: one object per value."""
     with open_store(url, namespace) as store:
         refs = store.list_values()
+    if not refs:
+        say_nothing_found("values", url, namespace)
     if json:
         emit_rows(ref._asdict() for ref in refs)
+        return
+    if not refs:
         return
     table = Table("symbol", "strategy", "exchange", "frame", "mode", "kind")
     for ref in refs:
