@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from urllib.parse import urlsplit
 
@@ -151,3 +152,43 @@ def test_an_empty_listing_names_the_store_the_namespace_and_where_data_is(tmp_pa
         assert as_json.stdout == "" and "'t-empty'" in as_json.stderr
     listed = run("sessions", "list", "--url", url, "-n", "t-full")
     assert "no sessions" not in listed.stderr
+
+
+def test_info_reports_the_servers_own_expiry_also_one_set_by_hand(redis_server, namespace):
+    url = redis_server.url + "?durability=none"
+    fill(url, namespace, sessions=1, values=0)
+    meta, events = sessionstore.keys.log_keys(namespace, "s0")
+    admin = redis.Redis(port=redis_server.port)
+    try:
+        assert admin.pexpire(meta, 600_000) and admin.pexpire(events, 600_000)
+        by_hand = admin.pexpiretime(meta)
+        with sessionstore.connect(url, namespace) as store:
+            assert store.events.info("s0").expires_at == by_hand
+            assert [i.expires_at for i in store.events.list_info()] == [by_hand]
+        listed = run("sessions", "list", "--url", url, "-n", namespace, "--json")
+        assert json.loads(listed.stdout)["expires_at"] == by_hand
+        admin.persist(meta)
+        admin.persist(events)
+        with sessionstore.connect(url, namespace) as store:
+            assert store.events.info("s0").expires_at is None
+    finally:
+        admin.close()
+
+
+def test_sessions_expire_sets_and_removes_a_retention(any_store, namespace):
+    fill(any_store, namespace, sessions=1, values=0)
+    common = ("--url", any_store, "-n", namespace, "--json")
+    result = run("sessions", "expire", "s0", "--ttl", "3600", *common)
+    assert result.exit_code == 0, result.stderr
+    set_to = json.loads(result.stdout)
+    assert set_to["id"] == "s0" and set_to["expires_at"] > time.time() * 1000 + 3_500_000
+    listed = json.loads(run("sessions", "list", *common).stdout)
+    assert listed["expires_at"] == set_to["expires_at"]
+    human = run("sessions", "expire", "s0", "--persist", "--url", any_store, "-n", namespace)
+    assert human.exit_code == 0 and "never expires" in human.stdout
+    assert json.loads(run("sessions", "list", *common).stdout)["expires_at"] is None
+    for wrong in ((), ("--ttl", "5", "--persist"), ("--ttl", "-1"), ("--ttl", "nan")):
+        refused = run("sessions", "expire", "s0", *wrong, *common)
+        assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid argument")
+    missing = run("sessions", "expire", "nope", "--ttl", "5", *common)
+    assert missing.exit_code == 2 and "not found" in missing.stderr

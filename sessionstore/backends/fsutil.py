@@ -218,10 +218,11 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f"{TEMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, temp: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new content, never
-    a mix, and the new content survives a crash once this returns."""
-    temp = temp_path(path)
+    a mix, and the new content survives a crash once this returns. ``temp`` names the
+    file written first (default: :func:`temp_path` of ``path``)."""
+    temp = temp or temp_path(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         try:

@@ -32,9 +32,9 @@ def acl(
     generated password (stderr says so: keep it, it is shown only this once). --json: one
     object {"user", "namespace", "command", "generated_password"}."""
     generated = password is None
-    line = setuser_line(
-        user, secrets.token_urlsafe(PASSWORD_BYTES) if generated else password, namespace
-    )
+    if password is None:
+        password = secrets.token_urlsafe(PASSWORD_BYTES)
+    line = setuser_line(user, password, namespace)
     if json:
         emit_json(
             {"user": user, "namespace": namespace, "command": line, "generated_password": generated}

@@ -15,7 +15,12 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    SessionNotFoundError,
+    UnsupportedVersionError,
+)
 from ..harness import harness_warnings
 from ..models import SessionEvent, SessionInfo
 from .common import (
@@ -396,3 +401,30 @@ def delete(
         emit_json({"deleted": session_id})
     else:
         console.print(plain("deleted ", session_id))
+
+
+@app.command()
+@guarded
+def expire(
+    session_id: SessionId,
+    ttl: Annotated[
+        float | None,
+        typer.Option(help="Seconds from now; every later append moves the expiry on by as much."),
+    ] = None,
+    persist: Annotated[bool, typer.Option("--persist", help="Remove the retention.")] = False,
+    url: Url = None,
+    namespace: Namespace = "default",
+    json: Json = False,
+) -> None:
+    """Set a session's retention (--ttl SECONDS) or remove it (--persist). --json: one
+    object {"id", "expires_at"} (epoch ms, or null when it never expires)."""
+    if (ttl is None) == (not persist):
+        raise InvalidArgumentError("give exactly one of --ttl SECONDS and --persist")
+    with open_store(url, namespace) as store:
+        expires_at = store.events.set_ttl(session_id, None if persist else ttl)
+    if json:
+        emit_json({"id": session_id, "expires_at": expires_at})
+    elif expires_at is None:
+        console.print(plain(f"session {session_id!r} never expires"))
+    else:
+        console.print(plain(f"session {session_id!r} expires at {iso(expires_at)}"))
