@@ -300,6 +300,12 @@ def set_retention(lifecycle: Lifecycle, session_id: str, ttl: object) -> Flow[in
     return expires_at
 
 
+def stored_bytes(lifecycle: Lifecycle, session_id: str) -> Flow[int]:
+    _open(lifecycle)
+    size: int = yield Call(EventBackend.stored_bytes, check_session_id(session_id))
+    return size
+
+
 def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:
     _open(lifecycle)
     found: list[SessionInfo] = yield Call(EventBackend.list_info)

@@ -228,6 +228,12 @@ class EventLog:
         """:meth:`info` of every session :meth:`list` lists, in the same order."""
         return run(flows.list_info(self._lifecycle), self._backend)
 
+    def stored_bytes(self, session_id: str) -> int:
+        """How many bytes the session takes in the store (files: its log file; SQLite:
+        its rows' text; Redis: the server's ``MEMORY USAGE`` of its keys, an estimate for
+        a long log). ``SessionNotFoundError`` if it is not materialised."""
+        return run(flows.stored_bytes(self._lifecycle, session_id), self._backend)
+
     def set_ttl(self, session_id: str, ttl: float | None) -> int | None:
         """Give a stored session a retention of ``ttl`` seconds from now (every later
         append moves its expiry to ``ttl`` after it, as for a session created with that

@@ -192,3 +192,21 @@ def test_sessions_expire_sets_and_removes_a_retention(any_store, namespace):
         assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid argument")
     missing = run("sessions", "expire", "nope", "--ttl", "5", *common)
     assert missing.exit_code == 2 and "not found" in missing.stderr
+
+
+def test_sessions_list_shows_each_sessions_size(any_store, namespace):
+    fill(any_store, namespace, sessions=2, values=0)
+    with sessionstore.connect(any_store, namespace) as store:
+        store.events.append(
+            "s1", [SessionEvent(seq=1, type="note", time=2, data={"t": "x" * 5000})]
+        )
+        sizes = {s: store.events.stored_bytes(s) for s in ("s0", "s1")}
+    common = ("--url", any_store, "-n", namespace)
+    rows = {
+        row["id"]: row
+        for row in map(json.loads, run("sessions", "list", *common, "--json").stdout.splitlines())
+    }
+    assert {s: rows[s]["bytes"] for s in sizes} == sizes and sizes["s1"] > sizes["s0"]
+    assert rows["s1"]["events"] == 2
+    wide = runner.invoke(app, ["sessions", "list", *common], terminal_width=200)
+    assert "size" in wide.stdout and "KiB" in wide.stdout

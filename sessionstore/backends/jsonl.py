@@ -670,6 +670,16 @@ class JsonlEvents(EventBackend):
             os.unlink(path)
             fsync_dir(self._dir)
 
+    def stored_bytes(self, session_id: str) -> int:
+        path = self._path(session_id)
+        fd = _open_log(session_id, path, os.O_RDONLY)
+        try:
+            if _first_line(fd) is None:
+                raise SessionNotFoundError(session_id)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
     def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
         """Line 1 is rewritten: the log is replaced by a copy with the new header line
         (temp file, fsync, rename, fsync of the folder) under the exclusive lock, so an

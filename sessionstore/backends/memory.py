@@ -238,6 +238,13 @@ class MemoryEvents(EventBackend):
                 raise SessionNotFoundError(session_id)
             return self._info(session_id, found)
 
+    def stored_bytes(self, session_id: str) -> int:
+        with self._lock:
+            found = self._logs.get(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+            return sum(len(text) for text in found.events)
+
     def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
         with self._lock:
             found = self._logs.get(session_id)

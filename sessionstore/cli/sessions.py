@@ -90,12 +90,23 @@ def last_events(store: Any, info: SessionInfo, count: int) -> list[SessionEvent]
 HEADERS = {
     "created": "created (wall clock)",
     "events": "events",
+    "bytes": "size",
     "last": "last event (logical time)",
     "state": "state",
     "busy": "busy",
 }
 #: Which columns go first when the width does not hold them all: never the id.
-DROP_ORDER = ("created", "last", "events", "busy", "state")
+DROP_ORDER = ("created", "bytes", "last", "events", "busy", "state")
+
+
+def _size(count: int) -> str:
+    """A byte count for people: ``812 B``, ``14.2 KiB``, ``3.0 MiB``..."""
+    size, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 @app.command("list")
@@ -108,9 +119,10 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     is ``unknown``. Ids are never cut: on a narrow terminal or a pipe (80 columns unless
     COLUMNS says) the other columns wrap, and the least useful are left out (said on
     stderr). A damaged session is listed as such (and said on stderr); the others are
-    listed all the same. --json: one object per session (created_at: wall-clock ms;
-    last_activity: the logical time in ms of its last event; expires_at: epoch ms or
-    null)."""
+    listed all the same. Size is what the session takes in the store (Redis: the
+    server's MEMORY USAGE estimate). --json: one object per session (created_at:
+    wall-clock ms; last_activity: the logical time in ms of its last event; bytes;
+    expires_at: epoch ms or null)."""
     rows: list[dict[str, Any]] = []
     with open_store(url, namespace) as store:
         try:
@@ -129,11 +141,13 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
             }
             try:
                 tail_events = last_events(store, info, STATE_TAIL)
+                row["bytes"] = store.events.stored_bytes(header.id)
             except SessionNotFoundError:
                 continue  # deleted since it was listed
             except DAMAGE as exc:
                 note(f"session '{header.id}' is damaged: {exc}")
                 row.update(events=None, last_activity=None, state="corrupt", reason=str(exc))
+                row.setdefault("bytes", None)
             else:
                 whole = info.next_seq <= STATE_TAIL
                 row.update(
@@ -155,6 +169,7 @@ def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
     return {
         "created": iso(row["created_at"]),
         "events": "-" if row["events"] is None else str(row["events"]),
+        "bytes": "-" if row["bytes"] is None else _size(row["bytes"]),
         "last": iso(row["last_activity"]),
         "state": Text("CORRUPT", style="red") if row["state"] == "corrupt" else plain(row["state"]),
         "busy": Text("busy", style="yellow") if row["busy"] else "-",

@@ -356,6 +356,17 @@ class LogOps:
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
 
+    def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
+        names = self._keys(session_id)
+        with self._guard("MEMORY USAGE", names[0]):
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.memory_usage(name)
+            sizes = yield pipe.execute
+        if sizes[0] is None:
+            raise SessionNotFoundError(session_id)
+        return sum(int(size or 0) for size in sizes)
+
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)
         names = self._keys(session_id)
@@ -448,6 +459,9 @@ class _Log:
     def set_retention(self, session_id: str, ttl_ms: int | None) -> Any:
         return self._handle.run(self._ops.set_retention, session_id, ttl_ms)
 
+    def stored_bytes(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.stored_bytes, session_id)
+
 
 class RedisEvents(_Log, EventBackend):
     """:class:`EventBackend` on a redis-py client."""
@@ -465,6 +479,7 @@ class RedisEvents(_Log, EventBackend):
         delete = EventBackend.delete
         prune = EventBackend.prune
         set_retention = EventBackend.set_retention
+        stored_bytes = EventBackend.stored_bytes
         info = EventBackend.info
         list_info = EventBackend.list_info
         acquire_lease = EventBackend.acquire_lease
@@ -493,6 +508,7 @@ class AsyncRedisEvents(_Log):
         delete = AsyncEventBackend.delete
         prune = AsyncEventBackend.prune
         set_retention = AsyncEventBackend.set_retention
+        stored_bytes = AsyncEventBackend.stored_bytes
         info = AsyncEventBackend.info
         list_info = AsyncEventBackend.list_info
         acquire_lease = AsyncEventBackend.acquire_lease
