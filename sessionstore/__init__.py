@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from .admin import namespaces
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
@@ -32,7 +33,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession, ValueRef
+from .results import LoadedSession, NamespaceUsage, ValueRef
 from .store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from .store import EventLog, Session, Store, connect
 from .writer import SessionWriter
@@ -49,6 +50,7 @@ __all__ = [
     "EventLog",
     "InvalidArgumentError",
     "LoadedSession",
+    "NamespaceUsage",
     "HarnessFieldError",
     "NotJSONSerializableError",
     "NotSerializableError",
@@ -69,4 +71,5 @@ __all__ = [
     "UnsupportedVersionError",
     "ValueRef",
     "connect",
+    "namespaces",
 ]

@@ -213,6 +213,15 @@ class AsyncEventLog:
         """:meth:`info` of every session :meth:`list` lists, in the same order."""
         return await arun(flows.list_info(self._lifecycle), self._backend)
 
+    async def stored_bytes(self, session_id: str) -> int:
+        """See :meth:`sessionstore.EventLog.stored_bytes`."""
+        return await arun(flows.stored_bytes(self._lifecycle, session_id), self._backend)
+
+    async def set_ttl(self, session_id: str, ttl: float | None) -> int | None:
+        """Set or remove a stored session's retention; see
+        :meth:`sessionstore.EventLog.set_ttl`."""
+        return await arun(flows.set_retention(self._lifecycle, session_id, ttl), self._backend)
+
     async def fork(
         self, parent_id: str, child_id: str, *, at_seq: int | None = None
     ) -> SessionHeader:

@@ -247,6 +247,22 @@ class EventBackend(ABC):
         for every other method. A backend whose server expires sessions by itself
         returns 0."""
 
+    @abstractmethod
+    def stored_bytes(self, session_id: str) -> int:
+        """How many bytes the session takes where it is stored: the log file's size
+        (files), the length of its rows' stored text (SQLite), the server's ``MEMORY
+        USAGE`` of its keys (Redis: an estimate that samples a long stream), the
+        canonical text of its events (memory). ``SessionNotFoundError`` if it is not
+        materialised."""
+
+    @abstractmethod
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        """Give a stored session a retention of ``ttl_ms`` (it expires that long from now,
+        and every later append that writes moves its expiry to ``ttl_ms`` after it, as
+        for a session created with a ttl), or take it away (None: it never expires).
+        Returns its new expiry (epoch ms) or None. ``SessionNotFoundError`` if it is not
+        materialised; nothing else of the session changes."""
+
     def info(self, session_id: str) -> SessionInfo:
         """The session's :class:`SessionInfo` from metadata only: the header, the committed
         ``next_seq``, the ``time`` of the last committed event, the expiry and whether a
@@ -406,6 +422,12 @@ class AsyncEventBackend(Protocol):
 
     async def prune(self, now_ms: int) -> int:
         """:meth:`EventBackend.prune`."""
+
+    async def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        """:meth:`EventBackend.set_retention`."""
+
+    async def stored_bytes(self, session_id: str) -> int:
+        """:meth:`EventBackend.stored_bytes`."""
 
     async def info(self, session_id: str) -> SessionInfo:
         """:meth:`EventBackend.info`."""

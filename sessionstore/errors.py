@@ -104,7 +104,14 @@ class ConcurrentModificationError(SessionStoreError):
 
 
 class DurabilityError(SessionStoreError):
-    """The server is not configured for the durability the store was asked to give."""
+    """The server is not configured for the durability the store was asked to give.
+
+    ``hint`` is the one remedy that fits when only one does (a user who may not run
+    ``CONFIG GET`` on a durable server: ``?durability=aof``), else None."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.hint = hint
+        super().__init__(message)
 
 
 class SessionNotFoundError(SessionStoreError, KeyError):

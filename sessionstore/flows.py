@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .arguments import check_from_seq
+from .arguments import check_from_seq, check_ttl
 from .backoff import LOST_RACE
 from .contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from .drive import Pause, Step, adrive, drive
@@ -300,6 +300,20 @@ def info(lifecycle: Lifecycle, session_id: str) -> Flow[SessionInfo]:
     _open(lifecycle)
     found: SessionInfo = yield Call(EventBackend.info, check_session_id(session_id))
     return found
+
+
+def set_retention(lifecycle: Lifecycle, session_id: str, ttl: object) -> Flow[int | None]:
+    _open(lifecycle)
+    check_session_id(session_id)
+    ttl_ms = check_ttl(ttl)
+    expires_at: int | None = yield Call(EventBackend.set_retention, session_id, ttl_ms)
+    return expires_at
+
+
+def stored_bytes(lifecycle: Lifecycle, session_id: str) -> Flow[int]:
+    _open(lifecycle)
+    size: int = yield Call(EventBackend.stored_bytes, check_session_id(session_id))
+    return size
 
 
 def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:

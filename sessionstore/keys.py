@@ -225,6 +225,27 @@ def index_keys(namespace: str) -> tuple[str, str]:
     return f"{base}:sessions", f"{base}:values"
 
 
+def index_scan_pattern() -> str:
+    """SCAN pattern matching the index keys of every namespace (and nothing of a value
+    or a log: their kind part is never ``idx``)."""
+    return f"{PREFIX}:*:{INDEX_KIND}:*"
+
+
+def namespace_of_index_key(name: str) -> tuple[str, str] | None:
+    """(namespace, ``"sessions"`` or ``"values"``) of a name :func:`index_keys` built;
+    None for any other key name (another layout, a damaged or foreign key)."""
+    parts = name.split(":")
+    if len(parts) != 5 or parts[0] != PREFIX or parts[2] != INDEX_KIND:
+        return None
+    if parts[3] != f"{{{parts[1]}}}" or parts[4] not in ("sessions", "values"):
+        return None
+    try:
+        namespace = unescape(parts[1])
+    except UnicodeDecodeError:
+        return None
+    return (namespace, parts[4]) if escape(namespace) == parts[1] else None
+
+
 def session_member(session_id: str) -> str:
     """A session's member in the sessions index."""
     return escape(session_id)

@@ -23,6 +23,25 @@ def value_refs(found: list[tuple[ValueKey, bool]]) -> list[ValueRef]:
     return sorted(ValueRef(*key.parts, history) for key, history in found)
 
 
+class NamespaceUsage(NamedTuple):
+    """One namespace of a store, as :func:`sessionstore.namespaces` reports it: how many
+    event-log sessions and session values it holds."""
+
+    name: str
+    sessions: int
+    values: int
+
+
+def namespace_usages(counts: dict[str, dict[str, int]]) -> list[NamespaceUsage]:
+    """``{namespace: {"sessions": n, "values": n}}`` as usages sorted by name, empty
+    namespaces left out."""
+    usages = (
+        NamespaceUsage(name, found.get("sessions", 0), found.get("values", 0))
+        for name, found in counts.items()
+    )
+    return sorted(usage for usage in usages if usage.sessions or usage.values)
+
+
 class LoadedSession(NamedTuple):
     """What ``load`` returns: the header and the balanced list of events."""
 

@@ -228,6 +228,20 @@ class EventLog:
         """:meth:`info` of every session :meth:`list` lists, in the same order."""
         return run(flows.list_info(self._lifecycle), self._backend)
 
+    def stored_bytes(self, session_id: str) -> int:
+        """How many bytes the session takes in the store (files: its log file; SQLite:
+        its rows' text; Redis: the server's ``MEMORY USAGE`` of its keys, an estimate for
+        a long log). ``SessionNotFoundError`` if it is not materialised."""
+        return run(flows.stored_bytes(self._lifecycle, session_id), self._backend)
+
+    def set_ttl(self, session_id: str, ttl: float | None) -> int | None:
+        """Give a stored session a retention of ``ttl`` seconds from now (every later
+        append moves its expiry to ``ttl`` after it, as for a session created with that
+        ``ttl``), or take it away with None (it never expires); returns the new expiry
+        (epoch ms) or None. ``SessionNotFoundError`` if it is not materialised, a bad
+        ``ttl`` ``InvalidArgumentError``; nothing else of the session changes."""
+        return run(flows.set_retention(self._lifecycle, session_id, ttl), self._backend)
+
     def fork(self, parent_id: str, child_id: str, *, at_seq: int | None = None) -> SessionHeader:
         """Create ``child_id`` whose log begins with the parent's committed events
         ``[0, at_seq)`` (all when None): same seqs, types, times, data and ids, written

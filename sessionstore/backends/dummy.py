@@ -103,5 +103,11 @@ class DummyEvents(EventBackend):
     def delete(self, session_id: str) -> None:
         raise SessionNotFoundError(session_id)
 
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        raise SessionNotFoundError(session_id)
+
+    def stored_bytes(self, session_id: str) -> int:
+        raise SessionNotFoundError(session_id)
+
     def prune(self, now_ms: int) -> int:
         return 0

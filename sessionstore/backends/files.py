@@ -35,6 +35,7 @@ from ..urls import mask_url
 from ..when import now_ms
 from .fsutil import (
     atomic_write,
+    decode_name,
     encode_name,
     exclusive_lock,
     make_dirs,
@@ -42,7 +43,7 @@ from .fsutil import (
     remove_durably,
     remove_stale_temps,
 )
-from .jsonl import JsonlEvents
+from .jsonl import LOG_SUFFIX, LOGS_DIR, JsonlEvents
 
 VALUES_DIR = "values"
 VALUE_FILE = "value.msgpack"
@@ -64,6 +65,30 @@ def open_files(root: Path, namespace: str, url: str) -> Backends:
         display_url=mask_url(url),
         closers=[events.close],
     )
+
+
+def namespace_usage(root: Path) -> dict[str, dict[str, int]]:
+    """Every namespace folder under ``root`` -> its sessions (log files) and unexpired
+    values; a folder whose name no namespace encodes to is passed over. Creates nothing."""
+    found: dict[str, dict[str, int]] = {}
+    with os_errors(root):
+        try:
+            entries = list(os.scandir(root))
+        except FileNotFoundError:
+            return found
+    values = FileValues(root)
+    for entry in entries:
+        namespace = decode_name(entry.name)
+        if namespace is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        logs = Path(entry.path) / LOGS_DIR
+        with os_errors(logs):
+            try:
+                sessions = sum(name.endswith(LOG_SUFFIX) for name in os.listdir(logs))
+            except (FileNotFoundError, NotADirectoryError):
+                sessions = 0
+        found[namespace] = {"sessions": sessions, "values": len(values.scan(namespace))}
+    return found
 
 
 class FileValues(ValueBackend):

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from urllib.parse import unquote
 
 from ..errors import (
     AccessDeniedError,
@@ -67,6 +68,18 @@ def encode_name(text: str) -> str:
             break
         prefix.append(token)
     return "".join(prefix) + DIGEST_MARK + digest
+
+
+def decode_name(name: str) -> str | None:
+    """The text :func:`encode_name` made ``name`` of; None for a name it could not have
+    made, or a shortened one (its end is a digest)."""
+    if DIGEST_MARK in name:
+        return None
+    try:
+        text = unquote(name, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return text if encode_name(text) == name else None
 
 
 def _encode_char(char: str) -> str:
@@ -205,10 +218,11 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f"{TEMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, temp: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new content, never
-    a mix, and the new content survives a crash once this returns."""
-    temp = temp_path(path)
+    a mix, and the new content survives a crash once this returns. ``temp`` names the
+    file written first (default: :func:`temp_path` of ``path``)."""
+    temp = temp or temp_path(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         try:

@@ -62,8 +62,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +81,16 @@ from ..eventlog import event_text, plan_append
 from ..jsondata import short_repr
 from ..leases import taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
-from .fsutil import encode_name, fsync_dir, make_dirs, os_errors, read_all, store_error
+from .fsutil import (
+    atomic_write,
+    encode_name,
+    fsync_dir,
+    make_dirs,
+    os_errors,
+    read_all,
+    store_error,
+    temp_path,
+)
 from .jsonl_cache import PROBE, LogState, LogStates
 from .jsonl_format import (
     INDEX_EVERY,
@@ -642,8 +651,11 @@ class JsonlEvents(EventBackend):
         finally:
             os.close(fd)
 
-    def delete(self, session_id: str) -> None:
-        path = self._path(session_id)
+    @contextmanager
+    def _exclusive(self, session_id: str, path: Path, doing: str) -> Iterator[int]:
+        """The log open as a descriptor under the exclusive lock, still named by
+        ``path`` (a log replaced meanwhile is opened anew); ``SessionNotFoundError``
+        when it has no complete header."""
         with os_errors(path):
             for _ in range(_REOPEN_ATTEMPTS):
                 fd = _open_log(session_id, path, os.O_RDONLY)
@@ -652,13 +664,45 @@ class JsonlEvents(EventBackend):
                     if _still_named(fd, path):
                         if _first_line(fd) is None:
                             raise SessionNotFoundError(session_id)
-                        self._drop(session_id)
-                        os.unlink(path)
-                        fsync_dir(self._dir)
+                        yield fd
                         return
                 finally:
                     os.close(fd)
-        raise StoreUnavailableError(f"{path} kept being replaced during a delete")
+        raise StoreUnavailableError(f"{path} kept being replaced during {doing}")
+
+    def delete(self, session_id: str) -> None:
+        path = self._path(session_id)
+        with self._exclusive(session_id, path, "a delete"):
+            self._drop(session_id)
+            os.unlink(path)
+            fsync_dir(self._dir)
+
+    def stored_bytes(self, session_id: str) -> int:
+        path = self._path(session_id)
+        fd = _open_log(session_id, path, os.O_RDONLY)
+        try:
+            if _first_line(fd) is None:
+                raise SessionNotFoundError(session_id)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        """Line 1 is rewritten: the log is replaced by a copy with the new header line
+        (temp file, fsync, rename, fsync of the folder) under the exclusive lock, so an
+        append waiting for the lock finds the path replaced and opens the new file. The
+        copy's mtime is now, so the retention runs from now."""
+        path = self._path(session_id)
+        with self._exclusive(session_id, path, "a change of retention") as fd:
+            raw = read_all(fd)
+            line = raw[: raw.index(b"\n")]
+            header, _ = parse_header_line(session_id, line, os.fspath(path))
+            self._drop(session_id)
+            # The temp file's name does not end in the log suffix: never listed.
+            temp = temp_path(path.with_name(path.name + ".rewrite"))
+            atomic_write(path, header_line(header, ttl_ms) + raw[len(line) + 1 :], temp)
+            mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
+        return None if ttl_ms is None else mtime_ms + ttl_ms
 
     def _load(self, session_id: str, path: Path, *, repair: bool) -> ParsedLog:
         """Parse the log under a shared lock or, to repair, under the exclusive lock,

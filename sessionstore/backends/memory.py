@@ -10,7 +10,7 @@ while a thread of the parent was in the middle of a change sees it made or not m
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .. import forksafe
@@ -241,6 +241,22 @@ class MemoryEvents(EventBackend):
             if found is None:
                 raise SessionNotFoundError(session_id)
             return self._info(session_id, found)
+
+    def stored_bytes(self, session_id: str) -> int:
+        with self._lock:
+            found = self._logs.get(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+            return sum(len(text) for text in found.events)
+
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        with self._lock:
+            found = self._logs.get(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+            expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
+            self._logs[session_id] = replace(found, ttl_ms=ttl_ms, expires_at=expires_at)
+            return expires_at
 
     def _info(self, session_id: str, log: _Log) -> SessionInfo:
         busy = self.lease_busy(session_id)

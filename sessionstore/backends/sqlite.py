@@ -43,6 +43,35 @@ def open_sqlite(url: str, namespace: str, *, timeout: float | None = None) -> Ba
     )
 
 
+def namespace_usage(url: str, *, timeout: float | None = None) -> dict[str, dict[str, int]]:
+    """Every namespace of the database ``url`` names -> its sessions and unexpired
+    values; a database file that does not exist holds none (and is not created)."""
+    path = database_path(url)
+    if not path.exists():
+        return {}
+    database = Database(path, DEFAULT_TIMEOUT if timeout is None else timeout)
+    found: dict[str, dict[str, int]] = {}
+    now = now_ms()
+    keys = "namespace, symbol, strategy, exchange, frame, mode"
+    queries = (
+        ("sessions", "SELECT namespace, COUNT(*) FROM log_sessions GROUP BY namespace"),
+        (
+            "values",
+            f"SELECT namespace, COUNT(*) FROM (SELECT {keys} FROM kv_values WHERE {_LIVE}"
+            f" UNION SELECT {keys} FROM kv_history WHERE {_LIVE}) GROUP BY namespace",
+        ),
+    )
+    try:
+        with database.guard(str(path)) as conn:
+            for kind, query in queries:
+                params = (now, now) if kind == "values" else ()
+                for namespace, count in conn.execute(query, params):
+                    found.setdefault(str(namespace), {})[kind] = int(count)
+    finally:
+        database.close()
+    return found
+
+
 def _key_params(key: ValueKey) -> tuple[str, ...]:
     return (key.namespace, *key.parts)
 

@@ -179,6 +179,30 @@ class SqliteEvents(EventBackend):
             self._insert(conn, session_id, batch)
             return new_next
 
+    def stored_bytes(self, session_id: str) -> int:
+        with self._db.guard(session_id) as conn:
+            found = conn.execute(
+                "SELECT (SELECT COALESCE(SUM(LENGTH(type) + LENGTH(data) + COALESCE("
+                "LENGTH(event_id), 0) + 16), 0) FROM log_events WHERE namespace=?1 AND "
+                "session_id=?2) FROM log_sessions WHERE namespace=?1 AND id=?2",
+                (self._ns, session_id),
+            ).fetchone()
+        if found is None:
+            raise SessionNotFoundError(session_id)
+        return int(found[0])
+
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:
+        with self._db.transaction(session_id, immediate=True) as conn:
+            expires_at = None if ttl_ms is None else wall_clock_ms() + ttl_ms
+            changed = conn.execute(
+                "UPDATE log_sessions SET ttl_ms=?, expires_at=? WHERE namespace=? AND id=?",
+                (ttl_ms, expires_at, self._ns, session_id),
+            ).rowcount
+        if changed != 1:
+            raise SessionNotFoundError(session_id)
+        self._known.pop(session_id, None)
+        return expires_at
+
     def _advance(
         self,
         conn: sqlite3.Connection,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from . import doctor as doctor_module
 from . import sessions, values
-from .common import JSON_RULE, guarded
+from .acl import acl
+from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
+from .namespaces import namespaces
 
 HELP = (
     "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
@@ -19,9 +20,8 @@ HELP = (
 app = typer.Typer(
     name="sessionstore",
     help=HELP,
-    no_args_is_help=True,
     add_completion=False,
-    pretty_exceptions_show_locals=False,
+    **APP_SETTINGS,
 )
 
 
@@ -32,6 +32,7 @@ def root() -> None:
 
 app.command()(demo)
 app.command("doctor")(guarded(doctor))
-app.command("acl")(guarded(doctor_module.acl))
+app.command("acl")(guarded(acl))
+app.command("namespaces")(guarded(namespaces))
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

@@ -60,9 +60,7 @@ EXIT_FAILED, EXIT_ERROR = 1, 2
 
 Url = Annotated[
     str | None,
-    typer.Option(
-        "--url", envvar=ENV_URL, help=f"Store URL [env {ENV_URL}; default ./.sessionstore]"
-    ),
+    typer.Option("--url", envvar=ENV_URL, help="Store URL (default ./.sessionstore)."),
 ]
 Namespace = Annotated[
     str, typer.Option("--namespace", "-n", envvar=ENV_NAMESPACE, help="Namespace to work in.")
@@ -84,6 +82,14 @@ DURABILITY_HINT = (
     "checks it), or, for a throwaway store, add ?durability=none to the URL (the latest "
     "events may then be lost in a crash)"
 )
+
+#: How every typer application of the CLI is made: Click's own help (paragraphs
+#: rewrapped to the terminal's width, no type label on a flag), no locals in tracebacks.
+APP_SETTINGS: dict[str, Any] = {
+    "no_args_is_help": True,
+    "pretty_exceptions_show_locals": False,
+    "rich_markup_mode": None,
+}
 
 console = Console(highlight=False, soft_wrap=True, emoji=False)
 errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -151,10 +157,10 @@ def library_notices() -> Iterator[list[str]]:
 
 def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
     """One ``error:`` line on stderr (the URL masked, every quoted value escaped), then a
-    ``hint:`` line when there is one (always :data:`DURABILITY_HINT` for a
-    :class:`DurabilityError`); exit 2."""
+    ``hint:`` line when there is one (for a :class:`DurabilityError` its own hint, else
+    :data:`DURABILITY_HINT`); exit 2."""
     if isinstance(exc, DurabilityError):
-        hint = DURABILITY_HINT
+        hint = exc.hint or DURABILITY_HINT
     kind = {
         StoreUnavailableError: "cannot reach the store",
         AccessDeniedError: "access denied",
@@ -166,6 +172,28 @@ def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> No
     if hint:
         errors.print(plain("hint: ", hint))
     raise typer.Exit(EXIT_ERROR)
+
+
+def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
+    """A listing that found nothing says so on stderr: which store (masked URL or path)
+    and namespace it read, and which namespaces of that store do hold data (when the
+    user may list them)."""
+    resolved = resolve_url(url)
+    message = f"no {what} in namespace {namespace!r} of {mask_url(resolved)}"
+    try:
+        others = [usage for usage in sessionstore.namespaces(resolved) if usage.name != namespace]
+    except SessionStoreError:
+        others = None
+    if others:
+        held = ", ".join(
+            f"{usage.name!r} ({usage.sessions} sessions, {usage.values} values)"
+            for usage in others[:10]
+        )
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        message += f"; namespaces holding data: {held}{more} (choose one with -n)"
+    elif others is not None:
+        message += "; no namespace of this store holds data"
+    errors.print(plain(message))
 
 
 def guarded(command: F) -> F:

@@ -88,7 +88,7 @@ def demo(
         if crash:
             heading.append(" (one worker will crash mid-turn)", style="red")
         console.print(heading)
-        console.print(plain(f"its sessions: {look}"))
+        console.print(plain(f"its sessions: {look}"), soft_wrap=True)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -142,11 +142,15 @@ def demo(
 
 
 def sessions_command(url: str | None, namespace: str) -> str:
-    """The command that lists the demo's sessions (the URL masked)."""
-    words = ["sessionstore", "sessions", "list", "-n", namespace]
-    if url is not None:
-        words += ["--url", mask_url(url)]
-    return shlex.join(words)
+    """The command that lists the demo's sessions, ready to paste: a URL holding a secret
+    is never printed (masked, it would not authenticate); the command then reads it from
+    ``$SESSIONSTORE_URL`` and says so."""
+    words = shlex.join(["sessionstore", "sessions", "list", "-n", namespace])
+    if url is None:
+        return words
+    if mask_url(url) == url:
+        return f"{words} --url {shlex.quote(url)}"
+    return f'{words} --url "${ENV_URL}"  (with {ENV_URL} set to this URL, password included)'
 
 
 def print_summary(console: Console, result: engine.DemoResult, look: str) -> None:
@@ -161,7 +165,7 @@ def print_summary(console: Console, result: engine.DemoResult, look: str) -> Non
                 f"closers: {', '.join(result.repair_codes) or 'turn/end'}"
             )
         )
-    console.print(plain(f"namespace {result.namespace!r}; its sessions: {look}"))
+    console.print(plain(f"namespace {result.namespace!r}; its sessions: {look}"), soft_wrap=True)
     for problem in result.problems:
         console.print(Text("invariant failed:", style="red").append_text(plain(" ", problem)))
     if result.ok:

@@ -20,7 +20,6 @@ from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme
 from ..demo import check_durable
 from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
 from ..models import SessionEvent, SessionHeader
-from ..redis.acl import setuser_line
 from ..redis.boundary import ErrorBoundary
 from ..redis.client import SyncClient, Topology, is_cluster
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
@@ -105,22 +104,6 @@ def guarded_check(name: str, check: Callable[..., list[Check]], *args: Any) -> l
         return [Check(name, "FAIL", f"{type(exc).__name__}: {exc}")]
     except Exception as exc:  # noqa: BLE001 - any URL gets lines, not a traceback
         return [Check(name, "FAIL", f"unexpected {type(exc).__name__}: {exc}")]
-
-
-def acl(
-    user: Annotated[str, typer.Argument(help="Name of the Redis user to create.")],
-    password: Annotated[str, typer.Option(help="Its password.")] = "<password>",
-    namespace: Namespace = "default",
-    json: Json = False,
-) -> None:
-    """Print the redis-cli line that creates a user confined to the namespace's keys and
-    to the commands sessionstore needs. --json: one object {"user", "namespace",
-    "command"}."""
-    line = setuser_line(user, password, namespace)
-    if json:
-        emit_json({"user": user, "namespace": namespace, "command": line})
-    else:
-        console.print(plain(line), soft_wrap=True)
 
 
 def redis_checks(url: str, namespace: str) -> list[Check]:

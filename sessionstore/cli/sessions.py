@@ -15,10 +15,16 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    SessionNotFoundError,
+    UnsupportedVersionError,
+)
 from ..harness import harness_warnings
 from ..models import SessionEvent, SessionInfo
 from .common import (
+    APP_SETTINGS,
     EXIT_ERROR,
     EXIT_FAILED,
     Json,
@@ -33,12 +39,11 @@ from .common import (
     library_notices,
     note,
     open_store,
+    say_nothing_found,
 )
 from .text import literal, plain, preview
 
-app = typer.Typer(
-    help="Event-log sessions.", no_args_is_help=True, pretty_exceptions_show_locals=False
-)
+app = typer.Typer(help="Event-log sessions.", **APP_SETTINGS)
 
 SessionId = Annotated[str, typer.Argument(help="Session id.")]
 FromSeq = Annotated[int, typer.Option("--from", min=0, help="First seq to show.")]
@@ -85,12 +90,23 @@ def last_events(store: Any, info: SessionInfo, count: int) -> list[SessionEvent]
 HEADERS = {
     "created": "created (wall clock)",
     "events": "events",
+    "bytes": "size",
     "last": "last event (logical time)",
     "state": "state",
     "busy": "busy",
 }
 #: Which columns go first when the width does not hold them all: never the id.
-DROP_ORDER = ("created", "last", "events", "busy", "state")
+DROP_ORDER = ("created", "bytes", "last", "events", "busy", "state")
+
+
+def _size(count: int) -> str:
+    """A byte count for people: ``812 B``, ``14.2 KiB``, ``3.0 MiB``..."""
+    size, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 @app.command("list")
@@ -103,9 +119,10 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     is ``unknown``. Ids are never cut: on a narrow terminal or a pipe (80 columns unless
     COLUMNS says) the other columns wrap, and the least useful are left out (said on
     stderr). A damaged session is listed as such (and said on stderr); the others are
-    listed all the same. --json: one object per session (created_at: wall-clock ms;
-    last_activity: the logical time in ms of its last event; expires_at: epoch ms or
-    null)."""
+    listed all the same. Size is what the session takes in the store (Redis: the
+    server's MEMORY USAGE estimate). --json: one object per session (created_at:
+    wall-clock ms; last_activity: the logical time in ms of its last event; bytes;
+    expires_at: epoch ms or null)."""
     rows: list[dict[str, Any]] = []
     with open_store(url, namespace) as store:
         try:
@@ -124,11 +141,13 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
             }
             try:
                 tail_events = last_events(store, info, STATE_TAIL)
+                row["bytes"] = store.events.stored_bytes(header.id)
             except SessionNotFoundError:
                 continue  # deleted since it was listed
             except DAMAGE as exc:
                 note(f"session '{header.id}' is damaged: {exc}")
                 row.update(events=None, last_activity=None, state="corrupt", reason=str(exc))
+                row.setdefault("bytes", None)
             else:
                 whole = info.next_seq <= STATE_TAIL
                 row.update(
@@ -138,9 +157,11 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
                 )
             row.update(busy=info.busy, expires_at=info.expires_at)
             rows.append(row)
+    if not rows:
+        say_nothing_found("sessions", url, namespace)
     if json:
         emit_rows(rows)
-    else:
+    elif rows:
         print_session_table(rows)
 
 
@@ -148,6 +169,7 @@ def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
     return {
         "created": iso(row["created_at"]),
         "events": "-" if row["events"] is None else str(row["events"]),
+        "bytes": "-" if row["bytes"] is None else _size(row["bytes"]),
         "last": iso(row["last_activity"]),
         "state": Text("CORRUPT", style="red") if row["state"] == "corrupt" else plain(row["state"]),
         "busy": Text("busy", style="yellow") if row["busy"] else "-",
@@ -394,3 +416,30 @@ def delete(
         emit_json({"deleted": session_id})
     else:
         console.print(plain("deleted ", session_id))
+
+
+@app.command()
+@guarded
+def expire(
+    session_id: SessionId,
+    ttl: Annotated[
+        float | None,
+        typer.Option(help="Seconds from now; every later append moves the expiry on by as much."),
+    ] = None,
+    persist: Annotated[bool, typer.Option("--persist", help="Remove the retention.")] = False,
+    url: Url = None,
+    namespace: Namespace = "default",
+    json: Json = False,
+) -> None:
+    """Set a session's retention (--ttl SECONDS) or remove it (--persist). --json: one
+    object {"id", "expires_at"} (epoch ms, or null when it never expires)."""
+    if (ttl is None) == (not persist):
+        raise InvalidArgumentError("give exactly one of --ttl SECONDS and --persist")
+    with open_store(url, namespace) as store:
+        expires_at = store.events.set_ttl(session_id, None if persist else ttl)
+    if json:
+        emit_json({"id": session_id, "expires_at": expires_at})
+    elif expires_at is None:
+        console.print(plain(f"session {session_id!r} never expires"))
+    else:
+        console.print(plain(f"session {session_id!r} expires at {iso(expires_at)}"))

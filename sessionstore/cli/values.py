@@ -23,6 +23,7 @@ from ..keys import ValueKey
 from ..store import Store
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
 from .common import (
+    APP_SETTINGS,
     Json,
     Namespace,
     Url,
@@ -34,10 +35,11 @@ from .common import (
     iso,
     json_text,
     open_store,
+    say_nothing_found,
 )
 from .text import plain, shorten
 
-app = typer.Typer(help="Session values.", no_args_is_help=True, pretty_exceptions_show_locals=False)
+app = typer.Typer(help="Session values.", **APP_SETTINGS)
 
 Symbol = Annotated[str, typer.Argument(help="Symbol, e.g. BTCUSDT.")]
 Strategy = Annotated[str, typer.Argument(help="Strategy name.")]
@@ -219,8 +221,12 @@ def list_values(url: Url = None, namespace: Namespace = "default", json: Json = 
     """Every stored value of the namespace. --json: one object per value."""
     with open_store(url, namespace) as store:
         refs = store.list_values()
+    if not refs:
+        say_nothing_found("values", url, namespace)
     if json:
         emit_rows(ref._asdict() for ref in refs)
+        return
+    if not refs:
         return
     table = Table("symbol", "strategy", "exchange", "frame", "mode", "kind")
     for ref in refs:

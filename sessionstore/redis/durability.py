@@ -124,7 +124,9 @@ class ServerCheck:
                 "sessionstore cannot verify 'appendonly yes' and 'appendfsync always'. "
                 "Have an admin confirm the server's settings once with `sessionstore "
                 "doctor` and connect with durability='aof' (checked through INFO "
-                f"persistence), {_ALTERNATIVES}"
+                "persistence)",
+                hint="add ?durability=aof to the URL (sessionstore then checks the server "
+                "through INFO persistence, which this user may run)",
             )
         return DurabilityError(
             f"durability='aof' could not be checked: the Redis server at {server} does not "

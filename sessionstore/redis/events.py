@@ -138,16 +138,19 @@ def _busy(owner_reply: Any, owner: str | None) -> bool:
     return owner_reply is not None and text(owner_reply) != owner
 
 
-def decode_infos(namespace: str, listing: Listing, leases: list[Any]) -> list[SessionInfo]:
+def decode_infos(
+    namespace: str, listing: Listing, leases: list[Any], expiries: list[Any]
+) -> list[SessionInfo]:
     """The :class:`SessionInfo` of each session of a listing, given the ``EXISTS`` of
-    each one's lease; a damaged session is skipped and logged, as by ``list``."""
+    each one's lease and the ``PEXPIRETIME`` of its meta hash; a damaged session is
+    skipped and logged, as by ``list``."""
     found: list[SessionInfo] = []
-    for (member, meta), lease in zip(listing.found, leases, strict=True):
+    for (member, meta), lease, expiry in zip(listing.found, leases, expiries, strict=True):
         session_id = keys.session_of_member(member)
         try:
             listed = _readable(member, meta)
             where = keys.log_keys(namespace, listed)[0]
-            found.append(decode_info(listed, meta, bool(lease), where))
+            found.append(decode_info(listed, meta, bool(lease), where, expiry))
         except (CorruptLogError, UnsupportedVersionError, SessionNotFoundError) as exc:
             log.warning("events.list_info() skipped session %r of namespace %r: %s",
                         session_id or member, namespace, exc)  # fmt: skip
@@ -317,12 +320,13 @@ class LogOps:
 
     def info(self, client: Any, session_id: str) -> Steps[SessionInfo]:
         meta, _ = self._keys(session_id)
-        with self._guard("HGETALL+EXISTS", meta):
+        with self._guard("HGETALL+EXISTS+PEXPIRETIME", meta):
             pipe = client.pipeline(transaction=False)
             pipe.hgetall(meta)
             pipe.exists(self._lease(session_id))
-            found, lease = yield pipe.execute
-        return decode_info(session_id, found, bool(lease), meta)
+            pipe.pexpiretime(meta)
+            found, lease, expiry = yield pipe.execute
+        return decode_info(session_id, found, bool(lease), meta, expiry)
 
     def _listing(self, client: Any, queue: Queue) -> Steps[Listing]:
         index = keys.index_keys(self._namespace)[0]
@@ -333,12 +337,13 @@ class LogOps:
         leases = _lease_keys(self._namespace, listing)
         replies: list[Any] = []
         if leases:
-            with self._guard("EXISTS", listing.index):
+            with self._guard("EXISTS+PEXPIRETIME", listing.index):
                 pipe = client.pipeline(transaction=False)
-                for lease in leases:
+                for lease, (member, _) in zip(leases, listing.found, strict=True):
                     pipe.exists(lease)
+                    pipe.pexpiretime(_meta_key(self._namespace, member))
                 replies = yield pipe.execute
-        return decode_infos(self._namespace, listing, replies)
+        return decode_infos(self._namespace, listing, replies[0::2], replies[1::2])
 
     def list(self, client: Any) -> Steps[list[SessionHeader]]:
         listing = yield from self._listing(client, _meta_of(self._namespace))
@@ -351,6 +356,26 @@ class LogOps:
             reply = yield from scripts.run_steps(client, "log_delete", names, [])
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
+
+    def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
+        names = self._keys(session_id)
+        with self._guard("MEMORY USAGE", names[0]):
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.memory_usage(name)
+            sizes = yield pipe.execute
+        if sizes[0] is None:
+            raise SessionNotFoundError(session_id)
+        return sum(int(size or 0) for size in sizes)
+
+    def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
+        yield from self.check_durable(client)
+        names = self._keys(session_id)
+        with self._guard("log_expire.lua", names[0]):
+            reply = yield from scripts.run_steps(client, "log_expire", names, [ttl_ms or 0])
+        if text(reply) == "NOTFOUND":
+            raise SessionNotFoundError(session_id)
+        return None if int(reply) < 0 else int(reply)
 
     def prune(self, client: Any) -> Steps[int]:
         """The server expires sessions by itself, both keys together: only the index
@@ -433,6 +458,12 @@ class _Log:
     def prune(self, now_ms: int) -> Any:
         return self._handle.run(self._ops.prune)
 
+    def set_retention(self, session_id: str, ttl_ms: int | None) -> Any:
+        return self._handle.run(self._ops.set_retention, session_id, ttl_ms)
+
+    def stored_bytes(self, session_id: str) -> Any:
+        return self._handle.run(self._ops.stored_bytes, session_id)
+
 
 class RedisEvents(_Log, EventBackend):
     """:class:`EventBackend` on a redis-py client."""
@@ -449,6 +480,8 @@ class RedisEvents(_Log, EventBackend):
         list = EventBackend.list
         delete = EventBackend.delete
         prune = EventBackend.prune
+        set_retention = EventBackend.set_retention
+        stored_bytes = EventBackend.stored_bytes
         info = EventBackend.info
         list_info = EventBackend.list_info
         acquire_lease = EventBackend.acquire_lease
@@ -476,6 +509,8 @@ class AsyncRedisEvents(_Log):
         list = AsyncEventBackend.list
         delete = AsyncEventBackend.delete
         prune = AsyncEventBackend.prune
+        set_retention = AsyncEventBackend.set_retention
+        stored_bytes = AsyncEventBackend.stored_bytes
         info = AsyncEventBackend.info
         list_info = AsyncEventBackend.list_info
         acquire_lease = AsyncEventBackend.acquire_lease

@@ -233,3 +233,32 @@ def rebuild(url: str, namespace: str, *, timeout: float | None = None) -> IndexR
         handle.close()
     sessions, values = keys.index_keys(namespace)
     return IndexReport(added[sessions], added[values])
+
+
+def namespaces(url: str, *, timeout: float | None = None) -> dict[str, dict[str, int]]:
+    """Every namespace whose index is on the server -> the entries of its two indexes
+    (``{"sessions": n, "values": n}``), found by ``SCAN`` on every primary: needs an
+    admin (``AccessDeniedError`` for the least-privilege user). A key that matches the
+    pattern but is not an index of the layout is passed over."""
+    handle, guard = _admin_client(url, timeout)
+    found: dict[str, dict[str, int]] = {}
+    try:
+        client = handle.get()
+        pattern = keys.index_scan_pattern()
+        with guard("SCAN", pattern):
+            names = [_text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
+        for name in names:
+            parsed = keys.namespace_of_index_key(name)
+            if parsed is None:
+                continue
+            with guard("ZCARD", name):
+                try:
+                    count = int(client.zcard(name))
+                except ResponseError as exc:
+                    if not str(exc).startswith("WRONGTYPE"):
+                        raise
+                    continue
+            found.setdefault(parsed[0], {})[parsed[1]] = count
+    finally:
+        handle.close()
+    return found

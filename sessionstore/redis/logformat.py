@@ -144,9 +144,15 @@ def decode_next_seq(meta: Mapping[Any, Any]) -> int:
         return -1
 
 
-def decode_info(session_id: str, meta: Mapping[Any, Any], busy: bool, where: str) -> SessionInfo:
+def decode_info(
+    session_id: str, meta: Mapping[Any, Any], busy: bool, where: str, expiry: Any = None
+) -> SessionInfo:
     """The :class:`SessionInfo` of a meta hash (``HGETALL`` reply; ``where`` is its key):
-    ``SessionNotFoundError`` when empty, :class:`CorruptLogError` when malformed."""
+    ``SessionNotFoundError`` when empty, :class:`CorruptLogError` when malformed.
+
+    ``expiry`` is the meta hash's ``PEXPIRETIME``: the server's own expiry, which is
+    what ``expires_at`` reports (also one an operator set by hand); -1 (none) gives None.
+    Without it, the meta hash's ``expires_at`` field."""
     if not meta:
         raise SessionNotFoundError(session_id)
     header = decode_header(session_id, meta, check_version=True, where=where)
@@ -154,7 +160,10 @@ def decode_info(session_id: str, meta: Mapping[Any, Any], busy: bool, where: str
     if next_seq < 0:
         raise CorruptLogError(session_id, "the meta hash has no valid next_seq")
     last_time = _optional_int(session_id, meta, b"last_time") if next_seq else None
-    expires_at = _optional_int(session_id, meta, b"expires_at")
+    if isinstance(expiry, int):
+        expires_at = expiry if expiry >= 0 else None
+    else:
+        expires_at = _optional_int(session_id, meta, b"expires_at")
     return SessionInfo(header, next_seq, last_time, expires_at, busy)
 
 

@@ -484,3 +484,21 @@ def test_a_fork_onto_an_existing_session_or_past_the_end_is_refused(store):
         store.events.fork("nope", "e")
     assert seqs(store.events.read_from("c", 0)) == [0]
     assert sorted(h.id for h in store.events.list()) == ["c", "p"]
+
+
+# --- the size of a session ---------------------------------------------------------------
+
+
+def test_stored_bytes_grows_with_the_log_and_names_a_missing_session(store, open_store, backend):
+    started(store, "small", count=1)
+    started(store, "big", count=1)
+    store.events.append("big", [ev(i, data={"text": "x" * 2000}) for i in range(1, 40)])
+    other = reader(store, open_store, backend)
+    small, big = other.events.stored_bytes("small"), other.events.stored_bytes("big")
+    assert 0 < small < big and big >= 39 * 2000 * (0.5 if backend in artifacts.REDIS else 1)
+    store.events.create(header("created-only"))
+    for missing in ("created-only", "never"):
+        with pytest.raises(SessionNotFoundError):
+            store.events.stored_bytes(missing)
+    with pytest.raises(InvalidArgumentError):
+        store.events.stored_bytes("")

@@ -115,6 +115,44 @@ def test_expired_sessions_go_whole_and_the_others_stay(open_store, backend, stor
 BAD_TTLS = [0, -1, -0.5, float("nan"), float("inf"), 1e300, "1", True, [1]]
 
 
+def test_set_ttl_gives_a_stored_session_a_retention_and_takes_it_away(
+    store, backend, store_url, namespace
+):
+    started(store, "exp-later")
+    started(store, "keep-persisted", ttl=TTL)
+    started(store, "keep-long")
+    assert store.events.info("exp-later").expires_at is None
+    before = time.time() * 1000
+    expires_at = store.events.set_ttl("exp-later", TTL)
+    assert before + TTL * 1000 - 50 <= expires_at <= time.time() * 1000 + TTL * 1000 + 50
+    assert store.events.info("exp-later").expires_at == expires_at
+    assert store.events.set_ttl("keep-persisted", None) is None
+    assert store.events.info("keep-persisted").expires_at is None
+    long = store.events.set_ttl("keep-long", 3600)
+    assert {i.header.id: i.expires_at for i in store.events.list_info()}["keep-long"] == long
+    # Nothing else of a session changes; its later appends renew it as a ttl given at
+    # creation does, and keep the events.
+    assert [e.seq for e in store.events.load("keep-long").events] == [0, 1]
+    store.events.append("keep-long", [ev(2)])
+    assert store.events.info("keep-long").expires_at >= long
+    assert [e.seq for e in store.events.load("keep-long").events] == [0, 1, 2]
+
+    def expired_one_is_gone() -> bool:
+        store.events.prune()
+        return listed(store) == {"keep-persisted", "keep-long"}
+
+    eventually(expired_one_is_gone, "the session given a retention expired")
+    assert [e.seq for e in store.events.load("keep-persisted").events] == [0, 1]
+    with pytest.raises(SessionNotFoundError):
+        store.events.set_ttl("exp-later", 60)
+    with pytest.raises(SessionNotFoundError):
+        store.events.set_ttl("never-stored", 60)
+    for bad in BAD_TTLS:
+        with pytest.raises(InvalidArgumentError):
+            store.events.set_ttl("keep-long", bad)
+    assert store.events.info("keep-long").expires_at is not None
+
+
 def test_a_bad_ttl_is_an_invalid_argument_everywhere(
     store, open_store, backend, store_url, namespace
 ):
