@@ -66,10 +66,14 @@ tokens whose deadline has passed, and raises the zset's expiry to its own window
 never lowers it: each token is remembered for its own client's window, whatever the
 timeouts of the other clients writing the value. Deletes and ttl expiry of the data
 leave the ``ops`` zset alone, so a resend is recognised however many other writes,
-deletes or expiries landed in between. Its name is of its own kind (``ops``), so
-no pattern of a value or a history matches it. ``value_forget.lua`` removes the three
-data keys of one value, plain and history. Hashes written by older versions may hold a
-field ``t`` (the tokens of that time): reads and writes ignore it, and a clear removes it.
+deletes or expiries landed in between. Tokens written by earlier versions are scored
+with the time they were applied, which a write of this version takes for a passed
+deadline and drops: while clients of both versions write a value (a rolling upgrade), an
+older client's resend is recognised only until a newer client writes it. The zset's
+name is of its own kind (``ops``), so no pattern of a value or a history matches it.
+``value_forget.lua`` removes the three data keys of one value, plain and history. Hashes
+written by older versions may hold a field ``t`` (the tokens of that time): reads and
+writes ignore it, and a clear removes it.
 
 ``next_seq`` is committed last by ``log_append.lua``: a stream entry at or past it is
 a torn tail, never part of the log; ``log_append.lua`` and ``log_cut_tail.lua`` cut it
