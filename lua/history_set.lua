@@ -6,8 +6,8 @@
 --
 -- KEYS[1] - the versions zset (member = score = when, integer text)
 -- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear)
--- KEYS[3] - the value's ops zset: member = token of an applied write, score = server
---           time (ms) it was applied
+-- KEYS[3] - the value's ops zset: member = token of an applied write, score = its
+--           deadline: the server time (ms) it was applied plus its own call's window
 -- ARGV[1] - when of the new version (integer text)
 -- ARGV[2] - the new value ("" records a clear)
 -- ARGV[3] - how many versions to keep, "0" for all
@@ -16,7 +16,9 @@
 -- ARGV[6] - the expected version's when (integer text)
 -- ARGV[7] - the expected version's value ("" for a clear)
 -- ARGV[8] - this call's token: non-empty, without ":", unique per call
--- ARGV[9] - the resend window (ms): how long the token is remembered
+-- ARGV[9] - this call's resend window (ms): how long its token is remembered, whatever
+--           the windows of other callers (the zset drops only tokens past their
+--           deadline, and its expiry is never shortened)
 -- ARGV[10] - optional: a retention in ms, after which both keys expire together ("0"
 --            or absent: they keep whatever expiry they had)
 -- returns "OK" when written or when the token is remembered (nothing written),
@@ -75,7 +77,9 @@ if ARGV[10] and ARGV[10] ~= '0' then
   redis.call('PEXPIRE', at, ARGV[10])
   redis.call('PEXPIRE', values, ARGV[10])
 end
-redis.call('ZADD', ops, ms, token)
-redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
-redis.call('PEXPIRE', ops, window)
+redis.call('ZADD', ops, ms + window, token)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. ms)
+if redis.call('PTTL', ops) < window then
+  redis.call('PEXPIRE', ops, window)
+end
 return 'OK'

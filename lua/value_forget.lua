@@ -8,10 +8,13 @@
 -- KEYS[2] - the history versions zset
 -- KEYS[3] - the history values hash
 -- KEYS[4] - the value's ops zset: member = token of an applied write ("<token>:<reply>"
---           for this script), score = server time (ms) it was applied
+--           for this script), score = its deadline: the server time (ms) it was
+--           applied plus its own call's window
 -- (the four share one hash tag, so one slot)
 -- ARGV[1] - this call's token: non-empty, without ":", unique per call
--- ARGV[2] - the resend window (ms): how long the token is remembered
+-- ARGV[2] - this call's resend window (ms): how long its token is remembered, whatever
+--           the windows of other callers (the zset drops only tokens past their
+--           deadline, and its expiry is never shortened)
 -- returns 1 when a plain record (a v field) or a history version was there, else 0;
 --         the three data keys are gone either way
 
@@ -30,7 +33,9 @@ if redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1 then
   found = 1
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('ZADD', ops, ms, token .. ':' .. found)
-redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
-redis.call('PEXPIRE', ops, window)
+redis.call('ZADD', ops, ms + window, token .. ':' .. found)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. ms)
+if redis.call('PTTL', ops) < window then
+  redis.call('PEXPIRE', ops, window)
+end
 return found

@@ -4,8 +4,8 @@
 -- again) and returns OK without writing, whatever landed meanwhile.
 --
 -- KEYS[1] - the value hash: fields v (msgpack bytes) and w (when, integer text)
--- KEYS[2] - the value's ops zset: member = token of an applied write, score = server
---           time (ms) it was applied
+-- KEYS[2] - the value's ops zset: member = token of an applied write, score = its
+--           deadline: the server time (ms) it was applied plus its own call's window
 -- ARGV[1] - "1" when a record is expected, "0" when none is, "-" to write whatever
 --           the record is (ARGV[2] and ARGV[3] ignored)
 -- ARGV[2] - the expected v (ignored unless ARGV[1] is "1")
@@ -14,7 +14,9 @@
 -- ARGV[5] - the new v
 -- ARGV[6] - the new w
 -- ARGV[7] - this call's token: non-empty, without ":", unique per call
--- ARGV[8] - the resend window (ms): how long the token is remembered
+-- ARGV[8] - this call's resend window (ms): how long its token is remembered, whatever
+--           the windows of other callers (the zset drops only tokens past their
+--           deadline, and its expiry is never shortened)
 -- ARGV[9] - optional: a retention in ms, after which the hash expires ("0" or absent:
 --           the hash keeps whatever expiry it had)
 -- returns "OK" when the record was written (it equalled the expected one, or none was
@@ -48,7 +50,9 @@ if ARGV[4] == '1' then
 else
   redis.call('HDEL', KEYS[1], 'v', 'w', 't')
 end
-redis.call('ZADD', ops, ms, token)
-redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. (ms - window))
-redis.call('PEXPIRE', ops, window)
+redis.call('ZADD', ops, ms + window, token)
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. ms)
+if redis.call('PTTL', ops) < window then
+  redis.call('PEXPIRE', ops, window)
+end
 return 'OK'

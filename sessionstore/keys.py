@@ -18,10 +18,11 @@ key                                                     type    fields / members
                                                                                                       value_forget.lua same as ``:v``
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
                                                                  for a clear                          value_forget.lua same as ``:at``
-``ss:<ns>:ops:{<sym>:...:<mode>}``                       zset    member = the token of an applied     value_*.lua,    the resend window
-                                                                 write (``<token>:<0|1>`` for a       history_set.lua after the latest
-                                                                 delete: what it returned), score =                   write
-                                                                 server time (ms) it was applied
+``ss:<ns>:ops:{<sym>:...:<mode>}``                       zset    member = the token of an applied     value_*.lua,    at least until
+                                                                 write (``<token>:<0|1>`` for a       history_set.lua its latest
+                                                                 delete: what it returned), score =                   token's deadline
+                                                                 its deadline: the server time (ms)                   (a write never
+                                                                 it was applied + its own window                      shortens it)
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
@@ -55,17 +56,24 @@ always carry the same expiry and vanish together.
 
 Exactly once: every value write (set, clear, compare-and-set, delete; plain and history)
 carries a random token, made once per call, so redis-py's automatic resend of the call
-after a lost reply or a timeout carries the same one. Its script first looks for the
-token in the value's ``ops`` zset: found, the call was applied before and it returns
-that outcome without writing; else it writes, adds its token (score = the server's
-``TIME``), drops tokens older than the resend window and sets the zset's expiry to the
-window. The window (ms) comes from the client, at least twice as long as one call can
-keep resending (``sessionstore.redis.options.resend_window_ms``). Deletes and ttl expiry
-of the data leave the ``ops`` zset alone, so a resend is recognised however many other
-writes, deletes or expiries landed in between. Its name is of its own kind (``ops``), so
-no pattern of a value or a history matches it. ``value_forget.lua`` removes the three
-data keys of one value, plain and history. Hashes written by older versions may hold a
-field ``t`` (the tokens of that time): reads and writes ignore it, and a clear removes it.
+after a lost reply or a timeout carries the same one, and the resend window of its own
+client: at least twice as long as one call of that client can keep resending
+(``sessionstore.redis.options.resend_window_ms`` of its timeout). Its script first looks
+for the token in the value's ``ops`` zset: found, the call was applied before and it
+returns that outcome without writing; else it writes and adds its token with its
+deadline as score (the server's ``TIME`` plus the call's window). A write drops only the
+tokens whose deadline has passed, and raises the zset's expiry to its own window but
+never lowers it: each token is remembered for its own client's window, whatever the
+timeouts of the other clients writing the value. Deletes and ttl expiry of the data
+leave the ``ops`` zset alone, so a resend is recognised however many other writes,
+deletes or expiries landed in between. Tokens written by earlier versions are scored
+with the time they were applied, which a write of this version takes for a passed
+deadline and drops: while clients of both versions write a value (a rolling upgrade), an
+older client's resend is recognised only until a newer client writes it. The zset's
+name is of its own kind (``ops``), so no pattern of a value or a history matches it.
+``value_forget.lua`` removes the three data keys of one value, plain and history. Hashes
+written by older versions may hold a field ``t`` (the tokens of that time): reads and
+writes ignore it, and a clear removes it.
 
 ``log_append.lua`` of a writer reads the session's ``lease`` hash first (its fence: another
 owner's lease refuses the append). ``next_seq`` is committed last by ``log_append.lua``: a
@@ -167,7 +175,7 @@ def history_keys(key: ValueKey) -> tuple[str, str]:
 @functools.lru_cache(maxsize=4096)
 def ops_key(key: ValueKey) -> str:
     """The zset of the tokens of the writes applied to one value, plain and history,
-    within the resend window (see the module doc)."""
+    each until its own client's resend window has passed (see the module doc)."""
     return f"{namespace_prefix(key.namespace)}{OPS_KIND}:{_tag(key)}"
 
 

@@ -41,7 +41,12 @@ from sessionstore.errors import (
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
-from sessionstore.redis.options import display, split_own_params
+from sessionstore.redis.options import (
+    DEFAULT_TIMEOUT,
+    display,
+    resend_window_ms,
+    split_own_params,
+)
 from sessionstore.redis.retry import retry_delay
 from sessionstore.redis.scripts import lua_dir, scripts
 
@@ -417,7 +422,8 @@ def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
         assert swap(None, b"\x01", token) == b"OK"
     assert client.hgetall(names[0]) == {b"v": bytes([39]), b"w": str(T0).encode()}
     assert client.zcard(names[1]) == 3 + 1 + 30  # a1 b1 c1, the delete, e0..e29
-    assert 0 < client.pttl(names[1]) <= 60_000
+    # The zset lives as long as its longest-lived token: the delete's (default timeout).
+    assert 60_000 < client.pttl(names[1]) <= resend_window_ms(DEFAULT_TIMEOUT)
     client.close()
 
 
@@ -441,8 +447,67 @@ def test_tokens_older_than_the_resend_window_are_dropped(redis_server, ns):
     client.close()
 
 
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.mark.parametrize("first", ["value_swap", "history_set", "value_forget"])
+def test_a_token_is_kept_for_its_own_window_whatever_the_windows_of_later_writes(
+    redis_server, ns, first
+):
+    """A token's score is its deadline (applied + its own window): writes and deletes
+    sent later with a shorter window drop only tokens past their deadline, and never
+    shorten the expiry of the ops zset."""
+    from sessionstore.redis import scripts
+    from sessionstore.redis.values import (
+        ANY,
+        forget_args,
+        forget_keys,
+        history_set_args,
+        history_set_keys,
+        plain_keys,
+        swap_args,
+    )
+
+    client = raw(redis_server.url)
+    key = vkey(ns)
+    ops = keys.ops_key(key)
+
+    def send(name: str, token: str, window: int) -> Any:
+        if name == "value_swap":
+            args = swap_args(ANY, token.encode(), T0, token, window)
+            return scripts.run(client, name, plain_keys(key), args)
+        if name == "history_set":
+            args = history_set_args(token.encode(), T0, None, None, False, token, window)
+            return scripts.run(client, name, history_set_keys(key), args)
+        return scripts.run(client, name, forget_keys(key), forget_args(token, window))
+
+    before = server_ms(client)
+    send(first, "long", 60_000)
+    [(kept, deadline)] = client.zrange(ops, 0, -1, withscores=True)
+    assert before + 60_000 <= deadline <= server_ms(client) + 60_000
+    for name in ("value_swap", "history_set", "value_forget"):
+        send(name, f"short-{name}", 50)
+    assert client.pttl(ops) > 50_000  # not shortened to the later writes' window
+    after = server_ms(client)
+    while server_ms(client) <= after + 50:  # every "short-" token is past its deadline
+        time.sleep(0.005)
+    for name in ("value_swap", "history_set", "value_forget"):
+        send(name, f"later-{name}", 50)
+    members = {m.decode().partition(":")[0] for m in client.zrange(ops, 0, -1)}
+    assert members == {"long", "later-value_swap", "later-history_set", "later-value_forget"}
+    assert client.zscore(ops, kept) == deadline
+    assert client.pttl(ops) > 50_000
+    # The long call's resend is recognised: it writes nothing over the later calls.
+    snapshot_before = snapshot(redis_server.url, ns)
+    send(first, "long", 60_000)
+    assert snapshot(redis_server.url, ns) == snapshot_before
+    client.close()
+
+
 def test_the_resend_window_covers_every_retry_of_a_call():
-    from sessionstore.redis.options import MIN_RESEND_WINDOW_MS, resend_window_ms
+    from sessionstore.redis.options import MIN_RESEND_WINDOW_MS
     from sessionstore.redis.retry import RETRIES
 
     assert resend_window_ms(0.01) == MIN_RESEND_WINDOW_MS

@@ -28,12 +28,13 @@ absent.
 
 Every write is applied at most once: each call sends a fresh random token (made once per
 call, so redis-py's resend of the same command after a lost reply or a timeout carries
-it too) and the resend window of the client's timeout
-(:func:`~.client.resend_window_ms`). The script remembers the token in the value's
-``ops`` zset for that long; a resend finds it and returns the first send's outcome
-without writing, however many other writes or deletes landed in between (see
-:mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and a resent
-``set_data`` or delete never undoes a newer write.
+it too) and the resend window of this client's timeout
+(:func:`~.options.resend_window_ms`). The script remembers the token in the value's
+``ops`` zset for that long, whatever windows the other clients writing the value send
+(a token's score is its own deadline); a resend finds it and returns the first send's
+outcome without writing, however many other writes, deletes or expiries landed in
+between (see :mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and a
+resent ``set_data`` or delete never undoes a newer write.
 """
 
 from __future__ import annotations

@@ -47,7 +47,11 @@ PARTS = {
 }
 
 #: The test modules whose outcome decides whether a run's figures count.
-MODULES = (*(f"test_{part}.py" for part in PARTS), "test_cluster_faults.py")
+MODULES = (
+    *(f"test_{part}.py" for part in PARTS),
+    "test_cluster_faults.py",
+    "test_mixed_clients.py",
+)
 
 #: The counters every part may report (others are kept too, as extras).
 COUNTERS = ("kills", "acked_events", "faults", "inputs", "lost")
