@@ -282,6 +282,30 @@ def test_the_library_registers_every_script_as_a_function_of_its_version(redis_s
     client.close()
 
 
+#: What a function body may read of Lua's globals: Redis's Lua library.
+LUA_LIBRARY = {
+    "redis", "string", "table", "math", "bit", "cjson", "cmsgpack", "struct",
+    "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset",
+    "select", "tonumber", "tostring", "type", "unpack", "getmetatable", "setmetatable",
+}  # fmt: skip
+
+
+def test_no_function_of_the_library_reads_or_writes_a_global_of_its_own():
+    """Redis refuses both in a function (and only when the line runs): read from the
+    compiled library, every line of every script is checked."""
+    from support.lua_globals import chunk_globals
+
+    lua51 = pytest.importorskip("lupa.lua51")
+    runtime = lua51.LuaRuntime(encoding=None)
+    text = library().source.split(b"\n", 1)[1]  # without the "#!lua" line
+    load_chunk = runtime.eval("function(text) return assert(loadstring(text, '=library')) end")
+    dump = runtime.eval("string.dump")
+    probe = b"local a = x\ny = function() return z end"  # nested functions are read too
+    assert chunk_globals(dump(load_chunk(probe))) == ({"x", "z"}, {"y"})
+    read, written = chunk_globals(dump(load_chunk(text)))
+    assert written == set() and read <= LUA_LIBRARY, (written, read - LUA_LIBRARY)
+
+
 @pytest.fixture
 def lua_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A copy of the lua folder that the library is built from, for the test to change."""
@@ -290,12 +314,17 @@ def lua_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path / "lua"
     shutil.copytree(str(lua_dir()), folder)
     monkeypatch.setattr(module, "lua_dir", lambda: folder)
-    caches = (module._sources, module.library, module.scripts)
-    for cache in caches:
-        cache.cache_clear()
+    rebuild_library()
     yield folder
     monkeypatch.undo()
-    for cache in caches:
+    rebuild_library()
+
+
+def rebuild_library() -> None:
+    """Forget the library built so far: the next use reads the lua folder again."""
+    from sessionstore.redis import scripts as module
+
+    for cache in (module._sources, module.library, module.scripts):
         cache.cache_clear()
 
 
@@ -303,10 +332,7 @@ def test_the_library_version_changes_whenever_a_script_does(lua_copy):
     before = library().version
     with (lua_copy / "log_delete.lua").open("a") as script_file:
         script_file.write("-- changed\n")
-    from sessionstore.redis import scripts as module
-
-    for cache in (module._sources, module.library, module.scripts):
-        cache.cache_clear()
+    rebuild_library()
     assert library().version != before
     assert library().version.split("_")[:-1] == before.split("_")[:-1]
 
