@@ -13,6 +13,7 @@ the original chained as ``__cause__``::
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
+    │   └── LibraryMissingError                  the Redis Functions library is not installed
     ├── ConcurrentModificationError              update() gave up after its retries
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
@@ -97,6 +98,17 @@ class StoreUnavailableError(SessionStoreError):
 
 class AccessDeniedError(SessionStoreError):
     """The server refused access (authentication or ACL); the data may well exist."""
+
+
+class LibraryMissingError(AccessDeniedError):
+    """The Redis server lacks the library's Redis Functions library ``library`` (missing,
+    or another version of it installed) and this user may not load it: the message names
+    the command that installs it (``sessionstore doctor --fix --url <admin url>``, run by
+    a user allowed ``FUNCTION LOAD``). The call's script did not run."""
+
+    def __init__(self, message: str, library: str) -> None:
+        self.library = library
+        super().__init__(message)
 
 
 class ConcurrentModificationError(SessionStoreError):

@@ -14,6 +14,7 @@ from support.redis_cluster import ClusterNodes
 from support.redis_server import ContainerRedis, RedisServer, shared_server
 
 from sessionstore.redis.acl import setuser_args
+from sessionstore.redis.scripts import install
 
 #: Fixtures ``opened`` / ``open_`` for the tests that drive the Redis backend directly.
 pytest_plugins = ["support.redis_helpers"]
@@ -51,13 +52,15 @@ def redis_cluster() -> Iterator[ClusterNodes]:
 def acl_url(redis_server: RedisServer | ContainerRedis) -> str:
     """The documented least-privilege user (sessionstore.redis.acl), with a key pattern
     widened from one namespace to every test namespace (``t-...``). It may not run
-    CONFIG, so its event logs use ``durability=aof`` (checked through INFO persistence)."""
+    CONFIG, so its event logs use ``durability=aof`` (checked through INFO persistence).
+    It may not load the library's functions: the admin installs them first."""
     import redis
 
     args = setuser_args(ACL_USER, ACL_PASSWORD, "x")
     args[args.index("~ss:x:*")] = "~ss:t-*"
     admin = redis.Redis(port=redis_server.port)
     admin.execute_command(*args)
+    install(admin)
     admin.close()
     return f"redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{redis_server.port}/0?durability=aof"
 

@@ -144,6 +144,33 @@ def test_doctor_checks_every_primary_of_a_cluster(redis_cluster):
         client.close()
 
 
+def test_doctor_names_the_primary_without_the_functions_library_and_fix_installs_it(
+    redis_cluster,
+):
+    from sessionstore.redis.scripts import install, library
+
+    primaries = redis_cluster.primaries()
+    for node in primaries:
+        install(redis.Redis(port=node.port))
+    bare = redis.Redis(port=primaries[0].port)
+    try:
+        bare.function_delete(library().name)
+        warned = doctor("--url", redis_cluster.url, "--json")
+        check = {c["name"]: c for c in json.loads(warned.stdout)["checks"]}["functions"]
+        assert check["status"] == "WARN" and f":{primaries[0].port}" in check["detail"]
+        assert f":{primaries[1].port}" not in check["detail"]
+        assert "sessionstore doctor --fix --url <admin url>" in check["detail"]
+        if bare.function_list(library().name):  # the round trip's first call loaded it
+            bare.function_delete(library().name)
+        fixed = doctor("--url", redis_cluster.url, "--json", "--fix")
+        check = {c["name"]: c for c in json.loads(fixed.stdout)["checks"]}["functions"]
+        assert check["status"] == "OK", check
+        assert check["detail"].endswith(f"(loaded now on 127.0.0.1:{primaries[0].port})")
+        assert bare.fcall_ro(library().version_function, 0) == library().version.encode()
+    finally:
+        bare.close()
+
+
 SCHEMES = ["redis", "rediss", "unix", "memory", "dummy", "file", "sqlite", "mongodb", "", "REDIS"]
 HOSTS = ["127.0.0.1:1", "localhost:1", "[::1]:1", "u:p@127.0.0.1:1", ":s3cret@127.0.0.1:1", ""]
 PARAMS = [

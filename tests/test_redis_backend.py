@@ -1,7 +1,7 @@
 """The Redis backend against real redis-server processes: key layout, round trips,
 scripts, replay, torn tails, corruption, durability, availability, ACLs, OOM, fork.
 
-Tests that change server state (SCRIPT FLUSH, maxmemory, ACL, kill) start their own
+Tests that change server state (FUNCTION FLUSH, maxmemory, ACL, kill) start their own
 server; the others use the shared ``redis_server`` with a namespace of their own.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 import uuid
 import warnings
@@ -35,6 +36,7 @@ from sessionstore.errors import (
     SeqConflictError,
     SessionExistsError,
     SessionNotFoundError,
+    SessionStoreError,
     StoreUnavailableError,
     UnsupportedVersionError,
 )
@@ -48,7 +50,7 @@ from sessionstore.redis.options import (
     split_own_params,
 )
 from sessionstore.redis.retry import retry_delay
-from sessionstore.redis.scripts import lua_dir, scripts
+from sessionstore.redis.scripts import FREEING, READ_ONLY, install, library, lua_dir
 
 T0 = 1_718_000_000_000
 
@@ -112,8 +114,7 @@ def index_names(ns: str) -> set[bytes]:
 
 def preload_scripts(url: str) -> None:
     client = raw(url)
-    for found in scripts().values():
-        client.script_load(found.source)
+    install(client)
     client.close()
 
 
@@ -258,6 +259,93 @@ def test_every_lua_script_documents_its_keys_args_and_reply():
         head = path.read_text().split("\n\n")[0] + path.read_text().split("\n\n")[1]
         assert "KEYS[1] - " in head and "returns" in head, path.name
         assert "redis.call('KEYS'" not in path.read_text()
+
+
+def _functions(client: redis.Redis, name: str) -> dict[str, list[str]]:
+    """The functions of library ``name`` on the server, with their flags."""
+    [entry] = [dict(zip(e[::2], e[1::2], strict=True)) for e in client.function_list(name)]
+    found = {}
+    for function in entry[b"functions"]:
+        fields = dict(zip(function[::2], function[1::2], strict=True))
+        found[fields[b"name"].decode()] = sorted(flag.decode() for flag in fields[b"flags"])
+    return found
+
+
+def test_the_library_registers_every_script_as_a_function_of_its_version(redis_server):
+    client = raw(redis_server.url)
+    install(client)
+    assert install(client) is False  # there already: "Library ... already exists" is fine
+    found = library()
+    assert found.name == f"sessionstore_{found.version}"
+    assert found.version.startswith(sessionstore.__version__.replace(".", "_") + "_")
+    expected = {found.version_function: ["no-writes"]}
+    for name in (p.stem for p in Path(str(lua_dir())).iterdir() if p.suffix == ".lua"):
+        flags = ["no-writes"] if name in READ_ONLY else ["allow-oom"] if name in FREEING else []
+        expected[f"ss_{found.version}_{name}"] = flags
+    assert _functions(client, found.name) == expected
+    assert client.fcall_ro(found.version_function, 0) == found.version.encode()
+    client.close()
+
+
+#: What a function body may read of Lua's globals: Redis's Lua library.
+LUA_LIBRARY = {
+    "redis", "string", "table", "math", "bit", "cjson", "cmsgpack", "struct",
+    "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawset",
+    "select", "tonumber", "tostring", "type", "unpack", "getmetatable", "setmetatable",
+}  # fmt: skip
+
+
+def test_no_function_of_the_library_reads_or_writes_a_global_of_its_own():
+    """Redis refuses both in a function (and only when the line runs): read from the
+    compiled library, every line of every script is checked."""
+    from support.lua_globals import chunk_globals
+
+    lua51 = pytest.importorskip("lupa.lua51")
+    runtime = lua51.LuaRuntime(encoding=None)
+    text = library().source.split(b"\n", 1)[1]  # without the "#!lua" line
+    load_chunk = runtime.eval("function(text) return assert(loadstring(text, '=library')) end")
+    dump = runtime.eval("string.dump")
+    probe = b"local a = x\ny = function() return z end"  # nested functions are read too
+    assert chunk_globals(dump(load_chunk(probe))) == ({"x", "z"}, {"y"})
+    read, written = chunk_globals(dump(load_chunk(text)))
+    assert written == set() and read <= LUA_LIBRARY, (written, read - LUA_LIBRARY)
+
+
+@pytest.fixture
+def lua_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A copy of the lua folder that the library is built from, for the test to change."""
+    from sessionstore.redis import scripts as module
+
+    folder = tmp_path / "lua"
+    shutil.copytree(str(lua_dir()), folder)
+    monkeypatch.setattr(module, "lua_dir", lambda: folder)
+    rebuild_library()
+    yield folder
+    monkeypatch.undo()
+    rebuild_library()
+
+
+def rebuild_library() -> None:
+    """Forget the library built so far: the next use reads the lua folder again."""
+    from sessionstore.redis import scripts as module
+
+    for cache in (module._sources, module.library, module.scripts):
+        cache.cache_clear()
+
+
+def test_the_library_version_changes_whenever_a_script_does(lua_copy):
+    before = library().version
+    with (lua_copy / "log_delete.lua").open("a") as script_file:
+        script_file.write("-- changed\n")
+    rebuild_library()
+    assert library().version != before
+    assert library().version.split("_")[:-1] == before.split("_")[:-1]
+
+
+def test_a_script_relying_on_script_mode_is_refused_as_a_function(lua_copy):
+    (lua_copy / "value_swap.lua").write_text("redis.replicate_commands()\nreturn 1\n")
+    with pytest.raises(SessionStoreError, match="value_swap.lua cannot be a function"):
+        library()
 
 
 # --- key layout -------------------------------------------------------------------------
@@ -599,8 +687,8 @@ def test_a_value_cleared_by_a_swap_is_neither_listed_nor_found(redis_server, ns)
 
 @pytest.fixture
 def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Append a script name to lose the reply of its next EVALSHA, after the server ran
-    it (redis-py then sends it again, as after a dropped connection or a timeout)."""
+    """Append a script name to lose the reply of its next FCALL, after the server ran it
+    (redis-py then sends it again, as after a dropped connection or a timeout)."""
     from sessionstore.redis.scripts import script
 
     pending: list[str] = []
@@ -609,7 +697,8 @@ def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def parse(self: Any, connection: Any, command: str, *args: Any, **options: Any) -> Any:
         reply = original(self, connection, command, *args, **options)
         sent = getattr(connection, "last_sent", b"")
-        if command == "EVALSHA" and pending and script(pending[0]).sha.encode() in sent:
+        calling = command in ("FCALL", "FCALL_RO") and pending
+        if calling and script(pending[0]).function.encode() in sent:
             pending.pop(0)
             connection.disconnect()
             raise redis.ConnectionError("the reply was lost")
@@ -618,7 +707,7 @@ def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     original_send = Connection.send_packed_command
 
     def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
-        # A single command or a pipeline (its ZADD of the index entry, then EVALSHA).
+        # A single command or a pipeline (its ZADD of the index entry, then FCALL).
         self.last_sent = command if isinstance(command, bytes) else b"".join(command)
         return original_send(self, command, *args, **kwargs)
 
@@ -650,24 +739,24 @@ def test_update_applies_fn_once_when_the_swap_reply_is_lost(
         assert session.update(bump, T0) == 1
 
 
-def test_scripts_are_reloaded_after_script_flush(server, ns, open_):
+def test_the_functions_are_reloaded_after_function_flush(server, ns, open_):
     backends = open_(server.url, ns)
     values, events = backends.values, backends.events
     key = vkey(ns)
     assert values.swap(key, None, b"\x01", T0)
     started(events, "s", 1)
     client = raw(server.url)
-    client.script_flush()
+    client.function_flush()
     assert values.swap(key, Stored(b"\x01", T0), b"\x02", T0)
     assert values.read_as_of(key, T0) is None
     assert events.append("s", batch(1, 1), None) == 2
-    client.script_flush()
+    client.function_flush()
 
     async def go() -> None:
         pair = backends.make_async()
         try:
             assert await pair.values.swap(key, Stored(b"\x02", T0), b"\x03", T0)
-            client.script_flush()
+            client.function_flush()
             assert await pair.events.append("s", batch(2, 1), None) == 3
         finally:
             await pair.aclose()
@@ -1092,8 +1181,13 @@ def test_out_of_memory_refuses_writes_and_leaves_nothing_partial(server, open_):
         assert snapshot(server.url, "ns") == before
         assert values.read(key) == Stored(b"\x01", T0)
         assert len(events.read("s")[1]) == 2
+        # What only removes data (flagged allow-oom) still runs: memory can be freed.
+        assert values.forget(key) is True
+        events.delete("s")
+        assert values.read(key) is None and not events.exists("s")
     finally:
         client.config_set("maxmemory", 0)
+    started(events, "s", 2)
     assert events.append("s", batch(2, 1), None) == 3
     client.close()
 

@@ -19,11 +19,14 @@ import sessionstore
 from sessionstore import (
     AccessDeniedError,
     DurabilityError,
+    LibraryMissingError,
+    SessionBusyError,
     SessionEvent,
     SessionHeader,
     SessionStoreError,
 )
-from sessionstore.redis.acl import setuser_args
+from sessionstore.redis.acl import setuser_args, setuser_line
+from sessionstore.redis.scripts import install, library
 
 T0 = 1_718_000_000_000
 PASSWORD = "pa55-w0rd-Secret"
@@ -32,6 +35,7 @@ PASSWORD = "pa55-w0rd-Secret"
 @pytest.fixture(scope="module")
 def server():
     with RedisServer() as server:
+        install(redis.Redis(port=server.port))
         yield server
 
 
@@ -45,19 +49,41 @@ def user_url(server: RedisServer, user: str, durability: str = "aof") -> str:
 
 
 def exercise(store) -> None:
-    """Every kind of call: plain, history and updated values; the whole event-log API."""
+    """Every kind of call: plain, history and updated values, with and without retention,
+    and their deletion; the whole event-log API: appends, load, list and info, a writer
+    and its lease, fork, retention, delete. It calls every function of the library."""
     s = store.session("BTCUSDT", "s", "e", "1h")
     s.set_data({"v": 1}, T0)
     assert s.update(lambda v: {"v": v["v"] + 1}, T0) == {"v": 2}
     h = store.session("BTCUSDT", "s", "e", "1h", history=True, max_versions=3)
     h.set_data(1, T0)
     assert h.update(lambda v: v + 1, T0 + 1) == 2
+    assert h.get_data(T0) == 1
+    kept = store.session("ETHUSDT", "s", "e", "1h", ttl=60)
+    kept.set_data("for a minute", T0)
+    assert kept.get_data(T0) == "for a minute"
+    kept.delete()
     store.events.create(SessionHeader(id="acl"))
     store.events.append("acl", [SessionEvent(seq=0, type="turn/start", time=T0, data={"turn": 1})])
     assert [e.type for e in store.events.load("acl").events] == ["turn/start", "turn/end"]
     assert [x.id for x in store.events.list()] == ["acl"]
     assert len(store.events.read_from("acl", 1)) == 1
-    store.events.delete("acl")
+    assert store.events.info("acl").next_seq == 2
+    store.events.fork("acl", "acl-fork", at_seq=1)
+    assert [e.seq for e in store.events.read_from("acl-fork", 0)] == [0]
+    store.events.create(SessionHeader(id="acl-ttl"), ttl=60)
+    store.events.append("acl-ttl", [SessionEvent(seq=0, type="note", time=T0)])
+    assert store.events.info("acl-ttl").expires_at is not None
+    writer = store.events.writer(SessionHeader(id="acl-live"), window=0)
+    writer.emit("note", {"n": 1})
+    writer.flush()
+    with pytest.raises(SessionBusyError):
+        store.events.load("acl-live")
+    writer.close()
+    assert [e.data for e in store.events.load("acl-live").events] == [{"n": 1}]
+    for session_id in ("acl", "acl-fork", "acl-ttl", "acl-live"):
+        store.events.delete(session_id)
+    assert store.events.list() == []
 
 
 def test_the_least_privilege_user_can_do_everything_in_its_namespace(server):
@@ -126,7 +152,9 @@ ADMIN_PASSWORD = "adm1n-Secret-pw"
 def locked():
     """A server of its own whose default user (the admin) needs a password."""
     with RedisServer() as own:
-        redis.Redis(port=own.port).config_set("requirepass", ADMIN_PASSWORD)
+        root = redis.Redis(port=own.port)
+        install(root)
+        root.config_set("requirepass", ADMIN_PASSWORD)
         yield own
 
 
@@ -148,9 +176,12 @@ def _refused(client: redis.Redis, *command: str) -> bool:
     return False
 
 
-def test_the_printed_acl_line_makes_a_user_that_cannot_escalate(locked):
-    from sessionstore.redis.acl import setuser_line
+#: A script that writes, then never ends: once running, the server answers ``BUSY`` to
+#: every client, and ``SCRIPT KILL`` answers ``UNKILLABLE`` (it wrote).
+BUSY_LOOP = "redis.call('SET', KEYS[1], 'x') while true do end"
 
+
+def test_the_printed_acl_line_makes_a_user_that_cannot_escalate(locked):
     root = redis.Redis(port=locked.port, password=ADMIN_PASSWORD)
     root.execute_command(*_shell_words(setuser_line("lp", PASSWORD, "mine")))
     root.hset("ss:theirs:val:{BTC:s:e:1h:backtest}", mapping={"v": "secret", "w": 1})
@@ -175,21 +206,31 @@ def test_the_printed_acl_line_makes_a_user_that_cannot_escalate(locked):
         ("DEL", "ss:theirs:plain"), ("HSET", "ss:theirs:plain2", "v", "x"),
         ("EVALSHA", sha, "1", "ss:theirs:plain", "ss:theirs:plain"),
         ("EVALSHA", sha, "1", "ss:mine:x", "ss:theirs:val:{BTC:s:e:1h:backtest}"),
+        ("EVAL", "redis.log(redis.LOG_WARNING, 'forged')", "0"),
+        ("SCRIPT", "LOAD", "return 1"), ("SCRIPT", "FLUSH"), ("SCRIPT", "KILL"),
+        ("SCRIPT", "EXISTS", sha),
+        ("FUNCTION", "LOAD", "#!lua name=own\nredis.register_function('own', function() end)"),
+        ("FUNCTION", "DELETE", library().name), ("FUNCTION", "FLUSH"), ("FUNCTION", "DUMP"),
+        ("FUNCTION", "KILL"), ("FUNCTION", "STATS"),
+        ("FUNCTION", "LIST", "LIBRARYNAME", "sessionstore_", "WITHCODE"),
     ]  # fmt: skip
     # ACL DRYRUN asks the server's ACL without running the command (SHUTDOWN, MONITOR,
     # DEBUG, which the server may refuse for other reasons first); the others run too.
     unsafe = ("SHUTDOWN", "MONITOR", "DEBUG")
-    # (A script's own calls are checked only when it runs: DRYRUN cannot see them.)
-    dry = [c for c in denied if c[0] != "EVALSHA"]
-    allowed_by_acl = [c for c in dry if root.execute_command("ACL", "DRYRUN", "lp", *c) == b"OK"]
+    allowed_by_acl = [c for c in denied if root.execute_command("ACL", "DRYRUN", "lp", *c) == b"OK"]
     ran = [c for c in denied if c[0] not in unsafe and not _refused(user, *c)]
     assert allowed_by_acl == [] and ran == []
-    # A script the user loads itself is held to the same key pattern.
-    own_sha = user.script_load("return redis.call('HGETALL', ARGV[1])")
+    # A function of another library the admin installed is held to the same key pattern.
+    root.execute_command(
+        "FUNCTION", "LOAD",
+        "#!lua name=other\nredis.register_function('other_hgetall', "
+        "function(keys, args) return redis.call('HGETALL', args[1]) end)",
+    )  # fmt: skip
     assert _refused(
-        user, "EVALSHA", own_sha, "1", "ss:mine:x", "ss:theirs:val:{BTC:s:e:1h:backtest}"
+        user, "FCALL", "other_hgetall", "1", "ss:mine:x", "ss:theirs:val:{BTC:s:e:1h:backtest}"
     )
     assert root.get("ss:theirs:plain") == b"secret" and root.ping()
+    assert libraries(root) == sorted([library().name, "other"])
     # What it may ask of INFO shows no key name and no secret.
     text = str(user.info("persistence")) + str(user.info("cluster"))
     assert "theirs" not in text and ADMIN_PASSWORD not in text and PASSWORD not in text
@@ -202,6 +243,116 @@ def test_the_printed_acl_line_makes_a_user_that_cannot_escalate(locked):
             store.session("BTCUSDT", "s", "e", "1h", history=True).delete()
     user.close()
     root.close()
+
+
+def test_the_least_privilege_user_cannot_run_a_busy_loop_in_any_way(locked):
+    """Run by the server, the script would hold it (every client answered BUSY, SCRIPT
+    KILL UNKILLABLE): the user's reply would not come within its socket timeout."""
+    root = redis.Redis(port=locked.port, password=ADMIN_PASSWORD)
+    root.execute_command(*_shell_words(setuser_line("lp", PASSWORD, "mine")))
+    user = redis.Redis(port=locked.port, username="lp", password=PASSWORD, socket_timeout=5)
+    busy = "#!lua name=busy\nredis.register_function('busy', function(keys) " + BUSY_LOOP + " end)"
+    for command in (
+        ("EVAL", BUSY_LOOP, "1", "ss:mine:busy"),
+        ("SCRIPT", "LOAD", BUSY_LOOP),
+        ("FUNCTION", "LOAD", busy),
+        ("FUNCTION", "LOAD", "REPLACE", busy),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            user.execute_command(*command)
+    with pytest.raises(redis.exceptions.ResponseError, match="Function not found"):
+        user.execute_command("FCALL", "busy", "1", "ss:mine:busy")
+    assert root.exists("ss:mine:busy") == 0 and root.ping()
+    assert "busy" not in libraries(root)
+    user.close()
+    root.close()
+
+
+def libraries(client: redis.Redis) -> list[str]:
+    """The names of the function libraries installed on the server."""
+    return sorted(
+        dict(zip(e[::2], e[1::2], strict=True))[b"library_name"].decode()
+        for e in client.function_list()
+    )
+
+
+def doctor_fix(url: str) -> str:
+    from typer.testing import CliRunner
+
+    from sessionstore.cli import app
+
+    result = CliRunner().invoke(app, ["doctor", "--fix", "--url", url], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.stdout
+    return result.stdout
+
+
+def test_a_user_that_finds_the_library_missing_is_told_the_command_that_installs_it():
+    with RedisServer() as own:
+        root = redis.Redis(port=own.port)
+        root.execute_command(*_shell_words(setuser_line("lp", PASSWORD, "mine")))
+        url = f"redis://lp:{PASSWORD}@127.0.0.1:{own.port}/0?durability=aof"
+        with sessionstore.connect(url, "mine") as store:
+            s = store.session("BTCUSDT", "s", "e", "1h")
+            with pytest.raises(LibraryMissingError) as caught:
+                s.set_data(1, T0)
+            assert isinstance(caught.value, AccessDeniedError)
+            message = str(caught.value)
+            assert "sessionstore doctor --fix --url <admin url>" in message
+            assert "FUNCTION LOAD" in message and library().name in message
+            assert caught.value.library == library().name
+            assert root.keys("ss:mine:val:*") == [] and libraries(root) == []
+            admin_url = f"redis://127.0.0.1:{own.port}/0"
+            assert f"functions: {library().name} is installed on the server (loaded now" in (
+                doctor_fix(admin_url)
+            )
+            assert libraries(root) == [library().name]
+            exercise(store)
+        root.close()
+
+
+def test_two_versions_of_the_library_are_installed_and_called_side_by_side(server):
+    """A rolling upgrade: clients of the old version keep calling theirs while the new
+    one is installed; one whose version is gone is told to install it."""
+    root = admin(server)
+    current = library()
+    old_version = "0_0_9_0123456789"
+    root.execute_command(
+        "FUNCTION", "LOAD", current.source.replace(current.version.encode(), old_version.encode())
+    )
+    root.execute_command(*setuser_args("both", PASSWORD, "both"))
+    user = redis.Redis(port=server.port, username="both", password=PASSWORD)
+    assert user.execute_command("FCALL_RO", f"ss_{old_version}_version", 0) == old_version.encode()
+    assert user.execute_command("FCALL_RO", current.version_function, 0) == current.version.encode()
+    url = user_url(server, "both")
+    with sessionstore.connect(url, "both") as store:
+        exercise(store)
+        assert user.execute_command(
+            "FCALL", f"ss_{old_version}_value_swap", 2, "ss:both:val:{x}", "ss:both:ops:{x}",
+            "-", "", "", "1", "v", "1", "token", "1000",
+        ) == b"OK"  # fmt: skip
+        root.function_delete(current.name)
+        with pytest.raises(LibraryMissingError, match="sessionstore doctor --fix"):
+            store.session("BTCUSDT", "s", "e", "1h").set_data(1, T0)
+        assert user.execute_command("FCALL_RO", f"ss_{old_version}_version", 0)
+        install(root)
+        exercise(store)
+    root.function_delete(f"sessionstore_{old_version}")
+    user.close()
+    root.close()
+
+
+def test_a_server_without_functions_gets_the_scripts_by_evalsha():
+    """Redis before 7 has no Functions (here renamed away): the store falls back to
+    EVALSHA, and doctor says so."""
+    no_functions = [
+        arg for verb in ("FCALL", "FCALL_RO", "FUNCTION") for arg in ("--rename-command", verb, "")
+    ]
+    with RedisServer(*no_functions) as own:
+        with sessionstore.connect(own.url, "old") as store:
+            exercise(store)
+        stats = redis.Redis(port=own.port).info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] > 0 and "cmdstat_fcall" not in stats
+        assert "has no Redis Functions" in doctor_fix(own.url)
 
 
 def test_a_wrong_password_is_access_denied_and_never_shown(server):
@@ -312,3 +463,47 @@ def test_rediss_with_a_client_certificate_passes_a_smoke_subset(tls_files):
             pytest.raises(SessionStoreError),
         ):
             store.session("BTCUSDT", "s", "e", "1h").get_data(T0)
+
+
+# --- the least-privilege user on a Cluster and through Sentinel ----------------------------
+
+
+def test_doctor_fix_installs_the_library_on_every_primary_for_the_user_of_a_cluster(
+    redis_cluster,
+):
+    primaries = redis_cluster.primaries()
+    for node in primaries:
+        redis.Redis(port=node.port).function_flush()
+    for node in redis_cluster.running():
+        redis.Redis(port=node.port).execute_command(
+            *_shell_words(setuser_line("lp", PASSWORD, "mine"))
+        )
+    user_cluster = redis_cluster.url.replace("redis://", f"redis://lp:{PASSWORD}@")
+    with sessionstore.connect(f"{user_cluster}?durability=none", "mine") as store:
+        with pytest.raises(LibraryMissingError, match="sessionstore doctor --fix --url"):
+            store.session("BTCUSDT", "s", "e", "1h").set_data(1, T0)
+        assert f"{library().name} is installed on {len(primaries)} primaries (loaded now on" in (
+            doctor_fix(redis_cluster.url)
+        )
+        for node in primaries:
+            assert libraries(redis.Redis(port=node.port)) == [library().name]
+        exercise(store)
+        assert [v.symbol for v in store.list_values()] == ["BTCUSDT", "BTCUSDT"]
+
+
+def test_the_user_of_a_sentinel_service_runs_the_library_installed_on_its_primary():
+    from support.redis_sentinel import SentinelSetup
+
+    with SentinelSetup() as setup:
+        for node in setup.data_nodes:
+            redis.Redis(port=node.port).execute_command(
+                *_shell_words(setuser_line("lp", PASSWORD, "mine"))
+            )
+        assert f"{library().name} is installed on the server (loaded now" in doctor_fix(setup.url)
+        primary = redis.Redis(port=setup.primary.port)
+        assert primary.execute_command("WAIT", 2, 5000) == 2
+        for node in setup.data_nodes:
+            assert libraries(redis.Redis(port=node.port)) == [library().name]
+        url = setup.url.replace("redis+sentinel://", f"redis+sentinel://lp:{PASSWORD}@")
+        with sessionstore.connect(f"{url}?durability=aof", "mine") as store:
+            exercise(store)

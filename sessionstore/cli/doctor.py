@@ -18,12 +18,13 @@ import sessionstore
 
 from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
 from ..demo import check_durable
-from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
+from ..errors import AccessDeniedError, DurabilityError, LibraryMissingError, SessionStoreError
 from ..models import SessionEvent, SessionHeader
 from ..redis.boundary import ErrorBoundary
 from ..redis.client import SyncClient, Topology, is_cluster
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
 from ..redis.options import RedisOptions, parse_options
+from ..redis.scripts import INSTALL_COMMAND, install, installed, library
 from ..store import Store
 from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
 from .text import plain
@@ -32,8 +33,9 @@ Fix = Annotated[
     bool,
     typer.Option(
         "--fix",
-        help="Index the sessions and values written before the namespace index existed "
-        "(needs SCAN: run it as an admin, once).",
+        help="Install the Redis Functions library on every primary (needs FUNCTION LOAD) "
+        "and index the sessions and values written before the namespace index existed "
+        "(needs SCAN): run it as an admin, once, and after each upgrade.",
     ),
 ]
 
@@ -48,12 +50,14 @@ class Check:
 def doctor(
     url: Url = None, namespace: Namespace = "default", json: Json = False, fix: Fix = False
 ) -> None:
-    """Check the server (version, cluster, persistence against the chosen durability, on
-    every primary of a cluster), the namespace index, the permissions of the current user
-    and the scripts, by a real round trip in the namespace (on a file store, every file
-    and folder it makes is removed again). The URL is read and the durability checked by
-    the library itself, as a store would. Exit 0 when nothing blocks use, 1 when
-    something does. With --fix, first index what was stored before the index existed.
+    """Check the server (version, cluster, persistence against the chosen durability and
+    the Redis Functions library, on every primary of a cluster), the namespace index, the
+    permissions of the current user and the scripts, by a real round trip in the
+    namespace (on a file store, every file and folder it makes is removed again). The URL
+    is read and the durability checked by the library itself, as a store would. Exit 0
+    when nothing blocks use, 1 when something does. With --fix, first install the
+    functions library where it is missing and index what was stored before the index
+    existed.
     --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
     "detail"}]}."""
     try:
@@ -90,7 +94,7 @@ def run_checks(url: str, namespace: str, fix: bool) -> list[Check]:
         return [Check("url", "FAIL", str(exc))]
     checks = []
     if scheme_of(url) in REDIS_SCHEMES:
-        checks += guarded_check("server", redis_checks, url, namespace)
+        checks += guarded_check("server", redis_checks, url, namespace, fix)
         checks += guarded_check("index", lambda: [index_check(url, namespace, fix)])
     checks += guarded_check("read/write", lambda: [round_trip(url, namespace)])
     return checks
@@ -106,9 +110,10 @@ def guarded_check(name: str, check: Callable[..., list[Check]], *args: Any) -> l
         return [Check(name, "FAIL", f"unexpected {type(exc).__name__}: {exc}")]
 
 
-def redis_checks(url: str, namespace: str) -> list[Check]:
-    """Server, mode and persistence, through the library's own client (the cluster's
-    primaries as it finds them) and its own durability check."""
+def redis_checks(url: str, namespace: str, fix: bool) -> list[Check]:
+    """Server, mode, persistence and the functions library (installed first with
+    ``fix``), through the library's own client (the cluster's primaries as it finds them)
+    and its own durability check."""
     options = parse_options(url, None, None)
     boundary = ErrorBoundary(options.display_url, options.timeout)
     handle = SyncClient(options, Topology(options.cluster), boundary)
@@ -124,6 +129,7 @@ def redis_checks(url: str, namespace: str) -> list[Check]:
                 *topology,
                 server_check(client, servers),
                 persistence(client, servers, options.durability, store),
+                functions_check(client, servers, fix),
             ]
     finally:
         handle.close()
@@ -259,6 +265,51 @@ def aof_fsync_check(client: Any, servers: list[tuple[str, Any]], where: str) -> 
     return Check(
         "persistence", "OK", f"AOF on, appendfsync always confirmed {where} (durability=aof)"
     )
+
+
+def functions_check(client: Any, servers: list[tuple[str, Any]], fix: bool) -> Check:
+    """This version of the Redis Functions library on every primary (a replica gets it
+    by replication), asked by calling its version function, as the least-privilege user
+    may; with ``fix``, loaded where it is missing (needs ``FUNCTION LOAD``)."""
+    import redis
+
+    name, loaded, missing = library().name, [], []
+    for server, node in servers:
+        try:
+            if fix and install(client, node):
+                loaded.append(server)
+            elif not installed(client, node):
+                missing.append(server)
+        except LibraryMissingError:
+            return Check(
+                "functions",
+                "FAIL",
+                f"--fix needs a user allowed FUNCTION LOAD to install {name}: run "
+                f"`{INSTALL_COMMAND}`",
+            )
+        except redis.exceptions.NoPermissionError as exc:
+            return Check("functions", "FAIL", f"this user may not call functions: {exc}")
+        except redis.exceptions.ResponseError as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
+            return Check(
+                "functions",
+                "WARN",
+                f"{server} has no Redis Functions (Redis before 7): the scripts are sent by "
+                "EVALSHA, and the user of `sessionstore acl` (which needs Redis 7) cannot "
+                "be used",
+            )
+    if missing:
+        return Check(
+            "functions",
+            "WARN",
+            f"{name} is not installed on {', '.join(missing)}: a user allowed FUNCTION LOAD "
+            "installs it at first use, the user of `sessionstore acl` cannot: run "
+            f"`{INSTALL_COMMAND}`",
+        )
+    where = f"{len(servers)} primaries" if node_targets(servers) else "the server"
+    done = f" (loaded now on {', '.join(loaded)})" if loaded else ""
+    return Check("functions", "OK", f"{name} is installed on {where}{done}")
 
 
 def index_check(url: str, namespace: str, fix: bool) -> Check:

@@ -7,12 +7,15 @@ suites through a user made from it).
 The user reads and writes only its namespace's keys (``~ss:<namespace>:*``) and cannot
 enumerate the keyspace (no ``SCAN``, ``KEYS``, ``RANDOMKEY``: listings read the
 namespace's index), read or change the configuration (no ``CONFIG``, ``ACL``), watch
-others (no ``MONITOR``, ``CLIENT``, pub/sub) or run arbitrary Lua (no ``EVAL``; a script
-loaded with ``SCRIPT LOAD`` runs under the same key pattern). ``INFO`` is granted only
-for its ``persistence`` section (``durability="aof"``) and ``cluster`` section (finding
-out whether the server is a cluster node). Redis checks only the first argument of such
-a rule: ``INFO persistence clients`` passes. INFO shows counters and settings, never a
-key name or a secret.
+others (no ``MONITOR``, ``CLIENT``, pub/sub) or run Lua of its own: it may call functions
+(``FCALL``, ``FCALL_RO``: the library's, which an admin installs with ``sessionstore
+doctor --fix``, see :mod:`.scripts`) but not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or
+``FUNCTION`` (so no ``FUNCTION LIST``, which would show every library's code). A
+function's own calls are held to the user's commands and key pattern. ``INFO`` is
+granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
+section (finding out whether the server is a cluster node). Redis checks only the first
+argument of such a rule: ``INFO persistence clients`` passes. INFO shows counters and
+settings, never a key name or a secret.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ COMMANDS = (
     "ping", "info|persistence", "info|cluster", "wait",
     # cluster topology (RedisCluster asks any node for it, and its command table)
     "cluster|slots", "cluster|shards", "readonly", "command",
-    # scripts: called by SHA, loaded on NOSCRIPT; TIME stamps a value write's token
-    "evalsha", "script|load", "time",
+    # the library's functions (never loaded by this user); TIME stamps a value write's token
+    "fcall", "fcall_ro", "time",
     # keys, hashes, sorted sets (values, the namespace index) and streams
     "exists", "del", "pexpire", "pexpiretime", "persist", "memory|usage",
     "hget", "hmget", "hgetall", "hset", "hdel",

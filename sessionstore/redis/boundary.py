@@ -52,6 +52,8 @@ def driver_defect(exc: BaseException) -> bool:
 
 _DENIED_MARKS = ("NOPERM", "WRONGPASS", "NOAUTH")
 _OOM_MARK = "OOM command not allowed"
+#: ``FCALL`` of a function the server does not have (loaded again and called once more).
+_FUNCTION_MISSING = "Function not found"
 #: Replies of a server that cannot take the command right now (a replica, a primary
 #: without its replicas or its disk, a server loading its data or busy in a script).
 _UNAVAILABLE_MARKS = (
@@ -105,11 +107,11 @@ class ErrorBoundary:
     a server that cannot take the command now (a replica, ``LOADING``, ``BUSY``,
     ``NOREPLICAS``, ``MISCONF``) or a cluster that cannot serve the slot right now
     (``CLUSTERDOWN``, ``TRYAGAIN``, a slot not covered, redirections that do not settle,
-    no reachable node) :class:`StoreUnavailableError`, a script cache lost again after
-    the script was loaded (``NOSCRIPT`` reaching the boundary) and a ``WAIT`` unblocked by
-    a failover (``UNBLOCKED``) :class:`StoreUnavailableError`, a plain server addressed as
-    a cluster (``?cluster=yes``) :class:`InvalidArgumentError`, anything else
-    :class:`SessionStoreError`; the redis-py error is chained.
+    no reachable node) :class:`StoreUnavailableError`, functions or scripts lost again
+    after they were loaded (``Function not found`` or ``NOSCRIPT`` reaching the boundary)
+    and a ``WAIT`` unblocked by a failover (``UNBLOCKED``) :class:`StoreUnavailableError`,
+    a plain server addressed as a cluster (``?cluster=yes``) :class:`InvalidArgumentError`,
+    anything else :class:`SessionStoreError`; the redis-py error is chained.
 
     Each :class:`StoreUnavailableError` may follow a send of the same call whose reply was
     lost (redis-py resends on a dropped connection or a timeout): its message says that the
@@ -146,10 +148,11 @@ class ErrorBoundary:
                 f"{where} is unavailable: {what} failed after {RETRIES} retries "
                 f"(timeout {self.timeout:g} s); {_UNDECIDED}: {text}"
             )
-        if isinstance(exc, NoScriptError):
+        if isinstance(exc, NoScriptError) or _FUNCTION_MISSING in text:
             return StoreUnavailableError(
-                f"{where} lost its script cache again (a restart, a failover, SCRIPT FLUSH "
-                f"or a slot moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
+                f"{where} lost the library's functions or scripts again (FUNCTION DELETE or "
+                f"FLUSH, SCRIPT FLUSH, a restart without persistence, a failover or a slot "
+                f"moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
             )
         if text.startswith(_UNBLOCKED_MARK):
             return StoreUnavailableError(

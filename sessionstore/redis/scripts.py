@@ -1,15 +1,43 @@
-"""The Lua scripts (``lua/*.lua``), loaded once and called by SHA.
+"""The Lua scripts (``lua/*.lua``), called as one Redis Functions library.
 
-Each script is sent by ``EVALSHA``; on ``NOSCRIPT`` (a restarted server, ``SCRIPT
-FLUSH``, a replica promoted by a failover) it is loaded with ``SCRIPT LOAD`` on the
-server that answered, and the call is repeated, once. The repeat is safe: an earlier
-send whose reply was lost may have been applied, and every write script recognises its
-own resend (see :mod:`sessionstore.keys`). A second ``NOSCRIPT`` is raised as it is: the
-error boundary (:class:`~.client.ErrorBoundary`) makes it a
-:class:`~sessionstore.errors.StoreUnavailableError`, since an earlier send may have
-been applied. Every key a script touches is passed in
-``KEYS``, built by :mod:`sessionstore.keys`; on a Redis Cluster they share one hash tag,
-so ``EVALSHA`` is routed to the node serving that slot.
+On Redis 7 every script is a function of one library, :func:`library`, built from the
+``lua/*.lua`` files when it is first needed: each file's text becomes the body of
+``local function <name>(KEYS, ARGV) ... end``, registered as ``ss_<version>_<name>``
+in the library ``sessionstore_<version>``. The version is the package version and a
+hash of the library text, so it changes whenever any script does; the function names
+carry it too (function names are global across a server's libraries), so two versions
+are installed side by side during a rolling upgrade, each client calling its own. A
+function ``ss_<version>_version`` returns the version: a user that may only call
+functions checks the installed library with it (``FUNCTION LIST`` would show every
+library's code).
+
+A script that only reads (:data:`READ_ONLY`) is flagged ``no-writes`` and called with
+``FCALL_RO``, the others with ``FCALL``. Only a library loaded by someone allowed
+``FUNCTION LOAD`` (an admin: ``sessionstore doctor --fix``) runs: the least-privilege
+user of :mod:`.acl` may call functions, never load or run Lua of its own.
+
+On ``Function not found`` (a server without the library, or with another version of
+it) the library is loaded with ``FUNCTION LOAD`` (without ``REPLACE``: a library of the
+same name loaded meanwhile by another client is the same text) on the server that
+answered, and the call is repeated, once. A user refused ``FUNCTION LOAD`` gets
+:class:`~sessionstore.errors.LibraryMissingError`, naming the command that installs it.
+The repeat is safe: an earlier send whose reply was lost may have been applied, and
+every write script recognises its own resend (see :mod:`sessionstore.keys`). A second
+``Function not found`` is raised as it is: the error boundary
+(:class:`~.client.ErrorBoundary`) makes it a
+:class:`~sessionstore.errors.StoreUnavailableError`, since an earlier send may have been
+applied. Redis keeps functions in its RDB and AOF files and replicates them, so a
+restart with persistence or a failover keeps them.
+
+A server that does not know ``FCALL`` (Redis before 7) gets the same scripts by
+``EVALSHA``, loaded with ``SCRIPT LOAD`` on ``NOSCRIPT``, with the same at-most-once
+repeat; a client found talking to such a server keeps to ``EVALSHA`` (see
+:func:`uses_evalsha`).
+
+Every key a script touches is passed in ``KEYS``, built by :mod:`sessionstore.keys`; on
+a Redis Cluster they share one hash tag, and the call is sent to the node serving that
+slot (the library routes it itself, following ``MOVED`` and ``ASK``: redis-py would ask
+a node for the keys of every ``FCALL`` with ``COMMAND GETKEYS``).
 
 A write that can create data names its index entry (``first``: the ``ZADD`` of
 :func:`sessionstore.redis.index.add_command`): on a single server it is sent in the same
@@ -17,10 +45,13 @@ pipeline, before the write (one round trip); on a cluster, where the index lives
 another slot, as a call of its own before the write. Either way data never exists
 without its index entry.
 
-Scripts do all their checks before their first write. Without a shebang Redis runs
-them in compatibility mode: under ``maxmemory`` with ``noeviction`` a script is refused
-at its first memory-growing write (HSET, ZADD, XADD) when it has written nothing yet, so
-an out-of-memory server leaves nothing half done.
+Scripts do all their checks before their first write. Under ``maxmemory`` with
+``noeviction`` a server out of memory refuses a function that can grow memory before it
+runs (it is not flagged ``allow-oom``), so nothing is left half done; the scripts whose
+first write only removes (:data:`FREEING`: deletes, lease releases, index cleanup, torn
+tails) are flagged ``allow-oom`` and run as they did as scripts, so memory can still be
+freed. By ``EVALSHA`` (no shebang: compatibility mode) a script is refused at its first
+memory-growing write when it has written nothing yet, with the same outcome.
 """
 
 from __future__ import annotations
@@ -28,6 +59,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -42,16 +75,19 @@ from redis.cluster import PRIMARY, ClusterNode
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    MovedError,
+    NoPermissionError,
     NoScriptError,
     RedisClusterException,
     RedisError,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..drive import Pause, Steps, drive
-from ..errors import SessionStoreError
+from ..errors import LibraryMissingError, SessionStoreError
 from .client import is_cluster
 from .durability import Acks
 from .retry import RETRIES, retry_delay
@@ -60,14 +96,41 @@ Arg = str | bytes | int
 #: A command as redis-py's ``execute_command`` takes it.
 Command = Sequence[Arg]
 
+#: Scripts that only read: flagged ``no-writes``, called with ``FCALL_RO``.
+READ_ONLY = frozenset({"history_get"})
+#: Scripts whose first write only removes data: flagged ``allow-oom`` (see the module doc).
+FREEING = frozenset({"value_forget", "lease_release", "log_delete", "index_forget", "log_cut_tail"})
+#: The prefix of the library's name; the prefix of its functions' names is ``ss_``.
+LIBRARY_PREFIX = "sessionstore_"
+#: What installs the library, as an error message names it.
+INSTALL_COMMAND = "sessionstore doctor --fix --url <admin url>"
+#: What a script body must not use: it runs inside a function, not as a script.
+_SCRIPT_ONLY = re.compile(r"redis\.(replicate_commands|breakpoint|debug)\b|^#!", re.M)
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
 
 @dataclass(frozen=True)
 class Script:
-    """One Lua script: its file name without ``.lua``, its text and its SHA1."""
+    """One Lua script: its file name without ``.lua``, its text, its SHA1 (for
+    ``EVALSHA``), its function's name in :func:`library`, and whether it only reads."""
 
     name: str
     source: bytes
     sha: str
+    function: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Library:
+    """The Redis Functions library of every script: its name (``sessionstore_<version>``),
+    its version, its text (what ``FUNCTION LOAD`` takes) and the name of its function
+    returning the version."""
+
+    name: str
+    version: str
+    source: bytes
+    version_function: str
 
 
 def lua_dir() -> Traversable:
@@ -79,17 +142,76 @@ def lua_dir() -> Traversable:
 
 
 @functools.cache
-def scripts() -> dict[str, Script]:
-    """Every script of the lua folder, by name."""
-    found: dict[str, Script] = {}
-    for entry in lua_dir().iterdir():
+def _sources() -> dict[str, bytes]:
+    """The text of every script of the lua folder, by name, checked to be a valid body
+    of a function."""
+    found: dict[str, bytes] = {}
+    for entry in sorted(lua_dir().iterdir(), key=lambda entry: entry.name):
         if entry.name.endswith(".lua"):
-            source = entry.read_bytes()
-            name = entry.name[: -len(".lua")]
-            found[name] = Script(name, source, hashlib.sha1(source).hexdigest())
+            name, source = entry.name[: -len(".lua")], entry.read_bytes()
+            used = _SCRIPT_ONLY.search(source.decode("utf-8", "replace"))
+            if not _NAME.fullmatch(name) or used is not None:
+                what = f"uses {used.group(0)!r}" if used else "is not a Lua name"
+                raise SessionStoreError(f"the Lua script {name}.lua cannot be a function: {what}")
+            found[name] = source
     if not found:
         raise SessionStoreError(f"no Lua scripts found in {lua_dir()}: the install is broken")
     return found
+
+
+def _flags(name: str) -> str:
+    if name in READ_ONLY:
+        return "{'no-writes'}"
+    return "{'allow-oom'}" if name in FREEING else "{}"
+
+
+def _library_text(sources: dict[str, bytes], version: str) -> bytes:
+    lines = [f"#!lua name={LIBRARY_PREFIX}{version}".encode()]
+    for name, source in sources.items():
+        lines += [
+            f"local function {name}(KEYS, ARGV)".encode(),
+            source.rstrip(b"\n"),
+            b"end",
+            f"redis.register_function{{function_name='ss_{version}_{name}', callback="
+            f"function(keys, args) return {name}(keys, args) end, flags={_flags(name)}}}".encode(),
+        ]
+    lines.append(
+        f"redis.register_function{{function_name='ss_{version}_version', callback="
+        f"function() return '{version}' end, flags={{'no-writes'}}}}".encode()
+    )
+    return b"\n".join(lines) + b"\n"
+
+
+@functools.cache
+def library() -> Library:
+    """The library of every script (see the module doc)."""
+    from .. import __version__
+
+    sources = _sources()
+    digest = hashlib.sha1(_library_text(sources, "")).hexdigest()[:10]
+    version = f"{re.sub(r'[^A-Za-z0-9]', '_', __version__)}_{digest}"
+    return Library(
+        f"{LIBRARY_PREFIX}{version}",
+        version,
+        _library_text(sources, version),
+        f"ss_{version}_version",
+    )
+
+
+@functools.cache
+def scripts() -> dict[str, Script]:
+    """Every script of the lua folder, by name."""
+    version = library().version
+    return {
+        name: Script(
+            name,
+            source,
+            hashlib.sha1(source).hexdigest(),
+            f"ss_{version}_{name}",
+            name in READ_ONLY,
+        )
+        for name, source in _sources().items()
+    }
 
 
 def script(name: str) -> Script:
@@ -97,38 +219,62 @@ def script(name: str) -> Script:
     return scripts()[name]
 
 
-def _evalsha_args(found: Script, keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
-    return [found.sha, len(keys), *keys, *args]
+# How a script is called ---------------------------------------------------------------
+
+#: The clients found talking to a server without Redis Functions.
+_EVALSHA_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def uses_evalsha(client: Any) -> bool:
+    """``client`` met a server that does not know ``FCALL`` (Redis before 7): it sends
+    the scripts by ``EVALSHA``."""
+    return client in _EVALSHA_CLIENTS
+
+
+def _call(found: Script, keys: Sequence[str], args: Sequence[Arg], evalsha: bool) -> list[Arg]:
+    if evalsha:
+        return ["EVALSHA", found.sha, len(keys), *keys, *args]
+    verb = "FCALL_RO" if found.read_only else "FCALL"
+    return [verb, found.function, len(keys), *keys, *args]
+
+
+def _unknown_command(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and str(reply).lower().startswith("unknown command")
+
+
+#: The error of ``FCALL`` when the server lacks the function.
+_FUNCTION_MISSING = "Function not found"
+
+
+def _missing(reply: Any) -> bool:
+    """The reply of a call whose function or script the server lacks."""
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, ResponseError) and _FUNCTION_MISSING in str(reply)
+    )
+
+
+def _loaded(reply: Any, where: str, evalsha: bool = False) -> None:
+    """Check the reply of ``FUNCTION LOAD`` (or ``SCRIPT LOAD``): a library of the same
+    name loaded meanwhile is fine; a user refused ``FUNCTION LOAD`` gets
+    :class:`LibraryMissingError`."""
+    if not isinstance(reply, RedisError) or "already exists" in str(reply):
+        return
+    if not evalsha and (isinstance(reply, NoPermissionError) or "NOPERM" in str(reply)):
+        found = library()
+        raise LibraryMissingError(
+            f"{where} does not have the Redis Functions library {found.name} (missing, or "
+            f"another version of it is installed), and this user may not install it "
+            f"(FUNCTION LOAD was refused: {reply}): have an admin run `{INSTALL_COMMAND}` "
+            "once, which loads it on every primary",
+            found.name,
+        ) from reply
+    raise reply
 
 
 def _raise_first_error(replies: list[Any]) -> None:
     for reply in replies:
         if isinstance(reply, RedisError):
             raise reply
-
-
-def _batch(
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    first: Command | None,
-    then: Sequence[Command] = (),
-) -> tuple[list[Command], int]:
-    """The commands of one pipeline: ``first`` (an index entry), the script call, then
-    ``then``; and where the script's reply is."""
-    batch: list[Command] = [] if first is None else [first]
-    at = len(batch)
-    batch.append(["EVALSHA", *_evalsha_args(found, keys, args)])
-    return [*batch, *then], at
-
-
-def _wait_command(replicas: int, ms: int) -> list[Command]:
-    return [["WAIT", replicas, ms]]
-
-
-def _no_script(replies: list[Any], at: int) -> bool:
-    """The script of a pipeline was missing (to load and send again, once)."""
-    return at < len(replies) and isinstance(replies[at], NoScriptError)
 
 
 #: What a direct call to the node serving a slot may meet while the cluster moves the
@@ -196,74 +342,106 @@ def _ask_target(client: Any, host: str, port: int) -> tuple[Batch, str, Callable
 # The operations ---------------------------------------------------------------------------
 
 
-def _load_targets(client: Any, keys: Sequence[str]) -> list[Any]:
-    """Where a cluster loads a missing script: every primary the client knows and the
-    node serving the keys. ``NOSCRIPT`` may come from a node other than the one the slot
-    map names (the target of an ``ASK`` while the slot migrates), so loading on the
-    slot's node alone would send the reload to the wrong one."""
-    nodes = {node.name: node for node in client.get_primaries()}
-    serving = client.get_node_from_key(keys[0])
-    nodes.setdefault(serving.name, serving)
-    return list(nodes.values())
-
-
-def _load_steps(client: Any, found: Script, keys: Sequence[str]) -> Steps[None]:
-    """``SCRIPT LOAD``: on a cluster on each of :func:`_load_targets` (a node down is
-    passed over unless every load failed)."""
-    if not is_cluster(client):
-        yield functools.partial(client.script_load, found.source)
-        return
-    errors: list[BaseException] = []
-    targets = _load_targets(client, keys)
-    for node in targets:
-        try:
-            yield functools.partial(
-                client.execute_command, "SCRIPT LOAD", found.source, target_nodes=node
-            )
-        except (RedisError, RedisClusterException) as exc:
-            errors.append(exc)
-    if len(errors) == len(targets):
-        raise errors[0]
-
-
 def _pipeline_steps(
+    client: Any,
     send: Batch,
+    where: str,
     found: Script,
     keys: Sequence[str],
     args: Sequence[Arg],
     first: Command | None,
     then: Sequence[Command],
 ) -> Steps[tuple[Any, list[Any]]]:
-    """One batch of :func:`_batch` on one connection; returns (the script's reply, the
-    replies of ``then``). On NOSCRIPT the script is loaded there and the batch sent again,
-    once."""
-    commands, at = _batch(found, keys, args, first, then)
-    replies = yield functools.partial(send, commands)
-    if _no_script(replies, at):
-        _raise_first_error((yield functools.partial(send, [["SCRIPT", "LOAD", found.source]])))
-        replies = yield functools.partial(send, commands)
+    """One batch on one connection (``first``, the script's call, then ``then``) to the
+    server ``where`` names; returns (the script's reply, the replies of ``then``). A
+    server without Functions gets the batch again by ``EVALSHA``; a server without the
+    function or the script gets it loaded there and the batch again, once."""
+    evalsha = uses_evalsha(client)
+    head: list[Command] = [] if first is None else [first]
+    at = len(head)
+    replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
+    if not evalsha and _unknown_command(replies[at]):
+        _EVALSHA_CLIENTS.add(client)
+        evalsha = True
+        replies = yield functools.partial(send, [*head, _call(found, keys, args, True), *then])
+    if _missing(replies[at]):
+        load: Command = (
+            ["SCRIPT", "LOAD", found.source] if evalsha else ["FUNCTION", "LOAD", library().source]
+        )
+        _loaded((yield functools.partial(send, [load]))[0], where, evalsha)
+        replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
+
+
+def _cluster_steps(
+    client: Any,
+    found: Script,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+    then: Sequence[Command],
+) -> Steps[tuple[Any, list[Any], str]]:
+    """:func:`_pipeline_steps` on the primary serving the keys' slot; returns (the
+    script's reply, the replies of ``then``, the node that answered). When that primary
+    is unreachable or no longer serves the slot, the slot map is refreshed and the call
+    repeated (at most ``RETRIES`` times): the scripts are idempotent per call. A slot
+    moved or being migrated answers ``MOVED`` or ``ASK``: the same batch goes there
+    (after ``ASKING``)."""
+    for attempt in range(RETRIES + 1):
+        node = client.get_node_from_key(keys[0])
+        try:
+            try:
+                send = _node_batch(client, node)
+                where = f"the Redis Cluster node {node.name}"
+                reply, rest = yield from _pipeline_steps(
+                    client, send, where, found, keys, args, None, then
+                )
+                return reply, rest, node.name
+            except AskError as ask:
+                send, target, close = _ask_target(client, ask.host, ask.port)
+                try:
+                    reply, rest = yield from _pipeline_steps(
+                        client, send, f"the Redis Cluster node {target}", found, keys, args,
+                        ["ASKING"], then,
+                    )  # fmt: skip
+                except BaseException as exc:
+                    if close is not None and not isinstance(exc, GeneratorExit):
+                        yield close
+                    raise
+                if close is not None:
+                    yield close
+                if isinstance(ask, MovedError):
+                    # The slot map learns the slot's new node (a refresh failing is left
+                    # to the next call).
+                    with contextlib.suppress(RedisError, RedisClusterException):
+                        yield functools.partial(client.nodes_manager.move_slot, ask)
+                return reply, rest, target
+        except _SLOT_MOVING:
+            if attempt == RETRIES:
+                raise
+        yield Pause(retry_delay(attempt + 1))
+        # A failed refresh is left to the next attempt to report.
+        with contextlib.suppress(RedisError, RedisClusterException):
+            yield client.nodes_manager.initialize
+    raise AssertionError("unreachable")
 
 
 def run_steps(
     client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
 ) -> Steps[Any]:
-    """Run script ``name`` with ``EVALSHA``, loading it first when the server lacks it;
-    ``first`` (an index entry) before it (see the module doc)."""
+    """Call script ``name`` (its function, or by ``EVALSHA``; see the module doc), loading
+    the library first when the server lacks it; ``first`` (an index entry) before it."""
     found = script(name)
+    if not is_cluster(client):
+        send = client_batch(client)
+        reply, _ = yield from _pipeline_steps(
+            client, send, "the Redis server", found, keys, args, first, ()
+        )
+        return reply
     if first is not None:
-        if not is_cluster(client):
-            send = client_batch(client)
-            reply, _ = yield from _pipeline_steps(send, found, keys, args, first, ())
-            return reply
         yield functools.partial(client.execute_command, *first)
-    call = functools.partial(client.execute_command, "EVALSHA", *_evalsha_args(found, keys, args))
-    try:
-        return (yield call)
-    except NoScriptError:
-        yield from _load_steps(client, found, keys)
-        return (yield call)
+    reply, _, _ = yield from _cluster_steps(client, found, keys, args, ())
+    return reply
 
 
 def run(
@@ -282,49 +460,55 @@ def run_then_wait_steps(
     ms: int,
     first: Command | None = None,
 ) -> Steps[tuple[Any, int]]:
-    """Run script ``name``, then ``WAIT replicas ms`` on the same connection (one
-    pipeline, one round trip); returns (script reply, replicas that acknowledged).
-    ``first`` as for :func:`run_steps`.
-
-    On a cluster both go to the primary serving the keys' slot; when that primary is
-    unreachable or no longer serves the slot, the slot map is refreshed and the call
-    repeated (at most ``RETRIES`` times): the scripts are idempotent per call. A slot
-    being migrated answers ``ASK`` when the keys are already on the target: the same
-    pipeline goes there, after ``ASKING``.
-    """
+    """Call script ``name``, then ``WAIT replicas ms`` on the same connection (one
+    pipeline, one round trip); returns (script reply, replicas that acknowledged; on a
+    cluster an :class:`~.durability.Acks` naming the node). ``first`` as for
+    :func:`run_steps`. On a cluster both go to the primary serving the keys' slot (see
+    :func:`_cluster_steps`)."""
     found = script(name)
-    wait = _wait_command(replicas, ms)
+    wait: list[Command] = [["WAIT", replicas, ms]]
     if not is_cluster(client):
         send = client_batch(client)
-        reply, rest = yield from _pipeline_steps(send, found, keys, args, first, wait)
+        reply, rest = yield from _pipeline_steps(
+            client, send, "the Redis server", found, keys, args, first, wait
+        )
         return reply, int(rest[0])
     if first is not None:
         yield functools.partial(client.execute_command, *first)
-    for attempt in range(RETRIES + 1):
-        node = client.get_node_from_key(keys[0])
-        try:
-            try:
-                send = _node_batch(client, node)
-                reply, rest = yield from _pipeline_steps(send, found, keys, args, None, wait)
-                return reply, Acks(int(rest[0]), node.name)
-            except AskError as ask:
-                send, target, close = _ask_target(client, ask.host, ask.port)
-                try:
-                    reply, rest = yield from _pipeline_steps(
-                        send, found, keys, args, ["ASKING"], wait
-                    )
-                except BaseException as exc:
-                    if close is not None and not isinstance(exc, GeneratorExit):
-                        yield close
-                    raise
-                if close is not None:
-                    yield close
-                return reply, Acks(int(rest[0]), target)
-        except _SLOT_MOVING:
-            if attempt == RETRIES:
-                raise
-        yield Pause(retry_delay(attempt + 1))
-        # A failed refresh is left to the next attempt to report.
-        with contextlib.suppress(RedisError, RedisClusterException):
-            yield client.nodes_manager.initialize
-    raise AssertionError("unreachable")
+    reply, rest, node = yield from _cluster_steps(client, found, keys, args, wait)
+    return reply, Acks(int(rest[0]), node)
+
+
+# Installing the library -------------------------------------------------------------------
+
+
+def _on(client: Any, node: Any, *command: Arg) -> Any:
+    """``command`` on the one server, or on the cluster node ``node``."""
+    return client.execute_command(*command, **({} if node is None else {"target_nodes": node}))
+
+
+def installed(client: Any, node: Any = None) -> bool:
+    """Whether the server (a cluster's ``node``) has this version of the library, asked
+    by calling its version function (what the user of :mod:`.acl` may do). Raises
+    redis-py's ``ResponseError`` on a server without Functions (Redis before 7)."""
+    try:
+        _on(client, node, "FCALL_RO", library().version_function, 0)
+    except ResponseError as exc:
+        if _FUNCTION_MISSING in str(exc):
+            return False
+        raise
+    return True
+
+
+def install(client: Any, node: Any = None) -> bool:
+    """Load the library with ``FUNCTION LOAD`` on the server (a cluster's ``node``)
+    unless it is there; True when this call loaded it. Other versions stay installed
+    (the clients of each keep calling theirs). A user refused ``FUNCTION LOAD`` gets
+    :class:`LibraryMissingError`; a server without Functions (Redis before 7) redis-py's
+    ``ResponseError``."""
+    try:
+        _on(client, node, "FUNCTION", "LOAD", library().source)
+    except RedisError as exc:
+        _loaded(exc, "the Redis server" if node is None else f"the Redis Cluster node {node.name}")
+        return False
+    return True

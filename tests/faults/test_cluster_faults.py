@@ -293,13 +293,13 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
         acked = next_seq
         for number in range(rounds):
             # An update whose swap reply is lost returns its result, fn applied once.
-            proxy.drop_replies("EVALSHA")
+            proxy.drop_replies("FCALL")
             assert session.update(increment, T0) == number + 1
             assert proxy.pending_drops() == 0, "the swap did not pass the proxy"
             assert calls[-1] == number and len(calls) == number + 1, calls
             # An append whose reply is lost is resent and recognised as applied.
             size = rng.randint(1, 6)
-            proxy.drop_replies("EVALSHA")
+            proxy.drop_replies("FCALL")
             batch = work.batch(next_seq, size, f"b{number}")
             assert store.events.append("S", batch) == next_seq + size
             assert proxy.pending_drops() == 0, "the append did not pass the proxy"
@@ -307,7 +307,7 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
             acked += size
         # Another client's write lands between the lost reply and the resend: it stays.
         proxy.drop_replies(
-            "EVALSHA", before_close=lambda: other.session(symbol, "s", "e", "1h").set_data(100, T0)
+            "FCALL", before_close=lambda: other.session(symbol, "s", "e", "1h").set_data(100, T0)
         )
         assert session.update(increment, T0) == rounds + 1
         assert len(calls) == rounds + 1
@@ -315,7 +315,7 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
         # Every retry of the client loses its reply: the call is refused, maybe applied;
         # the caller's resend of the same batch is recognised as applied.
         batch = work.batch(next_seq, 3, "b-resent")
-        proxy.drop_replies("EVALSHA", count=1000)
+        proxy.drop_replies("FCALL", count=1000)
         with pytest.raises(StoreUnavailableError):
             store.events.append("S", batch)
         proxy.cancel()

@@ -35,7 +35,7 @@ from support.tcp_proxy import TcpProxy
 
 import sessionstore
 from sessionstore import ConcurrentModificationError
-from sessionstore.redis.scripts import scripts
+from sessionstore.redis.scripts import install
 
 from .conftest import CI, SOAK
 from .figures import figures_run, record  # noqa: F401 - figures_run is used by pytestmark
@@ -186,7 +186,7 @@ class Injector(threading.Thread):
         )
         while time.monotonic() < self.until - STALL:
             if self.proxy.pending_drops() == 0:
-                self.proxy.drop_replies("EVALSHA", skip=self.rng.randrange(2 * DROP_EVERY))
+                self.proxy.drop_replies("FCALL", skip=self.rng.randrange(2 * DROP_EVERY))
             if kills_at and time.monotonic() >= kills_at[0]:
                 kills_at.pop(0)
                 self.server.kill()
@@ -271,8 +271,7 @@ def server() -> Iterator[RedisServer]:
 def _preload(server: RedisServer) -> None:
     client = redis.Redis(port=server.port)
     try:
-        for found in scripts().values():
-            client.script_load(found.source)
+        install(client)
     finally:
         client.close()
 

@@ -1,7 +1,7 @@
 """Part 3 of the fault suite: the server applied a call but its reply was lost.
 
 ``tests/support/tcp_proxy.py`` sits between the client and a real redis-server and is
-told to lose the reply to the next ``EVALSHA``: the request is forwarded and
+told to lose the reply to the next ``FCALL``: the request is forwarded and
 executed, the reply swallowed, the client's connection closed. redis-py retries on the
 connection error, so the same call is sent again; sessionstore must recognise it as
 already applied:
@@ -40,7 +40,7 @@ import sessionstore.aio
 from sessionstore import SessionHeader, StoreUnavailableError, keys
 from sessionstore.keys import ValueKey
 from sessionstore.redis.retry import RETRIES
-from sessionstore.redis.scripts import scripts
+from sessionstore.redis.scripts import install
 
 from . import figures
 from .conftest import iterations
@@ -59,7 +59,7 @@ from .test_writer_killed import (
 TIMEOUT = 1.0
 KEY = ("BTCUSDT", "lost-reply", "binance", "1m")
 #: The request that carries a value write (plain and history): a script call.
-WRITE = "EVALSHA"
+WRITE = "FCALL"
 
 pytestmark = pytest.mark.usefixtures("figures_run")
 
@@ -67,10 +67,9 @@ pytestmark = pytest.mark.usefixtures("figures_run")
 @pytest.fixture(scope="module")
 def server() -> Iterator[RedisServer]:
     with RedisServer(durable=True) as own:
-        # Every script is in the cache, so that a lost reply is never a NOSCRIPT one.
+        # The functions are installed, so that a lost reply is never a "Function not found".
         client = redis.Redis(port=own.port)
-        for found in scripts().values():
-            client.script_load(found.source)
+        install(client)
         client.close()
         yield own
 
@@ -110,13 +109,13 @@ def test_a_lost_reply_to_an_append_is_an_applied_replay(proxy, store, direct):
     work = Workload("lost", rng)
     store.events.create(SessionHeader(id=SESSION, created_at=T0))
     # The very first append materialises the session: its reply is lost too.
-    proxy.drop_replies("EVALSHA")
+    proxy.drop_replies("FCALL")
     next_seq = store.events.append(SESSION, work.batch(0, 3, "b-first"))
     assert next_seq == 3 and proxy.dropped == 1 and applied(proxy.dropped_replies[-1])
     acked = 3
     for number in range(rounds):
         size = rng.randint(1, 20)
-        proxy.drop_replies("EVALSHA")
+        proxy.drop_replies("FCALL")
         batch = work.batch(next_seq, size, f"b{number}")
         assert store.events.append(SESSION, batch) == next_seq + size
         assert proxy.pending_drops() == 0 and applied(proxy.dropped_replies[-1])
@@ -145,7 +144,7 @@ def test_the_caller_may_retry_an_append_whose_every_reply_was_lost(proxy, store,
     assert store.events.append(SESSION, work.batch(0, 4, "b0")) == 4
     batch = work.batch(4, 7, "b1")
     # The first send and both retries of the client lose their reply: the call fails...
-    proxy.drop_replies("EVALSHA", count=RETRIES + 1)
+    proxy.drop_replies("FCALL", count=RETRIES + 1)
     with pytest.raises(StoreUnavailableError) as caught:
         store.events.append(SESSION, batch)
     assert isinstance(caught.value.__cause__, redis.ConnectionError)
@@ -177,7 +176,7 @@ def test_a_lost_reply_to_the_closers_of_load_appends_them_once(proxy, store, dir
         if ends_mid_turn(store.events.read_from(SESSION, 0)):
             break
     committed = direct.events.read_from(SESSION, 0)
-    proxy.drop_replies("EVALSHA")
+    proxy.drop_replies("FCALL")
     loaded = store.events.load(SESSION)
     assert proxy.dropped == 1 and applied(proxy.dropped_replies[-1])
     closers = check_closers(committed, loaded.events)
@@ -202,7 +201,7 @@ def test_a_lost_reply_through_the_async_api_is_an_applied_replay(proxy, namespac
             await store.events.create(SessionHeader(id=SESSION, created_at=T0))
             next_seq = await store.events.append(SESSION, work.batch(0, 2, "a0"))
             for number in range(1, 6):
-                proxy.drop_replies("EVALSHA")
+                proxy.drop_replies("FCALL")
                 batch = work.batch(next_seq, number, f"a{number}")
                 next_seq = await store.events.append(SESSION, batch)
             return next_seq
@@ -241,7 +240,7 @@ def test_a_lost_reply_to_set_data_is_harmless(server, proxy, store, direct, name
     for n in range(1, rounds + 1):
         proxy.drop_replies(WRITE)
         plain.set_data({"n": n}, T0 + n)
-        proxy.drop_replies("EVALSHA")
+        proxy.drop_replies("FCALL")
         history.set_data({"n": n}, T0 + n)
         assert proxy.pending_drops() == 0
     figures.record("lost_reply", "redis", faults=proxy.dropped, inputs=2 * rounds)
@@ -267,8 +266,9 @@ def test_a_lost_reply_to_the_swap_of_update_does_not_apply_fn_twice(proxy, store
         return value + 1
 
     for _ in range(rounds):
-        # History: update() runs history_get.lua then history_set.lua; lose the second.
-        proxy.drop_replies("EVALSHA", skip=1 if history else 0)
+        # History: update() reads with history_get (FCALL_RO), then writes with
+        # history_set (FCALL), whose reply is lost.
+        proxy.drop_replies("FCALL")
         session.update(increment, T0)
     stored = direct.session(*KEY, history=history).get_data(T0)
     figures.record(
@@ -291,7 +291,7 @@ def test_a_lost_reply_to_the_swap_of_an_async_update_does_not_apply_fn_twice(
             session = store.session(*KEY)
             await session.update(lambda v: 0, T0)
             for _ in range(rounds):
-                proxy.drop_replies("EVALSHA")
+                proxy.drop_replies("FCALL")
                 await session.update(lambda v: v + 1, T0)
 
     asyncio.run(go())
@@ -327,9 +327,7 @@ def test_a_write_between_a_lost_swap_reply_and_its_resend_does_not_make_update_a
     # The swap writes 6 and its reply is lost; before the client resends it, another
     # client's set_data stores ``written``. The update happened (6 was stored, and could
     # be read), then the set_data: ``written`` must stay, fn must not run on it.
-    proxy.drop_replies(
-        "EVALSHA", skip=1 if history else 0, before_close=lambda: other.set_data(written, T0)
-    )
+    proxy.drop_replies("FCALL", before_close=lambda: other.set_data(written, T0))
     returned = session.update(increment, T0)
     final = other.get_data(T0)
     figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != written))
@@ -373,7 +371,7 @@ def test_an_update_resent_after_20_swaps_and_a_delete_returns_its_result_applied
 
     # The swap stores 6 and its reply is lost; before the resend, another client makes
     # 20 swaps (after deleting the value): the resend must be recognised as applied.
-    proxy.drop_replies("EVALSHA", skip=1 if history else 0, before_close=meanwhile)
+    proxy.drop_replies("FCALL", before_close=meanwhile)
     returned = session.update(_count_on(calls), T0)
     final = other.get_data(T0)
     expected = 20 if delete else 26
@@ -407,7 +405,7 @@ def test_a_delete_resent_after_another_clients_write_keeps_the_new_value(
     session = store.session(*KEY, history=history)
     other = direct.session(*KEY, history=history)
     session.set_data("A", T0)
-    proxy.drop_replies("EVALSHA", before_close=lambda: other.set_data("B", T0))
+    proxy.drop_replies("FCALL", before_close=lambda: other.set_data("B", T0))
     assert session.delete() is True  # the original outcome, not the resend's
     final = other.get_data(T0)
     figures.record("lost_reply", "redis", faults=1, inputs=1, duplicates=int(final != "B"))
@@ -428,13 +426,13 @@ def test_resends_through_the_async_api_are_applied_once(proxy, namespace, direct
         async with sessionstore.aio.connect(proxy.url, namespace, timeout=TIMEOUT) as store:
             session = store.session(*KEY)
             await session.set_data(5, T0)
-            proxy.drop_replies("EVALSHA", before_close=meanwhile)
+            proxy.drop_replies("FCALL", before_close=meanwhile)
             updated = await session.update(_count_on(calls), T0)
             after_update = other.get_data(T0)
             proxy.drop_replies(WRITE, before_close=lambda: other.set_data("B", T0))
             await session.set_data("A", T0)
             after_set = other.get_data(T0)
-            proxy.drop_replies("EVALSHA", before_close=lambda: other.set_data("C", T0))
+            proxy.drop_replies("FCALL", before_close=lambda: other.set_data("C", T0))
             deleted = await session.delete()
             return updated, after_update, (after_set, deleted)
 
@@ -494,17 +492,17 @@ def test_a_swap_sent_twice_with_its_token_on_a_cluster_is_applied_once(redis_clu
 # --- indeterminate outcomes ---------------------------------------------------------------
 
 
-def test_a_script_cache_lost_again_while_a_write_is_sent_is_unavailable_not_an_error(namespace):
-    """SCRIPT FLUSH in a tight loop (a restart or failover each time, as the client sees
-    it): a write either succeeds or raises StoreUnavailableError saying it may have been
-    applied, never the server's plain "No matching script" error."""
+def test_functions_lost_again_while_a_write_is_sent_is_unavailable_not_an_error(namespace):
+    """FUNCTION FLUSH in a tight loop (a restart without persistence each time, as the
+    client sees it): a write either succeeds or raises StoreUnavailableError saying it may
+    have been applied, never the server's plain "Function not found" error."""
     with RedisServer(durable=False) as own:
         flusher = redis.Redis(port=own.port)
         halt = threading.Event()
 
         def flush() -> None:
             while not halt.is_set():
-                flusher.script_flush()
+                flusher.function_flush()
 
         thread = threading.Thread(target=flush, daemon=True)
         unavailable: list[StoreUnavailableError] = []
@@ -522,7 +520,7 @@ def test_a_script_cache_lost_again_while_a_write_is_sent_is_unavailable_not_an_e
                 thread.join()
                 flusher.close()
     figures.record("lost_reply", "redis", faults=len(unavailable), inputs=n + 1)
-    assert unavailable, "the script cache was never lost twice within one call"
+    assert unavailable, "the functions were never lost twice within one call"
     assert all("may or may not have been applied" in str(exc) for exc in unavailable)
 
 
@@ -530,10 +528,11 @@ def test_a_script_cache_lost_again_while_a_write_is_sent_is_unavailable_not_an_e
     "reply",
     [
         "NOSCRIPT No matching script. Please use EVAL.",
+        "ERR Function not found",
         "UNBLOCKED force unblock from blocking operation, instance state changed "
         "(master -> replica?)",
     ],
-    ids=["noscript-after-reload", "wait-unblocked"],
+    ids=["noscript-after-reload", "function-missing-after-reload", "wait-unblocked"],
 )
 def test_replies_that_leave_a_write_undecided_are_store_unavailable(reply):
     from redis.exceptions import NoScriptError, ResponseError
