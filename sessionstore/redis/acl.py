@@ -36,7 +36,7 @@ COMMANDS = (
     # the library's functions (never loaded by this user); TIME stamps a value write's token
     "fcall", "fcall_ro", "time",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire", "pexpiretime", "persist", "memory|usage",
+    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage",
     "hget", "hmget", "hgetall", "hset", "hdel",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
