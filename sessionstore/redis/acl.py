@@ -13,6 +13,15 @@ for its ``persistence`` section (``durability="aof"``) and ``cluster`` section (
 out whether the server is a cluster node). Redis checks only the first argument of such
 a rule: ``INFO persistence clients`` passes. INFO shows counters and settings, never a
 key name or a secret.
+
+No ``CLIENT`` subcommand is granted, ``CLIENT TRACKING`` included. Redis 7.0 checks it
+as a command only: its arguments cannot be limited by a rule, and ``HELLO 3`` (which no
+rule refuses) has invalidations sent on the same connection. In ``BCAST`` mode, with or
+without ``PREFIX ss:<other>:``, the server then reports every key changed under the
+prefix whatever the user's key patterns (Redis filters them only since
+redis/redis#15371); only the default mode limits itself to keys the client read. So
+this user's ``?cache=yes`` runs without tracking (see :mod:`.tracking`), and ``PTTL``
+lets a cached read note its value's ttl.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ COMMANDS = (
     # scripts: called by SHA, loaded on NOSCRIPT; TIME stamps a value write's token
     "evalsha", "script|load", "time",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire",
+    "exists", "del", "pexpire", "pttl",
     "hget", "hmget", "hgetall", "hset", "hdel",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
