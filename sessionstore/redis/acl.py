@@ -20,8 +20,8 @@ rule refuses) has invalidations sent on the same connection. In ``BCAST`` mode, 
 without ``PREFIX ss:<other>:``, the server then reports every key changed under the
 prefix whatever the user's key patterns (Redis filters them only since
 redis/redis#15371); only the default mode limits itself to keys the client read. So
-this user's ``?cache=yes`` runs without tracking (see :mod:`.tracking`), and ``PTTL``
-lets a cached read note its value's ttl.
+this user's ``?cache=yes`` runs without tracking (see :mod:`.tracking`); ``PTTL`` in a
+``MULTI``/``EXEC`` lets a cached read note its value's ttl.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ COMMANDS = (
     "cluster|slots", "cluster|shards", "readonly", "command",
     # scripts: called by SHA, loaded on NOSCRIPT; TIME stamps a value write's token
     "evalsha", "script|load", "time",
+    # a cached value read (?cache=yes) notes its ttl in the same transaction
+    "multi", "pttl", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire", "pttl",
+    "exists", "del", "pexpire",
     "hget", "hmget", "hgetall", "hset", "hdel",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",

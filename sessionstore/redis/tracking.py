@@ -9,9 +9,10 @@ process's next read at once. A reconnect (a restart, a failover, ``CLIENT KILL``
 server's idle ``timeout``) empties the cache before anything is read again, and so does
 ``os.fork`` in the child.
 
-**The ttl.** Every read sends ``HMGET`` and ``PTTL`` of the key in one round trip; the
-reply is not served once the key's remaining time, counted from when the read was sent
-(so never later than the server's expiry), has passed. Redis invalidates an expired key
+**The ttl.** Every read sends ``HMGET`` and ``PTTL`` of the key in one transaction
+(``MULTI``/``EXEC``, one round trip); the reply is not served once the key's remaining
+time, counted from when the read was sent (so never later than the server's expiry),
+has passed. Redis invalidates an expired key
 only when it actually deletes it, which may be long after.
 
 **Tracked** (a user allowed ``CLIENT ID``, ``CLIENT TRACKING`` and ``SUBSCRIBE``, the
@@ -94,9 +95,9 @@ class _Entry:
 def _servable(entry: _Entry | None, confirmed: float, now: float) -> Any:
     """The entry's reply if it may be served at ``now``: within its ttl, and read or
     confirmed by an answered PING (sent at ``confirmed``) less than :data:`BOUND` ago."""
-    if entry is None or entry.reply is None or now >= entry.expires:
+    if entry is None or now >= entry.expires:
         return None
-    if now - max(entry.sent, confirmed) > BOUND:
+    if now - (confirmed if confirmed > entry.sent else entry.sent) > BOUND:
         return None
     return entry.reply
 
@@ -280,7 +281,7 @@ class ValueCache:
         confirmed = self._confirmed
         if self._draining != seen:
             return self._lookup_after_drain(name)
-        if self._ping_due(now):
+        if now - confirmed > BOUND / 2 and self._ping is None:
             self._beat()
         return _servable(entry, confirmed, now)
 
@@ -329,11 +330,12 @@ class ValueCache:
                     self._entries.clear()
                 entry = self._entries[name] = _Entry(time.monotonic())
                 reader = self._reader
-                reader.send_packed_command(
-                    reader.pack_commands([("HMGET", name, *fields), ("PTTL", name)])
-                )
-                reply = reader.read_response()
-                ttl_ms = reader.read_response()
+                # One transaction: the ttl is the one of the value read.
+                commands = [("MULTI",), ("HMGET", name, *fields), ("PTTL", name), ("EXEC",)]
+                reader.send_packed_command(reader.pack_commands(commands))
+                for _ in range(3):  # OK, QUEUED, QUEUED
+                    reader.read_response()
+                reply, ttl_ms = reader.read_response()
             except BaseException:
                 self._drop()
                 raise
