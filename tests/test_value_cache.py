@@ -490,3 +490,22 @@ def wait_until(condition, timeout: float) -> None:  # noqa: ANN001
     while not condition():
         assert time.monotonic() < deadline, "not within the time allowed"
         time.sleep(0.01)
+
+
+def test_a_failed_cached_read_raises_as_an_uncached_one(server):
+    """The read is a MULTI/EXEC: an error inside it is raised, never kept as a reply."""
+    admin = redis.Redis(port=server.port)
+    try:
+        with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+            value = store.session(*KEY)
+            value.set_data(1, T1)
+            (name,) = admin.keys("ss:t-cache:val:*")
+            admin.delete(name)
+            admin.set(name, "not a hash")
+            for _ in range(2):
+                with pytest.raises(sessionstore.SessionStoreError, match="WRONGTYPE"):
+                    value.get_data(T1)
+            admin.delete(name)
+            assert value.get_data(T1) is None
+    finally:
+        admin.close()

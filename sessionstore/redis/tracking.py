@@ -336,6 +336,9 @@ class ValueCache:
                 for _ in range(3):  # OK, QUEUED, QUEUED
                     reader.read_response()
                 reply, ttl_ms = reader.read_response()
+                for part in (reply, ttl_ms):
+                    if isinstance(part, redis.ResponseError):  # EXEC returns, not raises
+                        raise part
             except BaseException:
                 self._drop()
                 raise
