@@ -2,7 +2,9 @@
 
 Each test runs its own ``redis-server`` so that ``INFO commandstats`` counts only its calls.
 Plain values are cached; history values are not (their read is a script, sent every time),
-and stay correct with the cache on.
+and stay correct with the cache on. The bound (:data:`~sessionstore.redis.tracking.BOUND`)
+is proven by counting the reads that started past it and still missed an acknowledged
+write (none), and by reading a value past its ttl that the server has not yet deleted.
 """
 
 from __future__ import annotations
