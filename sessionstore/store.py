@@ -57,7 +57,8 @@ def connect(
     expires ``ttl`` after its last append; None (default) keeps them for good. A bad
     ``ttl`` raises ``InvalidArgumentError``. ``cache=True`` (or ``?cache=yes``) answers
     repeated reads of unchanged plain values from process memory, invalidated by the
-    server (Redis, sync client, single server or Sentinel). Opening does no I/O; the first
+    server and never more than 100 ms behind it (Redis, sync client, single server or
+    Sentinel; see :mod:`sessionstore.redis.tracking`). Opening does no I/O; the first
     call connects.
 
     The store pickles, and so do its handles and ``store.events``: another process gets
@@ -112,9 +113,9 @@ class Session:
         """The stored value, or None if there is none or it was written for a later time.
 
         With ``history=True``: the newest value written for a time at or before ``when``.
-        On a store opened with ``?cache=yes`` a plain value may come from memory: a write
-        by another process is then seen once its invalidation has arrived (see
-        :mod:`sessionstore.redis.tracking`); one made through this store, at once.
+        On a store opened with ``?cache=yes`` a plain value may come from memory, never
+        past its ttl nor more than 100 ms behind a write by another process (see
+        :mod:`sessionstore.redis.tracking`); one made through this store is seen at once.
         """
         state = self._state
         if self._cached_read is not None and state.initialised:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import time
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from support.redis_server import RedisServer
+from support.staleness import late_reads
 
 import sessionstore
 from sessionstore import (
@@ -27,6 +29,7 @@ from sessionstore import (
 )
 from sessionstore.redis.acl import setuser_args, setuser_line
 from sessionstore.redis.scripts import install, library
+from sessionstore.redis.tracking import BOUND
 
 T0 = 1_718_000_000_000
 PASSWORD = "pa55-w0rd-Secret"
@@ -507,3 +510,96 @@ def test_the_user_of_a_sentinel_service_runs_the_library_installed_on_its_primar
         url = setup.url.replace("redis+sentinel://", f"redis+sentinel://lp:{PASSWORD}@")
         with sessionstore.connect(f"{url}?durability=aof", "mine") as store:
             exercise(store)
+
+
+# --- the least-privilege user's value cache ---------------------------------------------
+
+
+def _resp(*words: str) -> bytes:
+    out = b"*%d\r\n" % len(words)
+    for word in words:
+        raw = word.encode()
+        out += b"$%d\r\n%s\r\n" % (len(raw), raw)
+    return out
+
+
+class _Raw:
+    """A connection that sends commands as given and keeps every byte the server sends
+    (replies and pushes alike), to see exactly what a client could learn."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.received = b""
+
+    def call(self, *words: str) -> bytes:
+        """Send one command, then a ``PING`` marker; what came before the marker's echo."""
+        marker = f"end-{len(self.received)}-{id(words)}"
+        self.sock.sendall(_resp(*words) + _resp("PING", marker))
+        start = len(self.received)
+        while marker.encode() + b"\r\n" not in self.received[start:]:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            self.received += chunk
+        return self.received[start:]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_least_privilege_user_caches_and_cannot_learn_others_key_names(server):
+    """Redis 7.0 checks CLIENT TRACKING only as a command: BCAST (with or without PREFIX)
+    would report every key changed, the user's patterns notwithstanding. So the user is
+    refused tracking outright, and ``?cache=yes`` still works for it (timed)."""
+    root = admin(server)
+    root.execute_command(*setuser_args("tenant", PASSWORD, "tenant"))
+    root.execute_command(*setuser_args("neighbour", PASSWORD, "neighbour"))
+    target = root.client_id()
+    attempts = {
+        "bcast-prefix-resp3": (("HELLO", "3", "AUTH", "tenant", PASSWORD),
+                               ("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "ss:neighbour:")),
+        "bcast-resp3": (("HELLO", "3", "AUTH", "tenant", PASSWORD),
+                        ("CLIENT", "TRACKING", "ON", "BCAST")),
+        "default-resp3": (("HELLO", "3", "AUTH", "tenant", PASSWORD),
+                          ("CLIENT", "TRACKING", "ON")),
+        "redirect-resp2": (("AUTH", "tenant", PASSWORD),
+                           ("CLIENT", "TRACKING", "ON", "BCAST", "REDIRECT", str(target))),
+    }  # fmt: skip
+    connections = {name: _Raw(server.port) for name in attempts}
+    try:
+        for name, (hello, tracking) in attempts.items():
+            assert not connections[name].call(*hello).startswith(b"-"), name
+            assert connections[name].call(*tracking).startswith(b"-NOPERM"), name
+            connections[name].call("HMGET", "ss:tenant:val:{x}", "v")
+            assert root.execute_command("ACL", "DRYRUN", "tenant", *tracking) != b"OK"
+        with sessionstore.connect(user_url(server, "neighbour"), "neighbour") as other:
+            for n in range(5):
+                other.session("BTCUSDT", "s", "e", f"{n}m").set_data(n, T0)
+        for name, connection in connections.items():
+            connection.call("PING")  # everything the server sent meanwhile is in
+            assert b"neighbour" not in connection.received, name
+            assert b"invalidate" not in connection.received, name
+    finally:
+        for connection in connections.values():
+            connection.close()
+        root.close()
+    url = user_url(server, "tenant") + "&cache=yes"
+    with (
+        sessionstore.connect(url, "tenant") as store,
+        sessionstore.connect(user_url(server, "tenant"), "tenant") as writer,
+    ):
+        value = store.session("BTCUSDT", "s", "e", "1h")
+        value.set_data({"n": 1}, T0)
+        before = _calls(server, "hmget")
+        for _ in range(50):
+            assert value.get_data(T0) == {"n": 1}
+        assert _calls(server, "hmget") - before < 50, "nothing was answered from memory"
+        writer.session("BTCUSDT", "s", "e", "1h").set_data({"n": 2}, T0)
+        acknowledged = time.monotonic()
+        assert late_reads(lambda: value.get_data(T0), {"n": 2}, acknowledged, BOUND) == []
+
+
+def _calls(server: RedisServer, command: str) -> int:
+    stats = admin(server).info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))

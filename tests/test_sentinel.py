@@ -9,6 +9,7 @@ value is there, and nothing acknowledged is applied twice.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from support.redis_sentinel import SERVICE, SentinelSetup
+from support.staleness import late_reads
 
 import sessionstore
 from sessionstore import (
@@ -27,6 +29,7 @@ from sessionstore import (
     StoreUnavailableError,
 )
 from sessionstore.cli.doctor import run_checks
+from sessionstore.redis.tracking import BOUND
 
 T0 = 1_700_000_000_000
 KEY = ("BTCUSDT", "sentinel", "binance", "1m")
@@ -178,3 +181,37 @@ def test_a_killed_primary_is_followed_and_nothing_acknowledged_is_lost_or_double
         assert set(traffic.update_tokens) <= set(ops)
     finally:
         store.close()
+
+
+def test_a_stopped_primary_leaves_no_cached_read_behind_past_the_bound():
+    """SIGSTOP: the primary's sockets stay open and silent, so no connection drops and no
+    invalidation comes. The cache's heartbeat goes unanswered: within the bound reads go
+    to the server, and after the failover they find the new primary (or raise)."""
+    with SentinelSetup() as own:
+        namespace = f"t-{uuid.uuid4().hex[:10]}"
+        cached = sessionstore.connect(own.url + "?cache=yes", namespace, timeout=1)
+        other = sessionstore.connect(own.url, namespace, timeout=1)
+        old = own.current_primary()
+        assert old is not None
+        stopped = own.node_at(old[1]).process
+        assert stopped is not None
+        try:
+            value = cached.session(*KEY)
+            value.set_data(1, T0)
+            assert value.get_data(T0) == 1 and value.get_data(T0) == 1
+            stopped.send_signal(signal.SIGSTOP)
+            own.wait(lambda: own.current_primary() not in (None, old), "a new primary", 30)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    other.session(*KEY).set_data(2, T0)
+                    break
+                except PASSING:
+                    assert time.monotonic() < deadline, "the new primary takes no write"
+            acknowledged = time.monotonic()
+            late = late_reads(lambda: value.get_data(T0), 2, acknowledged, BOUND, passing=PASSING)
+            assert late == []
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+            cached.close()
+            other.close()

@@ -2,7 +2,9 @@
 
 Each test runs its own ``redis-server`` so that ``INFO commandstats`` counts only its calls.
 Plain values are cached; history values are not (their read is a script, sent every time),
-and stay correct with the cache on.
+and stay correct with the cache on. The bound (:data:`~sessionstore.redis.tracking.BOUND`)
+is proven by counting the reads that started past it and still missed an acknowledged
+write (none), and by reading a value past its ttl that the server has not yet deleted.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 from support.redis_server import RedisServer
+from support.staleness import late_reads
+from support.tcp_proxy import TcpProxy
 
 import sessionstore
 from sessionstore import InvalidArgumentError, SessionDisposedError, StoreClosedError
+from sessionstore.redis import tracking
+from sessionstore.redis.tracking import BOUND
 
 T1 = 1_700_000_000_000
 T2 = T1 + 60_000
@@ -31,6 +37,13 @@ ARRIVAL = 2.0
 def server() -> Iterator[RedisServer]:
     with RedisServer(durable=False) as started:
         yield started
+
+
+@pytest.fixture
+def steady(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound no pause of a loaded machine reaches, for the tests that count hits
+    exactly: they prove what is kept, the tests of the bound (below) for how long."""
+    monkeypatch.setattr(tracking, "BOUND", 60.0)
 
 
 def calls(server: RedisServer, command: str) -> int:
@@ -61,7 +74,7 @@ def eventually(read, expected) -> None:  # noqa: ANN001
         time.sleep(0.01)
 
 
-def test_a_repeated_read_of_an_unchanged_value_does_not_reach_the_server(server):
+def test_a_repeated_read_of_an_unchanged_value_does_not_reach_the_server(server, steady):
     with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
         value = store.session(*KEY)
         value.set_data({"n": 1}, T1)
@@ -122,7 +135,7 @@ def test_a_restarted_server_empties_the_cache(server):
         assert value.get_data(T1) is None  # AOF off: the restarted server is empty
 
 
-def test_look_ahead_applies_to_a_cached_record(server):
+def test_look_ahead_applies_to_a_cached_record(server, steady):
     with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
         value = store.session(*KEY)
         value.set_data({"n": 1}, T2)
@@ -175,7 +188,7 @@ def test_a_bad_cache_value_is_refused():
         sessionstore.connect("redis://127.0.0.1:1/0?cache=maybe", "t-cache")
 
 
-def test_connect_cache_true_is_the_url_option_and_travels(server, tmp_path):
+def test_connect_cache_true_is_the_url_option_and_travels(server, steady, tmp_path):
     import pickle
 
     with sessionstore.connect(server.url, "t-cache", cache=True) as store:
@@ -282,7 +295,7 @@ def _read_in_a_forked_child(value: sessionstore.Session, queue: multiprocessing.
         raise
 
 
-def test_a_forked_child_starts_with_an_empty_cache_and_leaves_the_parents_alone(server):
+def test_a_forked_child_starts_with_an_empty_cache_and_leaves_the_parents_alone(server, steady):
     with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
         value = store.session(*KEY)
         value.set_data({"n": 1}, T1)
@@ -411,3 +424,90 @@ def test_a_hit_while_another_thread_applies_invalidations_waits_for_them(server,
     finally:
         cached.close()
         other.close()
+
+
+def expired_keys(client: redis.Redis) -> int:
+    """How many keys the server found expired (``INFO stats``; reading it expires none)."""
+    return int(client.info("stats")["expired_keys"])
+
+
+def test_a_value_past_its_ttl_is_never_served_from_memory(steady):
+    """Redis invalidates an expired key only once it deletes it: with active expiry off
+    it stays until touched, and the cache must not keep answering for it. (``steady``:
+    the bound cannot end the hits here, only the ttl can.)"""
+    with RedisServer("--enable-debug-command", "local", durable=False) as server:
+        admin = redis.Redis(port=server.port)
+        try:
+            admin.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+            ttl = 1.0
+            with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+                value = store.session(*KEY, ttl=ttl)
+                value.set_data({"n": 1}, T1)
+                expired_by = time.monotonic() + ttl  # the server's expiry is no later
+                before = hmget_calls(server)
+                assert value.get_data(T1) == {"n": 1} and value.get_data(T1) == {"n": 1}
+                assert hmget_calls(server) - before == 1  # the second one from memory
+                time.sleep(max(0.0, expired_by - time.monotonic()) + 0.01)
+                assert expired_keys(admin) == 0  # the key outlived its ttl on the server
+                assert value.get_data(T1) is None
+                assert expired_keys(admin) == 1  # that read reached the server
+        finally:
+            admin.close()
+
+
+def test_a_stalled_listening_connection_stops_the_hits_within_the_bound(server, monkeypatch):
+    """With the invalidations held up, a write acknowledged to another client is missed
+    by no read that starts more than :data:`BOUND` after it. A listener silent for the
+    timeout is given up (reads carry on, timed); once its path heals, tracking is back."""
+    monkeypatch.setattr(tracking, "RETRACK_AFTER", 1.0)
+    with (
+        TcpProxy(server.port) as proxy,
+        sessionstore.connect(proxy.url + "?cache=yes", "t-cache", timeout=1) as store,
+        sessionstore.connect(server.url, "t-cache") as other,
+    ):
+        value, writer = store.session(*KEY), other.session(*KEY)
+
+        def write(n: int) -> float:
+            writer.set_data(n, T1)
+            return time.monotonic()
+
+        value.set_data(1, T1)
+        assert value.get_data(T1) == 1
+        proxy.stall("SUBSCRIBE")  # the listener's path only: the reader's still flows
+        assert late_reads(lambda: value.get_data(T1), 2, write(2), BOUND) == []
+        wait_until(lambda: value.get_data(T1) == 2 and not tracking_clients(server), 10)
+        assert late_reads(lambda: value.get_data(T1), 3, write(3), BOUND) == []
+        proxy.resume()
+        wait_until(lambda: value.get_data(T1) == 3 and bool(tracking_clients(server)), 10)
+        assert late_reads(lambda: value.get_data(T1), 4, write(4), BOUND) == []
+        before = hmget_calls(server)
+        for _ in range(20):
+            assert value.get_data(T1) == 4
+        assert hmget_calls(server) - before < 20, "the healed cache answers nothing"
+
+
+def wait_until(condition, timeout: float) -> None:  # noqa: ANN001
+    """Call ``condition`` until it holds (each call may read: it drives the cache)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.01)
+
+
+def test_a_failed_cached_read_raises_as_an_uncached_one(server):
+    """The read is a MULTI/EXEC: an error inside it is raised, never kept as a reply."""
+    admin = redis.Redis(port=server.port)
+    try:
+        with sessionstore.connect(server.url + "?cache=yes", "t-cache") as store:
+            value = store.session(*KEY)
+            value.set_data(1, T1)
+            (name,) = admin.keys("ss:t-cache:val:*")
+            admin.delete(name)
+            admin.set(name, "not a hash")
+            for _ in range(2):
+                with pytest.raises(sessionstore.SessionStoreError, match="WRONGTYPE"):
+                    value.get_data(T1)
+            admin.delete(name)
+            assert value.get_data(T1) is None
+    finally:
+        admin.close()

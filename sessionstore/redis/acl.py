@@ -16,6 +16,15 @@ granted only for its ``persistence`` section (``durability="aof"``) and ``cluste
 section (finding out whether the server is a cluster node). Redis checks only the first
 argument of such a rule: ``INFO persistence clients`` passes. INFO shows counters and
 settings, never a key name or a secret.
+
+No ``CLIENT`` subcommand is granted, ``CLIENT TRACKING`` included. Redis 7.0 checks it
+as a command only: its arguments cannot be limited by a rule, and ``HELLO 3`` (which no
+rule refuses) has invalidations sent on the same connection. In ``BCAST`` mode, with or
+without ``PREFIX ss:<other>:``, the server then reports every key changed under the
+prefix whatever the user's key patterns (Redis filters them only since
+redis/redis#15371); only the default mode limits itself to keys the client read. So
+this user's ``?cache=yes`` runs without tracking (see :mod:`.tracking`); ``PTTL`` in a
+``MULTI``/``EXEC`` lets a cached read note its value's ttl.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ COMMANDS = (
     "cluster|slots", "cluster|shards", "readonly", "command",
     # the library's functions (never loaded by this user); TIME stamps a value write's token
     "fcall", "fcall_ro", "time",
+    # a cached value read (?cache=yes) notes its ttl in the same transaction
+    "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
     "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage",
     "hget", "hmget", "hgetall", "hset", "hdel",

@@ -15,7 +15,9 @@ own connection to the server). The client sees the connection drop after sending
 is exactly what a crash of the network or of a middlebox between send and reply does.
 
 :meth:`TcpProxy.stall` makes the proxy stop forwarding (connections are accepted, nothing
-is answered): a hung server or a network partition, as the client sees it.
+is answered): a hung server or a network partition, as the client sees it. Given a
+command name, it stalls only the connections that sent one (``stall("SUBSCRIBE")``: a
+subscriber's path is cut while the others still flow).
 
 Only 127.0.0.1 is ever used. Every thread is a daemon, and :meth:`close` ends them all.
 """
@@ -104,6 +106,8 @@ class _Link:
     #: The 1-based numbers of the requests whose reply is to be lost, with their hooks.
     doomed: dict[int, Callable[[], None] | None] = field(default_factory=dict)
     requests: int = 0
+    #: The names of the commands sent on this connection so far.
+    names: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
 
@@ -135,6 +139,7 @@ class TcpProxy:
         self._plans: list[_Plan] = []
         self._links: list[_Link] = []
         self._stalled = threading.Event()
+        self._stall_only: str | None = None
         self._closed = threading.Event()
         #: How many replies were lost on purpose, and their raw bytes, in order.
         self.dropped = 0
@@ -179,18 +184,24 @@ class TcpProxy:
         with self._lock:
             self._plans.clear()
 
-    def stall(self) -> None:
-        """Stop forwarding, both ways, on every connection: nothing is answered."""
+    def stall(self, command: str | None = None) -> None:
+        """Stop forwarding, both ways, on every connection (with ``command``: on every
+        connection that has sent such a request, now or later): nothing is answered."""
+        self._stall_only = None if command is None else command.upper()
         self._stalled.set()
 
     def resume(self) -> None:
         """Forward again; the connections that stalled are closed (their requests may
         or may not have reached the server, as after a real partition)."""
         with self._lock:
-            links = list(self._links)
+            links = [link for link in self._links if self._stalls(link)]
         for link in links:
             link.close()
         self._stalled.clear()
+
+    def _stalls(self, link: _Link) -> bool:
+        only = self._stall_only
+        return only is None or only in link.names
 
     def close(self) -> None:
         self._closed.set()
@@ -252,7 +263,7 @@ class TcpProxy:
         return None
 
     def _wait_while_stalled(self, link: _Link) -> bool:
-        while self._stalled.is_set():
+        while self._stalled.is_set() and self._stalls(link):
             if link.closed or self._closed.is_set():
                 return False
             time.sleep(0.02)
@@ -276,7 +287,9 @@ class TcpProxy:
                     except Incomplete:
                         break
                     link.requests += 1
-                    plan = self._doom(command_name(buf, 0, end))
+                    name = command_name(buf, 0, end)
+                    link.names.add(name)
+                    plan = self._doom(name)
                     if plan is not None:
                         with link.lock:
                             link.doomed[link.requests] = plan.before_close
