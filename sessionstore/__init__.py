@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .errors import (
     AccessDeniedError,
+    ComputeTimeoutError,
     ConcurrentModificationError,
     CorruptLogError,
     DurabilityError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AccessDeniedError",
+    "ComputeTimeoutError",
     "ConcurrentModificationError",
     "CorruptLogError",
     "DurabilityError",

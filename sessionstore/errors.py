@@ -14,6 +14,7 @@ the original chained as ``__cause__``::
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
     ├── ConcurrentModificationError              update() gave up after its retries
+    ├── ComputeTimeoutError                      get_or_compute waited longer than its timeout
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
     ├── SessionExistsError                       create() of an id that already exists
@@ -101,6 +102,20 @@ class AccessDeniedError(SessionStoreError):
 
 class ConcurrentModificationError(SessionStoreError):
     """``update()`` lost the race on every retry."""
+
+
+class ComputeTimeoutError(SessionStoreError):
+    """``get_or_compute`` waited ``timeout`` seconds for another caller to compute the
+    version of ``key`` at ``when`` and gave up; nothing was written."""
+
+    def __init__(self, key: str, when: int, timeout: float) -> None:
+        self.key = key
+        self.when = when
+        self.timeout = timeout
+        super().__init__(
+            f"get_or_compute of {key} at {when}: another caller was still computing it"
+            f" after {timeout:g} s"
+        )
 
 
 class DurabilityError(SessionStoreError):

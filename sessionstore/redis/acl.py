@@ -33,7 +33,7 @@ COMMANDS = (
     # scripts: called by SHA, loaded on NOSCRIPT; TIME stamps a value write's token
     "evalsha", "script|load", "time",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire",
+    "exists", "del", "pexpire", "get", "set",
     "hget", "hmget", "hgetall", "hset", "hdel",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
