@@ -363,10 +363,14 @@ class AsyncSessionWriter:
     def next_seq(self) -> int:
         return self._buffer.next_seq
 
-    def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
-        """Snapshot, check and queue one event (seq and time assigned here); return it."""
+    def emit(
+        self, type: str, data: dict[str, Any] | None = None, time: object = None
+    ) -> SessionEvent:
+        """Snapshot, check and queue one event (seq assigned here, time the logical
+        ``time`` given, else the wall clock); return it. See
+        :meth:`sessionstore.SessionWriter.emit`."""
         self._buffer.check_owner("emit")
-        event, due = self._buffer.make(type, data)
+        event, due = self._buffer.make(type, data, time)
         if due is not None:
             self._drain.schedule(self, due)
         return event

@@ -8,7 +8,8 @@ the original chained as ``__cause__``::
     ├── InvalidArgumentError (also ValueError)   bad argument; nothing was written
     │   ├── NotSerializableError                 a value msgpack cannot carry (names key, type)
     │   ├── NotJSONSerializableError             event data that would not survive JSON
-    │   └── HarnessFieldError                    a harness event field repair reads is malformed
+    │   ├── HarnessFieldError                    a harness event field repair reads is malformed
+    │   └── EventTimeOrderError                  an event's time is before the one before it
     ├── SessionDisposedError                     a disposed session handle was used
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
@@ -82,6 +83,21 @@ class HarnessFieldError(InvalidArgumentError):
         self.path = path
         self.reason = reason
         super().__init__(f"event {_q(event_type)} (seq {seq}) is malformed at {path}: {reason}")
+
+
+class EventTimeOrderError(InvalidArgumentError):
+    """An event's ``time`` is earlier than the time of the event before it in its log:
+    times never go backwards within a log. Nothing was queued or written."""
+
+    def __init__(self, session_id: str, seq: int, time: int, previous: int) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.time = time
+        self.previous = previous
+        super().__init__(
+            f"session {_q(session_id)}: event seq {seq} has time {time}, before the time"
+            f" {previous} of the event before it (times must not go backwards)"
+        )
 
 
 class SessionDisposedError(SessionStoreError):
