@@ -182,6 +182,11 @@ class FileValues(ValueBackend):
             return True
         directory = self.key_dir(key)
         path = directory / f"{COMPUTE_PREFIX}{when}"
+        with os_errors(directory):
+            # A waiter asks again and again while another holds the lease: it looks
+            # without the key's lock first, so it does not queue with the holder's writes.
+            if _held_elsewhere(path):
+                return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -191,7 +196,8 @@ class FileValues(ValueBackend):
                 os.unlink(path)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Blocking: a waiter looking without the key's lock may hold it a moment.
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 os.write(fd, token.encode())
             except BaseException:
                 os.unlink(path)
@@ -266,8 +272,8 @@ class FileValues(ValueBackend):
 
 
 def _held_elsewhere(path: Path) -> bool:
-    """Whether a live holder keeps the lease file ``path`` locked (the caller holds the
-    key's ``.lock``, so nobody takes or gives one up meanwhile)."""
+    """Whether a live holder keeps the lease file ``path`` locked: for certain under the
+    key's ``.lock`` (nobody takes or gives one up meanwhile), a hint without it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

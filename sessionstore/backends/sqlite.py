@@ -231,12 +231,16 @@ class SqliteValues(ValueBackend):
 
     def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
         params = (*_key_params(key), when)
+        held = f"SELECT token, expires_at FROM kv_compute_leases WHERE {_KEY} AND when_ms=?"
+        # A waiter asks again and again while another holds the lease: it looks without
+        # the write lock first, so it does not queue with the holder's writes.
+        with self._db.guard(key.label()) as conn:
+            row = conn.execute(held, params).fetchone()
+        if row is not None and row[0] != token and row[1] > now_ms():
+            return False
         with self._db.transaction(key.label(), immediate=True, durable=False) as conn:
+            row = conn.execute(held, params).fetchone()
             now = now_ms()
-            row = conn.execute(
-                f"SELECT token, expires_at FROM kv_compute_leases WHERE {_KEY} AND when_ms=?",
-                params,
-            ).fetchone()
             if row is not None and row[0] != token and row[1] > now:
                 return False
             conn.execute(
