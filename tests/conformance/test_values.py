@@ -676,6 +676,56 @@ def test_a_waiter_gives_up_after_its_timeout(store, api):
     assert s.get_data(T0) == "late"
 
 
+def test_a_waiter_gives_up_after_the_timeout_its_store_was_connected_with(open_store, api):
+    s = open_session(open_store(timeout=0.3), history=True)
+    holding, release = threading.Event(), threading.Event()
+
+    def slow():
+        holding.set()
+        release.wait(30)
+        return "late"
+
+    thread = threading.Thread(target=lambda: s.get_or_compute(T0, computing(api, slow)))
+    thread.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(ComputeTimeoutError) as caught:
+            s.get_or_compute(T0, computing(api, lambda: "not called"))
+        assert caught.value.timeout == 0.3
+    finally:
+        release.set()
+        thread.join()
+    assert s.get_data(T0) == "late"
+
+
+def test_the_lease_is_renewed_while_fn_runs_past_it(store, api, backend):
+    if backend not in ("memory", "sqlite", "redis"):
+        pytest.skip("the lease expiry is proven on memory, SQLite and one Redis")
+    s = open_session(store, history=True)
+    holding, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow():
+        calls.append("slow")
+        holding.set()
+        release.wait(30)
+        return "held"
+
+    thread = threading.Thread(target=lambda: s.get_or_compute(T0, computing(api, slow), lease=0.3))
+    thread.start()
+    try:
+        assert holding.wait(30)
+        # Five leases long: without renewal the lease would have ended and this caller
+        # would compute instead of giving up.
+        with pytest.raises(ComputeTimeoutError):
+            s.get_or_compute(T0, computing(api, lambda: calls.append("other")), timeout=1.5)
+    finally:
+        release.set()
+        thread.join()
+    assert calls == ["slow"]
+    assert s.get_data(T0) == "held"
+
+
 @pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "1", True])
 def test_get_or_compute_refuses_a_bad_timeout_or_lease(store, bad):
     s = open_session(store, history=True)
