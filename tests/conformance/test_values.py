@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 from datetime import UTC, datetime, timedelta, timezone
@@ -648,53 +649,52 @@ def test_when_fn_raises_its_caller_gets_the_error_and_a_waiter_computes(store, a
     assert s.get_data(T0) == "fine"
 
 
-def test_a_waiter_gives_up_after_its_timeout(store, api):
-    s = open_session(store, history=True)
+@contextlib.contextmanager
+def lease_held(s, api, value, **options):
+    """Another thread's get_or_compute holds the lease of the version at T0 inside the
+    block (its fn waits); on leaving, fn returns ``value`` and the thread's result is
+    appended to the list the block gets."""
     holding, release = threading.Event(), threading.Event()
+    calls = []
 
     def slow():
+        calls.append(value)
         holding.set()
         release.wait(30)
-        return "late"
+        return value
 
     results = []
     thread = threading.Thread(
-        target=lambda: results.append(s.get_or_compute(T0, computing(api, slow)))
+        target=lambda: results.append(s.get_or_compute(T0, computing(api, slow), **options))
     )
     thread.start()
     try:
         assert holding.wait(30)
+        yield results
+    finally:
+        release.set()
+        thread.join()
+    assert calls == [value]
+
+
+def test_a_waiter_gives_up_after_its_timeout(store, api):
+    s = open_session(store, history=True)
+    with lease_held(s, api, "late") as results:
         with pytest.raises(ComputeTimeoutError) as caught:
             s.get_or_compute(T0, computing(api, lambda: "not called"), timeout=0.2)
         assert caught.value.when == T0 and caught.value.timeout == 0.2
         assert isinstance(caught.value, SessionStoreError)
         assert s.get_data(T0) is None
-    finally:
-        release.set()
-        thread.join()
     assert results == ["late"]
     assert s.get_data(T0) == "late"
 
 
 def test_a_waiter_gives_up_after_the_timeout_its_store_was_connected_with(open_store, api):
     s = open_session(open_store(timeout=0.3), history=True)
-    holding, release = threading.Event(), threading.Event()
-
-    def slow():
-        holding.set()
-        release.wait(30)
-        return "late"
-
-    thread = threading.Thread(target=lambda: s.get_or_compute(T0, computing(api, slow)))
-    thread.start()
-    try:
-        assert holding.wait(30)
+    with lease_held(s, api, "late"):
         with pytest.raises(ComputeTimeoutError) as caught:
             s.get_or_compute(T0, computing(api, lambda: "not called"))
         assert caught.value.timeout == 0.3
-    finally:
-        release.set()
-        thread.join()
     assert s.get_data(T0) == "late"
 
 
@@ -702,27 +702,12 @@ def test_the_lease_is_renewed_while_fn_runs_past_it(store, api, backend):
     if backend not in ("memory", "sqlite", "redis"):
         pytest.skip("the lease expiry is proven on memory, SQLite and one Redis")
     s = open_session(store, history=True)
-    holding, release = threading.Event(), threading.Event()
-    calls = []
-
-    def slow():
-        calls.append("slow")
-        holding.set()
-        release.wait(30)
-        return "held"
-
-    thread = threading.Thread(target=lambda: s.get_or_compute(T0, computing(api, slow), lease=0.3))
-    thread.start()
-    try:
-        assert holding.wait(30)
-        # Five leases long: without renewal the lease would have ended and this caller
-        # would compute instead of giving up.
-        with pytest.raises(ComputeTimeoutError):
-            s.get_or_compute(T0, computing(api, lambda: calls.append("other")), timeout=1.5)
-    finally:
-        release.set()
-        thread.join()
-    assert calls == ["slow"]
+    others = []
+    # Five leases long: without renewal the lease would have ended and this caller
+    # would compute instead of giving up.
+    with lease_held(s, api, "held", lease=0.3), pytest.raises(ComputeTimeoutError):
+        s.get_or_compute(T0, computing(api, lambda: others.append(1)), timeout=1.5)
+    assert others == []
     assert s.get_data(T0) == "held"
 
 
