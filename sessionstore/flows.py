@@ -270,16 +270,15 @@ def get_or_compute(
     looks = 0
     while True:
         found = yield Call(ValueBackend.read_as_of, state.key, ms)
-        if found is None or found.when != ms:
-            if (yield take):
-                return (yield from _compute(state, ms, fn, token, take, lease))
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ComputeTimeoutError(state.key.label(), ms, timeout)
-            yield Sleep(min(left, COMPUTE_POLL.delay(looks)))
-            looks += 1
-            continue
-        return state.stored_value(found.payload)
+        if found is not None and found.when == ms:
+            return state.stored_value(found.payload)
+        if (yield take):
+            return (yield from _compute(state, ms, fn, token, take, lease))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ComputeTimeoutError(state.key.label(), ms, timeout)
+        yield Sleep(min(left, COMPUTE_POLL.delay(looks)))
+        looks += 1
 
 
 def _compute(
