@@ -175,6 +175,25 @@ def compute_forever(url: str, namespace: str, holding: Any) -> None:
         history.get_or_compute(T0, hang, lease=0.5)
 
 
+def compute_fork_and_hang(url: str, namespace: str, holding: Any, forked: Any) -> None:
+    """Take the lease of the version at T0, fork a child that outlives this process
+    (sleeping), and never finish (killed meanwhile)."""
+    with sessionstore.connect(url, namespace) as store:
+        history = store.session(*KEY, history=True)
+
+        def hang() -> None:
+            child = os.fork()
+            if child == 0:
+                time.sleep(60)
+                os._exit(0)
+            forked.put(child)
+            holding.set()
+            while True:
+                time.sleep(1)
+
+        history.get_or_compute(T0, hang, lease=0.5)
+
+
 @pytest.mark.slow
 def test_spawned_workers_putting_the_same_candles_out_of_order_lose_no_version(
     shared_url, namespace, spawned
@@ -229,3 +248,27 @@ def test_when_the_computing_process_is_killed_one_waiter_computes(shared_url, na
         computer.join()
     assert results == ["recomputed"] * 3
     assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_a_lease_ends_with_its_process_not_with_a_child_it_forked(shared_url, namespace):
+    context = multiprocessing.get_context("spawn")
+    holding, forked = context.Event(), context.Queue()
+    computer = context.Process(
+        target=compute_fork_and_hang, args=(shared_url, namespace, holding, forked)
+    )
+    computer.start()
+    child = None
+    try:
+        assert holding.wait(60)
+        child = forked.get(timeout=60)
+        os.kill(computer.pid, signal.SIGKILL)
+        computer.join()
+        with sessionstore.connect(shared_url, namespace) as store:
+            history = store.session(*KEY, history=True)
+            assert history.get_or_compute(T0, lambda: "recomputed", timeout=10) == "recomputed"
+    finally:
+        computer.kill()
+        computer.join()
+        if child is not None:
+            os.kill(child, signal.SIGKILL)

@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeGuard
 
 import msgpack
 
+from .. import forksafe
 from ..contracts import Backends, Refused, Stored, ValueBackend
 from ..keys import ValueKey
 from ..urls import mask_url
@@ -79,6 +80,16 @@ class FileValues(ValueBackend):
         self._root = root
         #: The compute leases held here: (key, when, token) -> the locked lease file.
         self._held: dict[tuple[ValueKey, int, str], int] = {}
+        forksafe.at_fork(self, "_forget_held")
+
+    def _forget_held(self) -> None:
+        """In a forked child: close the inherited lease files, so that a lease ends with
+        the process holding it and not with the last of its children (the lock stays
+        the parent's, on its own descriptor)."""
+        held, self._held = self._held, {}
+        for fd in held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def key_dir(self, key: ValueKey) -> Path:
         """The folder holding ``key``'s records. No I/O."""

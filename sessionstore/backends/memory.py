@@ -41,7 +41,12 @@ class MemoryValues(ValueBackend):
         self._plain: dict[ValueKey, tuple[Stored, int | None]] = {}
         self._history: dict[ValueKey, tuple[Versions, int | None]] = {}
         # The compute leases of ``get_or_compute``: (key, when) -> (token, expires_at).
+        # Their holders are threads of this process, so a forked child starts without.
         self._leases: dict[tuple[ValueKey, int], tuple[str, int]] = {}
+        forksafe.at_fork(self, "_forget_leases")
+
+    def _forget_leases(self) -> None:
+        self._leases = {}
 
     def read(self, key: ValueKey) -> Stored | None:
         with self._lock:
