@@ -3,10 +3,13 @@ expensive signal cached in a sessionstore history value shared by every worker.
 
 The signal stands in for a model call: deterministic, from the closes up to the current
 bar only, and deliberately slow. Each bar's signal is cached in one history session value
-keyed by (symbol, strategy, exchange, frame), written for the bar's time, so every
-parameter combination and every process of the optimisation's pool reuses what the
-others computed, and a read at a bar never sees a signal written for a later bar (each
-read that returns a signal checks the bar it was computed for).
+keyed by (symbol, strategy, exchange, frame), one version per bar at the bar's time, so
+every parameter combination and every process of the optimisation's pool reuses what the
+others computed: ``get_or_compute`` lets exactly one process compute a bar's signal while
+the others wait for it, and stores it with ``put``, which keeps every other bar's
+version whatever order the processes reach the bars in. So the model is called once per
+bar. A read at a bar never sees a signal written for a later bar (each read that returns
+a signal checks the bar it was computed for).
 
 The pool is spawned and gets the session handle pickled, as its initializer's argument:
 each worker connects by the URL, namespace and options it carries. The same optimisation
@@ -73,7 +76,7 @@ class SignalStrategy(Strategy):
     bars = 0
 
     def init(self) -> None:
-        self.counts = {"lookups": 0, "hits": 0, "lookahead": 0, "calls": 0}
+        self.counts = {"lookups": 0, "hits": 0, "waited": 0, "lookahead": 0, "calls": 0}
 
     def next(self) -> None:
         signal = self.signal()
@@ -97,10 +100,16 @@ class SignalStrategy(Strategy):
         if stored is not None and stored["bar"] == bar:
             self.counts["hits"] += 1
             return float(stored["signal"])
-        self.counts["calls"] += 1
-        value = model_signal(self.data.Close)
-        cache.set_data({"bar": bar, "signal": value}, bar)
-        return value
+        closes = self.data.Close
+        computed: list[bool] = []
+
+        def compute() -> dict[str, Any]:
+            computed.append(True)
+            return {"bar": bar, "signal": model_signal(closes)}
+
+        answer = cache.get_or_compute(bar, compute)
+        self.counts["calls" if computed else "waited"] += 1
+        return float(answer["signal"])
 
     def report(self) -> None:
         """Add this run's counts to the tally every process shares."""
@@ -156,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             tally = store.session(*TALLY)
             cached, cached_map, cached_wall = optimize(data, grid, cache, tally, args.processes)
             counts = tally.get_data(0) or {}
+            bars = [bar_ms(stamp) for stamp in data.index]
+            distinct = sum(1 for bar in bars if (cache.get_data(bar) or {}).get("bar") == bar)
             cache.delete()
             tally.delete()
         plain, plain_map, plain_wall = optimize(data, grid, None, None, args.processes)
@@ -173,7 +184,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs": counts.get("runs", 0),
         "signal_lookups": lookups,
         "model_calls": counts.get("calls", 0),
+        "distinct_bars": distinct,
         "reused": counts.get("hits", 0),
+        "waited": counts.get("waited", 0),
         "reuse_rate": counts.get("hits", 0) / lookups if lookups else 0.0,
         "lookahead_reads": counts.get("lookahead", 0),
         "best_params": {name: float(v) for name, v in cached._strategy._params.items()},
@@ -188,8 +201,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(
             f"{result['combinations']} parameter combinations over {result['bars']} GOOG bars"
             f" ({result['runs']} backtests)\n"
-            f"signals: {lookups} looked up, {result['model_calls']} computed, "
-            f"{result['reused']} reused ({result['reuse_rate']:.0%} reuse rate)\n"
+            f"signals: {lookups} looked up, {result['model_calls']} computed (for "
+            f"{result['distinct_bars']} distinct bars), {result['reused']} reused "
+            f"({result['reuse_rate']:.0%} reuse rate), {result['waited']} waited for\n"
             f"look-ahead: {result['lookahead_reads']} reads saw a later bar's signal\n"
             f"best: {result['best_params']} -> equity {result['best_equity']:,.0f}"
             f" (the same without the store: {result['same_result_without_store']})\n"

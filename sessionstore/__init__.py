@@ -15,9 +15,11 @@ from __future__ import annotations
 from .admin import namespaces
 from .errors import (
     AccessDeniedError,
+    ComputeTimeoutError,
     ConcurrentModificationError,
     CorruptLogError,
     DurabilityError,
+    EventTimeOrderError,
     HarnessFieldError,
     InvalidArgumentError,
     LibraryMissingError,
@@ -45,10 +47,12 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "AccessDeniedError",
+    "ComputeTimeoutError",
     "ConcurrentModificationError",
     "CorruptLogError",
     "DurabilityError",
     "EventLog",
+    "EventTimeOrderError",
     "InvalidArgumentError",
     "LibraryMissingError",
     "LoadedSession",

@@ -45,7 +45,7 @@ from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRef, value_refs
 from .session_state import SessionState, session_state
-from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE
+from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .store_state import Lifecycle, PendingSessions
 from .writer import WriterBuffer, WriterContext, open_buffer
 
@@ -136,6 +136,26 @@ class AsyncSession:
     async def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``; ``None`` clears."""
         await arun(flows.set_data(self._state, self._lifecycle, value, when), self._backend)
+
+    async def put(self, value: Any, when: Any) -> None:
+        """History: store ``value`` as the version at exactly ``when``, discarding nothing
+        else; see :meth:`sessionstore.Session.put`."""
+        await arun(flows.put(self._state, self._lifecycle, value, when), self._backend)
+
+    async def get_or_compute(
+        self,
+        when: Any,
+        fn: Callable[[], Any],
+        *,
+        timeout: float | None = None,
+        lease: float = flows.COMPUTE_LEASE,
+    ) -> Any:
+        """History: the version at exactly ``when``, computed once among every caller of
+        the store when there is none; ``fn`` may be a coroutine function (its result is
+        awaited). See :meth:`sessionstore.Session.get_or_compute`."""
+        wait, held = compute_times(self._owner, timeout, lease)
+        flow = flows.get_or_compute(self._state, self._lifecycle, when, fn, wait, held)
+        return await arun(flow, self._backend)
 
     async def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` (which may be
@@ -352,10 +372,14 @@ class AsyncSessionWriter:
     def next_seq(self) -> int:
         return self._buffer.next_seq
 
-    def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
-        """Snapshot, check and queue one event (seq and time assigned here); return it."""
+    def emit(
+        self, type: str, data: dict[str, Any] | None = None, time: object = None
+    ) -> SessionEvent:
+        """Snapshot, check and queue one event (seq assigned here, time the logical
+        ``time`` given, else the wall clock); return it. See
+        :meth:`sessionstore.SessionWriter.emit`."""
         self._buffer.check_owner("emit")
-        event, due = self._buffer.make(type, data)
+        event, due = self._buffer.make(type, data, time)
         if due is not None:
             self._drain.schedule(self, due)
         return event

@@ -99,3 +99,15 @@ def check_poll(poll: object) -> float:
     if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < 3600:
         raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {short_repr(poll)}")
     return float(poll)
+
+
+def check_seconds(name: str, value: object) -> float:
+    """A positive, finite number of seconds (at most a day), as a float: a wait or a lease."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= 86400
+    ):
+        raise InvalidArgumentError(f"{name} must be seconds in (0, 86400], not {short_repr(value)}")
+    return float(value)

@@ -143,6 +143,38 @@ class ValueBackend(ABC):
         """Atomically: if :meth:`read_as_of` ``(when)`` equals ``expected``,
         :meth:`write_version` and return True."""
 
+    @abstractmethod
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        """History, atomically: record this version at exactly ``when`` (replacing the
+        version stored at ``when``, if any; ``payload=None`` records a clear) and discard
+        no other, then keep only the newest ``max_versions`` (the oldest go, this one too
+        when it is among them). Unlike :meth:`write_version`, versions written by other
+        workers, at any time before or after ``when``, stay. ``ttl_ms`` as for
+        :meth:`write_version`.
+        """
+
+    @abstractmethod
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """Take, or renew for ``token``, the lease on computing the version of ``key`` at
+        ``when`` (``get_or_compute``), for ``ttl_ms``; False, with nothing changed, while
+        another token holds a live one. The lease is visible to every thread and process
+        using the same store and ends when released, when ``ttl_ms`` passes without a
+        renewal, or with its holder's process (a backend whose leases end only so may
+        ignore ``ttl_ms``)."""
+
+    @abstractmethod
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        """Give up ``token``'s lease on the version of ``key`` at ``when`` (nothing if it
+        does not hold it)."""
+
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         """Every key with a stored, unexpired record in ``namespace``, with True for a
         history key."""
@@ -375,6 +407,25 @@ class AsyncValueBackend(Protocol):
         ttl_ms: int | None = None,
     ) -> bool:
         """:meth:`ValueBackend.swap_version`."""
+
+    async def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        """:meth:`ValueBackend.put_version`."""
+
+    async def acquire_compute_lease(
+        self, key: ValueKey, when: int, token: str, ttl_ms: int
+    ) -> bool:
+        """:meth:`ValueBackend.acquire_compute_lease`."""
+
+    async def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        """:meth:`ValueBackend.release_compute_lease`."""
 
     async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         """:meth:`ValueBackend.scan`."""

@@ -2,13 +2,17 @@
 
 Worker processes (spawned, or Dask distributed tasks: :func:`run_on_dask`) run a toy
 strategy over seeded synthetic candles. For each candle the
-strategy "asks a model" (deterministic and deliberately slow) for a signal and caches the
-answer in a history session value keyed by the symbol, so every other callback and every
-other worker running that symbol reuses it; a read at candle time never sees an answer
-written for a later candle. Each decision is logged as a turn (turn, step, tool call,
-tool result) through the write-behind writer. Afterwards the parent checks the invariants:
-contiguous and balanced logs, no cached answer lost or read from the future, and a
-summary that adds up (candles processed = model calls + answers reused).
+strategy "asks a model" (deterministic and deliberately slow) for a signal, cached in a
+history session value keyed by the symbol, one version per candle bucket: a candle whose
+bucket's answer is stored reuses it; otherwise ``get_or_compute`` lets exactly one
+worker of all those running that symbol ask the model while the others wait for its
+answer, and ``put`` stores it at the bucket's time without discarding what other workers
+stored. A read at candle time never sees an answer written for a later candle. Each
+decision is logged as a turn (turn, step, tool call, tool result), stamped with the
+candle's time, through the write-behind writer. Afterwards the parent checks the
+invariants: contiguous and balanced logs, no cached answer lost or read from the future,
+a summary that adds up (candles processed = model calls + answers reused + answers
+waited for) and one model call per distinct (symbol, candle bucket) reached.
 
 What is the demo's own (:func:`owns_session`, :func:`owns_value`): it marks what it
 writes by names no other use is likely to pick, the same in every run:
@@ -118,6 +122,8 @@ class WorkerReport:
     candles: int = 0
     model_calls: int = 0
     reused: int = 0
+    #: Answers another worker was computing (or had just stored) when this one asked.
+    waited: int = 0
     lookahead_refusals: int = 0
     future_reads: int = 0
     events: int = 0
@@ -142,6 +148,9 @@ class DemoResult:
     repair_events: int = 0
     #: The demo's own leftovers of an earlier run deleted before this one: (sessions, values).
     deleted: tuple[int, int] = (0, 0)
+    #: The distinct (symbol, candle bucket) answers the processed candles needed: the
+    #: model calls exactly-once computing makes.
+    distinct_answers: int = 0
 
     def total(self, name: str) -> int:
         return sum(getattr(w, name) for w in self.workers)
@@ -300,8 +309,8 @@ def run_jobs(
         position = 0
         for index in range(candle_count):
             when = START_MS + index * CANDLE_MS
-            writer.emit("turn/start", {"turn": index + 1})
-            writer.emit("step/start", {"turn": index + 1, "step": 1})
+            writer.emit("turn/start", {"turn": index + 1}, when)
+            writer.emit("step/start", {"turn": index + 1, "step": 1}, when)
             call_id = f"{job.session_id}-{index}"
             writer.emit(
                 "tool/call",
@@ -312,11 +321,12 @@ def run_jobs(
                     "name": "ask_model",
                     "arguments": {"symbol": job.symbol},
                 },
+                when,
             )
             if crash_at is not None and report.candles == crash_at:
                 writer.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
-            answer, reused, withheld = _signal(cache, closes, index, when, report)
+            answer, source, withheld = _signal(cache, closes, index, when, report)
             writer.emit(
                 "tool/result",
                 {
@@ -325,15 +335,18 @@ def run_jobs(
                     "call_id": call_id,
                     "is_error": False,
                     "content": answer["signal"],
-                    "cached": reused,
+                    "cached": source == REUSED,
+                    "waited": source == WAITED,
                     "withheld": withheld,
                 },
+                when,
             )
             position = _trade(job.variant, answer["signal"], position)
-            writer.emit("step/end", {"turn": index + 1, "step": 1})
+            writer.emit("step/end", {"turn": index + 1, "step": 1}, when)
             writer.emit(
                 "turn/end",
                 {"turn": index + 1, "reason": {"kind": "done"}, "position": position},
+                when,
             )
             report.events += EVENTS_PER_CANDLE
             report.candles += 1
@@ -343,10 +356,17 @@ def run_jobs(
     return report
 
 
+#: Where a candle's answer came from (see :func:`_signal`).
+COMPUTED, REUSED, WAITED = "computed", "reused", "waited"
+
+
 def _signal(
     cache: Any, closes: list[float], index: int, when: int, report: WorkerReport
-) -> tuple[dict[str, Any], bool, bool]:
-    """(answer, reused from the cache, a later answer was withheld by look-ahead)."""
+) -> tuple[dict[str, Any], str, bool]:
+    """(answer, where it came from, a later answer was withheld by look-ahead): the
+    cached answer of the candle's bucket when it is stored (:data:`REUSED`), else
+    ``get_or_compute`` at the bucket's time: this worker asked the model
+    (:data:`COMPUTED`) or another one did (:data:`WAITED`)."""
     bucket = bucket_start(index)
     cached = cache.get_data(when)
     newest = cache.get_data(FAR_FUTURE_MS)
@@ -356,12 +376,19 @@ def _signal(
         report.future_reads += 1
     if cached is not None and cached["bucket"] == bucket:
         report.reused += 1
-        return cached, True, withheld
-    answer = ask_model(closes, bucket)
-    report.model_calls += 1
-    if newest is None or newest["bucket"] < bucket:
-        cache.set_data(answer, START_MS + bucket * CANDLE_MS)
-    return answer, False, withheld
+        return cached, REUSED, withheld
+    asked: list[bool] = []
+
+    def model() -> dict[str, Any]:
+        asked.append(True)
+        return ask_model(closes, bucket)
+
+    answer: dict[str, Any] = cache.get_or_compute(START_MS + bucket * CANDLE_MS, model)
+    if asked:
+        report.model_calls += 1
+        return answer, COMPUTED, withheld
+    report.waited += 1
+    return answer, WAITED, withheld
 
 
 def _trade(variant: str, signal_name: str, position: int) -> int:
@@ -610,6 +637,8 @@ def _check(
     codes: list[str] = []
     balanced = gaps = lost = repair_events = 0
     sessions = 0
+    #: The candle buckets each symbol's processed candles needed an answer for.
+    needed: dict[str, set[int]] = {}
     with sessionstore.connect(url, namespace) as store:
         for report in reports:
             for job in dealt[report.worker]:
@@ -621,6 +650,7 @@ def _check(
                     continue
                 if report.crashed:
                     _count_from_log(report, job, before)
+                needed.setdefault(job.symbol, set()).update(_buckets_answered(before))
                 sessions += 1
                 loaded = _load_when_free(store, job.session_id)
                 if [e.seq for e in loaded.events] != list(range(len(loaded.events))):
@@ -637,15 +667,23 @@ def _check(
                     codes += [e.data["error"]["code"] for e in added if e.type == "tool/result"]
         jobs = [job for jobs in dealt for job in jobs]
         for symbol in sorted({job.symbol for job in jobs}):
-            lost += _check_cache(store, symbol, candle_count, problems, require_final=not crash)
+            buckets = needed.get(symbol, set())
+            lost += _check_cache(store, symbol, candle_count, problems, required=buckets)
     future = sum(r.future_reads for r in reports)
     if future:
         problems.append(f"{future} reads returned a value from the future")
     candles_done = sum(r.candles for r in reports)
-    answers = sum(r.model_calls + r.reused for r in reports)
+    answers = sum(r.model_calls + r.reused + r.waited for r in reports)
     if candles_done != answers:
         problems.append(
-            f"{candles_done} candles processed but {answers} model answers made or reused"
+            f"{candles_done} candles processed but {answers} model answers made, reused or"
+            " waited for"
+        )
+    distinct = sum(len(buckets) for buckets in needed.values())
+    calls = sum(r.model_calls for r in reports)
+    if calls != distinct:
+        problems.append(
+            f"{calls} model calls made for {distinct} distinct (symbol, candle) answers"
         )
     if crash and not repaired:
         problems.append("the crashed worker's interrupted turn was not repaired")
@@ -663,6 +701,7 @@ def _check(
         problems,
         namespace=namespace,
         repair_events=repair_events,
+        distinct_answers=distinct,
     )
 
 
@@ -688,8 +727,10 @@ def _count_from_log(report: WorkerReport, job: Job, events: list[SessionEvent]) 
         if event.type == "turn/end":
             report.candles += 1
         elif event.type == "tool/result":
-            report.reused += bool(data.get("cached"))
-            report.model_calls += not data.get("cached")
+            reused, waited = bool(data.get("cached")), bool(data.get("waited"))
+            report.reused += reused
+            report.waited += waited
+            report.model_calls += not (reused or waited)
             report.lookahead_refusals += bool(data.get("withheld"))
         elif event.type == "turn/start":
             turn = data.get("turn")
@@ -697,14 +738,23 @@ def _count_from_log(report: WorkerReport, job: Job, events: list[SessionEvent]) 
         report.interrupted = f"{job.session_id} turn {turn}"
 
 
+def _buckets_answered(events: list[SessionEvent]) -> set[int]:
+    """The candle buckets whose answers the tool results of a log carry."""
+    return {
+        bucket_start(event.data["turn"] - 1)
+        for event in events
+        if event.type == "tool/result" and isinstance(event.data.get("turn"), int)
+    }
+
+
 def _check_cache(
-    store: Any, symbol: str, candle_count: int, problems: list[str], *, require_final: bool
+    store: Any, symbol: str, candle_count: int, problems: list[str], *, required: set[int]
 ) -> int:
     """Every cached answer still stored is the model's answer for its own candle, and the
-    answer for the final candle bucket survived. Returns the number of violations."""
+    answer of every bucket in ``required`` (those the workers' candles needed) survived,
+    whichever worker stored it when. Returns the number of violations."""
     closes = candles(symbol, candle_count)
     cache = store.session(symbol, STRATEGY, EXCHANGE, FRAME, history=True)
-    final = bucket_start(candle_count - 1)
     bad = 0
     for bucket in range(0, candle_count, SIGNAL_CANDLES):
         stored = cache.get_data(START_MS + bucket * CANDLE_MS)
@@ -712,7 +762,7 @@ def _check_cache(
             if stored != model_answer(closes, bucket):
                 bad += 1
                 problems.append(f"cached answer for {symbol} at candle {bucket} is wrong")
-        elif bucket == final and require_final:
+        elif bucket in required:
             bad += 1
-            problems.append(f"cached answer for {symbol} at the final candle {bucket} was lost")
+            problems.append(f"cached answer for {symbol} at candle {bucket} was lost")
     return bad

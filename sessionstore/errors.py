@@ -8,13 +8,15 @@ the original chained as ``__cause__``::
     ├── InvalidArgumentError (also ValueError)   bad argument; nothing was written
     │   ├── NotSerializableError                 a value msgpack cannot carry (names key, type)
     │   ├── NotJSONSerializableError             event data that would not survive JSON
-    │   └── HarnessFieldError                    a harness event field repair reads is malformed
+    │   ├── HarnessFieldError                    a harness event field repair reads is malformed
+    │   └── EventTimeOrderError                  an event's time is before the one before it
     ├── SessionDisposedError                     a disposed session handle was used
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
     │   └── LibraryMissingError                  the Redis Functions library is not installed
     ├── ConcurrentModificationError              update() gave up after its retries
+    ├── ComputeTimeoutError                      get_or_compute waited longer than its timeout
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
     ├── SessionExistsError                       create() of an id that already exists
@@ -84,6 +86,21 @@ class HarnessFieldError(InvalidArgumentError):
         super().__init__(f"event {_q(event_type)} (seq {seq}) is malformed at {path}: {reason}")
 
 
+class EventTimeOrderError(InvalidArgumentError):
+    """An event's ``time`` is earlier than the time of the event before it in its log:
+    times never go backwards within a log. Nothing was queued or written."""
+
+    def __init__(self, session_id: str, seq: int, time: int, previous: int) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.time = time
+        self.previous = previous
+        super().__init__(
+            f"session {_q(session_id)}: event seq {seq} has time {time}, before the time"
+            f" {previous} of the event before it (times must not go backwards)"
+        )
+
+
 class SessionDisposedError(SessionStoreError):
     """The session handle was disposed; its stored data is untouched."""
 
@@ -113,6 +130,20 @@ class LibraryMissingError(AccessDeniedError):
 
 class ConcurrentModificationError(SessionStoreError):
     """``update()`` lost the race on every retry."""
+
+
+class ComputeTimeoutError(SessionStoreError):
+    """``get_or_compute`` waited ``timeout`` seconds for another caller to compute the
+    version of ``key`` at ``when`` and gave up; nothing was written."""
+
+    def __init__(self, key: str, when: int, timeout: float) -> None:
+        self.key = key
+        self.when = when
+        self.timeout = timeout
+        super().__init__(
+            f"get_or_compute of {key} at {when}: another caller was still computing it"
+            f" after {timeout:g} s"
+        )
 
 
 class DurabilityError(SessionStoreError):

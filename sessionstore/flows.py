@@ -9,19 +9,25 @@ their methods only pick a flow and a runner.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
+import secrets
+import threading
+import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .arguments import check_from_seq, check_ttl
-from .backoff import LOST_RACE
+from .backoff import LOST_RACE, Backoff
 from .contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from .drive import Pause, Step, adrive, drive
 from .errors import (
+    ComputeTimeoutError,
     ConcurrentModificationError,
+    EventTimeOrderError,
     InvalidArgumentError,
     SeqConflictError,
     SessionBusyError,
@@ -43,6 +49,12 @@ P = ParamSpec("P")
 UPDATE_ATTEMPTS = 1000
 #: How often ``load`` re-reads when a concurrent append overtook its repair.
 REPAIR_ATTEMPTS = 50
+#: How long (s) a ``get_or_compute`` lease lasts past its last renewal: renewed every
+#: third of it while ``fn`` runs, it ends this long after its holder died.
+COMPUTE_LEASE = 5.0
+#: How often a ``get_or_compute`` waiter looks again: soon at first, then every 0.1 s at
+#: most, jittered so that waiters do not come together.
+COMPUTE_POLL = Backoff(base=0.002, cap=0.1, jitter=True)
 
 
 class Call:
@@ -73,7 +85,19 @@ class Apply:
     value: Any
 
 
-Flow = Generator[Call | Sleep | Apply, Any, T]
+@dataclass(slots=True)
+class Hold:
+    """Call user code ``fn()`` while ``renew`` (a backend call) is repeated every
+    ``every`` seconds, in a thread (sync) or a task (async) of its own; the async runner
+    awaits an awaitable result. A failed renewal is let go: the lease it renews then
+    ends by itself."""
+
+    fn: Callable[[], Any]
+    renew: Call
+    every: float
+
+
+Flow = Generator[Call | Sleep | Apply | Hold, Any, T]
 
 
 def run(flow: Flow[T], backend: Any) -> T:
@@ -86,17 +110,21 @@ async def arun(flow: Flow[T], backend: Any) -> T:
     return await adrive(flow, functools.partial(_aresolve, backend))
 
 
-def _resolve(backend: Any, step: Call | Sleep | Apply) -> Step:
+def _resolve(backend: Any, step: Call | Sleep | Apply | Hold) -> Step:
     if isinstance(step, Call):
         return functools.partial(getattr(backend, step.name), *step.args, **step.kwargs)
     if isinstance(step, Sleep):
         return Pause(step.seconds)
+    if isinstance(step, Hold):
+        return functools.partial(_hold, backend, step)
     return functools.partial(step.fn, step.value)
 
 
-def _aresolve(backend: Any, step: Call | Sleep | Apply) -> Step:
+def _aresolve(backend: Any, step: Call | Sleep | Apply | Hold) -> Step:
     if isinstance(step, Apply):
         return functools.partial(_apply, step.fn, step.value)
+    if isinstance(step, Hold):
+        return functools.partial(_ahold, backend, step)
     return _resolve(backend, step)
 
 
@@ -104,6 +132,43 @@ async def _apply(fn: Callable[[Any], Any], value: Any) -> Any:
     """User code in the async API: its result is awaited when it is awaitable."""
     result = fn(value)
     return await result if inspect.isawaitable(result) else result
+
+
+def _hold(backend: Any, step: Hold) -> Any:
+    renew = _resolve(backend, step.renew)
+    done = threading.Event()
+
+    def renewing() -> None:
+        while not done.wait(step.every):
+            with contextlib.suppress(Exception):  # the lease then ends by itself
+                renew()  # type: ignore[operator]
+
+    renewer = threading.Thread(target=renewing, name="sessionstore-lease", daemon=True)
+    renewer.start()
+    try:
+        return step.fn()
+    finally:
+        done.set()
+        renewer.join()
+
+
+async def _ahold(backend: Any, step: Hold) -> Any:
+    renew = _resolve(backend, step.renew)
+
+    async def renewing() -> None:
+        while True:
+            await asyncio.sleep(step.every)
+            with contextlib.suppress(Exception):  # the lease then ends by itself
+                await renew()  # type: ignore[operator]
+
+    renewer = asyncio.create_task(renewing())
+    try:
+        result = step.fn()
+        return await result if inspect.isawaitable(result) else result
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewer
 
 
 # --- session values -------------------------------------------------------------------
@@ -155,6 +220,94 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
         state.forget()
         yield Call(ValueBackend.write, state.key, payload, ms, ttl_ms=ttl_ms)
         state.remember(Stored(payload, ms) if payload is not None else None)
+
+
+def _history_only(state: SessionState, operation: str) -> None:
+    if not state.history:
+        raise InvalidArgumentError(
+            f"{operation} of {state.key.label()}: it needs a history handle"
+            " (store.session(..., history=True))"
+        )
+
+
+def put(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -> Flow[None]:
+    """Record ``value`` as the version at exactly ``when`` of a history value; no other
+    version is discarded (see :meth:`ValueBackend.put_version`)."""
+    ms = to_epoch_ms(when)
+    _history_only(state, "put")
+    yield from ready(state, lifecycle)
+    payload = state.encode(value)
+    yield Call(
+        ValueBackend.put_version, state.key, payload, ms, state.max_versions, ttl_ms=state.ttl_ms
+    )
+
+
+def get_or_compute(
+    state: SessionState,
+    lifecycle: Lifecycle,
+    when: Any,
+    fn: Callable[[], Any],
+    timeout: float,
+    lease: float,
+) -> Flow[Any]:
+    """The version at exactly ``when``, computed by ``fn()`` and :func:`put` when there
+    is none, by one caller at a time among every thread and process of the store.
+
+    A caller that finds no version takes the compute lease of (value, ``when``) and, once
+    it holds it, looks again (a holder may have just put it and let go), then runs ``fn``
+    while renewing the lease every third of ``lease`` seconds, puts the result and gives
+    the lease up, whatever happened. Every other caller looks again, sooner at first
+    (:data:`COMPUTE_POLL`), until the version is there, or the lease is free (its holder
+    failed, raised or died: then one of them takes it and computes), or ``timeout``
+    seconds have passed since the call began: :class:`ComputeTimeoutError`.
+    """
+    ms = to_epoch_ms(when)
+    _history_only(state, "get_or_compute")
+    yield from ready(state, lifecycle)
+    deadline = time.monotonic() + timeout
+    token = secrets.token_hex(16)
+    lease_ms = max(1, round(lease * 1000))
+    take = Call(ValueBackend.acquire_compute_lease, state.key, ms, token, lease_ms)
+    looks = 0
+    while True:
+        found = yield Call(ValueBackend.read_as_of, state.key, ms)
+        if found is not None and found.when == ms:
+            return state.stored_value(found.payload)
+        if (yield take):
+            return (yield from _compute(state, ms, fn, token, take, lease))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ComputeTimeoutError(state.key.label(), ms, timeout)
+        yield Sleep(min(left, COMPUTE_POLL.delay(looks)))
+        looks += 1
+
+
+def _compute(
+    state: SessionState, ms: int, fn: Callable[[], Any], token: str, take: Call, lease: float
+) -> Flow[Any]:
+    """:func:`get_or_compute` of the caller holding the lease; gives it up in the end."""
+    release = Call(ValueBackend.release_compute_lease, state.key, ms, token)
+    try:
+        found = yield Call(ValueBackend.read_as_of, state.key, ms)
+        if found is not None and found.when == ms:
+            payload = found.payload
+        else:
+            payload = state.encode((yield Hold(fn, take, lease / 3)))
+            yield Call(
+                ValueBackend.put_version,
+                state.key,
+                payload,
+                ms,
+                state.max_versions,
+                ttl_ms=state.ttl_ms,
+            )
+    except BaseException:
+        with contextlib.suppress(Exception):  # it expires (or ends with the process)
+            yield release
+        raise
+    with contextlib.suppress(Exception):
+        yield release
+    return state.stored_value(payload)
 
 
 def update(
@@ -236,6 +389,7 @@ def append(
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
     batch = encode_batch(session_id, events)
+    check_times(session_id, batch.events)
     if not batch:
         if header is not None:
             return 0
@@ -245,6 +399,14 @@ def append(
     if header is not None:
         pending.materialised(header)
     return next_seq
+
+
+def check_times(session_id: str, events: list[SessionEvent]) -> None:
+    """Times never go backwards within a batch: :class:`EventTimeOrderError` naming the
+    first event whose time is before the time of the event before it."""
+    for before, event in zip(events, events[1:], strict=False):
+        if event.time < before.time:
+            raise EventTimeOrderError(session_id, event.seq, event.time, before.time)
 
 
 def append_stored(

@@ -19,10 +19,13 @@ key                                                     type    fields / members
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
                                                                  for a clear                          value_forget.lua same as ``:at``
 ``ss:<ns>:ops:{<sym>:...:<mode>}``                       zset    member = the token of an applied     value_*.lua,    at least until
-                                                                 write (``<token>:<0|1>`` for a       history_set.lua its latest
+                                                                 write (``<token>:<0|1>`` for a       history_*.lua   its latest
                                                                  delete: what it returned), score =                   token's deadline
                                                                  its deadline: the server time (ms)                   (a write never
                                                                  it was applied + its own window                      shortens it)
+``ss:<ns>:cmp:{<sym>:...:<mode>}:<when>``                string  the token of the caller computing    compute_lease   the lease (5 s),
+                                                                 the version at ``<when>``            .lua            renewed while fn
+                                                                 (``get_or_compute``)                                 runs
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
@@ -49,7 +52,8 @@ key                                                     type    fields / members
 
 TTL: no key expires unless a ttl was asked for. A write through a value handle opened
 with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``, inside its
-script (``value_swap.lua``, ``history_set.lua``: on both keys of a history). A write without a ttl leaves a key's expiry as it was. A log session created
+script (``value_swap.lua``, ``history_set.lua``, ``history_put.lua``: on both keys of a
+history). A write without a ttl leaves a key's expiry as it was. A log session created
 with a ttl keeps it in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that
 writes ends with ``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys
 always carry the same expiry and vanish together.
@@ -107,6 +111,7 @@ HISTORY_KIND = "hist"
 LOG_KIND = "log"
 INDEX_KIND = "idx"
 OPS_KIND = "ops"
+COMPUTE_KIND = "cmp"
 #: How old (ms, by the writer's clock) an index entry whose data is gone must be before a
 #: listing removes it: far above any call's retry window, so an entry whose writer has
 #: added it but not yet written its data is never removed under it.
@@ -177,6 +182,12 @@ def ops_key(key: ValueKey) -> str:
     """The zset of the tokens of the writes applied to one value, plain and history,
     each until its own client's resend window has passed (see the module doc)."""
     return f"{namespace_prefix(key.namespace)}{OPS_KIND}:{_tag(key)}"
+
+
+def compute_lease_key(key: ValueKey, when: int) -> str:
+    """The lease of ``get_or_compute`` on the version of one history value at ``when``
+    (same hash tag as the value's keys)."""
+    return f"{namespace_prefix(key.namespace)}{COMPUTE_KIND}:{_tag(key)}:{when}"
 
 
 def value_pattern(namespace: str) -> str:

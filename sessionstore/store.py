@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .arguments import check_poll, check_ttl
+from .arguments import check_poll, check_seconds, check_ttl
 from .connection import ConnectArgs, open_store, travel_args
 from .contracts import Backends, EventBackend, ValueBackend
 from .drain import Drain
@@ -128,12 +128,54 @@ class Session:
         """Store ``value`` for logical time ``when``, replacing whatever was stored.
 
         ``None`` clears. With ``history=True`` every version at or after ``when`` is
-        discarded first. An unserialisable value raises ``NotSerializableError`` and
-        leaves the stored record as it was. With the handle's ``ttl`` the value (for
-        history: every version) expires ``ttl`` seconds from now; without one, a value
-        that was given an expiry by an earlier write keeps it, and a new one never expires.
+        discarded first (a reset: what a restarted backtest needs; workers sharing a
+        history use :meth:`put`, which discards nothing). An unserialisable value raises
+        ``NotSerializableError`` and leaves the stored record as it was. With the handle's
+        ``ttl`` the value (for history: every version) expires ``ttl`` seconds from now;
+        without one, a value that was given an expiry by an earlier write keeps it, and a
+        new one never expires.
         """
         run(flows.set_data(self._state, self._lifecycle, value, when), self._backend)
+
+    def put(self, value: Any, when: Any) -> None:
+        """History: store ``value`` as the version at exactly ``when``, discarding nothing
+        else (a version already at ``when`` is replaced; ``None`` records a clear).
+
+        What parallel workers sharing a history use: whatever others put before or after,
+        at earlier or later times and in any order, every version stays, and
+        ``get_data(t)`` still returns the newest version at or before ``t``. (``set_data``
+        resets instead: it discards every version at or after its ``when``, as a restarted
+        backtest needs.) With ``max_versions`` the oldest versions beyond it are dropped,
+        this one too when it is among the oldest. ``ttl`` as for :meth:`set_data`. A
+        plain handle raises ``InvalidArgumentError``.
+        """
+        run(flows.put(self._state, self._lifecycle, value, when), self._backend)
+
+    def get_or_compute(
+        self,
+        when: Any,
+        fn: Callable[[], Any],
+        *,
+        timeout: float | None = None,
+        lease: float = flows.COMPUTE_LEASE,
+    ) -> Any:
+        """History: the version stored at exactly ``when``; when there is none, ``fn()``
+        is run by exactly one caller among all the threads and processes using the store,
+        its result stored with :meth:`put` and returned to every caller (as stored: as
+        ``get_data`` would return it). Never a version of another time.
+
+        The caller that computes holds a lease on (this value, ``when``), renewed every
+        third of ``lease`` seconds while ``fn`` runs; the others wait for its result. If
+        ``fn`` raises, its caller gets the exception and one waiter computes instead; if
+        the computing process dies, its lease ends (at once on a file store, ``lease``
+        seconds after its last renewal on Redis and SQLite) and one waiter computes. A
+        waiter gives up after ``timeout`` seconds (default: the ``timeout`` given to
+        ``connect``, else 30 s) with ``ComputeTimeoutError``. A bad ``timeout`` or
+        ``lease`` raises ``InvalidArgumentError``; so does a plain handle.
+        """
+        wait, held = compute_times(self._owner, timeout, lease)
+        flow = flows.get_or_compute(self._state, self._lifecycle, when, fn, wait, held)
+        return run(flow, self._backend)
 
     def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` and return
@@ -203,7 +245,8 @@ class EventLog:
     def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
-        replay and writes nothing; anything else raises ``SeqConflictError``."""
+        replay and writes nothing; anything else raises ``SeqConflictError``. Times must
+        not go backwards within the batch (``EventTimeOrderError``, nothing written)."""
         flow = flows.append(self._pending, self._lifecycle, session_id, events)
         return run(flow, self._backend)
 
@@ -425,6 +468,20 @@ def _reopen(args: ConnectArgs, closed: bool) -> Store:
     if closed:
         store.close()
     return store
+
+
+#: How long (s) a ``get_or_compute`` waiter waits when neither it nor ``connect`` named a
+#: timeout.
+DEFAULT_COMPUTE_TIMEOUT = 30.0
+
+
+def compute_times(owner: Any, timeout: object, lease: object) -> tuple[float, float]:
+    """(wait, lease) seconds of a ``get_or_compute`` call, checked: ``timeout``, else the
+    ``timeout`` its store was connected with, else :data:`DEFAULT_COMPUTE_TIMEOUT`."""
+    if timeout is None:
+        args = getattr(owner, "_args", None)
+        timeout = DEFAULT_COMPUTE_TIMEOUT if args is None or args.timeout is None else args.timeout
+    return check_seconds("timeout", timeout), check_seconds("lease", lease)
 
 
 def _session_of(store: Store, state: SessionState) -> Session:

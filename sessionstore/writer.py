@@ -21,6 +21,7 @@ from . import flows
 from .contracts import EventBackend, EventBatch
 from .drain import Drain
 from .errors import (
+    EventTimeOrderError,
     InvalidArgumentError,
     SessionBusyError,
     SessionStoreError,
@@ -31,7 +32,7 @@ from .flows import run
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
-from .when import now_ms
+from .when import now_ms, to_epoch_ms
 
 #: The most events one append of a writer carries (a long backlog goes in several).
 BATCH_MAX = 5000
@@ -122,9 +123,16 @@ class WriterBuffer:
         if self.closed:
             raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
 
-    def make(self, type: str, data: dict[str, Any] | None) -> tuple[SessionEvent, float | None]:
+    def make(
+        self, type: str, data: dict[str, Any] | None, at: object = None
+    ) -> tuple[SessionEvent, float | None]:
         """Snapshot, check and queue the next event; return it (with data of its own)
         and the time the writer must be served at, if it must be queued for it now.
+
+        Its time is ``at`` (the caller's logical time: int epoch ms or a datetime, see
+        :func:`~sessionstore.when.to_epoch_ms`), which must not be before the time of the
+        event before it (:class:`EventTimeOrderError`); without ``at``, the wall clock,
+        never before the event before it.
 
         Everything is checked first, so a bad emit raises :class:`InvalidArgumentError`
         (a ``type`` that is not a non-empty str, ``data`` that is not a dict or None),
@@ -135,11 +143,18 @@ class WriterBuffer:
         """
         check_emit(type, data)
         with self._lock:
-            return self._queue(type, data)
+            return self._queue(type, data, at)
 
-    def _queue(self, type: str, data: dict[str, Any] | None) -> tuple[SessionEvent, float | None]:
+    def _queue(
+        self, type: str, data: dict[str, Any] | None, at: object
+    ) -> tuple[SessionEvent, float | None]:
         self.check_open()
-        when = max(self.last_time, now_ms())
+        if at is None:
+            when = max(self.last_time, now_ms())
+        else:
+            when = to_epoch_ms(at)
+            if when < self.last_time:
+                raise EventTimeOrderError(self.session_id, self.next_seq, when, self.last_time)
         event = SessionEvent.model_construct(
             seq=self.next_seq, type=type, time=when, data={} if data is None else data, id=None
         )
@@ -351,11 +366,19 @@ class SessionWriter:
     def next_seq(self) -> int:
         return self._buffer.next_seq
 
-    def emit(self, type: str, data: dict[str, Any] | None = None) -> SessionEvent:
+    def emit(
+        self, type: str, data: dict[str, Any] | None = None, time: object = None
+    ) -> SessionEvent:
         """Snapshot and check ``data`` (see :meth:`WriterBuffer.make`), queue the event
-        (seq and time assigned here) and return it. No I/O."""
+        (seq assigned here) and return it. No I/O.
+
+        ``time`` (int epoch ms or a datetime) is the event's logical time, a backtest's
+        candle time say; it must not be before the time of the event before it in the
+        log, else :class:`EventTimeOrderError` (naming the seq and both times) and nothing
+        is queued. Without it the event gets the wall clock (never going backwards).
+        """
         self._buffer.check_owner("emit")
-        event, due = self._buffer.make(type, data)
+        event, due = self._buffer.make(type, data, time)
         if due is not None:
             self._drain.schedule(self, due)
         return event

@@ -176,3 +176,15 @@ def test_show_of_a_fork_names_its_parent_and_fork_point(backend, request, tmp_pa
         run("sessions", "show", "child", "--url", url, "-n", namespace, "--json").stdout
     )
     assert [e["seq"] for e in as_json] == [0, 1]
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite"])
+def test_list_shows_the_logical_time_a_writer_stamped(backend, request, tmp_path):
+    url = url_of(backend, request, tmp_path)
+    with sessionstore.connect(url, "ns") as store, store.events.writer(SessionHeader(id="bt")) as w:
+        w.emit("candle", {"n": 1}, time=T)
+        w.emit("candle", {"n": 2}, time=T + 3_600_000)
+    (row,) = json_lines(run("sessions", "list", "--url", url, "-n", "ns", "--json").stdout)
+    assert row["last_activity"] == T + 3_600_000
+    shown = run("sessions", "list", "--url", url, "-n", "ns").stdout
+    assert "2024-06-10T07:13:20.000Z" in shown

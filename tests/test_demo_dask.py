@@ -43,7 +43,10 @@ def test_the_demo_runs_on_an_existing_dask_cluster_by_address(tmp_path, redis_se
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
     assert summary["ok"] and summary["problems"] == []
-    assert summary["candles"] == 32 == summary["model_calls"] + summary["reused"]
+    assert (
+        summary["candles"] == 32 == summary["model_calls"] + summary["reused"] + summary["waited"]
+    )
+    assert summary["model_calls"] == summary["distinct_answers"] == 2 * 2
     assert summary["future_reads"] == 0 and summary["reused"] > 0
     assert (summary["sessions"], summary["balanced"]) == (4, 4)
 

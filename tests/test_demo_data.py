@@ -134,13 +134,14 @@ def test_the_crash_summary_adds_up_and_names_the_crashed_worker(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     (line,) = result.stdout.splitlines()
     summary = json.loads(line)
-    assert summary["candles"] == summary["model_calls"] + summary["reused"]
+    assert summary["candles"] == summary["model_calls"] + summary["reused"] + summary["waited"]
+    assert summary["model_calls"] == summary["distinct_answers"]
     assert summary["events_written"] == sum(summary["events_by"].values())
     with sessionstore.connect(url, "demo") as store:
         stored = sum(len(store.events.read_from(h.id, 0)) for h in store.events.list())
     assert summary["events_written"] == stored
     (crashed,) = summary["crashed_workers"]
-    assert crashed["candles"] == crashed["model_calls"] + crashed["reused"] > 0
+    assert crashed["candles"] == crashed["model_calls"] + crashed["reused"] + crashed["waited"] > 0
     assert crashed["interrupted"] and crashed["events"] == 6 * crashed["candles"] + 3
     assert summary["namespace"] == "demo"
     assert summary["sessions_command"].endswith("sessions list -n demo --url " + url)

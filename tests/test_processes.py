@@ -4,6 +4,11 @@ spawn (workers connect by URL), for every backend that can be shared."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -112,3 +117,158 @@ def test_four_processes_appending_to_one_session_stay_contiguous(shared_url, nam
     for worker in range(4):
         ns = [e.data["n"] for e in events if e.data.get("worker") == worker]
         assert ns == list(range(40))
+
+
+# --- a history shared by worker processes: put, get_or_compute ---------------------------
+
+CANDLE = 3_600_000
+CANDLES = 24
+SYMBOLS = ("AAAUSDT", "BBBUSDT")
+
+
+def candle_answer(symbol: str, index: int) -> dict[str, Any]:
+    return {"symbol": symbol, "candle": index}
+
+
+def put_candles_by_url(url: str, namespace: str, worker: int) -> int:
+    """Put every candle of ``SYMBOLS[0]``, in an order of this worker's own."""
+    order = list(range(CANDLES))
+    random.Random(worker).shuffle(order)
+    with sessionstore.connect(url, namespace) as store:
+        history = store.session(SYMBOLS[0], *KEY[1:], history=True)
+        for index in order:
+            history.put(candle_answer(SYMBOLS[0], index), T0 + index * CANDLE)
+    return len(order)
+
+
+def compute_candles_by_url(url: str, namespace: str, worker: int) -> tuple[int, bool]:
+    """``get_or_compute`` every (symbol, candle) in an order of this worker's own; (how
+    many times this worker's fn ran, whether every answer was the right one)."""
+    pairs = [(symbol, index) for symbol in SYMBOLS for index in range(CANDLES)]
+    random.Random(worker).shuffle(pairs)
+    calls = 0
+    right = True
+    with sessionstore.connect(url, namespace) as store:
+        for symbol, index in pairs:
+            history = store.session(symbol, *KEY[1:], history=True)
+
+            def model(symbol: str = symbol, index: int = index) -> dict[str, Any]:
+                nonlocal calls
+                calls += 1
+                return candle_answer(symbol, index)
+
+            answer = history.get_or_compute(T0 + index * CANDLE, model)
+            right = right and answer == candle_answer(symbol, index)
+    return calls, right
+
+
+def compute_forever(url: str, namespace: str, holding: Any) -> None:
+    """Take the lease of the version at T0 and never finish (killed meanwhile)."""
+    with sessionstore.connect(url, namespace) as store:
+        history = store.session(*KEY, history=True)
+
+        def hang() -> None:
+            holding.set()
+            while True:
+                time.sleep(1)
+
+        history.get_or_compute(T0, hang, lease=0.5)
+
+
+def compute_fork_and_hang(url: str, namespace: str, holding: Any, forked: Any) -> None:
+    """Take the lease of the version at T0, fork a child that outlives this process
+    (sleeping), and never finish (killed meanwhile)."""
+    with sessionstore.connect(url, namespace) as store:
+        history = store.session(*KEY, history=True)
+
+        def hang() -> None:
+            child = os.fork()
+            if child == 0:
+                time.sleep(60)
+                os._exit(0)
+            forked.put(child)
+            holding.set()
+            while True:
+                time.sleep(1)
+
+        history.get_or_compute(T0, hang, lease=0.5)
+
+
+@pytest.mark.slow
+def test_spawned_workers_putting_the_same_candles_out_of_order_lose_no_version(
+    shared_url, namespace, spawned
+):
+    done = list(spawned.map(put_candles_by_url, [shared_url] * 4, [namespace] * 4, range(4)))
+    assert done == [CANDLES] * 4
+    with sessionstore.connect(shared_url, namespace) as store:
+        history = store.session(SYMBOLS[0], *KEY[1:], history=True)
+        for index in range(CANDLES):
+            assert history.get_data(T0 + index * CANDLE) == candle_answer(SYMBOLS[0], index)
+            assert history.get_data(T0 + index * CANDLE + CANDLE - 1) == candle_answer(
+                SYMBOLS[0], index
+            )
+
+
+@pytest.mark.slow
+def test_spawned_workers_compute_each_shared_candle_once(shared_url, namespace, spawned):
+    results = list(spawned.map(compute_candles_by_url, [shared_url] * 4, [namespace] * 4, range(4)))
+    assert all(right for _, right in results)
+    assert sum(calls for calls, _ in results) == len(SYMBOLS) * CANDLES
+
+
+@pytest.mark.slow
+def test_when_the_computing_process_is_killed_one_waiter_computes(shared_url, namespace):
+    context = multiprocessing.get_context("spawn")
+    holding = context.Event()
+    computer = context.Process(target=compute_forever, args=(shared_url, namespace, holding))
+    computer.start()
+    try:
+        assert holding.wait(60)
+        calls: list[int] = []
+        results: list[Any] = []
+
+        def model() -> str:
+            calls.append(1)
+            return "recomputed"
+
+        with sessionstore.connect(shared_url, namespace) as store:
+
+            def wait() -> None:
+                history = store.session(*KEY, history=True)
+                results.append(history.get_or_compute(T0, model, timeout=60))
+
+            waiters = [threading.Thread(target=wait) for _ in range(3)]
+            for waiter in waiters:
+                waiter.start()
+            os.kill(computer.pid, signal.SIGKILL)
+            for waiter in waiters:
+                waiter.join()
+    finally:
+        computer.kill()
+        computer.join()
+    assert results == ["recomputed"] * 3
+    assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_a_lease_ends_with_its_process_not_with_a_child_it_forked(shared_url, namespace):
+    context = multiprocessing.get_context("spawn")
+    holding, forked = context.Event(), context.Queue()
+    computer = context.Process(
+        target=compute_fork_and_hang, args=(shared_url, namespace, holding, forked)
+    )
+    computer.start()
+    child = None
+    try:
+        assert holding.wait(60)
+        child = forked.get(timeout=60)
+        os.kill(computer.pid, signal.SIGKILL)
+        computer.join()
+        with sessionstore.connect(shared_url, namespace) as store:
+            history = store.session(*KEY, history=True)
+            assert history.get_or_compute(T0, lambda: "recomputed", timeout=10) == "recomputed"
+    finally:
+        computer.kill()
+        computer.join()
+        if child is not None:
+            os.kill(child, signal.SIGKILL)

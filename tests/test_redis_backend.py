@@ -21,6 +21,7 @@ import orjson
 import pytest
 import redis
 from redis.connection import Connection
+from redis.crc import key_slot
 from support.events import batch_of, stored
 from support.redis_helpers import namespace_snapshot
 from support.redis_server import RedisServer, free_port
@@ -637,6 +638,54 @@ def test_a_history_write_sent_again_with_its_token_is_applied_once(redis_server,
     assert write(b"\x03", T0 + 1, "w1") == b"OK"
     assert values.read_as_of(key, T0 + 5) == Stored(b"\x05", T0 + 1)
     assert values.read_as_of(key, T0) is None
+    client.close()
+
+
+def test_a_history_put_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+    from sessionstore.redis import scripts
+    from sessionstore.redis.values import history_put_args, history_set_keys
+
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    names = history_set_keys(key)
+    client = raw(redis_server.url)
+
+    def put(payload: bytes, when: int, token: str) -> Any:
+        args = history_put_args(payload, when, 3, token, 60_000)
+        return scripts.run(client, "history_put", names, args)
+
+    assert put(b"\x01", T0 + 10, "p1") == b"OK"
+    assert put(b"\x02", T0, "p2") == b"OK"
+    assert values.read_as_of(key, T0 + 10) == Stored(b"\x01", T0 + 10)
+    values.put_version(key, b"\x03", T0 + 10, 3)
+    values.forget(key)
+    values.put_version(key, b"\x04", T0 + 10, 3)
+    # resends, after other puts and a delete: applied, nothing written
+    assert put(b"\x01", T0 + 10, "p1") == b"OK"
+    assert put(b"\x02", T0, "p2") == b"OK"
+    assert values.read_as_of(key, T0 + 20) == Stored(b"\x04", T0 + 10)
+    assert values.read_as_of(key, T0 + 5) is None
+    client.close()
+
+
+def test_a_compute_lease_is_one_key_of_the_values_slot_with_the_holders_token(
+    redis_server, ns, open_
+):
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    name = keys.compute_lease_key(key, T0)
+    assert key_slot(name.encode()) == key_slot(keys.history_keys(key)[0].encode())
+    assert name.startswith(keys.namespace_prefix(ns))
+    client = raw(redis_server.url)
+    assert values.acquire_compute_lease(key, T0, "holder", 60_000) is True
+    assert client.get(name) == b"holder" and 0 < client.pttl(name) <= 60_000
+    assert values.acquire_compute_lease(key, T0, "other", 60_000) is False
+    assert values.acquire_compute_lease(key, T0, "holder", 60_000) is True
+    values.release_compute_lease(key, T0, "other")
+    assert client.get(name) == b"holder"
+    values.release_compute_lease(key, T0, "holder")
+    assert client.exists(name) == 0
+    assert values.acquire_compute_lease(key, T0, "other", 60_000) is True
     client.close()
 
 

@@ -22,6 +22,9 @@ BAD_EMITS: list[tuple[tuple[Any, ...], str]] = [
     (("tick", 5), r"data must be a dict or None, not int"),
     (("tick", ({"a": 1},)), r"data must be a dict or None, not tuple"),
     (("tick", {"tags": {1, 2}}), r"not lossless JSON at \$\.tags"),
+    (("tick", None, 1.5), "when must be a datetime or int epoch milliseconds, not float"),
+    (("tick", {}, "2024-06-10"), "when must be a datetime or int epoch milliseconds, not str"),
+    (("tick", {}, 2**80), "out of range"),
 ]
 IDS = [repr(args)[:40] for args, _ in BAD_EMITS]
 

@@ -57,6 +57,23 @@ class DummyValues(ValueBackend):
     ) -> bool:
         return True
 
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        return None
+
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        return True
+
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        return None
+
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         return []
 

@@ -8,6 +8,8 @@ Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
         history.msgpack   all versions   {"key": {...}, "versions": [[when, payload|nil], ...],
                                           "expires_at": int (only with a ttl)}
         .lock             flock'ed around every write and read-compare-write
+        .compute.<when>   the lease of get_or_compute on the version at <when>: created
+                          exclusively, flock'ed by its holder until released or dead
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
 
@@ -22,6 +24,8 @@ record past it reads as absent, and stays on disk until it is written over or fo
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import warnings
 from pathlib import Path
@@ -29,6 +33,7 @@ from typing import Any, Literal, TypeGuard
 
 import msgpack
 
+from .. import forksafe
 from ..contracts import Backends, Refused, Stored, ValueBackend
 from ..keys import ValueKey
 from ..urls import mask_url
@@ -49,6 +54,8 @@ VALUES_DIR = "values"
 VALUE_FILE = "value.msgpack"
 HISTORY_FILE = "history.msgpack"
 LOCK_FILE = ".lock"
+#: The lease file of ``get_or_compute`` on the version at a time: ``.compute.<when>``.
+COMPUTE_PREFIX = ".compute."
 
 Version = tuple[int, bytes | None]
 #: A plain record as stored (its expiry, None for never, beside it).
@@ -96,6 +103,18 @@ class FileValues(ValueBackend):
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        #: The compute leases held here: (key, when, token) -> the locked lease file.
+        self._held: dict[tuple[ValueKey, int, str], int] = {}
+        forksafe.at_fork(self, "_forget_held")
+
+    def _forget_held(self) -> None:
+        """In a forked child: close the inherited lease files, so that a lease ends with
+        the process holding it and not with the last of its children (the lock stays
+        the parent's, on its own descriptor)."""
+        held, self._held = self._held, {}
+        for fd in held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def key_dir(self, key: ValueKey) -> Path:
         """The folder holding ``key``'s records. No I/O."""
@@ -159,13 +178,86 @@ class FileValues(ValueBackend):
         *,
         ttl_ms: int | None = None,
     ) -> None:
+        self._store_version(key, payload, when, max_versions, ttl_ms, reset=True)
+
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        self._store_version(key, payload, when, max_versions, ttl_ms, reset=False)
+
+    def _store_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        ttl_ms: int | None,
+        *,
+        reset: bool,
+    ) -> None:
         directory = self.key_dir(key)
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
             versions, expires_at = _read_versions(key, path, now)
             expiry = expires_at if ttl_ms is None else now + ttl_ms
-            _write_versions(key, path, versions, payload, when, max_versions, expiry)
+            _write_versions(key, path, versions, payload, when, max_versions, expiry, reset=reset)
+
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """The lease is the file ``.compute.<when>``, created exclusively and ``flock``'ed
+        by its holder for as long as it holds it: it ends with the holder's process, so
+        ``ttl_ms`` is not used. Decided under the key's ``.lock``: a file nobody holds
+        locked any more was left by a holder that died, and is taken over."""
+        if (key, when, token) in self._held:
+            return True
+        directory = self.key_dir(key)
+        path = directory / f"{COMPUTE_PREFIX}{when}"
+        with os_errors(directory):
+            # A waiter asks again and again while another holds the lease: it looks
+            # without the key's lock first, so it does not queue with the holder's writes.
+            if _held_elsewhere(path):
+                return False
+        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            except FileExistsError:
+                if _held_elsewhere(path):
+                    return False
+                os.unlink(path)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                # Blocking: a waiter looking without the key's lock may hold it a moment.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, token.encode())
+            except BaseException:
+                os.unlink(path)
+                os.close(fd)
+                raise
+            self._held[(key, when, token)] = fd
+            return True
+
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        fd = self._held.pop((key, when, token), None)
+        if fd is None:
+            return
+        directory = self.key_dir(key)
+        path = directory / f"{COMPUTE_PREFIX}{when}"
+        try:
+            with (
+                os_errors(directory),
+                exclusive_lock(directory / LOCK_FILE),
+                contextlib.suppress(FileNotFoundError),
+            ):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    os.unlink(path)
+        finally:
+            os.close(fd)
 
     def swap_version(
         self,
@@ -213,6 +305,22 @@ class FileValues(ValueBackend):
                     found = found or not _expired(path, now)
                     remove_durably(path)
             return found
+
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether a live holder keeps the lease file ``path`` locked: for certain under the
+    key's ``.lock`` (nobody takes or gives one up meanwhile), a hint without it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _expired(path: Path, now: int) -> bool:
@@ -383,9 +491,16 @@ def _write_versions(
     when: int,
     max_versions: int | None,
     expires_at: int | None,
+    *,
+    reset: bool = True,
 ) -> None:
-    kept = [version for version in versions if version[0] < when]
+    """Record a version; ``reset`` drops every version at or after ``when`` first."""
+    if reset:
+        kept = [version for version in versions if version[0] < when]
+    else:
+        kept = [version for version in versions if version[0] != when]
     kept.append((when, payload))
+    kept.sort(key=lambda version: version[0])
     if max_versions is not None:
         kept = kept[-max_versions:]
     record: dict[str, Any] = {

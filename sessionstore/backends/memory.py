@@ -41,6 +41,13 @@ class MemoryValues(ValueBackend):
         # Each record and each history with its expiry (None: never).
         self._plain: dict[ValueKey, tuple[Stored, int | None]] = {}
         self._history: dict[ValueKey, tuple[Versions, int | None]] = {}
+        # The compute leases of ``get_or_compute``: (key, when) -> (token, expires_at).
+        # Their holders are threads of this process, so a forked child starts without.
+        self._leases: dict[tuple[ValueKey, int], tuple[str, int]] = {}
+        forksafe.at_fork(self, "_forget_leases")
+
+    def _forget_leases(self) -> None:
+        self._leases = {}
 
     def read(self, key: ValueKey) -> Stored | None:
         with self._lock:
@@ -111,6 +118,19 @@ class MemoryValues(ValueBackend):
         with self._lock:
             self._write_version(key, payload, when, max_versions, ttl_ms, wall_clock_ms())
 
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        with self._lock:
+            now = wall_clock_ms()
+            self._write_version(key, payload, when, max_versions, ttl_ms, now, reset=False)
+
     def _write_version(
         self,
         key: ValueKey,
@@ -119,9 +139,12 @@ class MemoryValues(ValueBackend):
         max_versions: int | None,
         ttl_ms: int | None,
         now: int,
+        *,
+        reset: bool = True,
     ) -> None:
+        """Record a version; ``reset`` drops every version at or after ``when`` first."""
         versions, expires_at = self._versions(key, now)
-        kept = {w: v for w, v in versions.items() if w < when}
+        kept = {w: v for w, v in versions.items() if w < when or not reset}
         kept[when] = payload
         if max_versions is not None:
             kept = dict(sorted(kept.items())[-max_versions:])
@@ -143,6 +166,21 @@ class MemoryValues(ValueBackend):
                 return False
             self._write_version(key, payload, when, max_versions, ttl_ms, now)
             return True
+
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        with self._lock:
+            now = wall_clock_ms()
+            held = self._leases.get((key, when))
+            if held is not None and held[0] != token and held[1] > now:
+                return False
+            self._leases[(key, when)] = (token, now + ttl_ms)
+            return True
+
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        with self._lock:
+            held = self._leases.get((key, when))
+            if held is not None and held[0] == token:
+                del self._leases[(key, when)]
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         with self._lock:

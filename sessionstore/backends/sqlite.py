@@ -186,6 +186,19 @@ class SqliteValues(ValueBackend):
         with self._db.transaction(key.label(), immediate=True) as conn:
             self._write_version(conn, key, payload, when, max_versions, ttl_ms, now_ms())
 
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> None:
+        with self._db.transaction(key.label(), immediate=True) as conn:
+            now = now_ms()
+            self._write_version(conn, key, payload, when, max_versions, ttl_ms, now, reset=False)
+
     @staticmethod
     def _write_version(
         conn: sqlite3.Connection,
@@ -195,7 +208,10 @@ class SqliteValues(ValueBackend):
         max_versions: int | None,
         ttl_ms: int | None,
         now: int,
+        *,
+        reset: bool = True,
     ) -> None:
+        """Record a version; ``reset`` drops every version at or after ``when`` first."""
         params = _key_params(key)
         newest = conn.execute(_NEWEST_EXPIRY, params).fetchone()
         expires_at = None if newest is None or type(newest[0]) is not int else newest[0]
@@ -205,13 +221,17 @@ class SqliteValues(ValueBackend):
             expires_at = None
         if ttl_ms is not None:
             expires_at = now + ttl_ms
-        conn.execute(f"DELETE FROM kv_history WHERE {_KEY} AND when_ms >= ?", (*params, when))
-        # The new version is the newest, so it carries the history's expiry.
+        later = ">=" if reset else "="
+        conn.execute(f"DELETE FROM kv_history WHERE {_KEY} AND when_ms {later} ?", (*params, when))
+        # After a reset the new version is the newest and carries the history's expiry;
+        # a put may land before the newest, so a new expiry goes on every version.
         conn.execute(
             "INSERT INTO kv_history (namespace, symbol, strategy, exchange, frame, mode,"
             " when_ms, payload, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (*params, when, payload, expires_at),
         )
+        if not reset and ttl_ms is not None:
+            conn.execute(f"UPDATE kv_history SET expires_at=? WHERE {_KEY}", (expires_at, *params))
         if max_versions is not None:
             # Everything older than the max_versions-th newest version goes; with fewer
             # versions the subquery is NULL and nothing matches.
@@ -237,6 +257,36 @@ class SqliteValues(ValueBackend):
                 return False
             self._write_version(conn, key, payload, when, max_versions, ttl_ms, now)
             return True
+
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        params = (*_key_params(key), when)
+        held = f"SELECT token, expires_at FROM kv_compute_leases WHERE {_KEY} AND when_ms=?"
+        # A waiter asks again and again while another holds the lease: it looks without
+        # the write lock first, so it does not queue with the holder's writes.
+        with self._db.guard(key.label()) as conn:
+            row = conn.execute(held, params).fetchone()
+        if row is not None and row[0] != token and row[1] > now_ms():
+            return False
+        with self._db.transaction(key.label(), immediate=True, durable=False) as conn:
+            row = conn.execute(held, params).fetchone()
+            now = now_ms()
+            if row is not None and row[0] != token and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT INTO kv_compute_leases (namespace, symbol, strategy, exchange, frame,"
+                " mode, when_ms, token, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (namespace, symbol, strategy, exchange, frame, mode, when_ms)"
+                " DO UPDATE SET token=excluded.token, expires_at=excluded.expires_at",
+                (*params, token, now + ttl_ms),
+            )
+            return True
+
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        with self._db.transaction(key.label(), immediate=True, durable=False) as conn:
+            conn.execute(
+                f"DELETE FROM kv_compute_leases WHERE {_KEY} AND when_ms=? AND token=?",
+                (*_key_params(key), when, token),
+            )
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         columns = "symbol, strategy, exchange, frame, mode"

@@ -16,6 +16,9 @@ table                     rows
 ``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
 ``log_leases``            the live writer's lease of a session: its ``owner`` token and
                           ``expires_at``; removed when the writer closes
+``kv_compute_leases``     the lease of ``get_or_compute`` on the version of a key at
+                          ``when_ms``: its holder's ``token`` and ``expires_at``; removed
+                          when the holder is done
 ========================  =================================================================
 
 An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
@@ -46,7 +49,7 @@ from ..urls import mask_url, query_names, reject_unknown_params
 from .fsutil import BAD_PATH_ERRNOS, local_path
 
 #: Written to ``PRAGMA user_version`` when the tables are created or migrated.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Seconds a statement waits for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 10.0
 
@@ -57,6 +60,13 @@ _KEY_COLUMNS = """
     exchange TEXT NOT NULL,
     frame TEXT NOT NULL,
     mode TEXT NOT NULL"""
+
+_COMPUTE_LEASES = f"""CREATE TABLE IF NOT EXISTS kv_compute_leases ({_KEY_COLUMNS},
+    when_ms INTEGER NOT NULL,
+    token TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode, when_ms)
+) WITHOUT ROWID"""
 
 # The log columns carry no NOT NULL / type constraints on purpose: a damaged row must
 # still be readable so that it is reported as CorruptLogError, not as a driver error.
@@ -106,6 +116,7 @@ CREATE TABLE IF NOT EXISTS log_leases (
     expires_at INTEGER NOT NULL,
     PRIMARY KEY (namespace, session_id)
 ) WITHOUT ROWID;
+{_COMPUTE_LEASES};
 """
 
 #: The statements that bring a file of schema version ``n`` to ``n + 1``, by ``n``.
@@ -121,6 +132,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " session_id TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,"
         " PRIMARY KEY (namespace, session_id)) WITHOUT ROWID",
     ),
+    3: (_COMPUTE_LEASES,),
 }
 
 #: The tables every schema version has: a file holding them is ours.

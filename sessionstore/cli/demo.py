@@ -176,7 +176,8 @@ def crashed_line(worker: engine.WorkerReport) -> str:
     where = f" in {worker.interrupted}" if worker.interrupted else ""
     return (
         f"crashed worker {worker.worker}: killed mid-turn{where} after {worker.candles} "
-        f"candle(s) ({worker.model_calls} model call(s), {worker.reused} reused), "
+        f"candle(s) ({worker.model_calls} model call(s), {worker.reused} reused, "
+        f"{worker.waited} waited for), "
         f"{worker.events} event(s) written; read back from its durable logs and counted "
         "in the totals"
     )
@@ -185,16 +186,21 @@ def crashed_line(worker: engine.WorkerReport) -> str:
 def summary(result: engine.DemoResult) -> Table:
     candles_done = result.total("candles")
     calls, reused = result.total("model_calls"), result.total("reused")
-    lookups = calls + reused
+    waited = result.total("waited")
+    lookups = calls + reused + waited
     crashed_events = sum(w.events for w in result.crashed)
     table = Table(title="backtest summary", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     rows: list[tuple[str, str | Text]] = [
         ("namespace", plain(result.namespace)),
-        ("candles processed", f"{candles_done} (model calls + answers reused)"),
-        ("model calls made", f"{calls}"),
+        ("candles processed", f"{candles_done} (model calls + answers reused + waited for)"),
+        (
+            "model calls made",
+            f"{calls} (distinct (symbol, candle) answers: {result.distinct_answers})",
+        ),
         ("model answers reused", f"{reused} ({reused / lookups:.0%} hit rate)" if lookups else "0"),
+        ("answers waited for", f"{waited} (another worker was asking the model)"),
         ("look-ahead refusals", f"{result.total('lookahead_refusals')}"),
         ("reads from the future", f"{result.total('future_reads')}"),
         (
@@ -231,6 +237,8 @@ def summary_json(result: engine.DemoResult, url: str, look: str) -> dict[str, An
         "candles": result.total("candles"),
         "model_calls": result.total("model_calls"),
         "reused": result.total("reused"),
+        "waited": result.total("waited"),
+        "distinct_answers": result.distinct_answers,
         "lookahead_refusals": result.total("lookahead_refusals"),
         "future_reads": result.total("future_reads"),
         "events_written": result.events_written,
@@ -249,6 +257,7 @@ def summary_json(result: engine.DemoResult, url: str, look: str) -> dict[str, An
                 "candles": w.candles,
                 "model_calls": w.model_calls,
                 "reused": w.reused,
+                "waited": w.waited,
                 "events": w.events,
                 "interrupted": w.interrupted,
             }

@@ -47,7 +47,7 @@ COMMANDS = (
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage",
+    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage", "get", "set",
     "hget", "hmget", "hgetall", "hset", "hdel",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",

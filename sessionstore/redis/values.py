@@ -8,7 +8,10 @@ written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`Redi
   ``write`` and ``swap``: ``value_swap.lua`` (without and
   with a comparison).
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
-  ``history_set.lua``.
+  ``history_set.lua``; ``put_version``: ``history_put.lua`` (the same token handling).
+* ``acquire_compute_lease`` / ``release_compute_lease``: ``compute_lease.lua`` on the
+  key of :func:`sessionstore.keys.compute_lease_key` (``SET NX PX`` with the caller's
+  token, renewed by the same call, deleted only by its holder).
 * ``scan``: the namespace's values index (see :mod:`.index`): ``ZRANGE``, then
   pipelined ``HGET key w`` (a value hash without a value is left out) or ``EXISTS`` of a
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
@@ -226,6 +229,20 @@ def history_set_args(
     return [*args, token, str(window_ms), _ttl_arg(ttl_ms)]
 
 
+def history_put_args(
+    payload: bytes | None,
+    when: int,
+    max_versions: int | None,
+    token: str,
+    window_ms: int,
+    ttl_ms: int | None = None,
+) -> list[Any]:
+    """ARGV of ``history_put.lua`` (KEYS: :func:`history_set_keys`); ``token`` from
+    :func:`new_token`, one per call."""
+    value = CLEARED if payload is None else payload
+    return [str(when), value, str(max_versions or 0), token, str(window_ms), _ttl_arg(ttl_ms)]
+
+
 def forget_keys(key: ValueKey) -> list[str]:
     """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the ops zset."""
     return [keys.value_key(key), *keys.history_keys(key), keys.ops_key(key)]
@@ -400,6 +417,38 @@ class ValueOps:
             reply = yield from self._script(client, "history_set", names, args, first)
         return decode_status(reply)
 
+    def put_version(
+        self,
+        client: Any,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        ttl_ms: int | None,
+    ) -> Steps[None]:
+        names = history_set_keys(key)
+        args = history_put_args(payload, when, max_versions, new_token(), self._window, ttl_ms)
+        entry = self._recent.entry(key, payload, history=True)
+        with entry as first, self._guard("history_put.lua", names[0]):
+            yield from self._script(client, "history_put", names, args, first)
+
+    def acquire_compute_lease(
+        self, client: Any, key: ValueKey, when: int, token: str, ttl_ms: int
+    ) -> Steps[bool]:
+        name = keys.compute_lease_key(key, when)
+        with self._guard("compute_lease.lua", name):
+            reply = yield from scripts.run_steps(
+                client, "compute_lease", [name], ["take", token, str(ttl_ms)]
+            )
+        return bool(int(reply))
+
+    def release_compute_lease(
+        self, client: Any, key: ValueKey, when: int, token: str
+    ) -> Steps[None]:
+        name = keys.compute_lease_key(key, when)
+        with self._guard("compute_lease.lua", name):
+            yield from scripts.run_steps(client, "compute_lease", [name], ["release", token, "0"])
+
     def scan(self, client: Any, namespace: str) -> Steps[list[tuple[ValueKey, bool]]]:
         index = keys.index_keys(namespace)[1]
         listing = yield from list_steps(client, self._guard, index, scan_queue(namespace))
@@ -478,6 +527,23 @@ class _Values:
         swap_version = self._ops.swap_version
         return self._handle.run(swap_version, key, expected, payload, when, max_versions, ttl_ms)
 
+    def put_version(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Any:
+        return self._handle.run(self._ops.put_version, key, payload, when, max_versions, ttl_ms)
+
+    def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> Any:
+        return self._handle.run(self._ops.acquire_compute_lease, key, when, token, ttl_ms)
+
+    def release_compute_lease(self, key: ValueKey, when: int, token: str) -> Any:
+        return self._handle.run(self._ops.release_compute_lease, key, when, token)
+
     def scan(self, namespace: str) -> Any:
         return self._handle.run(self._ops.scan, namespace)
 
@@ -499,6 +565,9 @@ class RedisValues(_Values, ValueBackend):
         read_as_of = ValueBackend.read_as_of
         write_version = ValueBackend.write_version
         swap_version = ValueBackend.swap_version
+        put_version = ValueBackend.put_version
+        acquire_compute_lease = ValueBackend.acquire_compute_lease
+        release_compute_lease = ValueBackend.release_compute_lease
         scan = ValueBackend.scan
         forget = ValueBackend.forget
 
@@ -527,6 +596,9 @@ class AsyncRedisValues(_Values):
         read_as_of = AsyncValueBackend.read_as_of
         write_version = AsyncValueBackend.write_version
         swap_version = AsyncValueBackend.swap_version
+        put_version = AsyncValueBackend.put_version
+        acquire_compute_lease = AsyncValueBackend.acquire_compute_lease
+        release_compute_lease = AsyncValueBackend.release_compute_lease
         scan = AsyncValueBackend.scan
         forget = AsyncValueBackend.forget
 

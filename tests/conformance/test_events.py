@@ -11,6 +11,7 @@ from support import artifacts
 
 from sessionstore import (
     CorruptLogError,
+    EventTimeOrderError,
     InvalidArgumentError,
     NotJSONSerializableError,
     SeqConflictError,
@@ -662,6 +663,56 @@ def test_writer_close_flushes_and_resumes_after_the_stored_log(store):
     resumed.close()
     assert event.seq == 2
     assert [e.type for e in store.events.load("w").events] == ["turn/start", "turn/end", "note"]
+
+
+HOUR = 3_600_000
+
+
+def test_writer_stamps_events_with_the_logical_time_given_to_emit(store):
+    w = store.events.writer(header("w"))
+    candle = dt.datetime.fromtimestamp((T + HOUR) / 1000, tz=dt.UTC)
+    assert w.emit("candle", {"n": 0}, time=T).time == T
+    assert w.emit("candle", {"n": 1}, time=candle).time == T + HOUR
+    assert w.emit("candle", {"n": 2}, time=T + HOUR).time == T + HOUR
+    w.close()
+    assert [e.time for e in store.events.load("w").events] == [T, T + HOUR, T + HOUR]
+    info = store.events.info("w")
+    assert info.last_time == T + HOUR
+    assert [i.last_time for i in store.events.list_info()] == [T + HOUR]
+
+
+def test_writer_refuses_a_time_before_the_event_before_it(store):
+    h = header("w")
+    w = store.events.writer(h)
+    w.emit("candle", {"n": 0}, time=T + HOUR)
+    with pytest.raises(EventTimeOrderError) as caught:
+        w.emit("candle", {"n": 1}, time=T)
+    error = caught.value
+    assert isinstance(error, InvalidArgumentError)
+    assert (error.seq, error.time, error.previous) == (1, T, T + HOUR)
+    assert "seq 1" in str(error) and str(T) in str(error) and str(T + HOUR) in str(error)
+    assert w.next_seq == 1
+    w.close()
+    resumed = store.events.writer(h)
+    with pytest.raises(EventTimeOrderError):
+        resumed.emit("candle", {"n": 1}, time=T)
+    assert resumed.emit("candle", {"n": 1}, time=T + 2 * HOUR).seq == 1
+    wall = resumed.emit("note")
+    resumed.close()
+    assert wall.time >= T + 2 * HOUR
+    assert [e.time for e in store.events.load("w").events] == [T + HOUR, T + 2 * HOUR, wall.time]
+
+
+def test_append_refuses_a_batch_whose_times_go_backwards(store):
+    store.events.create(header("s"))
+    batch = [ev(0, time=T + 10), ev(1, time=T)]
+    with pytest.raises(EventTimeOrderError) as caught:
+        store.events.append("s", batch)
+    assert (caught.value.seq, caught.value.time, caught.value.previous) == (1, T + 1, T + 10)
+    with pytest.raises(SessionNotFoundError):
+        store.events.read_from("s", 0)
+    store.events.append("s", [ev(0), ev(1)])
+    assert seqs(store.events.read_from("s", 0)) == [0, 1]
 
 
 def test_writer_refuses_a_malformed_harness_event_at_emit(store):

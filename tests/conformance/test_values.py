@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import threading
 from datetime import UTC, datetime, timedelta, timezone
@@ -9,6 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from sessionstore import (
+    ComputeTimeoutError,
     InvalidArgumentError,
     NotSerializableError,
     SessionDisposedError,
@@ -461,6 +464,261 @@ def test_max_versions_must_be_a_positive_int(store, bad):
 def test_max_versions_needs_history(store):
     with pytest.raises(InvalidArgumentError):
         store.session(*KEY, max_versions=3)
+
+
+# --- history shared by parallel workers: put, get_or_compute -----------------------------
+
+
+def test_history_put_out_of_order_keeps_every_version(store):
+    s = open_session(store, history=True)
+    for offset in (12, 4, 20, 0, 8, 16, 2):
+        s.put(f"v{offset}", T0 + offset)
+    for offset in (0, 2, 4, 8, 12, 16, 20):
+        assert s.get_data(T0 + offset) == f"v{offset}"
+    assert s.get_data(T0 + 3) == "v2"
+    assert s.get_data(T0 + 19) == "v16"
+    assert s.get_data(T0 + 99) == "v20"
+    assert s.get_data(T0 - 1) is None
+
+
+def test_a_slower_worker_put_does_not_wipe_later_versions(open_store, shared):
+    fast, slow = open_store(), open_store()
+    a, b = open_session(fast, history=True), open_session(slow, history=True)
+    for offset in (4, 8, 12):
+        a.put(f"fast{offset}", T0 + offset)
+    b.put("slow2", T0 + 2)
+    assert b.get_data(T0 + 20) == "fast12"
+    assert a.get_data(T0 + 3) == "slow2"
+    assert a.get_data(T0 + 9) == "fast8"
+
+
+def test_history_put_replaces_only_the_version_at_its_when(store):
+    s = open_session(store, history=True)
+    for offset in (0, 10, 20):
+        s.put(f"v{offset}", T0 + offset)
+    s.put("again", T0 + 10)
+    assert [s.get_data(T0 + offset) for offset in (0, 10, 20)] == ["v0", "again", "v20"]
+
+
+def test_history_put_of_none_records_a_clear_at_when(store):
+    s = open_session(store, history=True)
+    s.put("a", T0)
+    s.put("c", T0 + 20)
+    s.put(None, T0 + 10)
+    assert s.get_data(T0 + 5) == "a"
+    assert s.get_data(T0 + 15) is None
+    assert s.get_data(T0 + 20) == "c"
+
+
+def test_set_data_after_put_still_resets_from_its_when(store):
+    s = open_session(store, history=True)
+    for offset in (0, 10, 20):
+        s.put(f"v{offset}", T0 + offset)
+    s.set_data("restart", T0 + 5)
+    assert s.get_data(T0) == "v0"
+    assert s.get_data(T0 + 10) == "restart"
+    assert s.get_data(T0 + 99) == "restart"
+    s.put("after", T0 + 30)
+    assert s.get_data(T0 + 29) == "restart"
+    assert s.get_data(T0 + 30) == "after"
+
+
+def test_history_put_over_max_versions_drops_the_oldest(store):
+    s = open_session(store, history=True, max_versions=3)
+    for offset in (30, 10, 40, 20):
+        s.put(offset, T0 + offset)
+    assert [s.get_data(T0 + offset) for offset in (10, 20, 30, 40)] == [None, 20, 30, 40]
+    s.put("older than all", T0)
+    assert s.get_data(T0) is None
+    assert s.get_data(T0 + 20) == 20
+
+
+def test_put_and_get_or_compute_need_a_history_handle(store):
+    s = open_session(store)
+    with pytest.raises(InvalidArgumentError, match="history"):
+        s.put("x", T0)
+    with pytest.raises(InvalidArgumentError, match="history"):
+        s.get_or_compute(T0, lambda: "x")
+    assert s.get_data(T0) is None
+
+
+def test_put_refuses_a_bad_when_and_an_unserialisable_value(store):
+    s = open_session(store, history=True)
+    s.put("kept", T0)
+    with pytest.raises(InvalidArgumentError):
+        s.put("x", 1.5)
+    with pytest.raises(NotSerializableError):
+        s.put(Opaque(), T0)
+    assert s.get_data(T0) == "kept"
+
+
+def computing(api, body):
+    """``fn`` for get_or_compute: ``body`` itself (sync API) or a coroutine function
+    running it in a worker thread (async API, whose calls share one event loop)."""
+    if api == "sync":
+        return body
+
+    async def run():
+        return await asyncio.to_thread(body)
+
+    return run
+
+
+def test_get_or_compute_returns_the_stored_version_without_calling_fn(store, api):
+    s = open_session(store, history=True)
+    s.put({"signal": "buy"}, T0)
+    calls = []
+    assert s.get_or_compute(T0, computing(api, lambda: calls.append(1))) == {"signal": "buy"}
+    assert calls == []
+
+
+def test_get_or_compute_stores_what_fn_returns_at_exactly_when(store, api):
+    s = open_session(store, history=True)
+    s.put("earlier", T0)
+    s.put("later", T0 + 20)
+    assert s.get_or_compute(T0 + 10, computing(api, lambda: ("computed", 1))) == ["computed", 1]
+    assert s.get_data(T0 + 15) == ["computed", 1]
+    assert s.get_data(T0 + 5) == "earlier"
+    assert s.get_data(T0 + 20) == "later"
+    assert s.get_or_compute(T0 + 10, computing(api, lambda: "again")) == ["computed", 1]
+
+
+def test_get_or_compute_stores_a_none_result_as_a_clear(store, api):
+    s = open_session(store, history=True)
+    s.put("before", T0)
+    assert s.get_or_compute(T0 + 10, computing(api, lambda: None)) is None
+    assert s.get_data(T0 + 10) is None
+    assert s.get_or_compute(T0 + 10, computing(api, lambda: "not called")) is None
+
+
+def test_get_or_compute_runs_fn_once_among_threads_and_stores(open_store, api, backend):
+    stores = [open_store()] if backend == "memory" else [open_store(), open_store()]
+    handles = [open_session(stores[n % len(stores)], history=True) for n in range(6)]
+    calls = []
+    start = threading.Barrier(len(handles))
+
+    def model():
+        calls.append(1)
+        return {"answer": 42}
+
+    results = []
+
+    def work(handle):
+        start.wait()
+        results.append(handle.get_or_compute(T0, computing(api, model)))
+
+    threads = [threading.Thread(target=work, args=(handle,)) for handle in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert results == [{"answer": 42}] * len(handles)
+
+
+def test_when_fn_raises_its_caller_gets_the_error_and_a_waiter_computes(store, api):
+    s = open_session(store, history=True)
+    started, other_started = threading.Event(), threading.Event()
+    calls = []
+
+    def failing():
+        calls.append("failing")
+        started.set()
+        other_started.wait(30)
+        raise LookupError("model down")
+
+    def succeeding():
+        calls.append("succeeding")
+        return "fine"
+
+    raised = []
+
+    def first():
+        with pytest.raises(LookupError, match="model down") as caught:
+            s.get_or_compute(T0, computing(api, failing))
+        raised.append(caught.value)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert started.wait(30)
+    other_started.set()
+    assert s.get_or_compute(T0, computing(api, succeeding)) == "fine"
+    thread.join()
+    assert len(raised) == 1
+    assert calls == ["failing", "succeeding"]
+    assert s.get_data(T0) == "fine"
+
+
+@contextlib.contextmanager
+def lease_held(s, api, value, **options):
+    """Another thread's get_or_compute holds the lease of the version at T0 inside the
+    block (its fn waits); on leaving, fn returns ``value`` and the thread's result is
+    appended to the list the block gets."""
+    holding, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow():
+        calls.append(value)
+        holding.set()
+        release.wait(30)
+        return value
+
+    results = []
+    thread = threading.Thread(
+        target=lambda: results.append(s.get_or_compute(T0, computing(api, slow), **options))
+    )
+    thread.start()
+    try:
+        assert holding.wait(30)
+        yield results
+    finally:
+        release.set()
+        thread.join()
+    assert calls == [value]
+
+
+def test_a_waiter_gives_up_after_its_timeout(store, api):
+    s = open_session(store, history=True)
+    with lease_held(s, api, "late") as results:
+        with pytest.raises(ComputeTimeoutError) as caught:
+            s.get_or_compute(T0, computing(api, lambda: "not called"), timeout=0.2)
+        assert caught.value.when == T0 and caught.value.timeout == 0.2
+        assert isinstance(caught.value, SessionStoreError)
+        assert s.get_data(T0) is None
+    assert results == ["late"]
+    assert s.get_data(T0) == "late"
+
+
+def test_a_waiter_gives_up_after_the_timeout_its_store_was_connected_with(open_store, api):
+    s = open_session(open_store(timeout=0.3), history=True)
+    with lease_held(s, api, "late"):
+        with pytest.raises(ComputeTimeoutError) as caught:
+            s.get_or_compute(T0, computing(api, lambda: "not called"))
+        assert caught.value.timeout == 0.3
+    assert s.get_data(T0) == "late"
+
+
+def test_the_lease_is_renewed_while_fn_runs_past_it(store, api, backend):
+    if backend not in ("memory", "sqlite", "redis"):
+        pytest.skip("the lease expiry is proven on memory, SQLite and one Redis")
+    s = open_session(store, history=True)
+    others = []
+    # Five leases long: without renewal the lease would have ended and this caller
+    # would compute instead of giving up.
+    with lease_held(s, api, "held", lease=0.3), pytest.raises(ComputeTimeoutError):
+        s.get_or_compute(T0, computing(api, lambda: others.append(1)), timeout=1.5)
+    assert others == []
+    assert s.get_data(T0) == "held"
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "1", True])
+def test_get_or_compute_refuses_a_bad_timeout_or_lease(store, bad):
+    s = open_session(store, history=True)
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        s.get_or_compute(T0, lambda: 1, timeout=bad)
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        s.get_or_compute(T0, lambda: 1, lease=bad)
+    assert s.get_data(T0) is None
 
 
 # --- listing and deleting ----------------------------------------------------------------
