@@ -248,6 +248,83 @@ def test_a_cluster_node_pool_takes_a_connection_back_once(redis_server):
     assert one is not two
 
 
+# --- any thread, any event loop -----------------------------------------------------------
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def any_redis(request: pytest.FixtureRequest) -> str:
+    """The URL of a single server, and of a Redis Cluster."""
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return str(request.getfixturevalue("redis_server").url)
+
+
+def bump(value: Any) -> int:
+    return (value or 0) + 1
+
+
+def test_one_async_store_serves_ten_threads_each_with_its_own_loop(any_redis):
+    """Every update of ten threads, each running its own event loop on one store, lands
+    once; then one loop after another (asyncio.run twice) goes on with the same store."""
+    store = sessionstore.aio.connect(f"{any_redis}?durability=none", f"p-{uuid.uuid4().hex[:8]}")
+    counter = store.session("N", "s", "e", "1h")
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        async def count() -> None:
+            for _ in range(20):
+                await counter.update(bump, T0)
+
+        try:
+            asyncio.run(count())
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+    assert asyncio.run(counter.update(bump, T0)) == 201
+    assert asyncio.run(counter.get_data(T0)) == 201
+    asyncio.run(store.close())
+
+
+def named_clients(admin: redis.Redis, name: str) -> int:
+    return sum(1 for client in admin.client_list() if client["name"] == name)
+
+
+def wait_for_clients(admin: redis.Redis, name: str, at_most: int) -> int:
+    """How many connections named ``name`` the server holds, once at most ``at_most``
+    (the server sees a closed socket a moment later), or after five seconds."""
+    deadline = time.monotonic() + 5
+    while (held := named_clients(admin, name)) > at_most and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return held
+
+
+def test_the_connections_of_a_closed_loop_are_closed(server):
+    """Five loops one after another, each opening up to four connections: the server
+    never keeps more than one loop's, and none once the store is closed."""
+    name = f"loops-{uuid.uuid4().hex[:8]}"
+    url = f"{server.url}?durability=none&max_connections=4&client_name={name}"
+    store = sessionstore.aio.connect(url, f"p-{uuid.uuid4().hex[:8]}")
+    admin = redis.Redis(port=server.port)
+
+    async def work() -> None:
+        sessions = [store.session(f"S{i}", "s", "e", "1h") for i in range(8)]
+        await asyncio.gather(*(s.set_data(i, T0) for i, s in enumerate(sessions)))
+
+    for _ in range(5):
+        asyncio.run(work())
+        assert wait_for_clients(admin, name, 4) <= 4
+    assert named_clients(admin, name) >= 1  # the last loop's, until the store closes
+    asyncio.run(store.close())
+    assert wait_for_clients(admin, name, 0) == 0
+    admin.close()
+
+
 # --- sustained load (SESSIONSTORE_SOAK=1): every call succeeds on the default pool -------
 
 SOAK = bool(os.environ.get("SESSIONSTORE_SOAK"))
