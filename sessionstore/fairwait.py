@@ -50,10 +50,13 @@ class _Waiter:
             self.item, self.served = item, True
             self._wake.release()
             return True
-        try:
-            self._loop.call_soon_threadsafe(_resolve, self._future)
-        except RuntimeError:  # the loop is closed: nobody is left to wake
-            return False
+        if asyncio._get_running_loop() is self._loop:
+            self._loop.call_soon(_resolve, self._future)
+        else:
+            try:
+                self._loop.call_soon_threadsafe(_resolve, self._future)
+            except RuntimeError:  # the loop is closed: nobody is left to wake
+                return False
         self.item, self.served = item, True
         return True
 

@@ -325,6 +325,30 @@ def test_the_connections_of_a_closed_loop_are_closed(server):
     admin.close()
 
 
+def test_a_forked_child_gets_every_place_of_an_async_store(server):
+    """Calls in flight in the parent when it forks (here every place of the store taken)
+    hold nothing in the child: its calls run."""
+    url = f"{server.url}?durability=none&max_connections=2"
+    store = sessionstore.aio.connect(url, f"p-{uuid.uuid4().hex[:8]}", timeout=1)
+    counter = store.session("N", "s", "e", "1h")
+    assert asyncio.run(counter.update(bump, T0)) == 1
+    places = store._async.values._handle._slots
+    taken = [places.get(timeout=1) for _ in range(2)]
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            code = 0 if asyncio.run(counter.update(bump, T0)) == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for place in taken:
+        places.put_nowait(place)
+    assert asyncio.run(counter.update(bump, T0)) == 3
+    asyncio.run(store.close())
+
+
 # --- sustained load (SESSIONSTORE_SOAK=1): every call succeeds on the default pool -------
 
 SOAK = bool(os.environ.get("SESSIONSTORE_SOAK"))

@@ -486,15 +486,20 @@ class AsyncClient:
         self._options = options
         self._topology = topology
         self._guard = guard
+        self._first_use = FirstUse()
+        self._renew()
+        forksafe.at_fork(self, "_renew")
+
+    def _renew(self) -> None:
+        """No client yet on any loop, and every place free (also in a forked child: the
+        parent's connections are left to the parent)."""
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
         )
         self._loops_lock = threading.Lock()
-        forksafe.renew_locks(self, "_loops_lock")
         self._choosing = AnyLoopLock()
-        self._first_use = FirstUse()
         self._slots = FairQueue()
-        for _ in range(options.max_connections):
+        for _ in range(self._options.max_connections):
             self._slots.put_nowait(None)
 
     def cache(self) -> None:
