@@ -20,8 +20,8 @@ node.
 The async client keeps one ``redis.asyncio`` client per running event loop (asyncio
 connections belong to the loop that opened them), so one store serves coroutines of
 several threads, each with its own loop, and of one loop after another
-(``asyncio.run`` twice): a loop's connections are closed at the first use of the store
-after that loop closed, and by :meth:`AsyncClient.aclose`. At most N calls of the store
+(``asyncio.run`` twice): the connections of a loop that was closed are closed when the
+store is first used on a new loop, and by :meth:`AsyncClient.aclose`. At most N calls of the store
 run at once across all its loops, waiting in the same first-come order.
 
 A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks the
