@@ -9,6 +9,13 @@
 ``connect`` is a plain call and does no I/O. Each method runs the same flow of
 :mod:`sessionstore.flows` as the sync API, against ``redis.asyncio`` for Redis; the local
 backends (memory, files, SQLite) run their blocking calls in a worker thread.
+
+A store may be used from any thread and any event loop: from several threads each
+running its own loop, and from one loop after another (``asyncio.run`` twice). On Redis
+it keeps a ``redis.asyncio`` client per running loop, and closes the connections of a
+closed loop when the store is first used on a new loop, or closed (see
+:mod:`sessionstore.redis.client`). A write-behind writer stays on the loop that opened
+it.
 """
 
 from __future__ import annotations

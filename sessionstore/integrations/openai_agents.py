@@ -31,6 +31,11 @@ stored next seq, so concurrent adds from coroutines, threads and processes all l
 only if nothing changed since; else it reads again and retries. It returns the item it
 removed, never one another popper got.
 
+Any thread, any event loop: one session object (and its store) may be used from
+several threads each running its own event loop, and from one loop after another
+(``asyncio.run`` twice, ``Runner.run_sync`` twice). Its lock belongs to no loop
+(:class:`~sessionstore.fairwait.AnyLoopLock`) and the store keeps connections per loop.
+
 Each instance keeps the items it has read, and a later ``get_items`` reads only the
 events appended since (checking the last event it knew is still there: a log deleted
 and written again is read again whole).
@@ -65,6 +70,7 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..eventlog import check_session_id
+from ..fairwait import AnyLoopLock
 from ..models import SessionEvent, SessionHeader
 from ..when import now_ms
 
@@ -129,7 +135,7 @@ class SessionStoreSession:
         # Every adapter creates a log with this same header, so that processes racing to
         # create it agree (the store refuses a second, different header).
         self._header = SessionHeader(id=self.session_id, created_at=0)
-        self._lock = asyncio.Lock()
+        self._lock = AnyLoopLock()
         self._log = _Folded()
         #: Where the next append is tried first: the stored next seq as last seen.
         self._append_at = 0

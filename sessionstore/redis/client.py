@@ -9,11 +9,20 @@ server is back, and is reset in a forked child.
 
 Connections come from a pool of at most ``?max_connections=N`` (default
 :data:`.options.DEFAULT_MAX_CONNECTIONS`) per server: a call that finds every connection
-busy waits for one, up to ``timeout``, and only then raises
-:class:`StoreUnavailableError` (redis-py's plain pools refuse the call at once
-instead). On a Redis Cluster the sync client has such a pool per node; the async
-cluster client cannot wait for one, so :class:`AsyncClient` lets at most N calls of the
-store run at once.
+busy waits for one, first come, first served (:class:`~sessionstore.fairwait.FairQueue`:
+a connection given back goes to the caller that has waited longest). It raises
+:class:`StoreUnavailableError` only when no connection was given back for a whole
+``timeout`` while it waited, never because later callers overtook it (redis-py's plain
+pools refuse the call at once; its blocking pools let a newcomer take a connection ahead
+of the callers already waiting). On a Redis Cluster the sync client has such a pool per
+node.
+
+The async client keeps one ``redis.asyncio`` client per running event loop (asyncio
+connections belong to the loop that opened them), so one store serves coroutines of
+several threads, each with its own loop, and of one loop after another
+(``asyncio.run`` twice): the connections of a loop that was closed are closed when the
+store is first used on a new loop, and by :meth:`AsyncClient.aclose`. At most N calls of the store
+run at once across all its loops, waiting in the same first-come order.
 
 A URL may name any node of a Redis Cluster. ``?cluster=auto`` (the default) asks the
 server at first use (``INFO cluster``) and then talks to the whole cluster with
@@ -32,7 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import queue
+import socket
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -61,6 +73,7 @@ from ..errors import (
     SessionStoreError,
     StoreUnavailableError,
 )
+from ..fairwait import AnyLoopLock, FairQueue
 from ..urls import invalid_url
 from .boundary import ErrorBoundary, driver_defect
 from .options import RedisOptions, SentinelTarget, check_cluster_url
@@ -80,7 +93,22 @@ def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
     return {"max_connections": options.max_connections, "timeout": options.timeout}
 
 
-class ClusterNodePool(redis.BlockingConnectionPool):
+# redis-py workarounds: its pools, and its asyncio connections on a loop that is gone.
+
+
+class FairBlockingPool(redis.BlockingConnectionPool):
+    """``BlockingConnectionPool`` whose waiting callers are served first come, first
+    served, failing only after ``timeout`` seconds without a connection given back (see
+    the module doc). redis-py waits in ``queue_class().get(block=True, timeout=...)``
+    and gives back with ``put_nowait``: :class:`FairQueue` replaces its ``LifoQueue``
+    there and nothing else changes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("queue_class", FairQueue)
+        super().__init__(*args, **kwargs)
+
+
+class ClusterNodePool(FairBlockingPool):
     """The blocking pool of one cluster node, which takes a connection back only from
     the thread that holds it.
 
@@ -123,8 +151,8 @@ class ClusterNodePool(redis.BlockingConnectionPool):
         super().release(connection)
 
 
-class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, redis.BlockingConnectionPool):
-    """redis-py's Sentinel pool with the waiting of a ``BlockingConnectionPool``."""
+class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, FairBlockingPool):
+    """redis-py's Sentinel pool with the waiting of a :class:`FairBlockingPool`."""
 
 
 class AsyncSentinelBlockingPool(
@@ -150,7 +178,7 @@ class Flavour:
 
 
 BLOCKING = Flavour(
-    redis.Redis, redis.BlockingConnectionPool, redis.sentinel.Sentinel, SentinelBlockingPool, Retry
+    redis.Redis, FairBlockingPool, redis.sentinel.Sentinel, SentinelBlockingPool, Retry
 )
 ASYNCIO = Flavour(
     redis.asyncio.Redis,
@@ -328,13 +356,20 @@ class FirstUse:
     def failed(self, error: SessionStoreError) -> None:
         self.error = error
 
+    def succeeded(self) -> None:
+        """A later detection (the async client's, on another event loop) is not failed
+        by an error an earlier one met."""
+        self.error = None
+
     def run(self, seen: int, choose: Any) -> Any:
         self.check(seen)
         try:
-            return choose()
+            chosen = choose()
         except SessionStoreError as exc:
             self.failed(exc)
             raise
+        self.succeeded()
+        return chosen
 
 
 class SyncClient:
@@ -442,21 +477,30 @@ class SyncClient:
 
 class AsyncClient:
     """:class:`SyncClient` for ``redis.asyncio``: :meth:`get` is a coroutine and returns a
-    ``redis.asyncio.Redis`` or an initialised ``redis.asyncio.cluster.RedisCluster``."""
+    ``redis.asyncio.Redis`` or an initialised ``redis.asyncio.cluster.RedisCluster`` of
+    the running event loop, made at the first call on that loop (see the module doc).
+    Every call of a backend runs in :meth:`use`, among the ``max_connections`` calls
+    that may run at once across all loops."""
 
     def __init__(self, options: RedisOptions, topology: Topology, guard: ErrorBoundary) -> None:
         self._options = options
         self._topology = topology
         self._guard = guard
-        self._sentinel: redis.asyncio.sentinel.Sentinel | None = None
-        if options.sentinel is not None:
-            self._plain, self._sentinel = sentinel_client(options, ASYNCIO)
-        else:
-            self._plain = plain_client(options, ASYNCIO)
-        self._client: Any = None
-        self._lock: asyncio.Lock | None = None
         self._first_use = FirstUse()
-        self._slots: asyncio.Semaphore | None = None
+        self._renew()
+        forksafe.at_fork(self, "_renew")
+
+    def _renew(self) -> None:
+        """No client yet on any loop, and every place free (also in a forked child: the
+        parent's connections are left to the parent)."""
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loops_lock = threading.Lock()
+        self._choosing = AnyLoopLock()
+        self._slots = FairQueue()
+        for _ in range(self._options.max_connections):
+            self._slots.put_nowait(None)
 
     def cache(self) -> None:
         """The async client caches nothing (see :meth:`SyncClient.cache`)."""
@@ -471,32 +515,41 @@ class AsyncClient:
 
     def use(self) -> _Use:
         """``async with client.use() as redis_client:`` around one call of a backend: the
-        client (as :meth:`get`), and on a cluster a place among the
-        ``max_connections`` calls that may run at once (see the module doc)."""
+        client (as :meth:`get`) and a place among the ``max_connections`` calls that may
+        run at once (see the module doc)."""
         return _Use(self)
 
     async def get(self) -> Any:
-        """The client to use (see :class:`SyncClient`)."""
-        if self._client is not None:
-            return self._client
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        """The client of the running event loop (see :class:`SyncClient`)."""
+        loop = asyncio.get_running_loop()
+        entry = self._loops.get(loop)
+        if entry is not None and entry.client is not None:
+            return entry.client
+        return await self._first_use_on(loop)
+
+    async def _first_use_on(self, loop: asyncio.AbstractEventLoop) -> Any:
+        self._drop_closed_loops()
+        with self._loops_lock:
+            entry = self._loops.get(loop)
+            if entry is None:
+                entry = self._loops[loop] = _LoopClient(self._options)
         seen = self._first_use.attempts
-        async with self._lock:
-            if self._client is None:
+        async with self._choosing:
+            if entry.client is None:
                 self._first_use.check(seen)
                 try:
-                    self._client = await self._choose()
+                    entry.client = await self._choose(entry)
                 except SessionStoreError as exc:
                     self._first_use.failed(exc)
                     raise
-        return self._client
+                self._first_use.succeeded()
+        return entry.client
 
-    async def _choose(self) -> Any:
+    async def _choose(self, entry: _LoopClient) -> Any:
         if self._topology.cluster is None:
-            self._topology.cluster = await adrive(_detect(self._plain, self._guard))
+            self._topology.cluster = await adrive(_detect(entry.plain, self._guard))
         if not self._topology.cluster:
-            return self._plain
+            return entry.plain
         check_cluster_url(self._options)
         cluster = AsyncClusterClient.from_url(
             self._options.url,
@@ -506,34 +559,104 @@ class AsyncClient:
         )
         with self._guard("CLUSTER SLOTS"):
             await cluster.initialize()
-        await self._plain.aclose()
-        self._slots = asyncio.Semaphore(self._options.max_connections)
+        await entry.plain.aclose()
         return cluster
 
-    async def _wait_for_slot(self) -> asyncio.Semaphore | None:
-        """On a cluster, a place among the calls that may run at once (see the module
-        doc): the semaphore to release after the call; None on a single server."""
-        slots = self._slots
-        if slots is None:
-            return None
+    def _drop_closed_loops(self) -> None:
+        """Forget the clients of event loops that are closed, closing their sockets."""
+        with self._loops_lock:
+            gone = [loop for loop in self._loops if loop.is_closed()]
+            entries = [self._loops.pop(loop) for loop in gone]
+        for entry in entries:
+            entry.abandon()
+
+    async def _wait_for_slot(self) -> None:
+        """A place among the calls that may run at once (see the module doc)."""
         try:
-            await asyncio.wait_for(slots.acquire(), self._options.timeout)
-        except TimeoutError:
+            await self._slots.aget(self._options.timeout)
+        except queue.Empty:
             raise StoreUnavailableError(
-                f"no connection to the Redis Cluster at {self._options.display_url} "
-                f"became free within {self._options.timeout:g} s: "
-                f"{self._options.max_connections} calls of this store were running "
-                "(raise ?max_connections= or the timeout)"
+                f"no connection to {self._options.display_url} became free within "
+                f"{self._options.timeout:g} s: {self._options.max_connections} calls of this "
+                "store were running and none ended (raise ?max_connections= or the timeout)"
             ) from None
-        return slots
 
     async def aclose(self) -> None:
-        """Close the client (and its pools)."""
-        if self._client is not None and self._client is not self._plain:
-            await self._client.aclose()
-        await self._plain.aclose()
-        if self._sentinel is not None:
-            await self._sentinel.aclose()
+        """Close the clients of every loop: the running loop's in turn, the others'
+        sockets at once (a loop cannot be made to run from here)."""
+        loop = asyncio.get_running_loop()
+        with self._loops_lock:
+            entries = list(self._loops.items())
+            self._loops.clear()
+        for owner, entry in entries:
+            if owner is loop:
+                await entry.aclose()
+            else:
+                entry.abandon()
+
+
+class _LoopClient:
+    """The ``redis.asyncio`` clients of one event loop: the plain (or Sentinel) client
+    made at once (no I/O), and ``client``, the one chosen at first use."""
+
+    def __init__(self, options: RedisOptions) -> None:
+        self.sentinel: redis.asyncio.sentinel.Sentinel | None = None
+        if options.sentinel is not None:
+            self.plain, self.sentinel = sentinel_client(options, ASYNCIO)
+        else:
+            self.plain = plain_client(options, ASYNCIO)
+        self.client: Any = None
+
+    def _clients(self) -> list[Any]:
+        clients = [self.plain]
+        if self.client is not None and self.client is not self.plain:
+            clients.append(self.client)
+        if self.sentinel is not None:
+            clients.extend(self.sentinel.sentinels)
+        return clients
+
+    async def aclose(self) -> None:
+        if self.client is not None and self.client is not self.plain:
+            await self.client.aclose()
+        await self.plain.aclose()
+        if self.sentinel is not None:
+            await self.sentinel.aclose()
+
+    def abandon(self) -> None:
+        """Close the sockets from outside their event loop (closed, or run by another
+        thread): the server sees each connection end at once; what is left of it is
+        garbage."""
+        for client in self._clients():
+            for connection in _asyncio_connections(client):
+                _shut(connection)
+
+
+def _asyncio_connections(client: Any) -> list[Any]:
+    """Every connection a ``redis.asyncio`` client holds (its pool's, or its cluster
+    nodes'). redis-py offers no public list: this reads its pools' fields, and finds
+    nothing if they are renamed."""
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        manager = client.nodes_manager
+        nodes = [*manager.startup_nodes.values(), *manager.nodes_cache.values()]
+        return [c for node in nodes for c in getattr(node, "_connections", ())]
+    pool = client.connection_pool
+    return [
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
+
+
+def _shut(connection: Any) -> None:
+    """Shut one ``redis.asyncio`` connection's socket down without its event loop, and
+    let the connection forget its streams (it reconnects if ever used again)."""
+    writer = getattr(connection, "_writer", None)
+    if writer is None:
+        return
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    connection._reader = connection._writer = None
 
 
 class _Use:
@@ -543,18 +666,20 @@ class _Use:
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
-        self._held: asyncio.Semaphore | None = None
+        self._held = False
 
     async def __aenter__(self) -> Any:
         found = await self._client.get()
-        self._held = await self._client._wait_for_slot()
+        await self._client._wait_for_slot()
+        self._held = True
         return found
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._held is not None:
-            self._held.release()
+        if self._held:
+            self._held = False
+            self._client._slots.put_nowait(None)
 
 
 # Keys on every primary -------------------------------------------------------------------

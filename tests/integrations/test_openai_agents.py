@@ -15,6 +15,7 @@ import math
 import multiprocessing
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
@@ -491,6 +492,95 @@ def test_from_url_owns_its_store_and_a_given_store_stays_open(ours):
     given = ours.open_async("conv")
     ours.run(given.close)
     assert said(ours.run(given.get_items)) == ["one", "two"]
+
+
+# --- any thread, any event loop ----------------------------------------------------------
+
+
+def run_in_threads(count: int, target: Any) -> list[BaseException]:
+    """Run ``target(index)`` in ``count`` threads at once; the errors they raised. A
+    thread still running after a minute (a hang) counts as an error."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(count)
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            target(index)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+        if thread.is_alive():
+            errors.append(TimeoutError(f"{thread.name} still runs: it hangs"))
+    return errors
+
+
+def test_ten_threads_each_on_its_own_loop_share_one_session(ours):
+    """One session object, ten threads each running its own event loop (asyncio.run):
+    every add lands once, in its batch, and the pops never hand out an item twice."""
+    session = ours.open_async("conv")
+
+    def adder(index: int) -> None:
+        async def add() -> None:
+            for n in range(5):
+                await session.add_items([user(f"{index}:{n}:a"), user(f"{index}:{n}:b")])
+            await session.get_items()
+
+        asyncio.run(add())
+
+    assert run_in_threads(10, adder) == []
+    texts = said(ours.open("conv").get_items())
+    assert sorted(texts) == sorted(
+        f"{i}:{n}:{p}" for i in range(10) for n in range(5) for p in "ab"
+    )
+    for index in range(10):
+        mine = [t for t in texts if t.startswith(f"{index}:")]
+        assert mine == [f"{index}:{n}:{part}" for n in range(5) for part in "ab"]
+        for n in range(5):
+            at = texts.index(f"{index}:{n}:a")
+            assert texts[at + 1] == f"{index}:{n}:b"
+
+    popped: list[Any] = []
+
+    def popper(index: int) -> None:
+        async def pop() -> None:
+            for _ in range(6):
+                popped.append(await session.pop_item())
+
+        asyncio.run(pop())
+
+    assert run_in_threads(10, popper) == []
+    got = said([item for item in popped if item is not None])
+    assert len(got) == 60 and len(set(got)) == 60
+    assert len(ours.open("conv").get_items()) == 40
+
+
+def test_one_session_serves_one_loop_after_another(ours):
+    """asyncio.run twice, Runner.run_sync twice, asyncio.run again: one session object."""
+    session = ours.open_async("conv")
+    asyncio.run(session.add_items([user("first loop")]))
+    asyncio.run(session.add_items([user("second loop")]))
+    model = StandInModel()
+    agent = Agent(name="assistant", instructions="Answer briefly.", model=model)
+    config = RunConfig(tracing_disabled=True)
+    first = Runner.run_sync(agent, "My name is Ada.", session=session, run_config=config)
+    second = Runner.run_sync(agent, "What is my name?", session=session, run_config=config)
+    assert (first.final_output, second.final_output) == ("reply 1", "reply 2")
+    assert said(model.inputs[1]) == [
+        "first loop",
+        "second loop",
+        "My name is Ada.",
+        "reply 1",
+        "What is my name?",
+    ]
+    stored = asyncio.run(session.get_items())
+    assert said(stored)[-2:] == ["What is my name?", "reply 2"]
+    assert said(ours.open("conv").get_items()) == said(stored)
 
 
 # --- processes, Redis Cluster, the example, the import ------------------------------------
