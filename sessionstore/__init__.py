@@ -39,10 +39,8 @@ from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, NamespaceUsage, ValueRef
 from .store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from .store import EventLog, Session, Store, connect
+from .version import __version__ as __version__
 from .writer import SessionWriter
-
-__version__ = "0.1.0"
-
 
 __all__ = [
     "FORMAT_VERSION",

@@ -88,6 +88,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..drive import Pause, Steps, drive
 from ..errors import LibraryMissingError, SessionStoreError
+from ..version import __version__
 from .client import is_cluster
 from .durability import Acks
 from .retry import RETRIES, retry_delay
@@ -185,7 +186,6 @@ def _library_text(sources: dict[str, bytes], version: str) -> bytes:
 @functools.cache
 def library() -> Library:
     """The library of every script (see the module doc)."""
-    from .. import __version__
 
     sources = _sources()
     digest = hashlib.sha1(_library_text(sources, "")).hexdigest()[:10]
