@@ -15,7 +15,7 @@ the original chained as ``__cause__``::
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
     │   └── LibraryMissingError                  the Redis Functions library is not installed
-    ├── ConcurrentModificationError              update() gave up after its retries
+    ├── ConcurrentModificationError              update() or load() gave up after its retries
     ├── ComputeTimeoutError                      get_or_compute waited longer than its timeout
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
@@ -129,7 +129,9 @@ class LibraryMissingError(AccessDeniedError):
 
 
 class ConcurrentModificationError(SessionStoreError):
-    """``update()`` lost the race on every retry."""
+    """``update()`` lost 1000 races in a row (another writer's swap won each time), or
+    ``load()`` found its repair overtaken by a concurrent append 50 times in a row; nothing
+    of the failed attempt was written."""
 
 
 class ComputeTimeoutError(SessionStoreError):

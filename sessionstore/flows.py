@@ -45,9 +45,11 @@ from .when import now_ms, to_epoch_ms
 T = TypeVar("T")
 P = ParamSpec("P")
 
-#: How often ``update`` re-reads after losing a race before giving up.
+#: How many races in a row ``update`` loses before it gives up (it backs off and
+#: re-reads after each but the last; see :class:`ConcurrentModificationError`).
 UPDATE_ATTEMPTS = 1000
-#: How often ``load`` re-reads when a concurrent append overtook its repair.
+#: How many times in a row ``load`` reads and repairs, its repair overtaken by a
+#: concurrent append each time, before it gives up.
 REPAIR_ATTEMPTS = 50
 #: How long (s) a ``get_or_compute`` lease lasts past its last renewal: renewed every
 #: third of it while ``fn`` runs, it ends this long after its holder died.
@@ -321,7 +323,8 @@ def update(
     jittered: :data:`~sessionstore.backoff.LOST_RACE`) and then re-reads: after the sleep the
     record the refusal returned is stale, and a swap with it could only lose again. Reads
     take no write lock, so they do not queue behind the fast writer. Gives up with
-    :class:`ConcurrentModificationError` after ``UPDATE_ATTEMPTS`` back-offs.
+    :class:`ConcurrentModificationError` once it has lost ``UPDATE_ATTEMPTS`` races in
+    a row (after ``UPDATE_ATTEMPTS - 1`` back-offs).
     """
     ms = to_epoch_ms(when)
     yield from ready(state, lifecycle)
@@ -497,7 +500,8 @@ def open_writer(
 
     :class:`SessionBusyError` when another live writer holds the lease;
     :class:`SessionExistsError` naming the differing fields when the stored (or
-    pending) header differs from ``header``. On any error the lease is given up."""
+    pending) header differs from ``header``. On any error the lease is given up (a flow
+    its driver closes early can call nothing more: its lease then expires)."""
     _open(lifecycle)
     session_id = header.id
     if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
@@ -515,8 +519,9 @@ def open_writer(
         if loaded.header != header:
             raise SessionExistsError(session_id, header_differences(loaded.header, header))
         return next_position(loaded)
-    except BaseException:
-        yield from release_lease(session_id, owner)
+    except BaseException as exc:
+        if not isinstance(exc, GeneratorExit):  # a closed flow can call nothing more
+            yield from release_lease(session_id, owner)
         raise
 
 
