@@ -29,6 +29,7 @@ from .errors import (
     SessionStoreError,
     StoreClosedError,
     StoreUnavailableError,
+    UnsafePathError,
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
@@ -66,6 +67,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreUnavailableError",
+    "UnsafePathError",
     "UnsupportedVersionError",
     "ValueRef",
     "connect",

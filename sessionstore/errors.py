@@ -13,6 +13,7 @@ the original chained as ``__cause__``::
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
+    │   └── UnsafePathError                      a file store path is a link or not a file/folder
     ├── ConcurrentModificationError              update() gave up after its retries
     ├── DurabilityError                          the server cannot give the durability asked for
     ├── SessionNotFoundError (also KeyError)     no such event-log session
@@ -97,6 +98,16 @@ class StoreUnavailableError(SessionStoreError):
 
 class AccessDeniedError(SessionStoreError):
     """The server refused access (authentication or ACL); the data may well exist."""
+
+
+class UnsafePathError(AccessDeniedError):
+    """A path inside a file store is a symbolic link (which the store never makes, so
+    never follows), or not the regular file or folder it must be; ``path`` names it.
+    Nothing was read or written through it."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        super().__init__(f"file store refuses {path!r:.300}: it is {what}")
 
 
 class ConcurrentModificationError(SessionStoreError):
