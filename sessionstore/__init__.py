@@ -15,6 +15,7 @@ from __future__ import annotations
 from .errors import (
     AccessDeniedError,
     ConcurrentModificationError,
+    CorruptDataError,
     CorruptLogError,
     DurabilityError,
     HarnessFieldError,
@@ -45,6 +46,7 @@ __all__ = [
     "FORMAT_VERSION",
     "AccessDeniedError",
     "ConcurrentModificationError",
+    "CorruptDataError",
     "CorruptLogError",
     "DurabilityError",
     "EventLog",

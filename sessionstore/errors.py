@@ -20,7 +20,8 @@ the original chained as ``__cause__``::
     ├── SessionExistsError                       create() of an id that already exists
     ├── SessionBusyError                         a live writer holds the session's lease
     ├── SeqConflictError                         append did not name the next seq
-    ├── CorruptLogError                          a stored log is damaged before its end
+    ├── CorruptDataError                         stored data is damaged (names the key or file)
+    │   └── CorruptLogError                      a stored log is damaged before its end
     └── UnsupportedVersionError                  a stored header has an unknown format version
 """
 
@@ -164,7 +165,18 @@ class SeqConflictError(SessionStoreError):
         super().__init__(f"{message} ({detail})" if detail else message)
 
 
-class CorruptLogError(SessionStoreError):
+class CorruptDataError(SessionStoreError):
+    """Stored data is damaged, or of a shape sessionstore never writes (a key of another
+    type, a malformed field, a value that is not msgpack); ``where`` names the key, file
+    or row. Nothing was rewritten."""
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(f"{_q(where)} is damaged: {detail}")
+
+
+class CorruptLogError(CorruptDataError):
     """A stored log is damaged before its end; nothing was rewritten."""
 
     def __init__(
@@ -180,7 +192,8 @@ class CorruptLogError(SessionStoreError):
         if seq is not None:
             where.append(f"seq {seq}")
         at = f" at {', '.join(where)}" if where else ""
-        super().__init__(f"session {_q(session_id)} is corrupt{at}: {detail}")
+        self.where = session_id
+        SessionStoreError.__init__(self, f"session {_q(session_id)} is corrupt{at}: {detail}")
 
 
 class UnsupportedVersionError(SessionStoreError):
