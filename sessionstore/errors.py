@@ -175,6 +175,10 @@ class CorruptDataError(SessionStoreError):
         self.detail = detail
         super().__init__(f"{_q(where)} is damaged: {detail}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled (a worker process's error) by its fields, not by its message.
+        return type(self), (self.where, self.detail)
+
 
 class CorruptLogError(CorruptDataError):
     """A stored log is damaged before its end; nothing was rewritten."""
@@ -194,6 +198,15 @@ class CorruptLogError(CorruptDataError):
         at = f" at {', '.join(where)}" if where else ""
         self.where = session_id
         SessionStoreError.__init__(self, f"session {_q(session_id)} is corrupt{at}: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _corrupt_log, (self.session_id, self.detail, self.seq, self.line)
+
+
+def _corrupt_log(
+    session_id: str, detail: str, seq: int | None, line: int | None
+) -> CorruptLogError:
+    return CorruptLogError(session_id, detail, seq=seq, line=line)
 
 
 class UnsupportedVersionError(SessionStoreError):

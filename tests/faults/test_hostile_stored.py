@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import pickle
 import sqlite3
 import threading
 import uuid
@@ -529,3 +530,14 @@ def test_hostile_sqlite_rows_are_contained(tmp_path_factory, damage) -> None:
                         else:
                             db.execute(sql, (value,))
     check_contained(url, namespace, index_damaged=False, extra={"leased"})
+
+
+def test_the_damage_errors_travel_between_processes_whole():
+    for error in (
+        sessionstore.CorruptDataError("ss:n:val:{k}", "it holds a malformed when b'x'"),
+        sessionstore.CorruptLogError("s1", "the meta hash names session 'a'", seq=3, line=4),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert copy.where == error.where and copy.detail == error.detail
+    assert pickle.loads(pickle.dumps(error)).seq == 3
