@@ -17,6 +17,7 @@ from .errors import (
     AccessDeniedError,
     ComputeTimeoutError,
     ConcurrentModificationError,
+    CorruptDataError,
     CorruptLogError,
     DurabilityError,
     EventTimeOrderError,
@@ -33,6 +34,7 @@ from .errors import (
     SessionStoreError,
     StoreClosedError,
     StoreUnavailableError,
+    UnsafePathError,
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
@@ -47,6 +49,7 @@ __all__ = [
     "AccessDeniedError",
     "ComputeTimeoutError",
     "ConcurrentModificationError",
+    "CorruptDataError",
     "CorruptLogError",
     "DurabilityError",
     "EventLog",
@@ -72,6 +75,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreUnavailableError",
+    "UnsafePathError",
     "UnsupportedVersionError",
     "ValueRef",
     "connect",

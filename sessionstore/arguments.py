@@ -19,6 +19,9 @@ MODES = ("backtest", "live")
 #: The longest retention accepted, in ms (about 285,000 years): an expiry time stays
 #: exact as a double and far inside every backend's 64-bit range.
 MAX_TTL_MS = 2**53 - 1
+#: The longest timeout accepted, in seconds (one day): ``connect(timeout=...)`` and the
+#: socket timeouts of a Redis URL. A longer wait is a hung call, not a timeout.
+MAX_TIMEOUT = 86_400.0
 
 
 def check_unicode(name: str, text: str) -> str:
@@ -87,6 +90,22 @@ def check_ttl(ttl: object) -> int | None:
         raise InvalidArgumentError(f"ttl {short_repr(ttl)} is too long (at most {MAX_TTL_MS} ms)")
     # Rounded to the microsecond first, so that 0.3 s is 300 ms, not 301.
     return max(1, math.ceil(round(ttl * 1000, 3)))
+
+
+def check_timeout(name: str, timeout: object) -> float:
+    """``timeout`` seconds (an int or a float in (0, :data:`MAX_TIMEOUT`]) as a float;
+    anything else (a bool, NaN, infinity, 0, a negative or longer one) raises
+    :class:`InvalidArgumentError` naming ``name``."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_TIMEOUT
+    ):
+        raise InvalidArgumentError(
+            f"{name} must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {short_repr(timeout)}"
+        )
+    return float(timeout)
 
 
 def check_from_seq(seq: object) -> int:

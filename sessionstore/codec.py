@@ -10,7 +10,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import NotSerializableError
+from .errors import CorruptDataError, NotSerializableError
 
 
 def encode_value(value: Any, key: str) -> bytes:
@@ -30,7 +30,25 @@ def encode_value(value: Any, key: str) -> bytes:
 
 def decode_value(packed: bytes) -> Any:
     """Unpack bytes written by :func:`encode_value`."""
-    return msgpack.unpackb(packed, raw=False, strict_map_key=False)
+    return msgpack.unpackb(packed, raw=False, strict_map_key=False, ext_hook=_no_ext)
+
+
+def load_value(packed: bytes, where: str) -> Any:
+    """The value stored as ``packed`` under ``where`` (a key's label or name); raises
+    :class:`CorruptDataError` naming ``where`` for bytes :func:`encode_value` never
+    writes: not msgpack, truncated or followed by more, nested too deep, text that is
+    not UTF-8, or a msgpack extension."""
+    try:
+        return decode_value(packed)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
+        detail = str(exc)[:120] or type(exc).__name__
+        raise CorruptDataError(
+            where, f"its value is not msgpack sessionstore wrote ({detail})"
+        ) from None
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"a msgpack extension (type {code})")
 
 
 _SCALARS = (str, bytes, bytearray, bool, float, type(None))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .arguments import check_namespace, check_ttl
+from .arguments import check_namespace, check_timeout, check_ttl
 from .backends.fsutil import local_path
 from .contracts import Backends
 from .errors import InvalidArgumentError, SessionStoreError
@@ -171,9 +171,12 @@ def open_store(
     cache: bool | None,
 ) -> Opened:
     """Check ``connect``'s arguments and open the backends (no I/O); raises
-    ``InvalidArgumentError`` for a bad one."""
+    ``InvalidArgumentError`` for a bad one (a ``timeout`` that is not seconds in
+    (0, :data:`~.arguments.MAX_TIMEOUT`] included, whatever the backend)."""
     resolved = resolve_url(url)
     ttl_ms = check_ttl(ttl)
+    if timeout is not None:
+        check_timeout("timeout", timeout)
     options: dict[str, Any] = {"timeout": timeout, "durability": durability, "cache": cache}
     backends = open_backends(resolved, check_namespace(namespace), options)
     args = ConnectArgs.of(resolved, namespace, timeout, durability, ttl, cache)

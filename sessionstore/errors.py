@@ -14,7 +14,8 @@ the original chained as ``__cause__``::
     ├── StoreClosedError                         a closed store was used
     ├── StoreUnavailableError                    server down or unreachable within the timeout
     ├── AccessDeniedError                        the server refused the credentials or a key
-    │   └── LibraryMissingError                  the Redis Functions library is not installed
+    │   ├── LibraryMissingError                  the Redis Functions library is not installed
+    │   └── UnsafePathError                      a file store path is a link or not a file/folder
     ├── ConcurrentModificationError              update() or load() gave up after its retries
     ├── ComputeTimeoutError                      get_or_compute waited longer than its timeout
     ├── DurabilityError                          the server cannot give the durability asked for
@@ -22,7 +23,8 @@ the original chained as ``__cause__``::
     ├── SessionExistsError                       create() of an id that already exists
     ├── SessionBusyError                         a live writer holds the session's lease
     ├── SeqConflictError                         append did not name the next seq
-    ├── CorruptLogError                          a stored log is damaged before its end
+    ├── CorruptDataError                         stored data is damaged (names the key or file)
+    │   └── CorruptLogError                      a stored log is damaged before its end
     └── UnsupportedVersionError                  a stored header has an unknown format version
 """
 
@@ -128,6 +130,16 @@ class LibraryMissingError(AccessDeniedError):
         super().__init__(message)
 
 
+class UnsafePathError(AccessDeniedError):
+    """A path inside a file store is a symbolic link (which the store never makes, so
+    never follows), or not the regular file or folder it must be; ``path`` names it.
+    Nothing was read or written through it."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        super().__init__(f"file store refuses {path!r:.300}: it is {what}")
+
+
 class ConcurrentModificationError(SessionStoreError):
     """``update()`` lost 1000 races in a row (another writer's swap won each time), or
     ``load()`` found its repair overtaken by a concurrent append 50 times in a row; nothing
@@ -206,7 +218,22 @@ class SeqConflictError(SessionStoreError):
         super().__init__(f"{message} ({detail})" if detail else message)
 
 
-class CorruptLogError(SessionStoreError):
+class CorruptDataError(SessionStoreError):
+    """Stored data is damaged, or of a shape sessionstore never writes (a key of another
+    type, a malformed field, a value that is not msgpack); ``where`` names the key, file
+    or row. Nothing was rewritten."""
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(f"{_q(where)} is damaged: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled (a worker process's error) by its fields, not by its message.
+        return type(self), (self.where, self.detail)
+
+
+class CorruptLogError(CorruptDataError):
     """A stored log is damaged before its end; nothing was rewritten."""
 
     def __init__(
@@ -222,7 +249,17 @@ class CorruptLogError(SessionStoreError):
         if seq is not None:
             where.append(f"seq {seq}")
         at = f" at {', '.join(where)}" if where else ""
-        super().__init__(f"session {_q(session_id)} is corrupt{at}: {detail}")
+        self.where = session_id
+        SessionStoreError.__init__(self, f"session {_q(session_id)} is corrupt{at}: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _corrupt_log, (self.session_id, self.detail, self.seq, self.line)
+
+
+def _corrupt_log(
+    session_id: str, detail: str, seq: int | None, line: int | None
+) -> CorruptLogError:
+    return CorruptLogError(session_id, detail, seq=seq, line=line)
 
 
 class UnsupportedVersionError(SessionStoreError):

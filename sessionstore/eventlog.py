@@ -45,18 +45,37 @@ def check_session_id(session_id: object) -> str:
 
 
 def check_header(header: object) -> SessionHeader:
-    """Validate a header given to ``create``/``writer``."""
+    """Validate a header given to ``create``/``writer`` (and so to ``fork`` and the
+    integrations, which create through them): the one place a header enters a store.
+
+    Every field is checked as the model declares it, however the object was built
+    (``SessionHeader.model_construct(...)`` and ``model_copy(update=...)`` skip
+    pydantic's validation), so no backend stores a header it could not load back. Raises
+    :class:`UnsupportedVersionError` for another format version and
+    :class:`InvalidArgumentError` naming the first bad field otherwise; returns
+    ``header`` itself.
+    """
     if not isinstance(header, SessionHeader):
         raise InvalidArgumentError(
             f"expected a SessionHeader, not {type(header).__name__} {short_repr(header)}"
         )
-    check_session_id(header.id)
+    values = vars(header)
+    missing = [name for name in SessionHeader.model_fields if name not in values]
+    if missing:
+        raise InvalidArgumentError(f"the header has no {missing[0]} field")
+    session_id = check_session_id(values["id"])
+    if values["version"] != FORMAT_VERSION:
+        raise UnsupportedVersionError(session_id, values["version"], FORMAT_VERSION)
+    try:
+        SessionHeader.model_validate({name: values[name] for name in SessionHeader.model_fields})
+    except ValidationError as exc:
+        raise InvalidArgumentError(
+            f"the header of session {short_repr(session_id)} is invalid: {describe_invalid(exc)}"
+        ) from None
     for name in ("cwd", "parent_id"):
-        value = getattr(header, name)
+        value = values[name]
         if value is not None:
             check_unicode(f"header {name}", value)
-    if header.version != FORMAT_VERSION:
-        raise UnsupportedVersionError(header.id, header.version, FORMAT_VERSION)
     return header
 
 

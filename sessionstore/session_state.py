@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .arguments import check_max_versions, check_ttl, value_key
-from .codec import decode_value, encode_value
+from .codec import encode_value, load_value
 from .contracts import Stored
 from .errors import SessionDisposedError
 from .keys import ValueKey
@@ -82,11 +82,10 @@ class SessionState:
         """Look-ahead protection: a record written for a later time reads as None."""
         if stored is None or stored.payload is None or stored.when > when:
             return None
-        return decode_value(stored.payload)
+        return load_value(stored.payload, self.key.label())
 
-    @staticmethod
-    def stored_value(payload: bytes | None) -> Any:
-        return None if payload is None else decode_value(payload)
+    def stored_value(self, payload: bytes | None) -> Any:
+        return None if payload is None else load_value(payload, self.key.label())
 
 
 def _arrived(

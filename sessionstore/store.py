@@ -50,7 +50,8 @@ def connect(
     """Open a store on ``url`` (see :mod:`sessionstore.connection` for the schemes).
 
     ``timeout`` bounds how long a call waits for an unreachable server before raising
-    ``StoreUnavailableError`` (Redis; default 5 s). ``durability`` (Redis event logs):
+    ``StoreUnavailableError`` (Redis; default 5 s; seconds in (0, 86400], or
+    ``InvalidArgumentError``). ``durability`` (Redis event logs):
     ``"fsync"`` (default), ``"replicas:N"`` or ``"none"``; the URL may carry
     ``?durability=...`` instead. ``ttl`` (seconds > 0) is the retention of the event-log
     sessions this store creates (``events.create(..., ttl=...)`` overrides it): each

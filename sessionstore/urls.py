@@ -12,6 +12,9 @@ What counts as a secret, and how it is found in any string, parseable or not:
   user info is replaced, user name included. A bare user name (no ``:``) is not a secret.
 - **query parameters named like a secret** (see :func:`is_secret_param`): their value, up to
   the next ``&name=``, is replaced; names are compared percent-decoded and case-insensitively.
+- **query parameters sessionstore does not know** (any name not in :data:`SHOWN_PARAMS`): a
+  mistyped ``?pasword=`` or ``?pw=`` carries a secret under a name no rule can foresee, so
+  only the value of a known, non-secret parameter is ever shown; the name always is.
 """
 
 from __future__ import annotations
@@ -27,6 +30,17 @@ MASK = "***"
 
 #: A parameter whose decoded, lower-cased name contains one of these carries a secret.
 _SECRET_WORDS = re.compile(r"pass|pwd|secret|token|credential|auth|api_?key|private_?key")
+#: The query parameters whose value may be shown: those some store reads that carry no
+#: secret (sessionstore's own, redis-py's connection options, the sentinels' user name).
+SHOWN_PARAMS = frozenset(
+    {"durability", "cluster", "max_connections", "cache", "sentinel_username", "username"}
+    | {"db", "client_name", "lib_name", "lib_version", "encoding", "encoding_errors", "protocol"}
+    | {"socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_read_size"}
+    | {"health_check_interval", "retry_on_timeout", "retry_on_error", "legacy_responses"}
+    | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path"}
+    | {"ssl_ca_data", "ssl_ciphers", "ssl_check_hostname", "ssl_min_version"}
+    | {"ssl_include_verify_flags", "ssl_exclude_verify_flags"}
+)
 #: ``scheme:`` at the start of a string (RFC 3986 scheme characters).
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 #: The end of a parameter value: the next ``&`` that starts a ``name=``.
@@ -39,6 +53,11 @@ def is_secret_param(name: str) -> bool:
     ``auth``, ``apikey`` or ``private_key`` (``ssl_password`` and ``ssl_keyfile_password``
     included; ``ssl_keyfile`` and ``ssl_certfile`` are paths, not secrets)."""
     return _SECRET_WORDS.search(unquote_plus(name).lower()) is not None
+
+
+def _hidden(name: str) -> bool:
+    """Whether the value of the query parameter ``name`` (as written) must be masked."""
+    return is_secret_param(name) or unquote_plus(name) not in SHOWN_PARAMS
 
 
 def mask_url(url: str) -> str:
@@ -67,7 +86,7 @@ def mask_url(url: str) -> str:
     # all before it, and when it sits in a secret parameter's value, the rest of that too.
     last = max(userinfo.rfind("?"), userinfo.rfind("&"))
     name, equals, _ = userinfo[last + 1 :].partition("=")
-    if last >= 0 and equals and is_secret_param(name):
+    if last >= 0 and equals and _hidden(name):
         following = _NEXT_PARAM.search(after)
         tail = "" if following is None else "&" + _mask_params(after[following.end() :])
         return f"{head}{MASK}@{MASK}{tail}"
@@ -102,17 +121,17 @@ def _parses(url: str) -> bool:
 
 
 def _mask_query(text: str) -> str:
-    """``text`` (what follows the user info) with the secret parameters of its query
-    (after the first ``?``) masked."""
+    """``text`` (what follows the user info) with the secret and unknown parameters of
+    its query (after the first ``?``) masked."""
     head, sep, query = text.partition("?")
     return head + sep + _mask_params(query) if sep else text
 
 
 def _mask_params(query: str) -> str:
-    """``query`` with the value of every secret parameter masked, up to the next
-    ``&name=`` (a raw ``#``, ``@`` or lone ``&`` in it included)."""
+    """``query`` with the value of every secret or unknown parameter masked, up to the
+    next ``&name=`` (a raw ``#``, ``@`` or lone ``&`` in it included)."""
     return "&".join(
-        f"{name}={MASK}" if equals and is_secret_param(name) else item
+        f"{name}={MASK}" if equals and _hidden(name) else item
         for item in _params(query)
         for name, equals, _ in [item.partition("=")]
     )

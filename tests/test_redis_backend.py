@@ -31,6 +31,7 @@ from sessionstore import keys
 from sessionstore.contracts import EventBatch, Stored
 from sessionstore.errors import (
     AccessDeniedError,
+    CorruptDataError,
     CorruptLogError,
     DurabilityError,
     InvalidArgumentError,
@@ -230,7 +231,7 @@ def test_redis_errors_map_to_the_sessionstore_hierarchy():
         (rex.ReadOnlyError("You can't write against a read only replica."), StoreUnavailableError),
         (
             rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
-            SessionStoreError,
+            CorruptDataError,
         ),
         (rex.ClusterDownError("The cluster is down"), StoreUnavailableError),
         (rex.MasterDownError("Link with MASTER is down"), StoreUnavailableError),

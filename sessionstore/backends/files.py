@@ -13,6 +13,11 @@ Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
 
+Nothing below the root is reached through a symbolic link: each folder is checked and
+each record opened without following one (see :mod:`.fsutil`), and a link raises
+:class:`~sessionstore.errors.UnsafePathError` naming it (a listing leaves it out with a
+warning). Records and locks are created 0600, folders 0700.
+
 Records are replaced atomically (temp file, fsync, rename, fsync of the folder), so reads
 take no lock and always see the latest completed write of any process. A record whose
 stored key is not the key it was read for (two keys sharing a name on a case-insensitive
@@ -35,16 +40,20 @@ import msgpack
 
 from .. import forksafe
 from ..contracts import Backends, Refused, Stored, ValueBackend
+from ..errors import UnsafePathError
 from ..keys import ValueKey
 from ..urls import mask_url
 from ..when import now_ms
 from .fsutil import (
     atomic_write,
+    check_dirs,
     decode_name,
     encode_name,
     exclusive_lock,
     make_dirs,
+    open_file,
     os_errors,
+    read_file,
     remove_durably,
     remove_stale_temps,
 )
@@ -121,22 +130,29 @@ class FileValues(ValueBackend):
         names = (encode_name(part) for part in key.parts)
         return self._root.joinpath(encode_name(key.namespace), VALUES_DIR, *names)
 
+    def _checked_dir(self, key: ValueKey) -> Path:
+        """:meth:`key_dir`, once no folder of it is a link (see :func:`.check_dirs`)."""
+        directory = self.key_dir(key)
+        with os_errors(directory):
+            check_dirs(self._root, directory)
+        return directory
+
     def prepare(self, key: ValueKey) -> None:
         """Create the key's folder and remove temp files left there by crashed writers."""
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         with os_errors(directory):
             make_dirs(directory)
             remove_stale_temps(directory)
 
     def read(self, key: ValueKey) -> Stored | None:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         with os_errors(directory):
             return _live_plain(_read_plain(key, directory / VALUE_FILE), now_ms())
 
     def write(
         self, key: ValueKey, payload: bytes | None, when: int, *, ttl_ms: int | None = None
     ) -> None:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         path = directory / VALUE_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
@@ -152,7 +168,7 @@ class FileValues(ValueBackend):
         *,
         ttl_ms: int | None = None,
     ) -> Literal[True] | Refused:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         path = directory / VALUE_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
@@ -164,7 +180,7 @@ class FileValues(ValueBackend):
             return True
 
     def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         with os_errors(directory):
             versions, _ = _read_versions(key, directory / HISTORY_FILE, now_ms())
             return _as_of(versions, when)
@@ -201,7 +217,7 @@ class FileValues(ValueBackend):
         *,
         reset: bool,
     ) -> None:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
@@ -216,7 +232,7 @@ class FileValues(ValueBackend):
         locked any more was left by a holder that died, and is taken over."""
         if (key, when, token) in self._held:
             return True
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         path = directory / f"{COMPUTE_PREFIX}{when}"
         with os_errors(directory):
             # A waiter asks again and again while another holds the lease: it looks
@@ -225,12 +241,12 @@ class FileValues(ValueBackend):
                 return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             except FileExistsError:
                 if _held_elsewhere(path):
                     return False
                 os.unlink(path)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             try:
                 # Blocking: a waiter looking without the key's lock may hold it a moment.
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -269,7 +285,7 @@ class FileValues(ValueBackend):
         *,
         ttl_ms: int | None = None,
     ) -> bool:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
@@ -285,6 +301,7 @@ class FileValues(ValueBackend):
         base = self._root / encode_name(namespace) / VALUES_DIR
         now = now_ms()
         with os_errors(base):
+            check_dirs(self._root, base)
             for name, history in ((VALUE_FILE, False), (HISTORY_FILE, True)):
                 for path in base.rglob(name):
                     key = _stored_key(path, now)
@@ -293,7 +310,7 @@ class FileValues(ValueBackend):
         return found
 
     def forget(self, key: ValueKey) -> bool:
-        directory = self.key_dir(key)
+        directory = self._checked_dir(key)
         if not directory.is_dir():
             return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
@@ -311,7 +328,7 @@ def _held_elsewhere(path: Path) -> bool:
     """Whether a live holder keeps the lease file ``path`` locked: for certain under the
     key's ``.lock`` (nobody takes or gives one up meanwhile), a hint without it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
@@ -326,8 +343,8 @@ def _held_elsewhere(path: Path) -> bool:
 def _expired(path: Path, now: int) -> bool:
     """Whether the record at ``path`` is readable and past its expiry."""
     try:
-        record = msgpack.unpackb(path.read_bytes(), raw=False)
-    except (OSError, ValueError, TypeError):
+        record = msgpack.unpackb(read_file(path), raw=False)
+    except (OSError, ValueError, TypeError, UnsafePathError):
         return False
     expires_at = record.get("expires_at") if isinstance(record, dict) else None
     return _is_int(expires_at) and expires_at <= now
@@ -337,10 +354,13 @@ def _stored_key(path: Path, now: int) -> ValueKey | None:
     """The key a record says it belongs to; None when it has expired, and (with a
     warning) when unreadable."""
     try:
-        record = msgpack.unpackb(path.read_bytes(), raw=False)
+        record = msgpack.unpackb(read_file(path), raw=False)
         fields = record["key"]
         key = ValueKey(*(fields[name] for name in _KEY_FIELDS))
     except FileNotFoundError:
+        return None
+    except UnsafePathError as exc:
+        _ignore(path, str(exc))
         return None
     except (ValueError, TypeError, KeyError) as exc:
         _ignore(path, f"not a record with a key ({exc!r:.200})")
@@ -376,7 +396,7 @@ def _load(key: ValueKey, path: Path) -> dict[str, Any] | None:
     """The record stored at ``path`` for ``key``; None when absent, unreadable or another
     key's (the last two with a warning)."""
     try:
-        raw = path.read_bytes()
+        raw = read_file(path)
     except FileNotFoundError:
         return None
     try:

@@ -1,6 +1,13 @@
 """File-system helpers shared by the file backends: filename-safe names, durable atomic
 writes, directory fsync, ``flock`` locks, leftover temp files and ``OSError`` translation.
 
+The store never follows a symbolic link below its root (it makes none): every file is
+opened by :func:`open_file` (``O_NOFOLLOW``, and refused unless it is a regular file) and
+every folder is checked by :func:`check_dirs` (``lstat``) before a file in it is opened
+or created; either raises :class:`~sessionstore.errors.UnsafePathError` naming the path.
+Files are created with mode :data:`FILE_MODE` (0600) and folders with :data:`DIR_MODE`
+(0700): the umask can only narrow them.
+
 POSIX only: locking relies on ``fcntl.flock``, which holds per open file description, so
 two threads of one process exclude each other just like two processes do.
 """
@@ -12,6 +19,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import stat
 import string
 import time
 from collections.abc import Iterator
@@ -24,6 +32,7 @@ from ..errors import (
     InvalidArgumentError,
     SessionStoreError,
     StoreUnavailableError,
+    UnsafePathError,
 )
 
 #: Encoded names longer than this (in UTF-8 bytes) are shortened to a prefix plus a digest.
@@ -40,6 +49,14 @@ TEMP_PREFIX = ".tmp."
 BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
 #: Shown of a path in an error message, at most (a longer one is cut).
 _SHOWN_CHARS = 300
+
+#: The mode of every file the store creates (records, logs, locks, leases).
+FILE_MODE = 0o600
+#: The mode of every folder the store creates.
+DIR_MODE = 0o700
+#: Added to every open by :func:`open_file`: a symbolic link fails (ELOOP) rather than be
+#: followed, and a FIFO or a device cannot block the open.
+_SAFE_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 _KEPT_ASCII = frozenset(string.ascii_letters + string.digits + "_-")
 _READ_CHUNK = 1 << 20
@@ -171,6 +188,56 @@ def os_errors(path: str | os.PathLike[str]) -> Iterator[None]:
         raise store_error(exc, path) from exc
 
 
+def open_file(path: str | os.PathLike[str], flags: int) -> int:
+    """``path`` opened with ``flags`` (and ``O_NOFOLLOW``; created with :data:`FILE_MODE`
+    when ``flags`` has ``O_CREAT``). Raises :class:`UnsafePathError` when ``path`` is a
+    symbolic link or not a regular file (nothing is read, written or created through it),
+    and ``OSError`` as ``os.open`` does otherwise (``FileNotFoundError`` when absent)."""
+    try:
+        fd = os.open(path, flags | _SAFE_OPEN, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(os.fspath(path), "a symbolic link") from None
+        if exc.errno == errno.EISDIR:
+            raise UnsafePathError(os.fspath(path), "a folder, not a file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafePathError(os.fspath(path), "not a regular file")
+    return fd
+
+
+def read_file(path: str | os.PathLike[str]) -> bytes:
+    """The whole content of the regular file ``path`` (see :func:`open_file`)."""
+    fd = open_file(path, os.O_RDONLY)
+    try:
+        return read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def check_dirs(root: Path, directory: Path) -> None:
+    """Raise :class:`UnsafePathError` when a folder of ``directory`` below ``root`` (the
+    store's own root, resolved when it was opened) is a symbolic link or not a folder.
+    Stops at the first one missing (:func:`make_dirs` creates them as real folders)."""
+    current = root
+    for part in directory.relative_to(root).parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise UnsafePathError(os.fspath(current), "a symbolic link")
+        if not stat.S_ISDIR(mode):
+            raise UnsafePathError(os.fspath(current), "not a folder")
+
+
 def fsync_dir(directory: Path) -> None:
     """Make the entries of ``directory`` (creations, renames, unlinks) durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -192,7 +259,7 @@ def make_dirs(directory: Path) -> None:
         current = current.parent
     for path in reversed(missing):
         with suppress(FileExistsError):
-            os.mkdir(path)
+            os.mkdir(path, DIR_MODE)
         fsync_dir(path.parent)
 
 
@@ -223,7 +290,7 @@ def atomic_write(path: Path, data: bytes, temp: Path | None = None) -> None:
     a mix, and the new content survives a crash once this returns. ``temp`` names the
     file written first (default: :func:`temp_path` of ``path``)."""
     temp = temp or temp_path(path)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    fd = open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
             write_all(fd, data)
@@ -250,12 +317,13 @@ def remove_durably(path: Path) -> None:
 @contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the lock file ``path`` (created, with its folders,
-    if missing). Lock files are never removed, so every holder locks the same inode."""
+    if missing; see :func:`open_file`). Lock files are never removed, so every holder
+    locks the same inode."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT)
     except FileNotFoundError:
         make_dirs(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

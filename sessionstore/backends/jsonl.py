@@ -75,6 +75,7 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
+    UnsafePathError,
     UnsupportedVersionError,
 )
 from ..eventlog import event_text, plan_append
@@ -83,9 +84,11 @@ from ..leases import taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from .fsutil import (
     atomic_write,
+    check_dirs,
     encode_name,
     fsync_dir,
     make_dirs,
+    open_file,
     os_errors,
     read_all,
     store_error,
@@ -164,6 +167,7 @@ class JsonlEvents(EventBackend):
     """
 
     def __init__(self, root: Path, namespace: str) -> None:
+        self._root = root
         self._dir = root / encode_name(namespace) / LOGS_DIR
         self._dir_name = os.fspath(self._dir)
         self._pid = os.getpid()
@@ -181,6 +185,11 @@ class JsonlEvents(EventBackend):
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LOG_SUFFIX)
+
+    def _check_dirs(self, directory: Path | None = None) -> None:
+        """Refuse the logs folder (or ``directory``) when a folder of it below the root is
+        a link (see :func:`.check_dirs`); each log is opened with ``O_NOFOLLOW``."""
+        check_dirs(self._root, self._dir if directory is None else directory)
 
     def _file(self, session_id: str) -> str:
         """:meth:`_path` as a string, remembered."""
@@ -205,6 +214,7 @@ class JsonlEvents(EventBackend):
     def exists(self, session_id: str) -> bool:
         path = self._path(session_id)
         with os_errors(path):
+            self._check_dirs()
             fd = _open_existing(path)
             if fd is None:
                 return False
@@ -262,15 +272,16 @@ class JsonlEvents(EventBackend):
         batch: EventBatch,
         header: SessionHeader | None,
     ) -> _Held:
+        self._check_dirs()
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            fd = open_file(path, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError:
             if header is None:
                 raise SessionNotFoundError(session_id) from None
             # Refuse a batch that cannot start a new log before creating its file.
             plan_append(session_id, 0, batch, _no_events)
             make_dirs(self._dir)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             st = os.fstat(fd)
         except BaseException:
@@ -443,6 +454,7 @@ class JsonlEvents(EventBackend):
         path = self._path(session_id)
         self._own()
         with os_errors(path):
+            self._check_dirs()
             if not repair:
                 return self._read_range(session_id, path, from_seq, limit)
             log = self._load(session_id, path, repair=False)
@@ -497,8 +509,9 @@ class JsonlEvents(EventBackend):
             held = self._leases_held.get(session_id)
             if held is not None:
                 return held[0] == owner
+            self._check_dirs(self._lease_dir)
             make_dirs(self._lease_dir)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = open_file(path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -527,6 +540,7 @@ class JsonlEvents(EventBackend):
             return held[0] != owner
         path = self._lease_path(session_id)
         with os_errors(path):
+            self._check_dirs(self._lease_dir)
             fd = _open_existing(path)
             if fd is None:
                 return False
@@ -544,6 +558,7 @@ class JsonlEvents(EventBackend):
         """From the header line and the end of the file: the log is not parsed."""
         path = self._file(session_id)
         with os_errors(path):
+            self._check_dirs()
             fd = _open_log(session_id, path, os.O_RDONLY)
             try:
                 line = _first_line(fd)
@@ -570,6 +585,7 @@ class JsonlEvents(EventBackend):
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every log :meth:`list` lists."""
         with os_errors(self._dir):
+            self._check_dirs()
             try:
                 names = os.listdir(self._dir)
             except FileNotFoundError:
@@ -580,8 +596,11 @@ class JsonlEvents(EventBackend):
                     continue
                 path = self._dir / name
                 try:
-                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                except (FileNotFoundError, PermissionError, IsADirectoryError):
+                    fd = open_file(path, os.O_RDONLY)
+                except (FileNotFoundError, PermissionError):
+                    continue
+                except UnsafePathError as exc:
+                    logger.warning("sessionstore: list skips %s: %s", path, exc)
                     continue
                 try:
                     listed = _listed_header(path, fd)
@@ -598,6 +617,7 @@ class JsonlEvents(EventBackend):
         whose header is damaged, of another format version or names another session,
         and files that cannot be read."""
         with os_errors(self._dir):
+            self._check_dirs()
             try:
                 names = os.listdir(self._dir)
             except FileNotFoundError:
@@ -607,7 +627,7 @@ class JsonlEvents(EventBackend):
                 if name.endswith(LOG_SUFFIX):
                     try:
                         found = _read_listed_header(self._dir / name)
-                    except (PermissionError, IsADirectoryError) as exc:
+                    except (PermissionError, UnsafePathError) as exc:
                         logger.warning("sessionstore: list skips %s: %s", self._dir / name, exc)
                         continue
                     if found is not None:
@@ -618,6 +638,7 @@ class JsonlEvents(EventBackend):
         """Remove every log whose header has a ``ttl_ms`` and whose mtime is at least
         that long before ``now_ms``; logs without a complete or readable header stay."""
         with os_errors(self._dir):
+            self._check_dirs()
             try:
                 names = os.listdir(self._dir)
             except FileNotFoundError:
@@ -630,7 +651,10 @@ class JsonlEvents(EventBackend):
 
     def _prune_one(self, path: Path, now_ms: int) -> bool:
         """Remove the log at ``path`` if it has expired by ``now_ms``; whether it was."""
-        fd = _open_existing(path)
+        try:
+            fd = _open_existing(path)
+        except UnsafePathError:
+            return False  # never pruned: it is not a log the store made
         if fd is None:
             return False
         try:
@@ -657,6 +681,7 @@ class JsonlEvents(EventBackend):
         ``path`` (a log replaced meanwhile is opened anew); ``SessionNotFoundError``
         when it has no complete header."""
         with os_errors(path):
+            self._check_dirs()
             for _ in range(_REOPEN_ATTEMPTS):
                 fd = _open_log(session_id, path, os.O_RDONLY)
                 try:
@@ -732,17 +757,19 @@ def _no_events(first: int, last: int) -> list[bytes]:
 
 
 def _open_existing(path: str | Path) -> int | None:
-    """``path`` opened for reading, or None when there is no such file."""
+    """``path`` opened for reading, or None when there is no such file (see
+    :func:`.open_file`)."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
 
 
 def _open_log(session_id: str, path: str | Path, flags: int) -> int:
-    """The log at ``path`` opened with ``flags``; :class:`SessionNotFoundError` if absent."""
+    """The log at ``path`` opened with ``flags`` (see :func:`.open_file`);
+    :class:`SessionNotFoundError` if absent."""
     try:
-        return os.open(path, flags | os.O_CLOEXEC)
+        return open_file(path, flags)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
 
@@ -841,7 +868,7 @@ def _named_stat(path: str, log: _Held) -> os.stat_result | None:
     or replaced), else None. An open descriptor keeps its inode from being reused, so
     equal (``dev``, ``ino``) prove it is the same file."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     return st if st.st_ino == log.ino and st.st_dev == log.dev else None
@@ -904,7 +931,7 @@ def _close_held(held: dict[str, _Held]) -> None:
 def _still_named(fd: int, path: Path) -> bool:
     """Whether ``path`` still names the file open as ``fd`` (not unlinked or replaced)."""
     try:
-        named = os.stat(path)
+        named = os.lstat(path)
     except FileNotFoundError:
         return False
     held = os.fstat(fd)

@@ -32,7 +32,8 @@ def open_sqlite(url: str, namespace: str, *, timeout: float | None = None) -> Ba
     """The backends of ``namespace`` in the database ``url`` names. No I/O until first use.
 
     ``timeout`` (seconds, default 10) bounds the wait for another process's write lock
-    before ``StoreUnavailableError``.
+    before ``StoreUnavailableError``. A file this process may not write is opened
+    read-only (see :mod:`.sqlite_db`): reads work, writes raise ``AccessDeniedError``.
     """
     database = Database(database_path(url), DEFAULT_TIMEOUT if timeout is None else timeout)
     return Backends(

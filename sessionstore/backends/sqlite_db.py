@@ -21,6 +21,14 @@ table                     rows
                           when the holder is done
 ========================  =================================================================
 
+A file this process may not write (its mode, its folder's, a read-only file system or an
+immutable file: ``os.access``) is opened read-only (``?mode=ro``): listings, loads and
+value reads work, and every write raises ``AccessDeniedError`` naming the file. WAL needs
+the ``-shm`` file; when SQLite can neither open nor create it, the file is opened
+``immutable=1``, as SQLite documents for read-only WAL databases (it then must not change
+while open: no process can write it either, short of changing its permissions). A
+read-only file must already have this library's current schema (it cannot be migrated).
+
 An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
 Expiry times are wall-clock epoch ms. ``PRAGMA user_version`` is the schema version: a
 file of an older version is migrated (columns added) by the first connection to open it.
@@ -36,6 +44,7 @@ import weakref
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 from ..errors import (
     AccessDeniedError,
@@ -221,7 +230,17 @@ class Database:
                     conn.close()
         self._connections = alive
 
+    def read_only(self) -> bool:
+        """Whether the file exists and this process may not write it or its folder (so
+        SQLite could not write its journal files either); see the module doc."""
+        path = self.path
+        return path.exists() and not (
+            os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+        )
+
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only():
+            return self._connect_read_only()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE);
         # check_same_thread=False only so close() may close other threads' connections.
@@ -244,6 +263,36 @@ class Database:
             conn.close()
             raise
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A read-only connection (see the module doc): ``mode=ro``, else, when SQLite
+        cannot open the WAL's ``-shm`` file, ``immutable=1``. Raises
+        :class:`AccessDeniedError` for a file of another schema version (it cannot be
+        created or migrated)."""
+        base = f"file:{quote(os.fspath(self.path))}?mode=ro"
+        for uri in (base, base + "&immutable=1"):
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            try:
+                version = self._snapshot_schema_version(conn)
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if (exc.sqlite_errorcode & 0xFF) != sqlite3.SQLITE_CANTOPEN:
+                    raise
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            if version != SCHEMA_VERSION:
+                conn.close()
+                raise AccessDeniedError(
+                    f"SQLite database {self.path} is read-only and has schema version "
+                    f"{version}, not {SCHEMA_VERSION}: it cannot be "
+                    f"{'created' if version == 0 else 'migrated'} here"
+                )
+            return conn
+        raise AccessDeniedError(f"SQLite database {self.path} is read-only and cannot be opened")
 
     def _snapshot_schema_version(self, conn: sqlite3.Connection) -> int:
         """:meth:`_schema_version` read in one read transaction: another process creating

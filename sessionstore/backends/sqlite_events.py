@@ -271,7 +271,9 @@ class SqliteEvents(EventBackend):
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         # A repairing read takes the write lock from the start, so the tail it cuts is
-        # judged against a next_seq no other process can move meanwhile.
+        # judged against a next_seq no other process can move meanwhile. A read-only
+        # file is never repaired: its torn tail is left out all the same.
+        repair = repair and not self._db.read_only()
         with self._db.transaction(session_id, immediate=repair) as conn:
             found = self._session(conn, session_id)
             if found is None:

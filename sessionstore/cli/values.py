@@ -16,9 +16,9 @@ import typer
 from rich.table import Table
 
 from ..arguments import value_key
-from ..codec import decode_value
+from ..codec import load_value
 from ..contracts import Stored
-from ..errors import InvalidArgumentError
+from ..errors import CorruptDataError, InvalidArgumentError
 from ..keys import ValueKey
 from ..store import Store
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
@@ -83,6 +83,8 @@ class Records:
 
     plain: Stored | None
     versions: list[Stored]
+    #: The key's label, to name it when a record is damaged.
+    where: str = ""
 
     @property
     def history(self) -> bool:
@@ -104,13 +106,18 @@ def read_records(store: Store, key: ValueKey) -> Records:
         version = backend.read_as_of(key, at)
         if version is None:
             break
+        if version.when > at:
+            # Every step must go back in time, or a damaged history would never end.
+            raise CorruptDataError(
+                key.label(), f"a read as of {at} gave a version of {version.when}"
+            )
         versions.append(version)
         at = version.when - 1
-    return Records(backend.read(key), versions[::-1])
+    return Records(backend.read(key), versions[::-1], key.label())
 
 
-def value_of(record: Stored) -> Any:
-    return None if record.payload is None else decode_value(record.payload)
+def value_of(record: Stored, where: str) -> Any:
+    return None if record.payload is None else load_value(record.payload, where)
 
 
 def visible(records: list[Stored], at: int) -> Stored | None:
@@ -159,7 +166,7 @@ def get(
     result: dict[str, Any] = {"history": found.history, "state": "absent", "when": None}
     if shown is not None:
         state = "stored" if shown.payload is not None else "cleared"
-        result.update(state=state, when=shown.when, value=value_of(shown))
+        result.update(state=state, when=shown.when, value=value_of(shown, found.where))
     elif records:
         result.update(state="withheld", when=records[0].when)
     result.setdefault("value", None)
@@ -193,7 +200,7 @@ def print_versions(found: Records, at: int, json: bool) -> None:
     rows = [
         {
             "when": record.when,
-            "value": value_of(record),
+            "value": value_of(record, found.where),
             "at_when": "visible"
             if record is current
             else "withheld"

@@ -28,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import (
     AccessDeniedError,
+    CorruptDataError,
     InvalidArgumentError,
     SessionStoreError,
     StoreUnavailableError,
@@ -66,6 +67,8 @@ _UNAVAILABLE_MARKS = (
     "NOREPLICAS",
     "MISCONF",
 )
+#: A command met a key of another type than the layout gives it (also inside a script).
+_WRONGTYPE = "WRONGTYPE"
 #: ``WAIT`` ended by a failover (``CLUSTER FAILOVER``, a primary turned replica): the
 #: write before it was applied on a primary that may no longer be one.
 _UNBLOCKED_MARK = "UNBLOCKED"
@@ -111,7 +114,9 @@ class ErrorBoundary:
     after they were loaded (``Function not found`` or ``NOSCRIPT`` reaching the boundary)
     and a ``WAIT`` unblocked by a failover (``UNBLOCKED``) :class:`StoreUnavailableError`,
     a plain server addressed as a cluster (``?cluster=yes``) :class:`InvalidArgumentError`,
-    anything else :class:`SessionStoreError`; the redis-py error is chained.
+    a key of another type than the layout gives it (``WRONGTYPE``: damaged data)
+    :class:`CorruptDataError` naming the key, anything else :class:`SessionStoreError`;
+    the redis-py error is chained.
 
     Each :class:`StoreUnavailableError` may follow a send of the same call whose reply was
     lost (redis-py resends on a dropped connection or a timeout): its message says that the
@@ -180,4 +185,7 @@ class ErrorBoundary:
                 f"(a node down, a failover or resharding in progress); {_UNDECIDED}: "
                 f"{text or type(exc).__name__}"
             )
+        if _WRONGTYPE in text:
+            detail = f"{what} at {where} met a key of another type: {text}"
+            return CorruptDataError(key or command, detail)
         return SessionStoreError(f"{where} failed {what}: {text}")

@@ -135,7 +135,8 @@ def decode_listing(namespace: str, listing: Listing) -> list[SessionHeader]:
 
 def _busy(owner_reply: Any, owner: str | None) -> bool:
     """Whether the ``HGET lease owner`` reply names an owner other than ``owner``."""
-    return owner_reply is not None and text(owner_reply) != owner
+    # Compared as bytes: a damaged owner need not be UTF-8.
+    return owner_reply is not None and (owner is None or bytes(owner_reply) != owner.encode())
 
 
 def decode_infos(

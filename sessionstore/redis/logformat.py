@@ -40,6 +40,7 @@ from ..eventlog import check_stored_version
 from ..leases import taken_over
 from ..models import (
     FORMAT_VERSION,
+    INT64_MAX,
     SessionEvent,
     SessionHeader,
     SessionInfo,
@@ -107,7 +108,9 @@ def decode_header(
     """The header stored in a meta hash (``HGETALL`` reply).
 
     Raises :class:`UnsupportedVersionError` for another format version (when
-    ``check_version``) and :class:`CorruptLogError` for a malformed header.
+    ``check_version``) and :class:`CorruptLogError` for a malformed header or one that
+    names another session than ``session_id`` (the key's: a stored id is never trusted
+    over the key it came from).
     """
     try:
         fields = _fields(meta)
@@ -130,18 +133,23 @@ def decode_header(
         else:
             values[name] = raw
     try:
-        return SessionHeader(**values)
+        header = SessionHeader(**values)
     except ValueError as exc:
         raise CorruptLogError(session_id, f"malformed header: {exc}") from None
+    if header.id != session_id:
+        raise CorruptLogError(session_id, f"the meta hash names session {header.id!r:.80}")
+    return header
 
 
 def decode_next_seq(meta: Mapping[Any, Any]) -> int:
-    """``next_seq`` of a meta hash (``HGETALL`` reply), -1 when absent or malformed."""
+    """``next_seq`` of a meta hash (``HGETALL`` reply), -1 when absent, malformed or
+    outside [0, 2**63)."""
     raw = meta.get(b"next_seq")
     try:
-        return int(raw) if raw is not None else -1
+        found = int(raw) if raw is not None else -1
     except ValueError:
         return -1
+    return found if 0 <= found <= INT64_MAX else -1
 
 
 def decode_info(
@@ -172,11 +180,12 @@ def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int 
     if raw is None:
         return None
     try:
-        return int(raw)
+        found = int(raw)
     except ValueError:
-        raise CorruptLogError(
-            session_id, f"the meta hash's {name.decode()} is {raw!r:.40}"
-        ) from None
+        found = None
+    if found is None or not -INT64_MAX <= found <= INT64_MAX:
+        raise CorruptLogError(session_id, f"the meta hash's {name.decode()} is {raw!r:.40}")
+    return found
 
 
 # Append ----------------------------------------------------------------------------------

@@ -3,7 +3,18 @@
 
 Query parameters sessionstore reads itself (``OWN_PARAMS``: ``durability``, ``cluster``,
 ``max_connections``, ``cache``) never reach redis-py; the connection options redis-py
-takes (``REDIS_PY_PARAMS``) do; any other is refused with a suggestion.
+takes (``REDIS_PY_PARAMS``) do; any other is refused with a suggestion (its name shown,
+never its value).
+
+Every value is checked before use (:func:`check_redis_params`): seconds
+(``socket_timeout``, ``socket_connect_timeout``) are finite and in (0, ``MAX_TIMEOUT``],
+``health_check_interval`` is whole seconds in [0, ``MAX_TIMEOUT``], ``db`` a whole number
+below 2**31, ``socket_read_size`` a whole number of bytes in [1, 2**26], ``protocol`` 2 or
+3, a flag (``socket_keepalive``, ``retry_on_timeout``, ``ssl_check_hostname``,
+``legacy_responses``) yes/no, true/false, y/n, t/f or 1/0; ``?max_connections=`` is a whole
+number in [1, ``MAX_CONNECTIONS``]; ``?retry_on_error=`` is refused (the store chooses
+what it retries); and a port, where a URL names one, is 1-65535 (port 0 is refused rather
+than read as "the default").
 
 A ``redis+sentinel://`` (``rediss+sentinel://`` for TLS) URL names Redis Sentinels and a
 service: ``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]``. The
@@ -17,10 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 
+from ..arguments import MAX_TIMEOUT, check_timeout
 from ..errors import InvalidArgumentError
 from ..urls import invalid_url, mask_url, reject_unknown_params
 from .durability import Durability, parse_durability
@@ -29,6 +41,21 @@ from .retry import BACKOFF, RETRIES
 DEFAULT_TIMEOUT = 5.0
 #: Connections per server (per node of a cluster) unless ``?max_connections=`` says.
 DEFAULT_MAX_CONNECTIONS = 50
+#: The most ``?max_connections=`` accepts: redis-py's pool allocates a slot per connection
+#: up front, so opening a store costs time in proportion to it.
+MAX_CONNECTIONS = 10_000
+#: Parameters in seconds: finite, in (0, MAX_TIMEOUT].
+_SECONDS_PARAMS = ("socket_timeout", "socket_connect_timeout")
+#: Whole-number parameters and their (lowest, highest) accepted values.
+_WHOLE_PARAMS = {
+    "db": (0, 2**31 - 1),
+    "health_check_interval": (0, int(MAX_TIMEOUT)),
+    "socket_read_size": (1, 2**26),
+    "protocol": (2, 3),
+}
+#: Flag parameters and the words they accept (compared case-insensitively).
+_FLAG_PARAMS = ("socket_keepalive", "retry_on_timeout", "ssl_check_hostname", "legacy_responses")
+_FLAG_WORDS = ("yes", "no", "true", "false", "y", "n", "t", "f", "1", "0")
 #: Query parameters of the URL that sessionstore reads itself; redis-py never sees them.
 OWN_PARAMS = ("durability", "cluster", "max_connections", "cache")
 #: Query parameters handed to redis-py: those its ``parse_url`` converts (less the ones
@@ -142,9 +169,9 @@ def _sentinel_address(item: str, shown: str) -> tuple[str, int]:
         port = after.removeprefix(":")
     elif ":" in item:
         host, _, port = item.rpartition(":")
-    if not host or (port and not (port.isascii() and port.isdigit())):
+    if not host or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
         raise InvalidArgumentError(
-            f"{shown!r} names a sentinel {item!r:.60} that is not host[:port]"
+            f"{shown!r} names a sentinel {item!r:.60} that is not host[:port] (port 1-65535)"
         )
     return unquote(host), int(port) if port else SENTINEL_PORT
 
@@ -157,34 +184,75 @@ def display(url: str) -> str:
 def _max_connections(raw: str | None, shown: str) -> int:
     if raw is None:
         return DEFAULT_MAX_CONNECTIONS
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
+        1 <= int(raw) <= MAX_CONNECTIONS
+    ):
         raise InvalidArgumentError(
-            f"?max_connections= must be a whole number >= 1, not {raw!r:.40} in {shown!r}"
+            f"?max_connections= must be a whole number in [1, {MAX_CONNECTIONS}], "
+            f"not {raw!r:.40} in {shown!r}"
         )
     return int(raw)
+
+
+def check_redis_params(url: str, shown: str) -> None:
+    """Raise :class:`InvalidArgumentError` for a query parameter of ``url`` (sessionstore's
+    own removed) whose value redis-py would take but could not use, or a port 0 (see the
+    module doc); ``shown`` is ``url`` masked. No I/O."""
+    query = url.partition("?")[2].partition("#")[0]
+    for name, raw in parse_qsl(query, keep_blank_values=True):
+        value = unquote(raw).strip()
+        if name == "retry_on_error":
+            raise InvalidArgumentError(
+                f"?retry_on_error= cannot be set in {shown!r}: the store chooses what it retries"
+            )
+        if not value:
+            continue  # redis-py ignores an empty value
+        if name in _SECONDS_PARAMS:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = math.nan
+            if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT):
+                raise InvalidArgumentError(
+                    f"?{name}= must be seconds in (0, {MAX_TIMEOUT:g}], not {value!r:.40} "
+                    f"in {shown!r}"
+                )
+        elif name in _WHOLE_PARAMS:
+            low, high = _WHOLE_PARAMS[name]
+            if not (value.isascii() and value.isdigit() and low <= int(value[:12]) <= high):
+                raise InvalidArgumentError(
+                    f"?{name}= must be a whole number in [{low}, {high}], not {value!r:.40} "
+                    f"in {shown!r}"
+                )
+        elif name in _FLAG_PARAMS and value.lower() not in _FLAG_WORDS:
+            raise InvalidArgumentError(
+                f"?{name}= must be yes or no (or true/false, 1/0), not {value!r:.40} in {shown!r}"
+            )
+    if url.partition("://")[0].lower() in ("redis", "rediss"):
+        try:
+            port = urlsplit(url).port
+        except ValueError:
+            return  # redis-py refuses it, with a message that hides the password
+        if port == 0:
+            raise InvalidArgumentError(f"{shown!r} names port 0: a port is 1-65535")
 
 
 def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
     """Validate the options; ``durability`` may come from the argument or ``?durability=``,
     the cluster mode from ``?cluster=`` (default ``auto``).
 
-    Raises :class:`InvalidArgumentError` for a bad timeout, an unknown durability or
-    cluster mode, or a durability given both ways with different values.
+    Raises :class:`InvalidArgumentError` for a bad timeout (see
+    :func:`~sessionstore.arguments.check_timeout`), an unknown durability or cluster mode,
+    a durability given both ways with different values, or a parameter value
+    :func:`check_redis_params` refuses.
     """
     shown = display(url)
-    if timeout is None:
-        timeout = DEFAULT_TIMEOUT
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    timeout = check_timeout("timeout", DEFAULT_TIMEOUT if timeout is None else timeout)
     clean, own = split_own_params(url)
     sentinel = url.partition("://")[0].lower() in SENTINEL_SCHEMES
     extra = SENTINEL_PARAMS if sentinel else ()
     reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
+    check_redis_params(clean, shown)
     from_url = own.get("durability")
     if durability is not None and from_url is not None and durability != from_url:
         raise InvalidArgumentError(

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import keys
 from ..contracts import AsyncValueBackend, Refused, Stored, ValueBackend
 from ..drive import Steps
-from ..errors import SessionStoreError
+from ..errors import CorruptDataError
 from ..keys import ValueKey
 from . import scripts
 from .boundary import ErrorBoundary
@@ -139,10 +139,15 @@ class _Entry:
 
 
 def parse_when(name: str, raw: Any) -> int:
+    """The when (epoch ms) stored as ``raw`` in ``name``: a 64-bit integer, else
+    :class:`CorruptDataError` naming the key."""
     try:
-        return int(raw)
+        when = int(raw)
     except (TypeError, ValueError):
-        raise SessionStoreError(f"{name} holds a malformed when {raw!r:.40}") from None
+        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}") from None
+    if not -(2**63) <= when < 2**63:
+        raise CorruptDataError(name, f"it holds a when out of range {raw!r:.40}")
+    return when
 
 
 def decode_plain(name: str, reply: list[Any]) -> Stored | None:
@@ -197,14 +202,19 @@ def decode_swap(name: str, reply: Any) -> Literal[True] | Refused:
     return True
 
 
-def decode_version(name: str, reply: list[Any]) -> Stored | None:
-    """``history_get.lua``'s reply -> the version in force (payload None for a clear)."""
+def decode_version(name: str, reply: list[Any], asked: int) -> Stored | None:
+    """``history_get.lua``'s reply to a read as of ``asked`` -> the version in force
+    (payload None for a clear). A version whose member (its when) is later than
+    ``asked`` (a member that differs from its score) raises :class:`CorruptDataError`."""
     if not reply:
         return None
     if len(reply) != 2:
-        raise SessionStoreError(f"{name} lacks the value of its version at {reply[0]!r}")
+        raise CorruptDataError(name, f"it lacks the value of its version at {reply[0]!r:.40}")
     payload = bytes(reply[1])
-    return Stored(payload if payload != CLEARED else None, parse_when(name, reply[0]))
+    when = parse_when(name, reply[0])
+    if when > asked:
+        raise CorruptDataError(name, f"its version {when} is filed at or before {asked}")
+    return Stored(payload if payload != CLEARED else None, when)
 
 
 def history_set_args(
@@ -367,7 +377,7 @@ class ValueOps:
         names = keys.history_keys(key)
         with self._guard("history_get.lua", names[0]):
             reply = yield from scripts.run_steps(client, "history_get", names, [str(when)])
-        return decode_version(names[0], reply)
+        return decode_version(names[0], reply, when)
 
     def write_version(
         self,
