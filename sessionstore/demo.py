@@ -18,8 +18,9 @@ What is the demo's own (:func:`owns_session`, :func:`owns_value`): it marks what
 writes by names no other use is likely to pick, the same in every run:
 
 - event-log sessions ``momentum-SYMnnnUSDT`` and ``contrarian-SYMnnnUSDT`` whose header
-  has ``cwd="/demo/momentum"`` (or ``"/demo/contrarian"``), and its scratch sessions
-  ``demo-preflight-<hex>`` with ``cwd="/demo/preflight"``;
+  has ``cwd="/demo/momentum"`` (or ``"/demo/contrarian"``); its first write, a check
+  that the store takes writes, is a session under a reserved name
+  (:data:`~sessionstore.results.PROBE_PREFIX`) deleted at once, which no listing shows;
 - history values (``SYMnnnUSDT``, ``llm-signal``, ``synthetic``, ``1h``, ``backtest``).
 
 Anything else in the namespace is not the demo's own. The demo deletes only its own
@@ -41,7 +42,6 @@ import random
 import re
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +51,7 @@ import sessionstore
 from .errors import SessionBusyError
 from .eventlog import closers
 from .models import SessionEvent, SessionHeader
-from .results import LoadedSession, ValueRef
+from .results import LoadedSession, ValueRef, probe_name
 from .store import Store
 from .when import MAX_ABS_EPOCH_MS
 
@@ -67,7 +67,7 @@ MODE = "backtest"
 #: The demo's symbols: ``SYM000USDT``, ``SYM001USDT``, ...
 SYMBOL = re.compile(r"SYM[0-9]{3,}USDT")
 #: Its session ids: a variant and a symbol, or a scratch session of the preflight.
-SESSION_ID = re.compile(rf"({'|'.join(VARIANTS)})-({SYMBOL.pattern})|demo-preflight-[0-9a-f]+")
+SESSION_ID = re.compile(rf"({'|'.join(VARIANTS)})-({SYMBOL.pattern})")
 MODEL_SECONDS = 0.004
 #: Seconds a worker's writer holds its session's lease past its last renewal: how long
 #: the repair of a killed worker's session waits on a store whose leases expire (Redis).
@@ -102,7 +102,7 @@ def owns_session(header: SessionHeader) -> bool:
     match = SESSION_ID.fullmatch(header.id)
     if match is None:
         return False
-    return header.cwd == (f"/demo/{match.group(1)}" if match.group(1) else PREFLIGHT_CWD)
+    return header.cwd == f"/demo/{match.group(1)}"
 
 
 def owns_value(ref: ValueRef) -> bool:
@@ -617,7 +617,7 @@ def _preflight(store: Store) -> None:
     """Append to (and delete) a scratch log of the demo's own before any worker starts,
     so that a store the workers could not write to (refused credentials, a read-only
     folder) raises its error here, once, instead of in every worker."""
-    probe = f"demo-preflight-{uuid.uuid4().hex[:12]}"
+    probe = probe_name("demo")
     store.events.create(SessionHeader(id=probe, cwd=PREFLIGHT_CWD))
     store.events.append(probe, [SessionEvent(seq=0, type="preflight", time=0)])
     store.events.delete(probe)

@@ -37,7 +37,7 @@ from .errors import (
 from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession
+from .results import LoadedSession, is_probe
 from .session_state import SessionState
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
@@ -484,7 +484,8 @@ def stored_bytes(lifecycle: Lifecycle, session_id: str) -> Flow[int]:
 def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:
     _open(lifecycle)
     found: list[SessionInfo] = yield Call(EventBackend.list_info)
-    return sorted(found, key=lambda i: (i.header.created_at, i.header.id))
+    listed = [info for info in found if not is_probe(info.header.id)]
+    return sorted(listed, key=lambda i: (i.header.created_at, i.header.id))
 
 
 def open_writer(
@@ -582,7 +583,7 @@ def read_from(
 def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:
     _open(lifecycle)
     headers: list[SessionHeader] = yield Call(EventBackend.list)
-    return sorted(headers, key=lambda h: (h.created_at, h.id))
+    return sorted((h for h in headers if not is_probe(h.id)), key=lambda h: (h.created_at, h.id))
 
 
 def prune(lifecycle: Lifecycle) -> Flow[int]:

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import NamedTuple
 
 from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
+
+#: Session ids and value symbols that begin with this are the library's own checks (the
+#: demo's first write, ``sessionstore doctor``): written and deleted at once, and never
+#: listed, also when a crash left one behind.
+PROBE_PREFIX = "~probe-"
+
+
+def probe_name(purpose: str) -> str:
+    """A fresh reserved name for a check (see :data:`PROBE_PREFIX`)."""
+    return f"{PROBE_PREFIX}{purpose}-{secrets.token_hex(6)}"
+
+
+def is_probe(name: str) -> bool:
+    return name.startswith(PROBE_PREFIX)
 
 
 class ValueRef(NamedTuple):
@@ -20,7 +35,10 @@ class ValueRef(NamedTuple):
 
 
 def value_refs(found: list[tuple[ValueKey, bool]]) -> list[ValueRef]:
-    return sorted(ValueRef(*key.parts, history) for key, history in found)
+    """The listed values, sorted; the library's own checks (:data:`PROBE_PREFIX`) left out."""
+    return sorted(
+        ValueRef(*key.parts, history) for key, history in found if not is_probe(key.symbol)
+    )
 
 
 class NamespaceUsage(NamedTuple):

@@ -104,7 +104,6 @@ def test_the_demo_deletes_its_own_leftovers_of_any_earlier_run(tmp_path):
 
 def test_what_the_demo_owns_is_its_naming_pattern_and_header():
     assert demo.owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/momentum"))
-    assert demo.owns_session(SessionHeader(id="demo-preflight-ab12", cwd="/demo/preflight"))
     assert not demo.owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/contrarian"))
     assert not demo.owns_session(SessionHeader(id="momentum-BTCUSDT", cwd="/demo/momentum"))
     ref = sessionstore.ValueRef("SYM001USDT", "llm-signal", "synthetic", "1h", "backtest", True)

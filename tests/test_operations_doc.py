@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from support.redis_server import RedisServer
 
-import sessionstore
-from sessionstore import SessionEvent, SessionHeader, keys
+from sessionstore import keys
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 BLOCK = re.compile(r"```console\n(.*?)```", re.S)
@@ -31,19 +30,15 @@ def recipes() -> list[tuple[str, list[str]]]:
     return found
 
 
+SETUP = re.compile(r"```python\n(from sessionstore import .*?)```", re.S)
+
+
 @pytest.fixture(scope="module")
 def seeded():
+    """A server seeded by the document's own setup block, run as printed."""
+    (setup,) = SETUP.findall(DOC.read_text())
     with RedisServer() as server:
-        store = sessionstore.connect(server.url, namespace="run-42")
-        s = store.session("BTCUSDT", strategy="llm-momentum", exchange="binance", frame="1h")
-        s.set_data({"lastLlmSignal": "buy"}, 1718000000000)
-        store.events.create(SessionHeader(id="agent-7", cwd="/srv/agent", created_at=1718000000000))
-        store.events.append("agent-7", [
-            SessionEvent(seq=0, type="turn/start", time=1718000000000, data={"turn": 1}),
-            SessionEvent(seq=1, type="turn/end", time=1718000000500,
-                         data={"turn": 1, "reason": {"kind": "done"}}),
-        ])  # fmt: skip
-        store.close()
+        exec(setup.replace("redis://localhost:6379/0", server.url), {})  # noqa: S102
         yield server
 
 
@@ -53,6 +48,7 @@ def run(command: str, port: int) -> str:
     elif command.startswith("sessionstore "):
         command = f"{sys.executable} -m sessionstore {command[len('sessionstore ') :]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+    env["SESSIONSTORE_URL"] = f"redis://127.0.0.1:{port}/0"
     result = subprocess.run(
         ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=60
     )

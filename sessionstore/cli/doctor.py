@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..redis.client import SyncClient, Topology, is_cluster
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
 from ..redis.options import RedisOptions, parse_options
 from ..redis.scripts import INSTALL_COMMAND, install, installed, library
+from ..results import probe_name
 from ..store import Store
 from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
 from .text import plain
@@ -351,7 +351,7 @@ def round_trip(url: str, namespace: str) -> Check:
     """Write, read and delete a probe value and a probe log session in the namespace: this
     exercises every permission and script the library needs. On a file store every file
     and folder the probe made is removed again."""
-    probe = f"doctor-{uuid.uuid4().hex[:12]}"
+    probe = probe_name("doctor")
     started = time.perf_counter()
     try:
         with sessionstore.connect(url, namespace) as store, FileScratch(url, store, probe):

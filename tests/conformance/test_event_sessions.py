@@ -502,3 +502,20 @@ def test_stored_bytes_grows_with_the_log_and_names_a_missing_session(store, open
             store.events.stored_bytes(missing)
     with pytest.raises(InvalidArgumentError):
         store.events.stored_bytes("")
+
+
+def test_the_librarys_own_checks_are_never_listed(store):
+    """A check's session or value (a reserved name) left behind by a crash stays out of
+    every listing; everything else is listed."""
+    from sessionstore.results import PROBE_PREFIX, probe_name
+
+    probe = probe_name("test")
+    assert probe.startswith(PROBE_PREFIX)
+    started(store, probe, count=1)
+    started(store, "kept", count=1)
+    store.session(probe, "s", "e", "1h").set_data(1, T)
+    store.session("KEPT", "s", "e", "1h").set_data(1, T)
+    assert [h.id for h in store.events.list()] == ["kept"]
+    assert [i.header.id for i in store.events.list_info()] == ["kept"]
+    assert [ref.symbol for ref in store.list_values()] == ["KEPT"]
+    assert seqs(store.events.load(probe).events) == [0]  # still there, by its name
