@@ -33,7 +33,12 @@ ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
 def pytest_configure(config: pytest.Config) -> None:
     """``tmp_path`` and its kin go on the RAM disk when there is one (see
     :mod:`support.ramdisk`), unless ``--basetemp`` or ``PYTEST_DEBUG_TEMPROOT`` chose a
-    place: pytest's usual numbered dirs, kept as usual, under it."""
+    place: pytest's usual numbered dirs, kept as usual, under it.
+
+    ``COLUMNS`` is the tests' own to set: the CLI's consoles, made when it is imported,
+    would keep a width exported to the test run for good (a test gives one with
+    ``CliRunner``'s ``env``)."""
+    os.environ.pop("COLUMNS", None)
     root = ram_root()
     if root is not None and config.option.basetemp is None:
         os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", root)
