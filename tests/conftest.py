@@ -4,11 +4,14 @@ dirs on a RAM disk when there is one."""
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
+import typer.main
+import typer.testing
 from support.ramdisk import ram_root
 from support.redis_cluster import ClusterNodes
 from support.redis_server import ContainerRedis, RedisServer, shared_server
@@ -30,10 +33,28 @@ ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
 def pytest_configure(config: pytest.Config) -> None:
     """``tmp_path`` and its kin go on the RAM disk when there is one (see
     :mod:`support.ramdisk`), unless ``--basetemp`` or ``PYTEST_DEBUG_TEMPROOT`` chose a
-    place: pytest's usual numbered dirs, kept as usual, under it."""
+    place: pytest's usual numbered dirs, kept as usual, under it.
+
+    ``COLUMNS`` is the tests' own to set: the CLI's consoles, made when it is imported,
+    would keep a width exported to the test run for good (a test gives one with
+    ``CliRunner``'s ``env``)."""
+    os.environ.pop("COLUMNS", None)
     root = ram_root()
     if root is not None and config.option.basetemp is None:
         os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_click_command_per_app() -> Iterator[None]:
+    """typer builds an application's click command anew on every run (``get_command``,
+    behind both ``app(...)`` and typer's ``CliRunner.invoke``) by reading every command's
+    signature: most of the cost of running the CLI in the tests' process. The tests build
+    it once per application; a click command keeps nothing of one run for the next."""
+    built = functools.cache(typer.main.get_command)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.main, "get_command", built)
+        patch.setattr(typer.testing, "_get_command", built)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,6 @@
-"""The ``sessionstore`` command end to end: subprocesses against real stores."""
+"""The ``sessionstore`` command end to end against real stores: run in this process
+through the same ``main`` the console script and ``python -m sessionstore`` call, and in
+a process of its own where a process is the point."""
 
 from __future__ import annotations
 
@@ -7,15 +9,22 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
 
 import pytest
 from support import artifacts
+from typer.testing import CliRunner
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader
+from sessionstore.cli import main
 from sessionstore.cli.common import DURABILITY_HINT
 
 T = 1_718_000_000_000
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def rows_of(stdout: str) -> list[dict]:
@@ -23,17 +32,40 @@ def rows_of(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines()]
 
 
-def cli(*args: str, cwd=None, env_extra=None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
+@dataclass(frozen=True)
+class Ran:
+    """What one run of the command left: its exit code and what it wrote to each stream."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, env_extra: dict[str, str] | None = None) -> Ran:
+    """Run ``sessionstore *args`` with no ``SESSIONSTORE_*`` variable and no ``COLUMNS``
+    in the environment but those of ``env_extra``; stdout and stderr are not terminals."""
+    env: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("SESSIONSTORE_") or name == "COLUMNS"
+    }
     env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "sessionstore", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-    )
+    with CliRunner().isolation(env=env) as (stdout, stderr, _):
+        with pytest.raises(SystemExit) as exited:
+            main(list(args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return Ran(exited.value.code, stdout.getvalue().decode(), stderr.getvalue().decode())
+
+
+@pytest.fixture(autouse=True)
+def elsewhere(tmp_path, monkeypatch):
+    """The default store (./.sessionstore) of a command without --url is the test's own."""
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_console_script_runs_the_main_these_tests_call():
+    target = tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]["sessionstore"]
+    module, _, name = target.partition(":")
+    assert getattr(import_module(module), name) is main
 
 
 @pytest.fixture(params=["file", "redis"])
@@ -115,6 +147,8 @@ def test_sessions_show_writes_nothing_even_for_an_open_turn(target):
 
 
 def test_sessions_tail_follows_new_events(target):
+    # A process of its own: the follower runs until a signal stops it, while this test
+    # appends; it is also the run of `python -m sessionstore` end to end.
     _, url, ns = target
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
     follower = subprocess.Popen(
