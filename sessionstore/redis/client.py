@@ -21,10 +21,13 @@ server at first use (``INFO cluster``) and then talks to the whole cluster with
 and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
 
 For a ``redis+sentinel://`` URL (see :mod:`.options`) the client asks the sentinels for
-the service's primary (``redis.sentinel``) and follows a failover by itself: a
-connection to a demoted or dead primary is dropped, and the next attempt asks the
-sentinels again. The same blocking pool (``?max_connections=``, waits up to
-``timeout``) serves the primary. Such a URL is never a cluster: no detection is made.
+the service's primary (``redis.sentinel``) and follows a failover by itself, as the
+sentinels announce it (:mod:`.failover`): while they fail over, no call reaches a
+primary; a connection to a demoted or dead primary is dropped, and the next attempt asks
+the sentinels again. The same blocking pool (``?max_connections=``, waits up to
+``timeout``) serves the primary. Such a URL is never a cluster: no detection is made; a
+URL that names no durability gets ``replicas:1`` when the sentinels list replicas of
+the service (:class:`~.durability.DurabilityChoice`), settled at first use.
 """
 
 from __future__ import annotations
@@ -63,6 +66,16 @@ from ..errors import (
 )
 from ..urls import invalid_url
 from .boundary import ErrorBoundary, driver_defect
+from .durability import DurabilityChoice
+from .failover import (
+    AsyncFencedConnection,
+    AsyncFencedSSLConnection,
+    FailoverWatch,
+    FencedConnection,
+    FencedSSLConnection,
+    acount_replicas,
+    count_replicas,
+)
 from .options import RedisOptions, SentinelTarget, check_cluster_url
 from .retry import RETRIES, DriverBackoff, retry_delay
 
@@ -147,10 +160,19 @@ class Flavour:
     sentinel: Any
     sentinel_pool: Any
     retry: Any
+    #: The connection classes of a Sentinel service's primary: plain and TLS.
+    fenced: Any
+    fenced_tls: Any
 
 
 BLOCKING = Flavour(
-    redis.Redis, redis.BlockingConnectionPool, redis.sentinel.Sentinel, SentinelBlockingPool, Retry
+    redis.Redis,
+    redis.BlockingConnectionPool,
+    redis.sentinel.Sentinel,
+    SentinelBlockingPool,
+    Retry,
+    FencedConnection,
+    FencedSSLConnection,
 )
 ASYNCIO = Flavour(
     redis.asyncio.Redis,
@@ -158,6 +180,8 @@ ASYNCIO = Flavour(
     redis.asyncio.sentinel.Sentinel,
     AsyncSentinelBlockingPool,
     redis.asyncio.retry.Retry,
+    AsyncFencedConnection,
+    AsyncFencedSSLConnection,
 )
 
 
@@ -166,22 +190,29 @@ def _retry(flavour: Flavour) -> Any:
     return flavour.retry(DriverBackoff(), RETRIES)
 
 
-def sentinel_client(options: RedisOptions, flavour: Flavour) -> tuple[Any, Any]:
-    """(the client of the service's primary, the ``Sentinel`` it asks); no I/O."""
+def sentinel_client(options: RedisOptions, flavour: Flavour) -> tuple[Any, Any, FailoverWatch]:
+    """(the client of the service's primary, the ``Sentinel`` it asks, the
+    :class:`~.failover.FailoverWatch` its connections obey); no I/O."""
     target = options.sentinel
     assert target is not None
-    manager = flavour.sentinel(
-        list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
+    sentinel_kwargs = _sentinel_socket_kwargs(options, target)
+    manager = flavour.sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)
+    watch = FailoverWatch(
+        list(target.sentinels), target.service, dict(target.sentinel_kwargs), options.timeout
     )
+    node_kwargs = dict(target.node_kwargs)
+    tls = bool(node_kwargs.pop("ssl", False))
     client = manager.master_for(
         target.service,
         connection_pool_class=flavour.sentinel_pool,
+        connection_class=flavour.fenced_tls if tls else flavour.fenced,
+        failover_watch=watch,
         retry=_retry(flavour),
-        **target.node_kwargs,
+        **node_kwargs,
         **_client_kwargs(options),
         **_pool_kwargs(options),
     )
-    return _raw_stream_replies(client), manager
+    return _raw_stream_replies(client), manager, watch
 
 
 def plain_client(options: RedisOptions, flavour: Flavour) -> Any:
@@ -307,8 +338,10 @@ class Topology:
     """Whether the URL names a Redis Cluster: fixed by ``?cluster=yes|no``, else learnt
     at the first call of either client (sync or async) and shared by both."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, durability: DurabilityChoice | None = None) -> None:
         self.cluster: bool | None = {"yes": True, "no": False}.get(mode)
+        #: The store's durability (settled at first use on a Sentinel URL naming none).
+        self.durability = durability if durability is not None else DurabilityChoice(None, False)
 
 
 class FirstUse:
@@ -351,8 +384,9 @@ class SyncClient:
         self._topology = topology
         self._guard = guard
         self._sentinel: redis.sentinel.Sentinel | None = None
+        self._watch: FailoverWatch | None = None
         if options.sentinel is not None:
-            self._plain, self._sentinel = sentinel_client(options, BLOCKING)
+            self._plain, self._sentinel, self._watch = sentinel_client(options, BLOCKING)
         else:
             self._plain = plain_client(options, BLOCKING)
         self._client: Any = None
@@ -408,6 +442,12 @@ class SyncClient:
         return drive(op(self.get(), *args, **kw))
 
     def _choose(self) -> Any:
+        if self._sentinel is not None:
+            assert self._options.sentinel is not None
+            if self._topology.durability.pending:
+                service = self._options.sentinel.service
+                self._topology.durability.settle(count_replicas(self._sentinel, service))
+            return self._plain
         if self._topology.cluster is None:
             self._topology.cluster = drive(_detect(self._plain, self._guard))
         if not self._topology.cluster:
@@ -433,6 +473,8 @@ class SyncClient:
         self._plain.close()
         if self._sentinel is not None:
             self._sentinel.close()
+        if self._watch is not None:
+            self._watch.close()
 
     @property
     def sentinel(self) -> redis.sentinel.Sentinel | None:
@@ -449,8 +491,9 @@ class AsyncClient:
         self._topology = topology
         self._guard = guard
         self._sentinel: redis.asyncio.sentinel.Sentinel | None = None
+        self._watch: FailoverWatch | None = None
         if options.sentinel is not None:
-            self._plain, self._sentinel = sentinel_client(options, ASYNCIO)
+            self._plain, self._sentinel, self._watch = sentinel_client(options, ASYNCIO)
         else:
             self._plain = plain_client(options, ASYNCIO)
         self._client: Any = None
@@ -493,6 +536,12 @@ class AsyncClient:
         return self._client
 
     async def _choose(self) -> Any:
+        if self._sentinel is not None:
+            assert self._options.sentinel is not None
+            if self._topology.durability.pending:
+                service = self._options.sentinel.service
+                self._topology.durability.settle(await acount_replicas(self._sentinel, service))
+            return self._plain
         if self._topology.cluster is None:
             self._topology.cluster = await adrive(_detect(self._plain, self._guard))
         if not self._topology.cluster:
@@ -534,6 +583,8 @@ class AsyncClient:
         await self._plain.aclose()
         if self._sentinel is not None:
             await self._sentinel.aclose()
+        if self._watch is not None:
+            self._watch.close()
 
 
 class _Use:

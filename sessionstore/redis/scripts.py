@@ -15,7 +15,10 @@ A write that can create data names its index entry (``first``: the ``ZADD`` of
 :func:`sessionstore.redis.index.add_command`): on a single server it is sent in the same
 pipeline, before the write (one round trip); on a cluster, where the index lives in
 another slot, as a call of its own before the write. Either way data never exists
-without its index entry.
+without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`) the entry is
+as durable as the data: on a single server the ``WAIT`` after the script covers it; on a
+cluster it is followed by a ``WAIT`` of its own on the index's node, and too few
+acknowledgements raise before the data is written.
 
 Scripts do all their checks before their first write. Without a shebang Redis runs
 them in compatibility mode: under ``maxmemory`` with ``noeviction`` a script is refused
@@ -53,7 +56,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..drive import Pause, Steps, drive
 from ..errors import SessionStoreError
 from .client import is_cluster
-from .durability import Acks
+from .durability import Acks, check_value_acks
 from .retry import RETRIES, retry_delay
 
 Arg = str | bytes | int
@@ -284,7 +287,9 @@ def run_then_wait_steps(
 ) -> Steps[tuple[Any, int]]:
     """Run script ``name``, then ``WAIT replicas ms`` on the same connection (one
     pipeline, one round trip); returns (script reply, replicas that acknowledged).
-    ``first`` as for :func:`run_steps`.
+    ``first`` as for :func:`run_steps`; on a cluster it is sent with a ``WAIT`` of its
+    own to the index's node first, and fewer acknowledgements than ``replicas`` raise
+    :class:`~sessionstore.errors.NotReplicatedError` there, before the script runs.
 
     On a cluster both go to the primary serving the keys' slot; when that primary is
     unreachable or no longer serves the slot, the slot map is refreshed and the call
@@ -299,31 +304,57 @@ def run_then_wait_steps(
         reply, rest = yield from _pipeline_steps(send, found, keys, args, first, wait)
         return reply, int(rest[0])
     if first is not None:
-        yield functools.partial(client.execute_command, *first)
-    for attempt in range(RETRIES + 1):
-        node = client.get_node_from_key(keys[0])
+        index = str(first[1])
+        entry = functools.partial(_entry_steps, first, wait)
+        acks, node = yield from _on_slot_node_steps(client, index, entry)
+        check_value_acks(replicas, Acks(acks, node), index, node, ms)
+
+    def write(send: Batch, asking: Command | None) -> Steps[tuple[Any, list[Any]]]:
+        return (yield from _pipeline_steps(send, found, keys, args, asking, wait))
+
+    (reply, rest), node = yield from _on_slot_node_steps(client, keys[0], write)
+    return reply, Acks(int(rest[0]), node)
+
+
+def _entry_steps(
+    first: Command, wait: Sequence[Command], send: Batch, asking: Command | None
+) -> Steps[int]:
+    """An index entry and its ``WAIT`` on one node: how many replicas acknowledged it."""
+    commands = [*([] if asking is None else [asking]), first, *wait]
+    replies = yield functools.partial(send, commands)
+    _raise_first_error(replies)
+    return int(replies[-1])
+
+
+#: One attempt on the node serving a slot: (a Batch there, ``ASKING`` or None) -> steps.
+Attempt = Callable[[Batch, Command | None], Steps[Any]]
+
+
+def _on_slot_node_steps(client: Any, key: str, attempt: Attempt) -> Steps[tuple[Any, str]]:
+    """``attempt`` on the cluster node serving ``key``'s slot; returns (its result, the
+    node's name). When that node is unreachable or no longer serves the slot, the slot map
+    is refreshed and the attempt repeated (at most ``RETRIES`` times); ``ASK`` sends it to
+    the target, after ``ASKING``."""
+    for attempt_no in range(RETRIES + 1):
+        node = client.get_node_from_key(key)
         try:
             try:
-                send = _node_batch(client, node)
-                reply, rest = yield from _pipeline_steps(send, found, keys, args, None, wait)
-                return reply, Acks(int(rest[0]), node.name)
+                return (yield from attempt(_node_batch(client, node), None)), node.name
             except AskError as ask:
                 send, target, close = _ask_target(client, ask.host, ask.port)
                 try:
-                    reply, rest = yield from _pipeline_steps(
-                        send, found, keys, args, ["ASKING"], wait
-                    )
+                    result = yield from attempt(send, ["ASKING"])
                 except BaseException as exc:
                     if close is not None and not isinstance(exc, GeneratorExit):
                         yield close
                     raise
                 if close is not None:
                     yield close
-                return reply, Acks(int(rest[0]), target)
+                return result, target
         except _SLOT_MOVING:
-            if attempt == RETRIES:
+            if attempt_no == RETRIES:
                 raise
-        yield Pause(retry_delay(attempt + 1))
+        yield Pause(retry_delay(attempt_no + 1))
         # A failed refresh is left to the next attempt to report.
         with contextlib.suppress(RedisError, RedisClusterException):
             yield client.nodes_manager.initialize
