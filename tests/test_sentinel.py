@@ -62,14 +62,22 @@ def test_a_sentinel_url_reaches_the_primary_and_is_never_taken_for_a_cluster(set
         client.close()
 
 
-def test_doctor_reports_the_sentinels_and_the_service_topology(setup):
-    checks = run_checks(setup.url + "?durability=replicas:1", "t-doctor", False)
-    [sentinel] = [c for c in checks if c.name == "sentinel"]
+def test_doctor_reports_every_node_of_the_service_and_its_default_durability(setup):
+    """The URL names two of the three sentinels: the third is listed as the others know
+    it; the persistence judged is the default durability of the service (replicas:1)."""
+    first_two = ",".join(f"127.0.0.1:{s.port}" for s in setup.sentinels[:2])
+    checks = run_checks(f"redis+sentinel://{first_two}/{SERVICE}/0", "t-doctor", False)
+    by_name = {c.name: c for c in checks}
+    sentinel = by_name["sentinel"]
     assert sentinel.status == "OK", sentinel.detail
     host, port = setup.current_primary()  # type: ignore[misc]
-    assert "3 of 3 sentinels reached" in sentinel.detail
+    assert "2 of 2 sentinels reached" in sentinel.detail
+    assert f"other sentinels 127.0.0.1:{setup.sentinels[2].port}" in sentinel.detail
     assert f"primary {host}:{port}" in sentinel.detail and SERVICE in sentinel.detail
-    assert sentinel.detail.count("127.0.0.1:") >= 3 + 1 + 2
+    for replica in setup.replicas:
+        assert f"127.0.0.1:{replica.port}" in sentinel.detail.partition("replicas ")[2]
+    assert by_name["persistence"].status == "OK", by_name["persistence"]
+    assert "replicas:1" in by_name["persistence"].detail
 
 
 class Traffic(threading.Thread):

@@ -248,6 +248,70 @@ def test_a_killed_primary_loses_no_acknowledged_write_and_the_same_store_goes_on
             assert duplicates == 0, f"{duplicates} batches stored twice"
 
 
+def _ask(node: RedisServer, *command: str) -> None:
+    client = redis.Redis(port=node.port, socket_timeout=5)
+    try:
+        client.execute_command(*command)
+    finally:
+        client.close()
+
+
+def test_a_killed_index_primary_leaves_no_acknowledged_session_or_value_unlisted(ns):
+    """With ``replicas:1`` a session's and a value's index entry is as durable as its data:
+    the primary holding the namespace index is cut off from its replica (which cannot
+    resync meanwhile), sessions and values whose data lives on the other primaries are
+    written, and the index's primary is killed; its replica takes over without ever
+    having received what was written since the cut. Every session and value whose write
+    was acknowledged is listed afterwards (the index entry's own WAIT refuses the others
+    with StoreUnavailableError)."""
+    with ClusterNodes(primaries=3, replicas=1) as cluster:
+        index_node = cluster.owner(keys.index_keys(ns)[0])
+        others = [n for n in cluster.primaries() if n is not index_node]
+        replica = cluster_ops.replica_of(cluster, index_node)
+        session_of = functools.partial(log_slot, ns)
+        symbol_of = functools.partial(value_slot, ns)
+        acknowledged: list[str] = []
+        symbols: list[str] = []
+        refused: dict[str, int] = {}
+        url = f"{cluster.url}?durability=replicas:1"
+        with sessionstore.connect(url, ns, timeout=1) as store:
+
+            def write(tag: str) -> None:
+                refused.setdefault(tag, 0)
+                for node in others:
+                    session_id = name_on(node, session_of, f"{tag}{node.port}-")
+                    symbol = name_on(node, symbol_of, f"{tag}{node.port}-")
+                    event = sessionstore.SessionEvent(seq=0, type="e", time=T0)
+                    try:
+                        store.events.create(SessionHeader(id=session_id, created_at=T0))
+                        store.events.append(session_id, [event])
+                        acknowledged.append(session_id)
+                    except REFUSED:
+                        refused[tag] += 1
+                    try:
+                        store.session(symbol, "s", "e", "1h").set_data({"n": 1}, T0)
+                        symbols.append(symbol)
+                    except REFUSED:
+                        refused[tag] += 1
+
+            write("before")
+            # The replica cannot resync: it offers a password the primary does not have.
+            _ask(replica, "CONFIG", "SET", "masterauth", "not-the-password")
+            _ask(index_node, "CLIENT", "KILL", "TYPE", "replica")
+            write("cut")
+            cluster_ops.kill_primary(cluster, index_node)
+            _ask(replica, "CONFIG", "SET", "masterauth", "")
+            cluster.start(index_node)  # it rejoins as a replica of its successor
+            cluster.wait_ok()
+            write("after")
+        with sessionstore.connect(cluster.primaries()[0].url, ns, timeout=5) as reader:
+            listed = {header.id for header in reader.events.list()}
+            values = {key.symbol for key in reader.list_values()}
+        assert set(acknowledged) <= listed, sorted(set(acknowledged) - listed)
+        assert set(symbols) <= values, sorted(set(symbols) - values)
+        assert refused["cut"] == 2 * len(others), "a write during the cut was acknowledged"
+
+
 # --- lost reply -------------------------------------------------------------------------------
 
 
