@@ -360,3 +360,58 @@ def test_a_wait_refused_by_a_demoted_primary_is_unavailable_and_drops_the_connec
         with pytest.raises(StoreUnavailableError, match="no longer one"):
             store.events.append("s", batch)
         assert not before & _store_connections(primary[1]), "the connection was kept"
+    # A redis:// URL of the demoted primary cannot go elsewhere: the refusal is mapped alike.
+    direct = f"redis://127.0.0.1:{primary[1]}/0?cluster=no&durability=replicas:1"
+    with (
+        sessionstore.connect(direct, namespace, timeout=1) as store,
+        pytest.raises(StoreUnavailableError, match="no longer a primary"),
+    ):
+        store.events.append("s", batch)
+
+
+def test_an_async_store_follows_a_sentinel_failover_and_loses_nothing(fresh):
+    """sessionstore.aio on the same URL: appends from one coroutine through a
+    SENTINEL FAILOVER; every acknowledged batch is on the new primary, once."""
+    import asyncio
+
+    import sessionstore.aio
+
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    acknowledged: list[int] = []
+
+    def failover() -> None:
+        old = fresh.current_primary()
+        sentinel = redis.Redis(port=fresh.sentinels[0].port, socket_timeout=2)
+        try:
+            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        finally:
+            sentinel.close()
+        fresh.wait(lambda: fresh.current_primary() not in (None, old), "a new primary")
+
+    async def go() -> None:
+        async with sessionstore.aio.connect(fresh.url, namespace, timeout=1) as store:
+            await store.events.create(SessionHeader(id="a"))
+            next_seq, switched, after = 0, None, 0
+            while switched is None or not switched.done() or after < 20:
+                if len(acknowledged) == 20 and switched is None:
+                    switched = asyncio.ensure_future(asyncio.to_thread(failover))
+                batch = [
+                    SessionEvent(seq=seq, type="tick", time=T0, data={"n": seq})
+                    for seq in range(next_seq, next_seq + 2)
+                ]
+                try:
+                    next_seq = await store.events.append("a", batch)
+                    acknowledged.append(next_seq)
+                    after += switched is not None and switched.done()
+                except StoreUnavailableError:
+                    await asyncio.sleep(0.02)
+            await switched
+
+    asyncio.run(go())
+    primary = fresh.current_primary()
+    assert primary is not None
+    direct = f"redis://{primary[0]}:{primary[1]}/0?cluster=no&durability=none"
+    with sessionstore.connect(direct, namespace, timeout=2) as reader:
+        stored = reader.events.load("a").events
+    assert [e.seq for e in stored] == list(range(len(stored)))
+    assert len(stored) >= acknowledged[-1]

@@ -152,8 +152,9 @@ def library_notices() -> Iterator[list[str]]:
 def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
     """One ``error:`` line on stderr (the URL masked, every quoted value escaped), then a
     ``hint:`` line when there is one (always :data:`DURABILITY_HINT` for a
-    :class:`DurabilityError`); exit 2."""
-    if isinstance(exc, DurabilityError):
+    :class:`DurabilityError` of the server's settings, not for a write too few replicas
+    confirmed); exit 2."""
+    if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
         hint = DURABILITY_HINT
     kind = {
         StoreUnavailableError: "cannot reach the store",

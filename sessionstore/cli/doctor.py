@@ -18,7 +18,12 @@ import sessionstore
 
 from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
 from ..demo import check_durable
-from ..errors import AccessDeniedError, DurabilityError, SessionStoreError
+from ..errors import (
+    AccessDeniedError,
+    DurabilityError,
+    SessionStoreError,
+    StoreUnavailableError,
+)
 from ..models import SessionEvent, SessionHeader
 from ..redis.acl import setuser_line
 from ..redis.boundary import ErrorBoundary
@@ -312,8 +317,8 @@ def replicas_check(client: Any, servers: list[tuple[str, Any]], durability: Dura
         return Check(
             "persistence",
             "FAIL",
-            f"durability={durability} but {'; '.join(short)} connected replica(s): appends "
-            "will raise DurabilityError",
+            f"durability={durability} but {'; '.join(short)} connected replica(s): writes "
+            "will raise NotReplicatedError",
         )
     return Check("persistence", "OK", f"each primary has the replicas durability={durability} asks")
 
@@ -402,10 +407,11 @@ def round_trip(url: str, namespace: str) -> Check:
             store.events.append(probe, [SessionEvent(seq=0, type="doctor/probe", time=0)])
             store.events.load(probe)
             store.events.delete(probe)
-    except DurabilityError as exc:
-        return Check("read/write", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
     except SessionStoreError as exc:
-        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
+        hint = ""
+        if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
+            hint = f"; {DURABILITY_HINT}"
+        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}{hint}")
     elapsed = (time.perf_counter() - started) * 1000
     return Check(
         "read/write",
