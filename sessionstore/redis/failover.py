@@ -9,10 +9,12 @@ moved to the new primary. So a store on a ``redis+sentinel://`` URL keeps a
 
 - A sentinel announcing a failover of the service (``+try-failover``, ``+selected-slave``
   and the states that follow) *fences* it: from then on no connection to a primary is
-  made, a connection made before is dropped before its next command, and a reply read
-  on it is discarded (the call raises ``ConnectionError``, which redis-py resends on a
-  new connection and the boundary makes :class:`~sessionstore.errors.StoreUnavailableError`:
-  it may or may not have been applied). A sentinel sends ``REPLICAOF NO ONE`` to the
+  made, the sockets of those made before are shut down at once (a blocking one; an
+  asyncio one is dropped before its next command), and a reply read on one of them is
+  discarded (the call raises ``ConnectionError``, which redis-py resends on a new
+  connection and the boundary makes :class:`~sessionstore.errors.StoreUnavailableError`:
+  it may or may not have been applied). A value cache (``?cache=yes``) sees its sockets
+  end and empties itself. A sentinel sends ``REPLICAOF NO ONE`` to the
   chosen replica one timer tick (50-100 ms) after ``+selected-slave``, so a reply read
   before the fence was confirmed while every replica was still attached.
 - ``+switch-master`` (or the failover's abort, ``-failover-abort-*``, from the sentinel
@@ -37,6 +39,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 import redis
@@ -139,6 +142,8 @@ class FailoverWatch:
         #: (old primary, new primary) of the last ``+switch-master``, until the
         #: sentinels asked report the new one.
         self._switch: tuple[Address, Address] | None = None
+        #: The blocking connections made under the watch (see :meth:`made`).
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         #: Primaries a ``+switch-master`` replaced: the late events of the failover that
         #: replaced them (its leader ends after the others announced the switch) fence
         #: nothing.
@@ -222,19 +227,31 @@ class FailoverWatch:
                 if not words[4].isdigit():
                     return
                 new = (words[3], int(words[4]))
+                if self._switch == (primary, new) and not self._failing:
+                    return  # another sentinel's announcement of the same switch
                 self._switch = (primary, new)
                 self._replaced.add(primary)
                 self._replaced.discard(new)
                 self._failing.clear()
             elif channel in FENCE_EVENTS:
-                if primary in self._replaced:
+                if primary in self._replaced or sentinel in self._failing:
                     return
-                self._failing.setdefault(sentinel, time.monotonic())
-            elif channel.startswith(ABORT):
-                self._failing.pop(sentinel, None)
+                self._failing[sentinel] = time.monotonic()
+            elif channel.startswith(ABORT) and sentinel in self._failing:
+                del self._failing[sentinel]
             else:
                 return
             self.generation += 1
+            connections = list(self._connections)
+        for connection in connections:
+            _shut(connection)
+
+    def made(self, connection: Any) -> None:
+        """Register a blocking connection just made: a change of :attr:`generation`
+        shuts its socket down at once (a read in flight, or a poll of it, sees the end),
+        and its owner drops it."""
+        with self._lock:
+            self._connections.add(connection)
 
     def _subscribe(self, host: str, port: int, name: str) -> Any:
         """A pub/sub of every event of the sentinel; its failover state taken after the
@@ -320,10 +337,21 @@ class FailoverWatch:
 
     def _after_fork(self) -> None:
         # The thread does not exist in a child: the child's first connection starts one.
+        # The parent's sockets are not the child's to shut down.
+        self._connections = weakref.WeakSet()
         self._thread = None
         self._wake = None
         self._stop = threading.Event()
         self._ready = threading.Event()
+
+
+def _shut(connection: Any) -> None:
+    """Shut a connection's socket down without closing it: its owner's next read (or
+    poll) finds the end, and closes it in its own thread."""
+    sock = getattr(connection, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _same(one: Address, other: Address) -> bool:
@@ -369,6 +397,7 @@ class FencedConnection(redis.sentinel.SentinelManagedConnection):
             self.connect_to(address)
         finally:
             self.resolved = False
+        watch.made(self)
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
         # redis-py reconnects a dropped connection to the address it had: ask again.
