@@ -185,7 +185,8 @@ class FailoverWatch:
     def fence(self) -> str | None:
         """Why no connection to a primary may be made now; None when one may."""
         now = time.monotonic()
-        live = sorted(name for name, since in self._failing.items() if now - since < self._limit)
+        failing = tuple(self._failing.items())  # one step: the watch thread changes it
+        live = sorted(name for name, since in failing if now - since < self._limit)
         if not live:
             return None
         return (
