@@ -415,3 +415,34 @@ def test_an_async_store_follows_a_sentinel_failover_and_loses_nothing(fresh):
         stored = reader.events.load("a").events
     assert [e.seq for e in stored] == list(range(len(stored)))
     assert len(stored) >= acknowledged[-1]
+
+
+def test_the_fence_follows_the_events_of_the_service_and_no_other():
+    """FailoverWatch on the sentinels' event texts (no server): a failover fences from its
+    first event, an abort by the sentinel that began it lifts it, +switch-master lifts it
+    and names the new primary, the late events of the leader about the primary already
+    replaced fence nothing, and other services' events change nothing."""
+    from sessionstore.redis.failover import FailoverWatch
+
+    watch = FailoverWatch([("127.0.0.1", 1)], SERVICE, {}, 1.0)
+    old, new = ("127.0.0.1", 7000), ("127.0.0.1", 7001)
+    replica = f"slave 127.0.0.1:7001 127.0.0.1 7001 @ {SERVICE} 127.0.0.1 7000"
+
+    watch._event("s1", "+try-failover", "master other 127.0.0.1 9000")
+    assert watch.fence() is None and watch.generation == 0
+    watch._event("s1", "+try-failover", f"master {SERVICE} 127.0.0.1 7000")
+    assert watch.fence() is not None and "s1" in watch.fence()  # type: ignore[operator]
+    watch._event("s1", "-failover-abort-not-elected", f"master {SERVICE} 127.0.0.1 7000")
+    assert watch.fence() is None
+    watch._event("s2", "+selected-slave", replica)
+    stamp = watch.generation
+    assert watch.fence() is not None
+    watch._event("s3", "+switch-master", f"{SERVICE} 127.0.0.1 7000 127.0.0.1 7001")
+    assert watch.fence() is None and watch.generation == stamp + 1
+    assert watch.address(old) == new and watch.address(new) == new
+    watch._event("s2", "+slave-reconf-done", replica)
+    watch._event("s2", "+failover-end", f"master {SERVICE} 127.0.0.1 7000")
+    assert watch.fence() is None
+    # A failover of the new primary fences again.
+    watch._event("s1", "+try-failover", f"master {SERVICE} 127.0.0.1 7001")
+    assert watch.fence() is not None
