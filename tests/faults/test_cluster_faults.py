@@ -266,9 +266,21 @@ def test_a_killed_index_primary_leaves_no_acknowledged_session_or_value_unlisted
     was acknowledged is listed afterwards (the index entry's own WAIT refuses the others
     with StoreUnavailableError)."""
     with ClusterNodes(primaries=3, replicas=1) as cluster:
-        index_node = cluster.owner(keys.index_keys(ns)[0])
+        pair: list[RedisServer] = []
+
+        def index_pair() -> bool:
+            """The index's primary and its replica, once the cluster reports both (a
+            loaded machine may see a failover right after the cluster was made)."""
+            try:
+                primary = cluster.owner(keys.index_keys(ns)[0])
+                pair[:] = [primary, cluster_ops.replica_of(cluster, primary)]
+            except AssertionError:
+                return False
+            return True
+
+        cluster.wait(index_pair, "a replica of the index's primary")
+        index_node, replica = pair
         others = [n for n in cluster.primaries() if n is not index_node]
-        replica = cluster_ops.replica_of(cluster, index_node)
         session_of = functools.partial(log_slot, ns)
         symbol_of = functools.partial(value_slot, ns)
         acknowledged: list[str] = []
