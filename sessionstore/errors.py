@@ -12,7 +12,10 @@ the original chained as ``__cause__``::
     │   └── EventTimeOrderError                  an event's time is before the one before it
     ├── SessionDisposedError                     a disposed session handle was used
     ├── StoreClosedError                         a closed store was used
-    ├── StoreUnavailableError                    server down or unreachable within the timeout
+    ├── StoreUnavailableError                    server down or unreachable within the timeout;
+    │   │                                        the call may or may not have been applied
+    │   └── NotReplicatedError (also DurabilityError)  applied on the primary, too few
+    │                                            replicas confirmed it (replicas:N)
     ├── AccessDeniedError                        the server refused the credentials or a key
     │   ├── LibraryMissingError                  the Redis Functions library is not installed
     │   └── UnsafePathError                      a file store path is a link or not a file/folder
@@ -161,7 +164,9 @@ class ComputeTimeoutError(SessionStoreError):
 
 
 class DurabilityError(SessionStoreError):
-    """The server is not configured for the durability the store was asked to give.
+    """The server cannot give the durability the store was asked to give: not configured
+    for it (raised before anything was written), or, as :class:`NotReplicatedError`, too
+    few replicas confirmed a write that the primary applied.
 
     ``hint`` is the one remedy that fits when only one does (a user who may not run
     ``CONFIG GET`` on a durable server: ``?durability=aof``), else None."""
@@ -169,6 +174,15 @@ class DurabilityError(SessionStoreError):
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         self.hint = hint
         super().__init__(message)
+
+
+class NotReplicatedError(StoreUnavailableError, DurabilityError):
+    """A write of ``durability="replicas:N"`` was applied on the primary, but fewer than N
+    replicas confirmed it in time (or the primary stopped being one while it waited): it
+    may or may not survive a failover, as any :class:`StoreUnavailableError` may or may
+    not have been applied. Sending the same call again is safe (values are written once,
+    a batch already stored is an applied replay) and waits for the replicas again. Also a
+    :class:`DurabilityError`: the durability asked for was not given."""
 
 
 class SessionNotFoundError(SessionStoreError, KeyError):

@@ -52,7 +52,8 @@ def connect(
     ``timeout`` bounds how long a call waits for an unreachable server before raising
     ``StoreUnavailableError`` (Redis; default 5 s; seconds in (0, 86400], or
     ``InvalidArgumentError``). ``durability`` (Redis event logs):
-    ``"fsync"`` (default), ``"replicas:N"`` or ``"none"``; the URL may carry
+    ``"fsync"`` (default; ``"replicas:1"`` on a ``redis+sentinel://`` URL whose service
+    has replicas), ``"aof"``, ``"replicas:N"`` or ``"none"``; the URL may carry
     ``?durability=...`` instead. ``ttl`` (seconds > 0) is the retention of the event-log
     sessions this store creates (``events.create(..., ttl=...)`` overrides it): each
     expires ``ttl`` after its last append; None (default) keeps them for good. A bad

@@ -171,6 +171,24 @@ def test_doctor_names_the_primary_without_the_functions_library_and_fix_installs
         bare.close()
 
 
+def test_doctor_lists_every_node_of_a_cluster_also_a_primary_without_slots():
+    from support import cluster_ops
+    from support.redis_cluster import ClusterNodes
+
+    with ClusterNodes(primaries=3, replicas=1) as cluster:
+        empty = cluster_ops.add_node(cluster)
+        ok = doctor("--url", cluster.url, "--json")
+        nodes = {c["name"]: c for c in json.loads(ok.stdout)["checks"]}["nodes"]
+        assert nodes["status"] == "OK", nodes
+        detail = nodes["detail"]
+        assert detail.startswith("7 nodes, 4 primaries and 3 replicas: ")
+        assert f"primary 127.0.0.1:{empty.port} (no slots)" in detail
+        for node in cluster.nodes:
+            role = "primary" if cluster.role(node) == "primary" else "replica"
+            assert f"{role} 127.0.0.1:{node.port} " in detail + " ", (node.port, detail)
+        assert detail.count(" of 127.0.0.1:") == 3
+
+
 SCHEMES = ["redis", "rediss", "unix", "memory", "dummy", "file", "sqlite", "mongodb", "", "REDIS"]
 HOSTS = ["127.0.0.1:1", "localhost:1", "[::1]:1", "u:p@127.0.0.1:1", ":s3cret@127.0.0.1:1", ""]
 PARAMS = [

@@ -239,6 +239,7 @@ def test_replicas_durability_waits_on_the_primary_of_the_slot(redis_cluster, ns,
         with pytest.raises(DurabilityError, match="0 of 1 replica") as caught:
             append(1)
         assert f"the primary at 127.0.0.1:{owner.port} " in str(caught.value)
+        assert isinstance(caught.value, sessionstore.StoreUnavailableError)  # it was applied
     finally:
         replica.process.send_signal(signal.SIGCONT)
     redis_cluster.wait_ok()

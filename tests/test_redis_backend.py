@@ -35,6 +35,7 @@ from sessionstore.errors import (
     CorruptLogError,
     DurabilityError,
     InvalidArgumentError,
+    NotReplicatedError,
     SeqConflictError,
     SessionExistsError,
     SessionNotFoundError,
@@ -157,6 +158,29 @@ def test_own_query_parameters_are_stripped_before_redis_py_sees_them():
         {"durability": "none"},
     )
     assert display("unix:///s.sock?db=1&password=pw") == "unix:///s.sock?db=1&password=***"
+
+
+def test_a_write_too_few_replicas_confirmed_is_unavailable_and_applied(server, ns):
+    """``replicas:1`` on a server without replicas: the append and the value write are
+    applied, and raise NotReplicatedError, a StoreUnavailableError (may have been
+    applied) and a DurabilityError; the same calls again are an applied replay."""
+    url = f"{server.url}?durability=replicas:1"
+    event = SessionEvent(seq=0, type="t", time=T0)
+    with sessionstore.connect(url, ns, timeout=0.25) as store:
+        store.events.create(SessionHeader(id="s"))
+        for call in (
+            lambda: store.events.append("s", [event]),
+            lambda: store.session("S", "s", "e", "1h").set_data({"n": 1}, T0),
+        ):
+            with pytest.raises(NotReplicatedError, match="applied on the primary") as caught:
+                call()
+            assert isinstance(caught.value, StoreUnavailableError)
+            assert isinstance(caught.value, DurabilityError)
+            with pytest.raises(NotReplicatedError):
+                call()
+    with sessionstore.connect(f"{server.url}?durability=none", ns) as reader:
+        assert reader.events.read_from("s", 0) == [event]
+        assert reader.session("S", "s", "e", "1h").get_data(T0) == {"n": 1}
 
 
 @pytest.mark.parametrize(

@@ -157,9 +157,10 @@ def library_notices() -> Iterator[list[str]]:
 
 def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
     """One ``error:`` line on stderr (the URL masked, every quoted value escaped), then a
-    ``hint:`` line when there is one (for a :class:`DurabilityError` its own hint, else
-    :data:`DURABILITY_HINT`); exit 2."""
-    if isinstance(exc, DurabilityError):
+    ``hint:`` line when there is one (for a :class:`DurabilityError` of the server's
+    settings its own hint, else :data:`DURABILITY_HINT`; none for a write too few
+    replicas confirmed); exit 2."""
+    if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
         hint = exc.hint or DURABILITY_HINT
     kind = {
         StoreUnavailableError: "cannot reach the store",

@@ -17,7 +17,13 @@ import sessionstore
 
 from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
 from ..demo import check_durable
-from ..errors import AccessDeniedError, DurabilityError, LibraryMissingError, SessionStoreError
+from ..errors import (
+    AccessDeniedError,
+    DurabilityError,
+    LibraryMissingError,
+    SessionStoreError,
+    StoreUnavailableError,
+)
 from ..models import SessionEvent, SessionHeader
 from ..redis.boundary import ErrorBoundary
 from ..redis.client import SyncClient, Topology, is_cluster
@@ -116,19 +122,26 @@ def redis_checks(url: str, namespace: str, fix: bool) -> list[Check]:
     and its own durability check."""
     options = parse_options(url, None, None)
     boundary = ErrorBoundary(options.display_url, options.timeout)
-    handle = SyncClient(options, Topology(options.cluster), boundary)
+    topology = Topology(options.cluster, options.durability_choice())
+    handle = SyncClient(options, topology, boundary)
     try:
         try:
             client = handle.get()
         except SessionStoreError as exc:
             return [Check("server", "FAIL", f"cannot reach it: {exc}")]
         servers = primaries(client, options.display_url)
-        topology = [] if handle.sentinel is None else [sentinel_check(handle.sentinel, options)]
+        nodes = []
+        if handle.sentinel is not None:
+            nodes.append(sentinel_check(handle.sentinel, options))
+        elif is_cluster(client):
+            nodes.append(cluster_nodes_check(client))
+        # A Sentinel URL that names no durability has it settled by the first use.
+        durability = topology.durability.current
         with sessionstore.connect(url, namespace) as store:
             return [
-                *topology,
+                *nodes,
                 server_check(client, servers),
-                persistence(client, servers, options.durability, store),
+                persistence(client, servers, durability, store),
                 functions_check(client, servers, fix),
             ]
     finally:
@@ -136,36 +149,98 @@ def redis_checks(url: str, namespace: str, fix: bool) -> list[Check]:
 
 
 def sentinel_check(manager: Any, options: RedisOptions) -> Check:
-    """The sentinels that answered, and the service's primary and replicas as the first
-    of them reports; FAIL when none answers or none knows the service."""
+    """Every node of the service: the sentinels (those of the URL that answered, and the
+    others they know), its primary and its replicas, as the first sentinel that answers
+    reports them; FAIL when none answers or none knows the service."""
     import redis
 
     assert options.sentinel is not None
     service = options.sentinel.service
-    reached, state, replicas = [], None, []
+    reached, state, replicas, peers = [], None, [], []
     for client in manager.sentinels:
         kwargs = client.connection_pool.connection_kwargs
         address = f"{kwargs['host']}:{kwargs['port']}"
         try:
             found = client.sentinel_master(service)
             listed = client.sentinel_slaves(service)
+            known = client.sentinel_sentinels(service)
         except redis.exceptions.RedisError:
             continue
         reached.append(address)
         if state is None:
-            state, replicas = found, listed
+            state, replicas, peers = found, listed, known
     total = len(manager.sentinels)
     if state is None:
         return Check("sentinel", "FAIL", f"no sentinel of {total} answered for service {service!r}")
-    shown = [f"{r['ip']}:{r['port']}" + (" (down)" if r.get("is_sdown") else "") for r in replicas]
-    status = "OK" if len(reached) == total and not state.get("is_sdown") else "WARN"
+    url_sentinels = {f"{host}:{port}" for host, port in options.sentinel.sentinels}
+    others = [_sentinel_node(p) for p in peers if f"{p['ip']}:{p['port']}" not in url_sentinels]
+    down = [r for r in [state, *replicas, *peers] if r.get("is_sdown") or r.get("is_odown")]
+    status = "OK" if len(reached) == total and not down else "WARN"
     return Check(
         "sentinel",
         status,
-        f"{len(reached)} of {total} sentinels reached ({', '.join(reached)}); service "
-        f"{service!r}: primary {state['ip']}:{state['port']}, replicas "
-        f"{', '.join(shown) or 'none'}",
+        f"{len(reached)} of {total} sentinels reached ({', '.join(reached)})"
+        + (f", other sentinels {', '.join(others)}" if others else "")
+        + f"; service {service!r}: primary {_sentinel_node(state)}, replicas "
+        f"{', '.join(_sentinel_node(r) for r in replicas) or 'none'}",
     )
+
+
+def _sentinel_node(state: Any) -> str:
+    """``host:port`` of a node a sentinel reports, with ``(down)`` when it is."""
+    down = state.get("is_sdown") or state.get("is_odown")
+    return f"{state['ip']}:{state['port']}" + (" (down)" if down else "")
+
+
+def cluster_nodes_check(client: Any) -> Check:
+    """Every node of the cluster as ``CLUSTER NODES`` on the first primary that answers
+    reports it: each primary (with its slots, or none: a node just added), each replica
+    (with its primary), and the nodes the cluster sees failing; WARN for any of those."""
+    import redis
+
+    listed: dict[str, Any] | None = None
+    for node in client.get_primaries():
+        try:
+            listed = client.get_redis_connection(node).execute_command("CLUSTER NODES")
+            break
+        except redis.exceptions.RedisError:
+            continue
+    if listed is None:
+        return Check("nodes", "FAIL", "no primary answered CLUSTER NODES")
+    address = {entry["node_id"]: name for name, entry in listed.items()}
+    shown, failing = [], []
+    for name, entry in sorted(listed.items(), key=_node_order):
+        flags = set(str(entry.get("flags", "")).split(","))
+        state = " (failing)" if flags & {"fail", "fail?", "noaddr"} else ""
+        if state:
+            failing.append(name)
+        if "master" in flags:
+            slots = ", ".join(
+                start if start == end else f"{start}-{end}"
+                for start, end in (_slot_range(r) for r in entry.get("slots", []))
+            )
+            shown.append(f"primary {name} ({f'slots {slots}' if slots else 'no slots'}){state}")
+        else:
+            primary = address.get(entry.get("master_id", ""), "no primary")
+            shown.append(f"replica {name} of {primary}{state}")
+    primaries_count = sum("primary " in line for line in shown)
+    return Check(
+        "nodes",
+        "WARN" if failing else "OK",
+        f"{len(shown)} nodes, {primaries_count} primaries and "
+        f"{len(shown) - primaries_count} replicas: {'; '.join(shown)}",
+    )
+
+
+def _node_order(item: tuple[str, Any]) -> tuple[bool, str]:
+    """Primaries first, then replicas, each by address."""
+    name, entry = item
+    return "master" not in str(entry.get("flags", "")), name
+
+
+def _slot_range(found: Any) -> tuple[str, str]:
+    start = str(found[0])
+    return start, str(found[1]) if len(found) > 1 else start
 
 
 def primaries(client: Any, display_url: str) -> list[tuple[str, Any]]:
@@ -232,8 +307,8 @@ def replicas_check(client: Any, servers: list[tuple[str, Any]], durability: Dura
         return Check(
             "persistence",
             "FAIL",
-            f"durability={durability} but {'; '.join(short)} connected replica(s): appends "
-            "will raise DurabilityError",
+            f"durability={durability} but {'; '.join(short)} connected replica(s): writes "
+            "will raise NotReplicatedError",
         )
     return Check("persistence", "OK", f"each primary has the replicas durability={durability} asks")
 
@@ -367,10 +442,11 @@ def round_trip(url: str, namespace: str) -> Check:
             store.events.append(probe, [SessionEvent(seq=0, type="doctor/probe", time=0)])
             store.events.load(probe)
             store.events.delete(probe)
-    except DurabilityError as exc:
-        return Check("read/write", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
     except SessionStoreError as exc:
-        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
+        hint = ""
+        if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
+            hint = f"; {DURABILITY_HINT}"
+        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}{hint}")
     elapsed = (time.perf_counter() - started) * 1000
     return Check(
         "read/write",

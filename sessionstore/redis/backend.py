@@ -27,16 +27,18 @@ def open_redis(
     No I/O: the first call connects, and finds out whether the URL names a node of a
     Redis Cluster (``?cluster=auto``, the default; ``?cluster=yes|no`` decides instead).
     ``timeout`` (seconds, default 5) bounds connecting and each reply; ``durability``
-    (``"fsync"``, ``"replicas:N"``, ``"none"``) may also be given as ``?durability=`` in
-    the URL. ``?cache=yes`` (or ``cache=True``) caches value reads in memory (sync client, not on a
-    cluster; see :mod:`.tracking`). Raises ``InvalidArgumentError`` for a bad option or
+    (``"fsync"``, ``"aof"``, ``"replicas:N"``, ``"none"``) may also be given as
+    ``?durability=`` in the URL (a ``redis+sentinel://`` URL without it gets
+    ``replicas:1`` when the service has replicas: see :mod:`.durability`). ``?cache=yes``
+    (or ``cache=True``) caches value reads in memory (sync client, not on a cluster; see
+    :mod:`.tracking`). Raises ``InvalidArgumentError`` for a bad option or
     URL. ``make_async`` builds a native ``redis.asyncio`` pair on its own pool.
     """
     options = parse_options(url, timeout, durability)
     if cache:
         options = dataclasses.replace(options, cache=True)
     boundary = ErrorBoundary(options.display_url, options.timeout)
-    topology = Topology(options.cluster)
+    topology = Topology(options.cluster, options.durability_choice())
     client = SyncClient(options, topology, boundary)
 
     def make_async() -> AsyncBackends:
@@ -47,14 +49,14 @@ def open_redis(
             )
         aclient = AsyncClient(options, topology, boundary)
         return AsyncBackends(
-            AsyncRedisValues(aclient, boundary, options.durability),
-            AsyncRedisEvents(aclient, namespace, boundary, options.durability),
+            AsyncRedisValues(aclient, boundary, topology.durability),
+            AsyncRedisEvents(aclient, namespace, boundary, topology.durability),
             aclient.aclose,
         )
 
     return Backends(
-        RedisValues(client, boundary, options.durability),
-        RedisEvents(client, namespace, boundary, options.durability),
+        RedisValues(client, boundary, topology.durability),
+        RedisEvents(client, namespace, boundary, topology.durability),
         options.display_url,
         make_async=make_async,
         closers=[client.close],

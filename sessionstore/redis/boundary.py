@@ -72,6 +72,9 @@ _WRONGTYPE = "WRONGTYPE"
 #: ``WAIT`` ended by a failover (``CLUSTER FAILOVER``, a primary turned replica): the
 #: write before it was applied on a primary that may no longer be one.
 _UNBLOCKED_MARK = "UNBLOCKED"
+#: ``WAIT`` refused by a replica: the primary of the connection was demoted (a failover);
+#: what was sent before it may have been applied while it was a primary.
+_DEMOTED_MARK = "WAIT cannot be used with replica"
 #: Said of every error that can follow a send of a write whose reply never came (a
 #: resend meets a restarted server, a replica, a full memory...).
 _UNDECIDED = "the call may or may not have been applied"
@@ -112,11 +115,11 @@ class ErrorBoundary:
     (``CLUSTERDOWN``, ``TRYAGAIN``, a slot not covered, redirections that do not settle,
     no reachable node) :class:`StoreUnavailableError`, functions or scripts lost again
     after they were loaded (``Function not found`` or ``NOSCRIPT`` reaching the boundary)
-    and a ``WAIT`` unblocked by a failover (``UNBLOCKED``) :class:`StoreUnavailableError`,
-    a plain server addressed as a cluster (``?cluster=yes``) :class:`InvalidArgumentError`,
-    a key of another type than the layout gives it (``WRONGTYPE``: damaged data)
-    :class:`CorruptDataError` naming the key, anything else :class:`SessionStoreError`;
-    the redis-py error is chained.
+    and a ``WAIT`` unblocked by a failover (``UNBLOCKED``) or refused by a demoted primary
+    :class:`StoreUnavailableError`, a plain server addressed as a cluster
+    (``?cluster=yes``) :class:`InvalidArgumentError`, a key of another type than the
+    layout gives it (``WRONGTYPE``: damaged data) :class:`CorruptDataError` naming the
+    key, anything else :class:`SessionStoreError`; the redis-py error is chained.
 
     Each :class:`StoreUnavailableError` may follow a send of the same call whose reply was
     lost (redis-py resends on a dropped connection or a timeout): its message says that the
@@ -159,10 +162,10 @@ class ErrorBoundary:
                 f"FLUSH, SCRIPT FLUSH, a restart without persistence, a failover or a slot "
                 f"moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
             )
-        if text.startswith(_UNBLOCKED_MARK):
+        if text.startswith(_UNBLOCKED_MARK) or _DEMOTED_MARK in text:
             return StoreUnavailableError(
-                f"{where} ended the wait of {what} (a failover): {_UNDECIDED} on the new "
-                f"primary: {text}"
+                f"{where} ended or refused the wait of {what}: the server is no longer a "
+                f"primary (a failover); {_UNDECIDED} on the new primary: {text}"
             )
         if isinstance(exc, ReadOnlyError | MasterDownError) or text.startswith(_UNAVAILABLE_MARKS):
             return StoreUnavailableError(

@@ -30,10 +30,13 @@ server at first use (``INFO cluster``) and then talks to the whole cluster with
 and options; ``?cluster=yes`` / ``?cluster=no`` skip the question.
 
 For a ``redis+sentinel://`` URL (see :mod:`.options`) the client asks the sentinels for
-the service's primary (``redis.sentinel``) and follows a failover by itself: a
-connection to a demoted or dead primary is dropped, and the next attempt asks the
-sentinels again. The same blocking pool (``?max_connections=``, waits up to
-``timeout``) serves the primary. Such a URL is never a cluster: no detection is made.
+the service's primary (``redis.sentinel``) and follows a failover by itself, as the
+sentinels announce it (:mod:`.failover`): while they fail over, no call reaches a
+primary; a connection to a demoted or dead primary is dropped, and the next attempt asks
+the sentinels again. The same blocking pool (``?max_connections=``, waits up to
+``timeout``) serves the primary. Such a URL is never a cluster: no detection is made; a
+URL that names no durability gets ``replicas:1`` when the sentinels list replicas of
+the service (:class:`~.durability.DurabilityChoice`), settled at first use.
 """
 
 from __future__ import annotations
@@ -76,6 +79,16 @@ from ..errors import (
 from ..fairwait import AnyLoopLock, FairQueue
 from ..urls import invalid_url
 from .boundary import ErrorBoundary, driver_defect
+from .durability import DurabilityChoice
+from .failover import (
+    AsyncFencedConnection,
+    AsyncFencedSSLConnection,
+    FailoverWatch,
+    FencedConnection,
+    FencedSSLConnection,
+    acount_replicas,
+    count_replicas,
+)
 from .options import RedisOptions, SentinelTarget, check_cluster_url
 from .retry import RETRIES, DriverBackoff, retry_delay
 
@@ -175,10 +188,19 @@ class Flavour:
     sentinel: Any
     sentinel_pool: Any
     retry: Any
+    #: The connection classes of a Sentinel service's primary: plain and TLS.
+    fenced: Any
+    fenced_tls: Any
 
 
 BLOCKING = Flavour(
-    redis.Redis, FairBlockingPool, redis.sentinel.Sentinel, SentinelBlockingPool, Retry
+    redis.Redis,
+    FairBlockingPool,
+    redis.sentinel.Sentinel,
+    SentinelBlockingPool,
+    Retry,
+    FencedConnection,
+    FencedSSLConnection,
 )
 ASYNCIO = Flavour(
     redis.asyncio.Redis,
@@ -186,6 +208,8 @@ ASYNCIO = Flavour(
     redis.asyncio.sentinel.Sentinel,
     AsyncSentinelBlockingPool,
     redis.asyncio.retry.Retry,
+    AsyncFencedConnection,
+    AsyncFencedSSLConnection,
 )
 
 
@@ -194,22 +218,39 @@ def _retry(flavour: Flavour) -> Any:
     return flavour.retry(DriverBackoff(), RETRIES)
 
 
-def sentinel_client(options: RedisOptions, flavour: Flavour) -> tuple[Any, Any]:
-    """(the client of the service's primary, the ``Sentinel`` it asks); no I/O."""
+def sentinel_client(
+    options: RedisOptions, flavour: Flavour, watch: FailoverWatch | None = None
+) -> tuple[Any, Any, FailoverWatch]:
+    """(the client of the service's primary, the ``Sentinel`` it asks, the
+    :class:`~.failover.FailoverWatch` its connections obey: ``watch``, else a new one of
+    its own); no I/O."""
     target = options.sentinel
     assert target is not None
-    manager = flavour.sentinel(
-        list(target.sentinels), sentinel_kwargs=_sentinel_socket_kwargs(options, target)
-    )
+    sentinel_kwargs = _sentinel_socket_kwargs(options, target)
+    manager = flavour.sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)
+    watch = watch or failover_watch(options)
+    node_kwargs = dict(target.node_kwargs)
+    tls = bool(node_kwargs.pop("ssl", False))
     client = manager.master_for(
         target.service,
         connection_pool_class=flavour.sentinel_pool,
+        connection_class=flavour.fenced_tls if tls else flavour.fenced,
+        failover_watch=watch,
         retry=_retry(flavour),
-        **target.node_kwargs,
+        **node_kwargs,
         **_client_kwargs(options),
         **_pool_kwargs(options),
     )
-    return _raw_stream_replies(client), manager
+    return _raw_stream_replies(client), manager, watch
+
+
+def failover_watch(options: RedisOptions) -> FailoverWatch:
+    """The fence of the Sentinel service ``options`` names (see :mod:`.failover`); no I/O."""
+    target = options.sentinel
+    assert target is not None
+    return FailoverWatch(
+        list(target.sentinels), target.service, dict(target.sentinel_kwargs), options.timeout
+    )
 
 
 def plain_client(options: RedisOptions, flavour: Flavour) -> Any:
@@ -335,8 +376,10 @@ class Topology:
     """Whether the URL names a Redis Cluster: fixed by ``?cluster=yes|no``, else learnt
     at the first call of either client (sync or async) and shared by both."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, durability: DurabilityChoice | None = None) -> None:
         self.cluster: bool | None = {"yes": True, "no": False}.get(mode)
+        #: The store's durability (settled at first use on a Sentinel URL naming none).
+        self.durability = durability if durability is not None else DurabilityChoice(None, False)
 
 
 class FirstUse:
@@ -386,8 +429,9 @@ class SyncClient:
         self._topology = topology
         self._guard = guard
         self._sentinel: redis.sentinel.Sentinel | None = None
+        self._watch: FailoverWatch | None = None
         if options.sentinel is not None:
-            self._plain, self._sentinel = sentinel_client(options, BLOCKING)
+            self._plain, self._sentinel, self._watch = sentinel_client(options, BLOCKING)
         else:
             self._plain = plain_client(options, BLOCKING)
         self._client: Any = None
@@ -443,6 +487,12 @@ class SyncClient:
         return drive(op(self.get(), *args, **kw))
 
     def _choose(self) -> Any:
+        if self._sentinel is not None:
+            assert self._options.sentinel is not None
+            if self._topology.durability.pending:
+                service = self._options.sentinel.service
+                self._topology.durability.settle(count_replicas(self._sentinel, service))
+            return self._plain
         if self._topology.cluster is None:
             self._topology.cluster = drive(_detect(self._plain, self._guard))
         if not self._topology.cluster:
@@ -468,6 +518,8 @@ class SyncClient:
         self._plain.close()
         if self._sentinel is not None:
             self._sentinel.close()
+        if self._watch is not None:
+            self._watch.close()
 
     @property
     def sentinel(self) -> redis.sentinel.Sentinel | None:
@@ -486,6 +538,10 @@ class AsyncClient:
         self._options = options
         self._topology = topology
         self._guard = guard
+        #: One fence for the clients of every loop (its thread belongs to no loop).
+        self._watch: FailoverWatch | None = None
+        if options.sentinel is not None:
+            self._watch = failover_watch(options)
         self._first_use = FirstUse()
         self._renew()
         forksafe.at_fork(self, "_renew")
@@ -532,7 +588,7 @@ class AsyncClient:
         with self._loops_lock:
             entry = self._loops.get(loop)
             if entry is None:
-                entry = self._loops[loop] = _LoopClient(self._options)
+                entry = self._loops[loop] = _LoopClient(self._options, self._watch)
         seen = self._first_use.attempts
         async with self._choosing:
             if entry.client is None:
@@ -546,6 +602,12 @@ class AsyncClient:
         return entry.client
 
     async def _choose(self, entry: _LoopClient) -> Any:
+        if entry.sentinel is not None:
+            assert self._options.sentinel is not None
+            if self._topology.durability.pending:
+                service = self._options.sentinel.service
+                self._topology.durability.settle(await acount_replicas(entry.sentinel, service))
+            return entry.plain
         if self._topology.cluster is None:
             self._topology.cluster = await adrive(_detect(entry.plain, self._guard))
         if not self._topology.cluster:
@@ -593,16 +655,18 @@ class AsyncClient:
                 await entry.aclose()
             else:
                 entry.abandon()
+        if self._watch is not None:
+            self._watch.close()
 
 
 class _LoopClient:
     """The ``redis.asyncio`` clients of one event loop: the plain (or Sentinel) client
     made at once (no I/O), and ``client``, the one chosen at first use."""
 
-    def __init__(self, options: RedisOptions) -> None:
+    def __init__(self, options: RedisOptions, watch: FailoverWatch | None) -> None:
         self.sentinel: redis.asyncio.sentinel.Sentinel | None = None
         if options.sentinel is not None:
-            self.plain, self.sentinel = sentinel_client(options, ASYNCIO)
+            self.plain, self.sentinel, _ = sentinel_client(options, ASYNCIO, watch)
         else:
             self.plain = plain_client(options, ASYNCIO)
         self.client: Any = None

@@ -3,10 +3,12 @@
 =================  ========================================================================
 durability         meaning
 =================  ========================================================================
-``fsync``          (default) the server writes every command to its AOF and fsyncs it
-                   before replying: checked once, at the first event-log write (append,
-                   torn-tail cut, delete), with ``CONFIG GET append*`` (``appendonly
-                   yes``, ``appendfsync always``); on a Redis Cluster on every primary.
+``fsync``          (default; on a ``redis+sentinel://`` URL only for a service without
+                   replicas, see :class:`DurabilityChoice`) the server writes every
+                   command to its AOF and fsyncs it before replying: checked once, at
+                   the first event-log write (append, torn-tail cut, delete), with
+                   ``CONFIG GET append*`` (``appendonly yes``, ``appendfsync always``);
+                   on a Redis Cluster on every primary.
                    A user that may not run ``CONFIG GET`` (or a server that renamed
                    ``CONFIG``) gets :class:`DurabilityError` at that first write
 ``aof``            the server runs with AOF on and its last AOF write succeeded: checked
@@ -17,7 +19,12 @@ durability         meaning
                    For users that may not run ``CONFIG``
 ``replicas:N``     each append, and each value write, is followed by ``WAIT N`` on the
                    same connection (on a cluster: to the primary serving the key's
-                   slot): N replicas acknowledged it
+                   slot, and the namespace index entry a creating write adds by a
+                   ``WAIT`` of its own on the index's node): N replicas acknowledged
+                   it. Fewer raise :class:`NotReplicatedError` (a
+                   :class:`StoreUnavailableError`: applied on the primary). The default
+                   on a ``redis+sentinel://`` URL whose service has replicas is
+                   ``replicas:1``
 ``none``           no check: an acknowledged append may be lost in a crash
 =================  ========================================================================
 
@@ -33,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DurabilityError, InvalidArgumentError
+from ..errors import DurabilityError, InvalidArgumentError, NotReplicatedError
 
 FSYNC = "fsync"
 AOF = "aof"
@@ -69,6 +76,36 @@ def parse_durability(value: str | None) -> Durability:
     raise InvalidArgumentError(
         f"durability must be 'fsync', 'aof', 'none' or 'replicas:N' (N >= 1), not {value!r:.60}"
     )
+
+
+#: The durability of a ``redis+sentinel://`` URL that names none, when the service has
+#: replicas: a failover promotes a replica, so what only the primary holds is lost.
+SENTINEL_DEFAULT = Durability(REPLICAS, 1)
+
+
+class DurabilityChoice:
+    """The durability of one store, shared by its sync and async clients.
+
+    Given (argument or ``?durability=``), it is fixed. A ``redis+sentinel://`` URL that
+    names none gets it at first use (:meth:`settle`): :data:`SENTINEL_DEFAULT` when the
+    sentinels list a replica of the service (in any state: one down now is expected
+    back), else ``fsync``, as on any other URL. Until then :attr:`current` is ``fsync``.
+    """
+
+    def __init__(self, given: Durability | None, sentinel: bool) -> None:
+        self.current = given if given is not None else Durability(FSYNC)
+        self.pending = given is None and sentinel
+
+    def settle(self, replicas: int) -> None:
+        """Fix the default from the number of replicas the sentinels list."""
+        if self.pending:
+            self.current = SENTINEL_DEFAULT if replicas > 0 else Durability(FSYNC)
+            self.pending = False
+
+    @property
+    def replicas(self) -> int:
+        """N of ``replicas:N``; 0 for the other modes."""
+        return self.current.replicas if self.current.mode == REPLICAS else 0
 
 
 def _text(value: Any) -> str:
@@ -193,27 +230,30 @@ def check_acks(
     display_url: str,
     waited_ms: int,
 ) -> None:
-    """Raise :class:`DurabilityError` when fewer replicas than asked acknowledged an append.
+    """Raise :class:`NotReplicatedError` when fewer replicas than asked acknowledged an append.
 
     It names the primary that ran the ``WAIT``: on a cluster the node serving the
     session's slot (``acks`` is an :class:`Acks`), else ``display_url``."""
     if acks < durability.replicas:
         primary = acks.node if isinstance(acks, Acks) else display_url
-        raise DurabilityError(
+        raise NotReplicatedError(
             f"session {session_id!r}: the batch ending before seq {next_seq} is applied on "
             f"the primary at {primary} but only {acks} of {durability.replicas} "
             f"replica(s) confirmed it within {waited_ms} ms (durability="
-            f"'{durability}'); it may be lost if the primary fails now"
+            f"'{durability}'); it may or may not survive a failover: append the same "
+            "batch again (an applied replay) to wait for the replicas again"
         )
 
 
 def check_value_acks(replicas: int, acks: int, key: str, display_url: str, waited_ms: int) -> None:
-    """Raise :class:`DurabilityError` when fewer than ``replicas`` replicas acknowledged a
-    value write (applied on the primary; calling it again is safe)."""
+    """Raise :class:`NotReplicatedError` when fewer than ``replicas`` replicas acknowledged
+    the write of ``key`` (a value, or an index entry): applied on the primary; calling it
+    again is safe."""
     if acks < replicas:
         primary = acks.node if isinstance(acks, Acks) else display_url
-        raise DurabilityError(
+        raise NotReplicatedError(
             f"the write of {key} is applied on the primary at {primary} but only {acks} of "
             f"{replicas} replica(s) confirmed it within {waited_ms} ms (durability="
-            f"'replicas:{replicas}'); it may be lost if the primary fails now"
+            f"'replicas:{replicas}'); it may or may not survive a failover: calling again "
+            "is safe"
         )

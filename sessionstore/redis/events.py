@@ -47,8 +47,7 @@ from .client import AsyncClient, SyncClient, is_cluster
 from .durability import (
     CONFIG_PATTERN,
     INFO_SECTION,
-    REPLICAS,
-    Durability,
+    DurabilityChoice,
     ServerCheck,
     check_acks,
     wait_ms,
@@ -179,12 +178,21 @@ class LogOps:
     """Every event-log operation as :data:`~sessionstore.drive.Steps` on a client (sync or
     async). :class:`RedisEvents` and :class:`AsyncRedisEvents` run them."""
 
-    def __init__(self, namespace: str, boundary: ErrorBoundary, durability: Durability) -> None:
+    def __init__(
+        self, namespace: str, boundary: ErrorBoundary, durability: DurabilityChoice
+    ) -> None:
         self._namespace = namespace
         self._guard = boundary
         self._durability = durability
-        self._check = ServerCheck(durability, boundary.display_url)
+        self._check = ServerCheck(durability.current, boundary.display_url)
         self._wait_ms = wait_ms(boundary.timeout)
+
+    def _server_check(self) -> ServerCheck:
+        """The check of the store's durability (settled at first use on a Sentinel URL)."""
+        current = self._durability.current
+        if self._check.mode != current.mode:
+            self._check = ServerCheck(current, self._guard.display_url)
+        return self._check
 
     def _keys(self, session_id: str) -> tuple[str, str]:
         return keys.log_keys(self._namespace, session_id)
@@ -195,18 +203,19 @@ class LogOps:
     def check_durable(self, client: Any) -> Steps[None]:
         """Before the first write: the durability check (see the module doc). Every
         server is asked, a refusal counting as None; then the replies are judged."""
-        if not self._check.pending:
+        check = self._server_check()
+        if not check.pending:
             return
         replies: dict[str, Any] = {}
         for name, node in _servers(client, self._guard.display_url):
-            with self._guard(self._check.question, None if node is None else name):
+            with self._guard(check.question, None if node is None else name):
                 try:
-                    replies[name] = yield functools.partial(_ask, client, self._check, node)
+                    replies[name] = yield functools.partial(_ask, client, check, node)
                 except ResponseError as exc:
                     if not _refused(exc):
                         raise
                     replies[name] = None
-        self._check.judge(replies)
+        check.judge(replies)
 
     def exists(self, client: Any, session_id: str) -> Steps[bool]:
         meta, _ = self._keys(session_id)
@@ -237,7 +246,7 @@ class LogOps:
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
-        replicas = self._durability.replicas if self._durability.mode == REPLICAS else 0
+        replicas = self._durability.replicas
         with self._guard("log_append.lua", names[0]):
             if replicas:
                 reply, acks = yield from scripts.run_then_wait_steps(
@@ -248,7 +257,7 @@ class LogOps:
         next_seq = decode_append(session_id, batch, reply)
         if replicas:
             check_acks(
-                self._durability,
+                self._durability.current,
                 acks,
                 session_id,
                 next_seq,
@@ -400,7 +409,7 @@ class _Log:
         client: SyncClient | AsyncClient,
         namespace: str,
         boundary: ErrorBoundary,
-        durability: Durability,
+        durability: DurabilityChoice,
     ) -> None:
         self._handle = client
         self._ops = LogOps(namespace, boundary, durability)

@@ -1,7 +1,9 @@
 """The per-namespace index of sessions and values (layout in :mod:`sessionstore.keys`).
 
 Writers add an entry before their data (:func:`add_command`, sent by
-:mod:`.scripts`); listings read the index instead of scanning the keyspace:
+:mod:`.scripts`; with ``durability="replicas:N"`` confirmed by N replicas as the data
+is, so a failover never keeps a session's data without its entry); listings read the
+index instead of scanning the keyspace:
 
 1. ``ZRANGE`` of the index (one slot, also on a cluster);
 2. one pipelined check per entry (``HGETALL`` of a session's meta hash, ``HGET w`` of a

@@ -35,7 +35,7 @@ from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from ..arguments import MAX_TIMEOUT, check_timeout
 from ..errors import InvalidArgumentError
 from ..urls import invalid_url, mask_url, reject_unknown_params
-from .durability import Durability, parse_durability
+from .durability import Durability, DurabilityChoice, parse_durability
 from .retry import BACKOFF, RETRIES
 
 DEFAULT_TIMEOUT = 5.0
@@ -100,6 +100,14 @@ class RedisOptions:
     sentinel: SentinelTarget | None = None
     #: Client-side caching of value reads (``?cache=yes``; see :mod:`.tracking`).
     cache: bool = False
+    #: Whether the durability was given (argument or ``?durability=``), not defaulted.
+    durability_named: bool = True
+
+    def durability_choice(self) -> DurabilityChoice:
+        """The store's :class:`~.durability.DurabilityChoice` (a Sentinel URL that names
+        no durability settles it at first use)."""
+        named = self.durability if self.durability_named else None
+        return DurabilityChoice(named, self.sentinel is not None)
 
 
 @dataclass(frozen=True)
@@ -285,6 +293,7 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
         _max_connections(own.get("max_connections"), shown),
         target,
         CACHE_VALUES[cache],
+        chosen is not None,
     )
     if cluster == "yes":
         check_cluster_url(options)

@@ -43,7 +43,10 @@ A write that can create data names its index entry (``first``: the ``ZADD`` of
 :func:`sessionstore.redis.index.add_command`): on a single server it is sent in the same
 pipeline, before the write (one round trip); on a cluster, where the index lives in
 another slot, as a call of its own before the write. Either way data never exists
-without its index entry.
+without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`) the entry is
+as durable as the data: on a single server the ``WAIT`` after the script covers it; on a
+cluster it is followed by a ``WAIT`` of its own on the index's node, and too few
+acknowledgements raise before the data is written.
 
 Scripts do all their checks before their first write. Under ``maxmemory`` with
 ``noeviction`` a server out of memory refuses a function that can grow memory before it
@@ -90,7 +93,7 @@ from ..drive import Pause, Steps, drive
 from ..errors import LibraryMissingError, SessionStoreError
 from ..version import __version__
 from .client import is_cluster
-from .durability import Acks
+from .durability import Acks, check_value_acks
 from .retry import RETRIES, retry_delay
 
 Arg = str | bytes | int
@@ -374,36 +377,30 @@ def _pipeline_steps(
     return replies[at], replies[at + 1 :]
 
 
-def _cluster_steps(
-    client: Any,
-    found: Script,
-    keys: Sequence[str],
-    args: Sequence[Arg],
-    then: Sequence[Command],
-) -> Steps[tuple[Any, list[Any], str]]:
-    """:func:`_pipeline_steps` on the primary serving the keys' slot; returns (the
-    script's reply, the replies of ``then``, the node that answered). When that primary
-    is unreachable or no longer serves the slot, the slot map is refreshed and the call
-    repeated (at most ``RETRIES`` times): the scripts are idempotent per call. A slot
-    moved or being migrated answers ``MOVED`` or ``ASK``: the same batch goes there
-    (after ``ASKING``)."""
-    for attempt in range(RETRIES + 1):
-        node = client.get_node_from_key(keys[0])
+#: One attempt on the node serving a slot: (a Batch there, ``ASKING`` or None, the node
+#: as errors name it) -> steps.
+Attempt = Callable[[Batch, Command | None, str], Steps[Any]]
+
+
+def _on_slot_node_steps(client: Any, key: str, attempt: Attempt) -> Steps[tuple[Any, str]]:
+    """``attempt`` on the cluster node serving ``key``'s slot; returns (its result, the
+    node's name). When that node is unreachable or no longer serves the slot, the slot map
+    is refreshed and the attempt repeated (at most ``RETRIES`` times): the scripts are
+    idempotent per call. A slot moved or being migrated answers ``MOVED`` or ``ASK``: the
+    attempt goes there (after ``ASKING``)."""
+    for attempt_no in range(RETRIES + 1):
+        node = client.get_node_from_key(key)
         try:
             try:
                 send = _node_batch(client, node)
-                where = f"the Redis Cluster node {node.name}"
-                reply, rest = yield from _pipeline_steps(
-                    client, send, where, found, keys, args, None, then
-                )
-                return reply, rest, node.name
+                result = yield from attempt(send, None, f"the Redis Cluster node {node.name}")
+                return result, node.name
             except AskError as ask:
                 send, target, close = _ask_target(client, ask.host, ask.port)
                 try:
-                    reply, rest = yield from _pipeline_steps(
-                        client, send, f"the Redis Cluster node {target}", found, keys, args,
-                        ["ASKING"], then,
-                    )  # fmt: skip
+                    result = yield from attempt(
+                        send, ["ASKING"], f"the Redis Cluster node {target}"
+                    )
                 except BaseException as exc:
                     if close is not None and not isinstance(exc, GeneratorExit):
                         yield close
@@ -415,15 +412,33 @@ def _cluster_steps(
                     # to the next call).
                     with contextlib.suppress(RedisError, RedisClusterException):
                         yield functools.partial(client.nodes_manager.move_slot, ask)
-                return reply, rest, target
+                return result, target
         except _SLOT_MOVING:
-            if attempt == RETRIES:
+            if attempt_no == RETRIES:
                 raise
-        yield Pause(retry_delay(attempt + 1))
+        yield Pause(retry_delay(attempt_no + 1))
         # A failed refresh is left to the next attempt to report.
         with contextlib.suppress(RedisError, RedisClusterException):
             yield client.nodes_manager.initialize
     raise AssertionError("unreachable")
+
+
+def _cluster_steps(
+    client: Any,
+    found: Script,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+    then: Sequence[Command],
+) -> Steps[tuple[Any, list[Any], str]]:
+    """:func:`_pipeline_steps` on the primary serving the keys' slot (see
+    :func:`_on_slot_node_steps`); returns (the script's reply, the replies of ``then``,
+    the node that answered)."""
+
+    def call(send: Batch, asking: Command | None, where: str) -> Steps[tuple[Any, list[Any]]]:
+        return (yield from _pipeline_steps(client, send, where, found, keys, args, asking, then))
+
+    (reply, rest), node = yield from _on_slot_node_steps(client, keys[0], call)
+    return reply, rest, node
 
 
 def run_steps(
@@ -463,7 +478,10 @@ def run_then_wait_steps(
     """Call script ``name``, then ``WAIT replicas ms`` on the same connection (one
     pipeline, one round trip); returns (script reply, replicas that acknowledged; on a
     cluster an :class:`~.durability.Acks` naming the node). ``first`` as for
-    :func:`run_steps`. On a cluster both go to the primary serving the keys' slot (see
+    :func:`run_steps`; on a cluster it is sent with a ``WAIT`` of its own to the index's
+    node first, and fewer acknowledgements than ``replicas`` raise
+    :class:`~sessionstore.errors.NotReplicatedError` there, before the script runs. On a
+    cluster the script and its ``WAIT`` go to the primary serving the keys' slot (see
     :func:`_cluster_steps`)."""
     found = script(name)
     wait: list[Command] = [["WAIT", replicas, ms]]
@@ -474,9 +492,22 @@ def run_then_wait_steps(
         )
         return reply, int(rest[0])
     if first is not None:
-        yield functools.partial(client.execute_command, *first)
+        index = str(first[1])
+        entry = functools.partial(_entry_steps, first, wait)
+        acks, node = yield from _on_slot_node_steps(client, index, entry)
+        check_value_acks(replicas, Acks(acks, node), index, node, ms)
     reply, rest, node = yield from _cluster_steps(client, found, keys, args, wait)
     return reply, Acks(int(rest[0]), node)
+
+
+def _entry_steps(
+    first: Command, wait: Sequence[Command], send: Batch, asking: Command | None, where: str
+) -> Steps[int]:
+    """An index entry and its ``WAIT`` on one node: how many replicas acknowledged it."""
+    commands = [*([] if asking is None else [asking]), first, *wait]
+    replies = yield functools.partial(send, commands)
+    _raise_first_error(replies)
+    return int(replies[-1])
 
 
 # Installing the library -------------------------------------------------------------------

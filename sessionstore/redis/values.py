@@ -20,9 +20,10 @@ Every write that stores a value adds its index entry first, in the same round tr
 single server (see :mod:`.scripts`); a clear adds none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
-trip (:func:`.scripts.run_then_wait_steps`), and raises :class:`DurabilityError` when fewer
-replicas confirmed it: an acknowledged value survives a failover as an acknowledged event
-does. Other durabilities check nothing for values.
+trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
+raises :class:`NotReplicatedError` when fewer replicas confirmed it: an acknowledged value
+survives a failover as an acknowledged event does. Other durabilities check nothing for
+values.
 
 A ttl reaches the scripts as an argument and they set the expiry themselves (both keys of
 a history alike); without one, a write leaves the keys' expiry as it was, which is what
@@ -57,7 +58,7 @@ from ..keys import ValueKey
 from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
-from .durability import REPLICAS, Durability, check_value_acks, wait_ms
+from .durability import DurabilityChoice, check_value_acks, wait_ms
 from .index import Listing, Queue, list_steps, value_entry
 from .options import resend_window_ms
 
@@ -313,13 +314,13 @@ class ValueOps:
     def __init__(
         self,
         boundary: ErrorBoundary,
-        durability: Durability | None,
+        durability: DurabilityChoice | None,
         forget: Callable[[str], None] = lambda name: None,
     ) -> None:
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
-        self._replicas = durability.replicas if durability and durability.mode == REPLICAS else 0
+        self._durability = durability
         self._wait_ms = wait_ms(boundary.timeout)
         self._forget = forget
 
@@ -328,13 +329,14 @@ class ValueOps:
     ) -> Steps[Any]:
         """Run a writing script; with ``replicas:N``, then ``WAIT`` and check the acks.
         The value's cached record (``?cache=yes``) is dropped whatever the outcome."""
+        replicas = 0 if self._durability is None else self._durability.replicas
         try:
-            if not self._replicas:
+            if not replicas:
                 return (yield from scripts.run_steps(client, name, names, args, first))
             reply, acks = yield from scripts.run_then_wait_steps(
-                client, name, names, args, self._replicas, self._wait_ms, first
+                client, name, names, args, replicas, self._wait_ms, first
             )
-            check_value_acks(self._replicas, acks, names[0], self._guard.display_url, self._wait_ms)
+            check_value_acks(replicas, acks, names[0], self._guard.display_url, self._wait_ms)
             return reply
         finally:
             self._forget(names[0])
@@ -485,7 +487,7 @@ class _Values:
         self,
         client: SyncClient | AsyncClient,
         boundary: ErrorBoundary,
-        durability: Durability | None = None,
+        durability: DurabilityChoice | None = None,
     ) -> None:
         self._handle = client
         forget = client.forget_cached if isinstance(client, SyncClient) else (lambda name: None)

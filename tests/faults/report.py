@@ -50,7 +50,7 @@ DESCRIBED = {
     "closers": "closer events appended by `load` after a kill mid-turn",
     "outage_calls": "calls refused during the outages (StoreUnavailableError)",
     "unconfirmed_calls": (
-        "writes refused with DurabilityError (replicas:1: applied on a new primary "
+        "writes refused with NotReplicatedError (replicas:1: applied on a new primary "
         "before its replica was in sync), resent"
     ),
     "refused_calls": "appends refused during the outages, retried until acknowledged",

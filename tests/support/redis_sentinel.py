@@ -14,6 +14,8 @@ import redis
 from support.redis_server import RedisServer, free_port
 
 SERVICE = "svc"
+#: Every data node starts a full sync at once (Redis 7 waits 5 s for more replicas).
+SYNC_AT_ONCE = ("--repl-diskless-sync-delay", "0")
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
 
@@ -45,9 +47,10 @@ class SentinelSetup:
     """The data nodes and the sentinels; :attr:`url` is the ``redis+sentinel://`` URL."""
 
     def __init__(self) -> None:
-        self.primary = RedisServer(port=free_port())
+        self.primary = RedisServer(*SYNC_AT_ONCE, port=free_port())
         self.replicas = [
-            RedisServer("--replicaof", "127.0.0.1", str(self.primary.port)) for _ in range(2)
+            RedisServer(*SYNC_AT_ONCE, "--replicaof", "127.0.0.1", str(self.primary.port))
+            for _ in range(2)
         ]
         self.sentinels = [SentinelServer(self.primary.port) for _ in range(3)]
 
@@ -85,9 +88,12 @@ class SentinelSetup:
             time.sleep(0.05)
 
     def replicas_online(self, port: int) -> int:
+        """Replicas of the node at ``port`` past their first sync."""
         client = redis.Redis(port=port, socket_timeout=1)
         try:
-            return int(client.info("replication").get("connected_slaves", 0))
+            info = client.info("replication")
+            count = int(info.get("connected_slaves", 0))
+            return sum(info.get(f"slave{n}", {}).get("state") == "online" for n in range(count))
         except redis.RedisError:
             return 0
         finally:
@@ -98,7 +104,10 @@ class SentinelSetup:
             self.primary.start()
             for replica in self.replicas:
                 replica.start()
-            self.wait(lambda: self.replicas_online(self.primary.port) == 2, "replicas attached")
+            self.wait(
+                lambda: self.replicas_online(self.primary.port) == 2,
+                "replicas attached and in sync",
+            )
             for sentinel in self.sentinels:
                 sentinel.start()
             self.wait(self._sentinels_agree, "sentinels see each other and both replicas")
