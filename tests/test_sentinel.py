@@ -481,7 +481,7 @@ def test_a_stopped_primary_leaves_no_cached_read_behind_past_the_bound():
                 2,
                 acknowledged,
                 BOUND,
-                passing=StoreUnavailableError,
+                passing=(StoreUnavailableError,),
             )
             assert late == []
         finally:
