@@ -170,6 +170,11 @@ class AsyncSession:
         as for :meth:`sessionstore.Session.update`."""
         return await arun(flows.update(self._state, self._lifecycle, fn, when), self._backend)
 
+    async def set_ttl(self, ttl: float | None) -> bool:
+        """Set or remove this value's retention; see :meth:`sessionstore.Session.set_ttl`."""
+        flow = flows.set_value_retention(self._state, self._lifecycle, ttl)
+        return await arun(flow, self._backend)
+
     async def delete(self) -> bool:
         """Remove every stored record of this key, plain and history alike; True if there
         was one that had not expired. The handle stays usable."""

@@ -180,6 +180,13 @@ class ValueBackend(ABC):
         history key."""
         raise NotImplementedError(f"{type(self).__name__} cannot list its values")
 
+    @abstractmethod
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        """Give what is stored of ``key`` (its plain record and its history alike) a
+        retention of ``ttl_ms`` from now, or take it away (None: it never expires), as a
+        write with that ttl would; later writes without a ttl keep it. True if an
+        unexpired record or version was there, False (nothing changed) otherwise."""
+
     def forget(self, key: ValueKey) -> bool:
         """Remove the plain record and every history version of ``key``, expired ones too;
         True if an unexpired one was there."""
@@ -429,6 +436,9 @@ class AsyncValueBackend(Protocol):
 
     async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         """:meth:`ValueBackend.scan`."""
+
+    async def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        """:meth:`ValueBackend.set_retention`."""
 
     async def forget(self, key: ValueKey) -> bool:
         """:meth:`ValueBackend.forget`."""

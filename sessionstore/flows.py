@@ -358,6 +358,13 @@ def update(
         found, at_once = (yield _read(state, ms)), False
 
 
+def set_value_retention(state: SessionState, lifecycle: Lifecycle, ttl: object) -> Flow[bool]:
+    ttl_ms = check_ttl(ttl)
+    yield from ready(state, lifecycle)
+    found: bool = yield Call(ValueBackend.set_retention, state.key, ttl_ms)
+    return found
+
+
 def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
     yield from ready(state, lifecycle)
     state.forget()

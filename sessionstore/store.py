@@ -186,6 +186,14 @@ class Session:
         starts from the record it saw last (one round trip when nobody else wrote)."""
         return run(flows.update(self._state, self._lifecycle, fn, when), self._backend)
 
+    def set_ttl(self, ttl: float | None) -> bool:
+        """Give what is stored of this value (its record and its history alike) a
+        retention of ``ttl`` seconds from now, or take it away with None (it never
+        expires); later writes without a ttl keep it, a write through a handle with a
+        ttl sets its own. True if something unexpired was stored, False (nothing
+        changed) otherwise; a bad ``ttl`` raises ``InvalidArgumentError``."""
+        return run(flows.set_value_retention(self._state, self._lifecycle, ttl), self._backend)
+
     def delete(self) -> bool:
         """Remove every stored record of this key, plain and history alike; True if there
         was one that had not expired. The handle stays usable."""

@@ -210,3 +210,28 @@ def test_sessions_list_shows_each_sessions_size(any_store, namespace):
     assert rows["s1"]["events"] == 2
     wide = runner.invoke(app, ["sessions", "list", *common], terminal_width=200)
     assert "size" in wide.stdout and "KiB" in wide.stdout
+
+
+def test_values_expire_sets_and_removes_a_values_retention(any_store, namespace):
+    with sessionstore.connect(any_store, namespace) as store:
+        store.session("BTCUSDT", "s", "e", "1h").set_data(1, 5)
+    key = ("BTCUSDT", "s", "e", "1h")
+    common = ("--url", any_store, "-n", namespace)
+    result = run("values", "expire", *key, "--ttl", "0.3", *common, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"found": True}
+    kept = run("values", "expire", *key, "--persist", *common)
+    assert kept.exit_code == 0 and kept.stdout.strip() == "never expires"
+    time.sleep(0.5)  # past the retention that was removed: the value is still there
+    with sessionstore.connect(any_store, namespace) as store:
+        assert store.session(*key).get_data(5) == 1
+    assert run("values", "expire", *key, "--ttl", "0.05", *common).exit_code == 0
+    gone = time.monotonic() + 10
+    with sessionstore.connect(any_store, namespace) as store:
+        while store.session(*key).get_data(5) is not None:
+            assert time.monotonic() < gone, "the value given 0.05 s never expired"
+            time.sleep(0.05)
+    missing = run("values", "expire", *key, "--ttl", "60", *common)
+    assert missing.stdout.strip() == "nothing stored"
+    for wrong in ((), ("--ttl", "5", "--persist"), ("--ttl", "0")):
+        refused = run("values", "expire", *key, *wrong, *common)
+        assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid argument")

@@ -80,6 +80,9 @@ class DummyValues(ValueBackend):
     def forget(self, key: ValueKey) -> bool:
         return False
 
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        return False
+
 
 class DummyEvents(EventBackend):
     """Appends are accepted (any seq, any session) and forgotten; nothing is ever found.

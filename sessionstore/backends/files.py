@@ -309,6 +309,23 @@ class FileValues(ValueBackend):
                         found.append((key, history))
         return found
 
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        directory = self._checked_dir(key)
+        if not directory.is_dir():
+            return False
+        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            now = now_ms()
+            expires_at = None if ttl_ms is None else now + ttl_ms
+            plain_path, history_path = directory / VALUE_FILE, directory / HISTORY_FILE
+            plain = _read_plain(key, plain_path) if plain_path.exists() else None
+            live = _live_plain(plain, now)
+            if live is not None:
+                _write_plain(key, plain_path, live.payload, live.when, expires_at)
+            versions, _ = _read_versions(key, history_path, now)
+            if versions:
+                _write_record(key, history_path, versions, expires_at)
+            return live is not None or bool(versions)
+
     def forget(self, key: ValueKey) -> bool:
         directory = self._checked_dir(key)
         if not directory.is_dir():
@@ -523,9 +540,16 @@ def _write_versions(
     kept.sort(key=lambda version: version[0])
     if max_versions is not None:
         kept = kept[-max_versions:]
+    _write_record(key, path, kept, expires_at)
+
+
+def _write_record(
+    key: ValueKey, path: Path, versions: list[Version], expires_at: int | None
+) -> None:
+    """Replace the history record of ``key`` by ``versions`` (oldest first)."""
     record: dict[str, Any] = {
         "key": _key_record(key),
-        "versions": [list(version) for version in kept],
+        "versions": [list(version) for version in versions],
     }
     if expires_at is not None:
         record["expires_at"] = expires_at

@@ -196,6 +196,18 @@ class MemoryValues(ValueBackend):
                 if key.namespace == namespace and _live(expires_at, now)
             ]
 
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        with self._lock:
+            now = wall_clock_ms()
+            expires_at = None if ttl_ms is None else now + ttl_ms
+            found = False
+            for stored in (self._plain, self._history):
+                held = stored.get(key)
+                if held is not None and _live(held[1], now):
+                    stored[key] = (held[0], expires_at)  # type: ignore[assignment]
+                    found = True
+            return found
+
     def forget(self, key: ValueKey) -> bool:
         with self._lock:
             now = wall_clock_ms()

@@ -307,6 +307,23 @@ class SqliteValues(ValueBackend):
         live = [row for row in history if _live(row[6], now)]
         return found + [(ValueKey(namespace, *row[:5]), True) for row in live]
 
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
+        with self._db.transaction(key.label(), immediate=True) as conn:
+            params = _key_params(key)
+            now = now_ms()
+            expires_at = None if ttl_ms is None else now + ttl_ms
+            plain = conn.execute(
+                f"UPDATE kv_values SET expires_at=? WHERE {_KEY} AND {_LIVE}",
+                (expires_at, *params, now),
+            ).rowcount
+            newest = conn.execute(_NEWEST_EXPIRY, params).fetchone()
+            history = newest is not None and _live(newest[0], now)
+            if history:
+                conn.execute(
+                    f"UPDATE kv_history SET expires_at=? WHERE {_KEY}", (expires_at, *params)
+                )
+            return bool(plain) or history
+
     def forget(self, key: ValueKey) -> bool:
         with self._db.transaction(key.label(), immediate=True) as conn:
             params = _key_params(key)

@@ -197,6 +197,22 @@ def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
     errors.print(plain(message))
 
 
+def retention(ttl: float | None, persist: bool) -> float | None:
+    """The ttl an ``expire`` command sets (None: ``--persist``, remove the retention);
+    :class:`InvalidArgumentError` unless exactly one of the two was given."""
+    if (ttl is None) == (not persist):
+        raise InvalidArgumentError("give exactly one of --ttl SECONDS and --persist")
+    return ttl
+
+
+#: The options of the ``expire`` commands.
+Ttl = Annotated[
+    float | None,
+    typer.Option(help="Seconds from now; every later write moves the expiry on by as much."),
+]
+Persist = Annotated[bool, typer.Option("--persist", help="Remove the retention.")]
+
+
 def guarded(command: F) -> F:
     """Turn argument errors raised outside a store block into one line as well."""
 

@@ -17,7 +17,6 @@ from rich.text import Text
 
 from ..errors import (
     CorruptLogError,
-    InvalidArgumentError,
     SessionNotFoundError,
     UnsupportedVersionError,
 )
@@ -29,6 +28,8 @@ from .common import (
     EXIT_FAILED,
     Json,
     Namespace,
+    Persist,
+    Ttl,
     Url,
     console,
     emit_json,
@@ -39,6 +40,7 @@ from .common import (
     library_notices,
     note,
     open_store,
+    retention,
     say_nothing_found,
 )
 from .text import literal, plain, preview
@@ -422,21 +424,17 @@ def delete(
 @guarded
 def expire(
     session_id: SessionId,
-    ttl: Annotated[
-        float | None,
-        typer.Option(help="Seconds from now; every later append moves the expiry on by as much."),
-    ] = None,
-    persist: Annotated[bool, typer.Option("--persist", help="Remove the retention.")] = False,
+    ttl: Ttl = None,
+    persist: Persist = False,
     url: Url = None,
     namespace: Namespace = "default",
     json: Json = False,
 ) -> None:
     """Set a session's retention (--ttl SECONDS) or remove it (--persist). --json: one
     object {"id", "expires_at"} (epoch ms, or null when it never expires)."""
-    if (ttl is None) == (not persist):
-        raise InvalidArgumentError("give exactly one of --ttl SECONDS and --persist")
+    seconds = retention(ttl, persist)
     with open_store(url, namespace) as store:
-        expires_at = store.events.set_ttl(session_id, None if persist else ttl)
+        expires_at = store.events.set_ttl(session_id, seconds)
     if json:
         emit_json({"id": session_id, "expires_at": expires_at})
     elif expires_at is None:

@@ -26,6 +26,8 @@ from .common import (
     APP_SETTINGS,
     Json,
     Namespace,
+    Persist,
+    Ttl,
     Url,
     console,
     emit_json,
@@ -35,6 +37,7 @@ from .common import (
     iso,
     json_text,
     open_store,
+    retention,
     say_nothing_found,
 )
 from .text import plain, shorten
@@ -260,3 +263,32 @@ def clear(
         emit_json({"cleared": found})
     else:
         console.print("cleared" if found else "nothing stored", markup=False)
+
+
+@app.command()
+@guarded
+def expire(
+    symbol: Symbol,
+    strategy: Strategy,
+    exchange: Exchange,
+    frame: Frame,
+    ttl: Ttl = None,
+    persist: Persist = False,
+    mode: Mode = "backtest",
+    url: Url = None,
+    namespace: Namespace = "default",
+    json: Json = False,
+) -> None:
+    """Set the retention of what is stored of the key, its value and its history alike
+    (--ttl SECONDS), or remove it (--persist). Later writes without a ttl keep it (a
+    write through a handle with a ttl sets its own).
+    --json: one object {"found"} (false: nothing was stored, nothing changed)."""
+    seconds = retention(ttl, persist)
+    with open_store(url, namespace) as store:
+        found = store.session(symbol, strategy, exchange, frame, mode=mode).set_ttl(seconds)
+    if json:
+        emit_json({"found": found})
+    elif not found:
+        console.print("nothing stored", markup=False)
+    else:
+        console.print("never expires" if persist else f"expires in {ttl:g} s", markup=False)

@@ -466,6 +466,12 @@ class ValueOps:
         listing = yield from list_steps(client, self._guard, index, scan_queue(namespace))
         return decode_scan(namespace, listing)
 
+    def set_retention(self, client: Any, key: ValueKey, ttl_ms: int | None) -> Steps[bool]:
+        names = [keys.value_key(key), *keys.history_keys(key)]
+        with self._guard("value_expire.lua", names[0]):
+            found = yield from self._script(client, "value_expire", names, [ttl_ms or 0])
+        return bool(int(found))
+
     def forget(self, client: Any, key: ValueKey) -> Steps[bool]:
         names = forget_keys(key)
         args = forget_args(new_token(), self._window)
@@ -562,6 +568,9 @@ class _Values:
     def forget(self, key: ValueKey) -> Any:
         return self._handle.run(self._ops.forget, key)
 
+    def set_retention(self, key: ValueKey, ttl_ms: int | None) -> Any:
+        return self._handle.run(self._ops.set_retention, key, ttl_ms)
+
 
 class RedisValues(_Values, ValueBackend):
     """:class:`ValueBackend` on a redis-py client (see the module doc for the commands)."""
@@ -582,6 +591,7 @@ class RedisValues(_Values, ValueBackend):
         release_compute_lease = ValueBackend.release_compute_lease
         scan = ValueBackend.scan
         forget = ValueBackend.forget
+        set_retention = ValueBackend.set_retention
 
     def cached_read(self, key: ValueKey) -> tuple[Stored | None] | None:
         """``(read(key),)`` when ``?cache=yes`` holds the record in memory, else None
@@ -613,6 +623,7 @@ class AsyncRedisValues(_Values):
         release_compute_lease = AsyncValueBackend.release_compute_lease
         scan = AsyncValueBackend.scan
         forget = AsyncValueBackend.forget
+        set_retention = AsyncValueBackend.set_retention
 
     async def prepare(self, key: ValueKey) -> None:
         """Nothing to prepare on Redis."""

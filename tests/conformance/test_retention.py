@@ -178,6 +178,34 @@ def test_a_bad_ttl_is_an_invalid_argument_everywhere(
 # --- values ------------------------------------------------------------------------------
 
 
+def test_set_ttl_gives_a_stored_value_a_retention_and_takes_it_away(store):
+    plain = store.session("P", "s", "e", "1h")
+    history = store.session("H", "s", "e", "1h", history=True)
+    timed = store.session("T", "s", "e", "1h", ttl=TTL)
+    kept = store.session("K", "s", "e", "1h")
+    plain.set_data({"signal": "buy"}, T0)
+    history.put("v1", T0)
+    history.put("v2", T0 + 10)
+    timed.set_data("timed", T0)
+    kept.set_data("kept", T0)
+    assert store.session("NONE", "s", "e", "1h").set_ttl(60) is False
+    assert plain.set_ttl(TTL) is True and history.set_ttl(TTL) is True
+    assert timed.set_ttl(None) is True  # its handle's ttl applies to its writes only
+    assert kept.set_ttl(3600) is True and kept.set_ttl(None) is True
+    eventually(
+        lambda: plain.get_data(T0) is None and history.get_data(T0 + 10) is None,
+        "the values given a retention expired",
+    )
+    assert history.get_data(T0) is None
+    assert timed.get_data(T0) == "timed" and kept.get_data(T0) == "kept"
+    assert {ref.symbol for ref in store.list_values()} >= {"T", "K"}
+    assert plain.set_ttl(60) is False  # gone: nothing to give a retention
+    for bad in BAD_TTLS:
+        with pytest.raises(InvalidArgumentError):
+            kept.set_ttl(bad)
+    assert kept.get_data(T0) == "kept"
+
+
 def test_a_value_written_through_a_ttl_handle_expires(store, backend, store_url, namespace):
     plain = store.session("P", "s", "e", "1h", ttl=TTL)
     history = store.session("H", "s", "e", "1h", history=True, ttl=TTL)
