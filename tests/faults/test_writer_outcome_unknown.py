@@ -104,7 +104,7 @@ def test_a_writer_whose_append_reply_was_lost_stores_every_event_once(server, pr
     namespace, writer, emitted = started(server, proxy, connect)
     # The background append of the next events is applied, and the reply of its first
     # send and of each of redis-py's resends is lost: the writer cannot know it landed.
-    proxy.drop_replies("EVALSHA", count=RETRIES + 1)
+    proxy.drop_replies("FCALL", count=RETRIES + 1)
     emitted += emit(writer, 4, "lost")
     assert proxy.reply_dropped.wait(PATIENCE)
     emitted += emit(writer, 5, "meanwhile")
@@ -124,7 +124,7 @@ def test_a_writer_whose_append_outcome_a_server_restart_hid_stores_every_event_o
     namespace, writer, emitted = started(server, proxy, connect)
     # The server applies the append (durably: AOF, fsync always), then is SIGKILLed
     # before its reply reaches the writer; redis-py's resends find no server.
-    proxy.drop_replies("EVALSHA", before_close=server.kill)
+    proxy.drop_replies("FCALL", before_close=server.kill)
     emitted += emit(writer, 4, "applied")
     assert proxy.reply_dropped.wait(PATIENCE)
     emitted += emit(writer, 5, "meanwhile")
@@ -159,7 +159,7 @@ def test_a_writer_whose_append_outcome_a_failover_hid_stores_every_event_once(
                 time.sleep(0.005)
             server.kill()
 
-        proxy.drop_replies("EVALSHA", before_close=replicated_then_killed)
+        proxy.drop_replies("FCALL", before_close=replicated_then_killed)
         emitted += emit(writer, 4, "applied")
         assert proxy.reply_dropped.wait(PATIENCE)
         emitted += emit(writer, 5, "meanwhile")
