@@ -9,7 +9,8 @@
 --           "events" holding the events as a JSON array, one event object per line.
 --           An entry of the first layout (id "<seq>-1", fields seq, type, time, data
 --           and id) is a run of one event and is read alike.
--- KEYS[3] - the session's lease hash (field "owner": the live writer's token)
+-- KEYS[3] - the session's lease hash (field "owner": the live writer's token); only
+--           with an owner token (ARGV[#ARGV] not "")
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"

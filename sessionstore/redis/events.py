@@ -241,7 +241,10 @@ class LogOps:
         owner: str | None,
     ) -> Steps[int]:
         yield from self.check_durable(client)
-        names = [*self._keys(session_id), self._lease(session_id)]
+        # The lease hash only for a writer's append: a plain one does not look at it, and
+        # a key that does not exist would make Redis refuse the call (TRYAGAIN) while the
+        # session's slot migrates.
+        names = [*self._keys(session_id), *([self._lease(session_id)] if owner else [])]
         args = append_args(batch, header, ttl_ms, owner)
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
