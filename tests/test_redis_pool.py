@@ -19,7 +19,7 @@ import sessionstore
 import sessionstore.aio
 from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader
 from sessionstore.fairwait import FairQueue
-from sessionstore.redis.client import FairBlockingPool
+from sessionstore.redis.compat import FairBlockingPool
 from sessionstore.redis.options import DEFAULT_MAX_CONNECTIONS, parse_options
 
 T0 = 1_718_000_000_000
@@ -230,7 +230,7 @@ def test_a_cluster_node_pool_takes_a_connection_back_once(redis_server):
     know yet; a plain blocking pool then hands that one connection to two callers."""
     import redis
 
-    from sessionstore.redis.client import ClusterNodePool
+    from sessionstore.redis.compat import ClusterNodePool
 
     def twice_released(pool_class: type) -> tuple[object, object]:
         pool = pool_class.from_url(redis_server.url, max_connections=3, timeout=1)

@@ -5,9 +5,6 @@ password), and saying when a call may or may not have been applied.
 
 from __future__ import annotations
 
-import os
-
-import redis
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -33,23 +30,8 @@ from ..errors import (
     SessionStoreError,
     StoreUnavailableError,
 )
+from .compat import driver_defect
 from .retry import RETRIES
-
-_DRIVER_DIR = os.path.dirname(redis.__file__) + os.sep
-
-
-def driver_defect(exc: BaseException) -> bool:
-    """``exc`` is the ``AttributeError`` redis-py's cluster client raises when a slot
-    being migrated answers ``ASK`` with a node it does not know yet (a primary just added
-    by ``redis-cli --cluster add-node``): it looks the node up, finds None and uses it.
-    The command was not applied (``ASK`` means the node that answered did not run it)."""
-    if not isinstance(exc, AttributeError) or getattr(exc, "obj", object()) is not None:
-        return False
-    trace = exc.__traceback__
-    while trace is not None and trace.tb_next is not None:
-        trace = trace.tb_next
-    return trace is not None and trace.tb_frame.f_code.co_filename.startswith(_DRIVER_DIR)
-
 
 _DENIED_MARKS = ("NOPERM", "WRONGPASS", "NOAUTH")
 _OOM_MARK = "OOM command not allowed"

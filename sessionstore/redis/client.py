@@ -42,10 +42,8 @@ the service (:class:`~.durability.DurabilityChoice`), settled at first use.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import queue
-import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -61,16 +59,13 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
 from redis.exceptions import (
-    ClusterError,
     NoPermissionError,
-    RedisClusterException,
-    RedisError,
     ResponseError,
 )
 from redis.retry import Retry
 
 from .. import forksafe
-from ..drive import Pause, Steps, adrive, drive
+from ..drive import Steps, adrive, drive
 from ..errors import (
     InvalidArgumentError,
     SessionStoreError,
@@ -78,7 +73,15 @@ from ..errors import (
 )
 from ..fairwait import AnyLoopLock, FairQueue
 from ..urls import invalid_url
-from .boundary import ErrorBoundary, driver_defect
+from .boundary import ErrorBoundary
+from .compat import (
+    AsyncClusterClient,
+    ClusterClient,
+    ClusterNodePool,
+    FairBlockingPool,
+    asyncio_connections,
+    shut_async,
+)
 from .durability import DurabilityChoice
 from .failover import (
     AsyncFencedConnection,
@@ -90,7 +93,7 @@ from .failover import (
     count_replicas,
 )
 from .options import RedisOptions, SentinelTarget, check_cluster_url
-from .retry import RETRIES, DriverBackoff, retry_delay
+from .retry import RETRIES, DriverBackoff
 
 
 def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
@@ -104,64 +107,6 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
 def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
     """A blocking pool's size and how long a call waits in it for a connection."""
     return {"max_connections": options.max_connections, "timeout": options.timeout}
-
-
-# redis-py workarounds: its pools, and its asyncio connections on a loop that is gone.
-
-
-class FairBlockingPool(redis.BlockingConnectionPool):
-    """``BlockingConnectionPool`` whose waiting callers are served first come, first
-    served, failing only after ``timeout`` seconds without a connection given back (see
-    the module doc). redis-py waits in ``queue_class().get(block=True, timeout=...)``
-    and gives back with ``put_nowait``: :class:`FairQueue` replaces its ``LifoQueue``
-    there and nothing else changes."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("queue_class", FairQueue)
-        super().__init__(*args, **kwargs)
-
-
-class ClusterNodePool(FairBlockingPool):
-    """The blocking pool of one cluster node, which takes a connection back only from
-    the thread that holds it.
-
-    redis-py's ``RedisCluster._execute_command`` keeps the connection of an attempt
-    that met ``ASK`` or ``MOVED`` after releasing it; when the next attempt fails before
-    it takes a connection (:func:`driver_defect`, a slot not covered, no connection
-    free), its ``finally`` releases that connection a second time. A
-    ``BlockingConnectionPool`` then holds it twice (or once more while another thread
-    uses it), two threads share one connection and each reads the other's replies.
-    Here a release by a thread other than the holder, or of a connection already
-    back, is ignored.
-    """
-
-    def reset(self) -> None:
-        super().reset()
-        #: Each connection handed out, and the thread it was handed to.
-        self._holders: dict[Any, int] = {}
-        self._holders_lock = threading.Lock()
-        self._getting = threading.local()
-
-    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        # A connection that fails to connect is released inside; let that through.
-        self._getting.active = True
-        try:
-            connection = super().get_connection(*args, **kwargs)
-        finally:
-            self._getting.active = False
-        with self._holders_lock:
-            self._holders[connection] = threading.get_ident()
-        return connection
-
-    def release(self, connection: Any) -> None:
-        with self._holders_lock:
-            holder = self._holders.get(connection)
-            if holder is None and not getattr(self._getting, "active", False):
-                return  # already back in the pool
-            if holder is not None and holder != threading.get_ident():
-                return  # released before, and handed out again since
-            self._holders.pop(connection, None)
-        super().release(connection)
 
 
 class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, FairBlockingPool):
@@ -281,55 +226,6 @@ def _raw_stream_replies(client: _Client) -> _Client:
     """
     client.set_response_callback("XRANGE", _raw_reply)
     return client
-
-
-#: Attempts of one call that meets :func:`driver_defect` (see :class:`ClusterClient`).
-DEFECT_ATTEMPTS = 6
-
-
-class ClusterClient(redis.cluster.RedisCluster):
-    """``RedisCluster`` that survives :func:`driver_defect`: the slot map is refreshed and
-    the command sent again, with a back-off, until the node is known (the first slot
-    moved to it makes it part of the map); after :data:`DEFECT_ATTEMPTS` a
-    ``ClusterError`` (the boundary makes it :class:`StoreUnavailableError`)."""
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(super().execute_command, *args, **kwargs)
-        return drive(_past_defects(call, self.nodes_manager.initialize, args))
-
-
-class AsyncClusterClient(redis.asyncio.cluster.RedisCluster):
-    """:class:`ClusterClient` for ``redis.asyncio``."""
-
-    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        call = functools.partial(super().execute_command, *args, **kwargs)
-        return await adrive(_past_defects(call, self.nodes_manager.initialize, args))
-
-
-def _past_defects(call: Callable[[], Any], refresh: Callable[[], Any], args: Any) -> Steps[Any]:
-    """``call``, sent again after a slot-map ``refresh`` while it meets
-    :func:`driver_defect` (see :class:`ClusterClient`)."""
-    for attempt in range(DEFECT_ATTEMPTS):
-        try:
-            return (yield call)
-        except AttributeError as exc:
-            if not driver_defect(exc):
-                raise
-            if attempt == DEFECT_ATTEMPTS - 1:
-                raise ClusterError(_defect_text(args)) from exc
-        yield Pause(retry_delay(attempt + 1))
-        # A failed refresh is left to the next attempt to report.
-        with contextlib.suppress(RedisError, RedisClusterException):
-            yield refresh
-    raise AssertionError("unreachable")
-
-
-def _defect_text(args: tuple[Any, ...]) -> str:
-    name = args[0].decode() if args and isinstance(args[0], bytes) else str(args[:1])
-    return (
-        f"{name} was redirected (ASK) to a node the cluster client did not know yet, "
-        f"{DEFECT_ATTEMPTS} times: a slot is migrating to a new primary"
-    )
 
 
 def is_cluster(client: Any) -> bool:
@@ -691,36 +587,8 @@ class _LoopClient:
         thread): the server sees each connection end at once; what is left of it is
         garbage."""
         for client in self._clients():
-            for connection in _asyncio_connections(client):
-                _shut(connection)
-
-
-def _asyncio_connections(client: Any) -> list[Any]:
-    """Every connection a ``redis.asyncio`` client holds (its pool's, or its cluster
-    nodes'). redis-py offers no public list: this reads its pools' fields, and finds
-    nothing if they are renamed."""
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        manager = client.nodes_manager
-        nodes = [*manager.startup_nodes.values(), *manager.nodes_cache.values()]
-        return [c for node in nodes for c in getattr(node, "_connections", ())]
-    pool = client.connection_pool
-    return [
-        *getattr(pool, "_available_connections", ()),
-        *getattr(pool, "_in_use_connections", ()),
-    ]
-
-
-def _shut(connection: Any) -> None:
-    """Shut one ``redis.asyncio`` connection's socket down without its event loop, and
-    let the connection forget its streams (it reconnects if ever used again)."""
-    writer = getattr(connection, "_writer", None)
-    if writer is None:
-        return
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-    connection._reader = connection._writer = None
+            for connection in asyncio_connections(client):
+                shut_async(connection)
 
 
 class _Use:

@@ -51,6 +51,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from .. import forksafe
+from .compat import AsyncSentinelPrimary, SentinelPrimary, socket_of
 
 #: Events of a sentinel that start (or carry on) a failover of the service it names.
 FENCE_EVENTS = frozenset(
@@ -316,7 +317,7 @@ class FailoverWatch:
         whose connection failed is dropped, to be reached again."""
         sockets: dict[Any, str] = {}
         for name, pubsub in subscribed.items():
-            sock = getattr(pubsub.connection, "_sock", None)
+            sock = socket_of(pubsub.connection)
             if sock is not None:
                 sockets[sock] = name
         try:
@@ -349,7 +350,7 @@ class FailoverWatch:
 def _shut(connection: Any) -> None:
     """Shut a connection's socket down without closing it: its owner's next read (or
     poll) finds the end, and closes it in its own thread."""
-    sock = getattr(connection, "_sock", None)
+    sock = socket_of(connection)
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
@@ -370,48 +371,32 @@ def _demoted_error(host: Any, port: Any, exc: ResponseError) -> RedisConnectionE
     return RedisConnectionError(f"the primary at {host}:{port} is no longer one ({exc})")
 
 
-class FencedConnection(redis.sentinel.SentinelManagedConnection):
+class FencedConnection(SentinelPrimary):
     """A connection to a Sentinel service's primary that obeys its :class:`FailoverWatch`
     (``failover_watch=`` among the pool's connection arguments)."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.failover_watch: FailoverWatch = kwargs.pop("failover_watch")
         self.stamp = -1
-        #: True while connecting to the address the sentinels gave.
-        self.resolved = False
         super().__init__(**kwargs)
 
-    def _connect_retry(self) -> None:
-        if self._sock:
-            return
+    def primary_address(self) -> tuple[Any, Any]:
         watch = self.failover_watch
         watch.start()
         stamp = watch.generation
         reason = watch.fence()
         if reason is not None:
             raise RedisConnectionError(reason)
-        pool = self.connection_pool
-        address = watch.address(pool.get_master_address())
-        pool.master_address = address
-        self.stamp, self.resolved = stamp, True
-        try:
-            self.connect_to(address)
-        finally:
-            self.resolved = False
-        watch.made(self)
+        address = watch.address(self.connection_pool.get_master_address())
+        self.stamp = stamp
+        return address
 
-    def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        # redis-py reconnects a dropped connection to the address it had: ask again.
-        if self._sock:
-            return
-        if self.resolved:
-            super().connect_check_health(*args, **kwargs)
-        else:
-            self._connect_retry()
+    def connected(self) -> None:
+        self.failover_watch.made(self)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         stale = self.stamp != self.failover_watch.generation
-        if self._sock is not None and stale and not self.resolved:
+        if self.is_open and stale and not self.resolved:
             self.disconnect()
         super().send_packed_command(command, check_health)
 
@@ -434,18 +419,15 @@ class FencedSSLConnection(FencedConnection, SSLConnection):
     """:class:`FencedConnection` over TLS."""
 
 
-class AsyncFencedConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+class AsyncFencedConnection(AsyncSentinelPrimary):
     """:class:`FencedConnection` for ``redis.asyncio``."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.failover_watch: FailoverWatch = kwargs.pop("failover_watch")
         self.stamp = -1
-        self.resolved = False
         super().__init__(**kwargs)
 
-    async def _connect_retry(self) -> None:
-        if self._reader:
-            return
+    async def primary_address(self) -> tuple[Any, Any]:
         watch = self.failover_watch
         if watch.stopped:
             await asyncio.to_thread(watch.start)
@@ -453,26 +435,13 @@ class AsyncFencedConnection(redis.asyncio.sentinel.SentinelManagedConnection):
         reason = watch.fence()
         if reason is not None:
             raise RedisConnectionError(reason)
-        pool = self.connection_pool
-        address = watch.address(await pool.get_master_address())
-        pool.master_address = address
-        self.stamp, self.resolved = stamp, True
-        try:
-            await self.connect_to(address)
-        finally:
-            self.resolved = False
-
-    async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        if self._reader:
-            return
-        if self.resolved:
-            await super().connect_check_health(*args, **kwargs)
-        else:
-            await self._connect_retry()
+        address = watch.address(await self.connection_pool.get_master_address())
+        self.stamp = stamp
+        return address
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         stale = self.stamp != self.failover_watch.generation
-        if self._reader is not None and stale and not self.resolved:
+        if self.is_open and stale and not self.resolved:
             await self.disconnect()
         await super().send_packed_command(command, check_health)
 

@@ -72,9 +72,6 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio.cluster
-from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
-from redis.asyncio.cluster import PipelineCommand
-from redis.cluster import PRIMARY, ClusterNode
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -93,6 +90,7 @@ from ..drive import Pause, Steps, drive
 from ..errors import LibraryMissingError, SessionStoreError
 from ..version import __version__
 from .client import is_cluster
+from .compat import async_node_send, learn_moved_slot, new_async_node, new_node_client
 from .durability import Acks, check_value_acks
 from .retry import RETRIES, retry_delay
 
@@ -304,16 +302,10 @@ def client_batch(client: Any) -> Batch:
     return send
 
 
-def _async_node_batch(node: AsyncClusterNode) -> Batch:
-    """A :data:`Batch` on one node of a ``redis.asyncio`` cluster client, which has no
-    client per node: the node's own pipeline keeps the commands on one connection."""
-
-    async def send(commands: Sequence[Command]) -> list[Any]:
-        queued = [PipelineCommand(at, *command) for at, command in enumerate(commands)]
-        await node.execute_pipeline(queued)
-        return [command.result for command in queued]
-
-    return send
+def _async_node_batch(node: Any) -> Batch:
+    """A :data:`Batch` on one node of a ``redis.asyncio`` cluster client (see
+    :func:`.compat.async_node_send`)."""
+    return functools.partial(async_node_send, node)
 
 
 def _is_async_cluster(client: Any) -> bool:
@@ -335,11 +327,10 @@ def _ask_target(client: Any, host: str, port: int) -> tuple[Batch, str, Callable
     if node is not None:
         return _node_batch(client, node), node.name, None
     if _is_async_cluster(client):
-        fresh = AsyncClusterNode(host, port, PRIMARY, **client.get_connection_kwargs())
+        fresh = new_async_node(client, host, port)
         return _async_node_batch(fresh), fresh.name, fresh.disconnect
-    node = ClusterNode(host, port, PRIMARY)
-    client.nodes_manager.create_redis_connections([node])
-    return client_batch(node.redis_connection), node.name, node.redis_connection.close
+    direct = new_node_client(client, host, port)
+    return client_batch(direct), f"{host}:{port}", direct.close
 
 
 # The operations ---------------------------------------------------------------------------
@@ -411,7 +402,7 @@ def _on_slot_node_steps(client: Any, key: str, attempt: Attempt) -> Steps[tuple[
                     # The slot map learns the slot's new node (a refresh failing is left
                     # to the next call).
                     with contextlib.suppress(RedisError, RedisClusterException):
-                        yield functools.partial(client.nodes_manager.move_slot, ask)
+                        yield functools.partial(learn_moved_slot, client, ask)
                 return result, target
         except _SLOT_MOVING:
             if attempt_no == RETRIES:

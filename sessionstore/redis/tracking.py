@@ -61,6 +61,7 @@ from typing import Any
 import redis
 
 from .. import forksafe
+from .compat import socket_of
 from .retry import RETRIES, retry_delay
 
 CHANNEL = b"__redis__:invalidate"
@@ -178,7 +179,7 @@ class ValueCache:
         reader.read_response()
         poller = select.poll()
         for connection in (listener, reader):
-            poller.register(_socket_of(connection), select.POLLIN)
+            poller.register(socket_of(connection), select.POLLIN)
         self._poller = poller
 
     def _drop(self) -> None:
@@ -359,9 +360,3 @@ class ValueCache:
     def close(self) -> None:
         with self._lock:
             self._drop()
-
-
-def _socket_of(connection: Any) -> Any:
-    # redis-py has no public accessor for a connection's socket. Only its readiness is
-    # looked at here (never read or written): its parser owns the bytes.
-    return connection._sock
