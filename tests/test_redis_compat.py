@@ -53,6 +53,12 @@ def test_another_redis_py_is_warned_of_naming_every_workaround(version):
     assert compat.version_problem("8.99.3rc1") is None
 
 
+def test_importing_under_another_redis_py_warns(monkeypatch):
+    monkeypatch.setattr(redis, "__version__", "9.1.0")
+    with pytest.warns(compat.RedisPyVersionWarning, match="not 9.1.0"):
+        compat._check_installed()
+
+
 # Sockets and connections ------------------------------------------------------------------
 
 
@@ -161,6 +167,57 @@ def test_a_blocking_pool_waits_in_its_queue_class_and_gives_back_with_put_nowait
     fair.release(held)
     fair.disconnect()
     assert not isinstance(redis.BlockingConnectionPool(max_connections=1).pool, FairQueue)
+
+
+def test_a_sentinel_pool_mixed_into_a_blocking_pool_waits_and_asks_for_the_primary(
+    redis_server,
+):
+    """What SentinelBlockingPool relies on: redis-py's Sentinel pool, mixed before a
+    blocking pool, keeps its connections of the primary and the blocking pool's wait."""
+    asked: list[int] = []
+
+    class Asking(compat.SentinelPrimary):
+        def primary_address(self) -> tuple[Any, Any]:
+            asked.append(1)
+            return ("127.0.0.1", redis_server.port)
+
+    pool = compat.SentinelBlockingPool(
+        "service",
+        redis.sentinel.Sentinel([]),
+        connection_class=Asking,
+        max_connections=1,
+        timeout=0.01,
+    )
+    assert isinstance(pool.pool, FairQueue)
+    held = pool.get_connection()
+    assert isinstance(held, Asking) and asked == [1]
+    with pytest.raises(redis.ConnectionError, match="No connection available"):
+        pool.get_connection()
+    pool.release(held)
+    assert pool.get_connection() is held
+    pool.disconnect()
+
+    async def wait_async() -> None:
+        class AsyncAsking(compat.AsyncSentinelPrimary):
+            async def primary_address(self) -> tuple[Any, Any]:
+                asked.append(2)
+                return ("127.0.0.1", redis_server.port)
+
+        apool = compat.AsyncSentinelBlockingPool(
+            "service",
+            redis.asyncio.sentinel.Sentinel([]),
+            connection_class=AsyncAsking,
+            max_connections=1,
+            timeout=0.01,
+        )
+        first = await apool.get_connection()
+        with pytest.raises(redis.ConnectionError, match="No connection available"):
+            await apool.get_connection()
+        await apool.release(first)
+        await apool.disconnect()
+
+    asyncio.run(wait_async())
+    assert asked == [1, 2]
 
 
 class _CountingPool(redis.BlockingConnectionPool):

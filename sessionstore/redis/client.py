@@ -76,9 +76,11 @@ from ..urls import invalid_url
 from .boundary import ErrorBoundary
 from .compat import (
     AsyncClusterClient,
+    AsyncSentinelBlockingPool,
     ClusterClient,
     ClusterNodePool,
     FairBlockingPool,
+    SentinelBlockingPool,
     asyncio_connections,
     shut_async,
 )
@@ -107,16 +109,6 @@ def _client_kwargs(options: RedisOptions) -> dict[str, Any]:
 def _pool_kwargs(options: RedisOptions) -> dict[str, Any]:
     """A blocking pool's size and how long a call waits in it for a connection."""
     return {"max_connections": options.max_connections, "timeout": options.timeout}
-
-
-class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, FairBlockingPool):
-    """redis-py's Sentinel pool with the waiting of a :class:`FairBlockingPool`."""
-
-
-class AsyncSentinelBlockingPool(
-    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
-):
-    """:class:`SentinelBlockingPool` for ``redis.asyncio``."""
 
 
 def _sentinel_socket_kwargs(options: RedisOptions, target: SentinelTarget) -> dict[str, Any]:

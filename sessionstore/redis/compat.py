@@ -20,6 +20,8 @@ The redis-py internals each workaround relies on:
 - :func:`asyncio_connections`: the pools' ``_available_connections`` /
   ``_in_use_connections``, the asyncio cluster nodes' ``_connections``;
 - :class:`FairBlockingPool`: ``BlockingConnectionPool``'s ``queue_class`` protocol;
+- :class:`SentinelBlockingPool`, :class:`AsyncSentinelBlockingPool`: redis-py's Sentinel
+  pools mixed into its blocking pools;
 - :class:`ClusterNodePool`: ``RedisCluster._execute_command`` releasing a connection
   twice;
 - :func:`driver_defect`, :class:`ClusterClient`, :class:`AsyncClusterClient`:
@@ -72,6 +74,7 @@ WORKAROUNDS = (
     "asyncio_connections (pools' _available_connections/_in_use_connections, "
     "cluster nodes' _connections)",
     "FairBlockingPool (BlockingConnectionPool queue_class get/put_nowait)",
+    "SentinelBlockingPool/AsyncSentinelBlockingPool (Sentinel pools mixed into blocking pools)",
     "ClusterNodePool (RedisCluster releasing a connection twice after ASK)",
     "driver_defect/ClusterClient (AttributeError on ASK to an unknown node)",
     "async_node_send (asyncio PipelineCommand, ClusterNode.execute_pipeline)",
@@ -243,6 +246,21 @@ class ClusterNodePool(FairBlockingPool):
                 return  # released before, and handed out again since
             self._holders.pop(connection, None)
         super().release(connection)
+
+
+class SentinelBlockingPool(redis.sentinel.SentinelConnectionPool, FairBlockingPool):
+    """redis-py's Sentinel pool with the waiting of a :class:`FairBlockingPool`.
+
+    redis-py has no blocking Sentinel pool; ``SentinelConnectionPool`` only overrides
+    what concerns the primary's address and calls ``super()`` for the rest, so mixed
+    before a blocking pool it hands out connections of the service's primary from the
+    blocking pool's queue. Drop when redis-py offers a blocking Sentinel pool."""
+
+
+class AsyncSentinelBlockingPool(
+    redis.asyncio.sentinel.SentinelConnectionPool, redis.asyncio.BlockingConnectionPool
+):
+    """:class:`SentinelBlockingPool` for ``redis.asyncio``."""
 
 
 # The cluster client's ASK to an unknown node ----------------------------------------------
