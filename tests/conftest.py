@@ -49,7 +49,16 @@ def one_click_command_per_app() -> Iterator[None]:
     """typer builds an application's click command anew on every run (``get_command``,
     behind both ``app(...)`` and typer's ``CliRunner.invoke``) by reading every command's
     signature: most of the cost of running the CLI in the tests' process. The tests build
-    it once per application; a click command keeps nothing of one run for the next."""
+    it once per application; a click command keeps nothing of one run for the next.
+
+    ``CliRunner.invoke`` calls typer's private ``typer.testing._get_command``, imported
+    from ``typer.main``: a typer that no longer does fails here rather than running every
+    test with the slow path unnoticed."""
+    if getattr(typer.testing, "_get_command", None) is not typer.main.get_command:
+        raise RuntimeError(
+            "typer.testing._get_command is no longer typer.main.get_command: the "
+            "one_click_command_per_app fixture (tests/conftest.py) needs another way in"
+        )
     built = functools.cache(typer.main.get_command)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(typer.main, "get_command", built)
