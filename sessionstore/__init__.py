@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from .admin import namespaces
+from .defaults import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from .errors import (
     AccessDeniedError,
     ComputeTimeoutError,
@@ -40,7 +41,6 @@ from .errors import (
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, NamespaceUsage, ValueRef
-from .store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from .store import EventLog, Session, Store, connect
 from .version import __version__ as __version__
 from .writer import SessionWriter
