@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.redis_server import RedisServer  # noqa: E402
+from benchmarks.servers import RedisServer  # noqa: E402
 
 Group = Callable[[str, Sizes], list[Result]]
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load before: {load_before}", flush=True)
     started = time.perf_counter()
     results: list[Result] = []
-    with RedisServer(durable=False) as server:
+    with RedisServer() as server:
         client_info = _server_version(server.url)
         for name in chosen:
             for group in GROUPS[name]:

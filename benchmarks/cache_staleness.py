@@ -35,8 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.redis_server import RedisServer  # noqa: E402
-from tests.support.tcp_proxy import TcpProxy  # noqa: E402
+from benchmarks.servers import RedisServer, SubscriberStall  # noqa: E402
 
 KEY = ("BTCUSDT", "staleness", "binance", "1m")
 WHEN = 1_700_000_000_000
@@ -99,15 +98,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--gap", type=float, default=1.0, help="ms between two writes")
     args = parser.parse_args()
-    with RedisServer(durable=False) as server:
+    with RedisServer() as server:
         admin = redis.Redis(port=server.port)
         admin.execute_command(*setuser_args("tenant", PASSWORD, NAMESPACE))
         admin.close()
         tenant = f"redis://tenant:{PASSWORD}@127.0.0.1:{server.port}/0?durability=none"
         print("tracked", measure(server.url + "?cache=yes", server.url, server.port,
                                  args.seconds, args.gap), flush=True)  # fmt: skip
-        with TcpProxy(server.port) as proxy:
-            proxy.stall("SUBSCRIBE")
+        with SubscriberStall(server.port) as proxy:
             print("stalled", measure(proxy.url + "?cache=yes", server.url, server.port,
                                      args.seconds, args.gap), flush=True)  # fmt: skip
         print("timed  ", measure(tenant + "&cache=yes", tenant, server.port,

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.redis_server import RedisServer  # noqa: E402
+from benchmarks.servers import RedisServer  # noqa: E402
 
 #: ARGV: first seq, then the layout's values; each script writes like log_append.lua.
 SCRIPTS = {
@@ -145,7 +145,7 @@ def measure(url: str) -> list[tuple[str, list[float]]]:
 
 
 def main() -> None:
-    with RedisServer(durable=False) as server:
+    with RedisServer() as server:
         rows = measure(server.url)
     print(
         "| Layout | append 1 event | append 100 events | load 10k (appended 1000 at a time)"

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 from .admin import namespaces
+from .contracts import Stored
+from .defaults import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
 from .errors import (
     AccessDeniedError,
     ComputeTimeoutError,
@@ -39,8 +41,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession, NamespaceUsage, ValueRef
-from .store import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
+from .results import LoadedSession, NamespaceUsage, ValueRecords, ValueRef
 from .store import EventLog, Session, Store, connect
 from .version import __version__ as __version__
 from .writer import SessionWriter
@@ -77,8 +78,10 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreUnavailableError",
+    "Stored",
     "UnsafePathError",
     "UnsupportedVersionError",
+    "ValueRecords",
     "ValueRef",
     "connect",
     "namespaces",

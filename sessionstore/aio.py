@@ -38,6 +38,7 @@ from .contracts import (
     EventBackend,
     ValueBackend,
 )
+from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .drain import AsyncDrain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -50,9 +51,8 @@ from .eventlog import (
 )
 from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession, ValueRef, value_refs
+from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState, session_state
-from .store import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .store_state import Lifecycle, PendingSessions
 from .writer import WriterBuffer, WriterContext, open_buffer
 
@@ -104,14 +104,6 @@ def _async_backends(backends: Backends) -> AsyncBackends:
     return AsyncBackends(_Offload(backends.values), _Offload(backends.events), aclose)
 
 
-class _Done:
-    """An already-finished awaitable, so ``dispose()`` works with or without ``await``."""
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield
-
-
 class AsyncSession:
     """Async twin of :class:`sessionstore.Session` (it pickles the same way)."""
 
@@ -133,7 +125,8 @@ class AsyncSession:
         return (_session_of, (self._owner, self._state))
 
     async def wait_for_init(self, initial: bool = True) -> None:
-        """Prepare the backend for this key. Idempotent and optional."""
+        """Prepare the backend for this key. Idempotent and optional; ``initial`` changes
+        nothing (see :meth:`sessionstore.Session.wait_for_init`)."""
         await arun(flows.ready(self._state, self._lifecycle), self._backend)
 
     async def get_data(self, when: Any) -> Any:
@@ -160,7 +153,7 @@ class AsyncSession:
         """History: the version at exactly ``when``, computed once among every caller of
         the store when there is none; ``fn`` may be a coroutine function (its result is
         awaited). See :meth:`sessionstore.Session.get_or_compute`."""
-        wait, held = compute_times(self._owner, timeout, lease)
+        wait, held = compute_times(self._owner and self._owner._args, timeout, lease)
         flow = flows.get_or_compute(self._state, self._lifecycle, when, fn, wait, held)
         return await arun(flow, self._backend)
 
@@ -180,10 +173,15 @@ class AsyncSession:
         was one that had not expired. The handle stays usable."""
         return await arun(flows.delete_value(self._state, self._lifecycle), self._backend)
 
-    def dispose(self) -> _Done:
-        """Release the handle (at once; awaiting the result is optional). Data stays."""
+    async def records(self) -> ValueRecords:
+        """What is stored under this handle's key, plain and history alike, with the
+        logical times; see :meth:`sessionstore.Session.records`."""
+        return await arun(flows.value_records(self._state, self._lifecycle), self._backend)
+
+    def dispose(self) -> None:
+        """Release the handle; later use raises ``SessionDisposedError``. Data stays. A
+        plain call (no I/O), as on :class:`sessionstore.Session`: not awaited."""
         self._state.disposed = True
-        return _Done()
 
 
 class AsyncEventLog:
@@ -483,6 +481,11 @@ class AsyncStore:
         expired, sorted."""
         self._lifecycle.check_open()
         return value_refs(await self._async.values.scan(self.namespace))
+
+    async def check_durable(self) -> None:
+        """Raise ``DurabilityError``, writing nothing, when event-log appends cannot be as
+        durable as the URL asks; see :meth:`sessionstore.Store.check_durable`."""
+        await arun(flows.check_durable(self._lifecycle), self._async.events)
 
     async def close(self) -> None:
         """Release connections; idempotent."""

@@ -175,10 +175,10 @@ class ValueBackend(ABC):
         """Give up ``token``'s lease on the version of ``key`` at ``when`` (nothing if it
         does not hold it)."""
 
+    @abstractmethod
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         """Every key with a stored, unexpired record in ``namespace``, with True for a
         history key."""
-        raise NotImplementedError(f"{type(self).__name__} cannot list its values")
 
     @abstractmethod
     def set_retention(self, key: ValueKey, ttl_ms: int | None) -> bool:
@@ -187,10 +187,18 @@ class ValueBackend(ABC):
         write with that ttl would; later writes without a ttl keep it. True if an
         unexpired record or version was there, False (nothing changed) otherwise."""
 
+    @abstractmethod
     def forget(self, key: ValueKey) -> bool:
         """Remove the plain record and every history version of ``key``, expired ones too;
         True if an unexpired one was there."""
-        raise NotImplementedError(f"{type(self).__name__} cannot remove values")
+
+    def cached_read(self, key: ValueKey) -> tuple[Stored | None] | None:
+        """``(read(key),)`` when the backend holds the plain record of ``key`` in process
+        memory and can answer without I/O, else None (then the caller calls :meth:`read`).
+        A record so answered is never older than the backend's cache promises (Redis with
+        ``?cache=yes``: see :mod:`sessionstore.redis.tracking`). This default holds
+        nothing and returns None."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and handles."""
@@ -450,6 +458,9 @@ class AsyncEventBackend(Protocol):
 
     async def locate(self, session_id: str) -> str | None:
         """:meth:`EventBackend.locate`."""
+
+    async def check_durable(self) -> None:
+        """:meth:`EventBackend.check_durable`."""
 
     async def exists(self, session_id: str) -> bool:
         """:meth:`EventBackend.exists`."""

@@ -48,7 +48,7 @@ from typing import Any
 
 import sessionstore
 
-from .errors import SessionBusyError
+from .errors import SessionBusyError, SessionStoreError
 from .eventlog import closers
 from .models import SessionEvent, SessionHeader
 from .results import LoadedSession, ValueRef, probe_name
@@ -170,7 +170,7 @@ class DemoResult:
         return not self.problems
 
 
-class ForeignDataError(Exception):
+class ForeignDataError(SessionStoreError):
     """The namespace holds sessions or values that are not the demo's own: the demo
     refuses to start there without ``reset=True``, and even with it when such a session
     has an id the demo must write (``taken``). Nothing is written."""
@@ -219,14 +219,6 @@ def survey(store: Store) -> Survey:
         [h.id for h in headers if not owns_session(h)],
         [r for r in refs if not owns_value(r)],
     )
-
-
-def check_durable(store: Store) -> None:
-    """Raise ``DurabilityError``, writing nothing, when the store cannot make event-log
-    appends as durable as its URL asks: on Redis the check the first write makes
-    (``CONFIG GET`` or ``INFO persistence``, on every primary of a cluster); nothing
-    to check on the other stores."""
-    store._backends.events.check_durable()
 
 
 def candles(symbol: str, count: int) -> list[float]:
@@ -430,7 +422,7 @@ def run(
             "again: it runs with the local process pool only"
         )
     with sessionstore.connect(url, namespace) as store:
-        check_durable(store)
+        store.check_durable()
         found = survey(store)
         dealt = [jobs for jobs in plan(symbol_count, workers) if jobs]
         writes = {job.session_id for jobs in dealt for job in jobs}
@@ -494,7 +486,7 @@ def run(
     return result
 
 
-class SchedulerError(Exception):
+class SchedulerError(SessionStoreError):
     """The Dask scheduler cannot run the demo: ``distributed`` is not installed, the
     address cannot be reached, or the options do not apply to it. Nothing is written."""
 

@@ -28,7 +28,14 @@ the original chained as ``__cause__``::
     ├── SeqConflictError                         append did not name the next seq
     ├── CorruptDataError                         stored data is damaged (names the key or file)
     │   └── CorruptLogError                      a stored log is damaged before its end
-    └── UnsupportedVersionError                  a stored header has an unknown format version
+    ├── UnsupportedVersionError                  a stored header has an unknown format version
+    ├── ForeignDataError (sessionstore.demo)     the demo's namespace holds data not its own
+    └── SchedulerError (sessionstore.demo)       the Dask scheduler cannot run the demo
+
+Constructing a :class:`~sessionstore.SessionEvent` or :class:`~sessionstore.SessionHeader`
+directly validates it with pydantic, which raises pydantic's ``ValidationError`` (a
+``ValueError``): the one exception that is not a :class:`SessionStoreError`. Everything
+the library's own calls check raises :class:`InvalidArgumentError` instead.
 """
 
 from __future__ import annotations

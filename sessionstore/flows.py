@@ -27,6 +27,7 @@ from .drive import Pause, Step, adrive, drive
 from .errors import (
     ComputeTimeoutError,
     ConcurrentModificationError,
+    CorruptDataError,
     EventTimeOrderError,
     InvalidArgumentError,
     SeqConflictError,
@@ -37,10 +38,10 @@ from .errors import (
 from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession, is_probe
+from .results import LoadedSession, ValueRecords, is_probe
 from .session_state import SessionState
 from .store_state import Lifecycle, PendingSessions
-from .when import now_ms, to_epoch_ms
+from .when import MAX_ABS_EPOCH_MS, now_ms, to_epoch_ms
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -373,11 +374,39 @@ def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
     return bool(removed)
 
 
+def value_records(state: SessionState, lifecycle: Lifecycle) -> Flow[ValueRecords]:
+    """What is stored under the handle's key, plain record and history versions alike
+    (whatever the handle's mode), with the times they were stored for, by reads only:
+    nothing is prepared or written and nothing is filtered by time."""
+    state.check_alive()
+    lifecycle.check_open()
+    versions: list[Stored] = []
+    at = MAX_ABS_EPOCH_MS
+    while at >= -MAX_ABS_EPOCH_MS:
+        version = yield Call(ValueBackend.read_as_of, state.key, at)
+        if version is None:
+            break
+        if version.when > at:
+            # Every step must go back in time, or a damaged history would never end.
+            raise CorruptDataError(
+                state.key.label(), f"a read as of {at} gave a version of {version.when}"
+            )
+        versions.append(version)
+        at = version.when - 1
+    plain = yield Call(ValueBackend.read, state.key)
+    return ValueRecords(plain, versions[::-1], state.key.label())
+
+
 # --- event logs -----------------------------------------------------------------------
 
 
 def _open(lifecycle: Lifecycle) -> None:
     lifecycle.check_open()
+
+
+def check_durable(lifecycle: Lifecycle) -> Flow[None]:
+    _open(lifecycle)
+    yield Call(EventBackend.check_durable)
 
 
 def create(

@@ -285,6 +285,22 @@ def value_member(key: ValueKey, history: bool) -> str:
     return name[len(namespace_prefix(key.namespace)) :]
 
 
+def member_of_meta_key(name: str, namespace: str) -> str | None:
+    """The sessions-index member of the session whose meta hash (:func:`log_keys`) is
+    ``name``; None when ``name`` is not a meta hash of ``namespace``."""
+    head, tail = f"{namespace_prefix(namespace)}{LOG_KIND}:{{", "}:meta"
+    if len(name) < len(head) + len(tail) or not name.startswith(head):
+        return None
+    return name[len(head) : -len(tail)] if name.endswith(tail) else None
+
+
+def member_of_value_name(name: str, namespace: str) -> str | None:
+    """The values-index member of a value key or history versions zset ``name``
+    (:func:`value_member`); None when ``name`` is not one of ``namespace``."""
+    prefix = namespace_prefix(namespace)
+    return name[len(prefix) :] if name.startswith(prefix) else None
+
+
 def value_of_member(member: str, namespace: str) -> tuple[ValueKey, bool] | None:
     """Invert :func:`value_member`: (key, history); None for a member that is not one."""
     name = namespace_prefix(namespace) + member

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr, TypeAdapte
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.fields import FieldInfo
 
+from .errors import InvalidArgumentError
 from .jsondata import elide
 from .when import now_ms
 
@@ -44,8 +45,8 @@ _EVENT_SLOTS = ("seq", "type", "time", "data", "id")
 
 @pydantic_dataclass(slots=True, config=ConfigDict(extra="forbid"))
 class SessionEvent:
-    """One log entry, immutable. ``data`` is not checked here: :meth:`append` checks it
-    is lossless JSON.
+    """One log entry, immutable. ``data`` is not checked here:
+    :meth:`sessionstore.EventLog.append` checks it is lossless JSON.
 
     A pydantic dataclass with slots rather than a ``BaseModel``: one object for the
     garbage collector instead of three, and cheaper to build (``docs/benchmarks.md``,
@@ -54,9 +55,9 @@ class SessionEvent:
     ``model_validate_json``, ``model_construct``, ``model_dump``, ``model_dump_json``,
     ``model_copy``, ``model_json_schema``, ``model_fields``, ``dict(event)``, and
     assignment raising ``ValidationError``). Not kept: ``isinstance(event, BaseModel)``,
-    weak references, ``model_validate(..., strict=False)`` relaxing the fields, and
-    ``exclude_unset`` (a dataclass does not track which fields were given, so every
-    field is dumped).
+    weak references, ``model_validate(..., strict=False)`` relaxing the fields (it raises
+    ``InvalidArgumentError``), and ``exclude_unset`` (a dataclass does not track which
+    fields were given, so every field is dumped).
     """
 
     seq: Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
@@ -75,7 +76,10 @@ class SessionEvent:
         raise _frozen(name, None)
 
     def __hash__(self) -> int:
-        return hash((type(self), self.seq, self.type, self.time, self.data, self.id))
+        """The hash of (seq, type, time, id): equal events hash alike whatever ``data``
+        holds (a dict is not hashable, and ``1 == 1.0`` in it), and the events of one
+        log, whose seqs differ, hash apart."""
+        return hash((type(self), self.seq, self.type, self.time, self.id))
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         """(name, value) of each field, so ``dict(event)`` works as on a pydantic model."""
@@ -95,8 +99,14 @@ class SessionEvent:
     @classmethod
     def model_validate(cls, obj: Any, *, strict: bool | None = None) -> SessionEvent:
         """Validate ``obj`` (a mapping or a SessionEvent); ``ValidationError`` if invalid.
-        Every field is strict whatever ``strict`` says (pydantic's strict mode of a
-        dataclass would refuse a mapping; ``strict=False`` does not relax the fields)."""
+        Every field is always strict: ``strict`` may be None or True (the same), and
+        ``strict=False``, which would ask pydantic to convert ``"5"`` to ``5``, raises
+        ``InvalidArgumentError`` (convert the fields before validating)."""
+        if strict is False:
+            raise InvalidArgumentError(
+                "SessionEvent fields are always strict: model_validate(strict=False) cannot "
+                "relax them; convert the fields to their types first"
+            )
         return _EVENT.validate_python(obj)
 
     @classmethod

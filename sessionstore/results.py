@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from .contracts import Stored
 from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
 
@@ -39,6 +41,29 @@ def value_refs(found: list[tuple[ValueKey, bool]]) -> list[ValueRef]:
     return sorted(
         ValueRef(*key.parts, history) for key, history in found if not is_probe(key.symbol)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ValueRecords:
+    """What is stored under one value's key, as :meth:`sessionstore.Session.records`
+    returns it: the ``plain`` record (or None) and the history ``versions``, oldest
+    first; each :class:`~sessionstore.contracts.Stored` has its msgpack ``payload``
+    (None for a clear) and the logical time ``when`` (epoch ms) it was stored for."""
+
+    plain: Stored | None
+    versions: list[Stored]
+    #: The key's label, to name it when a record is damaged.
+    where: str = ""
+
+    @property
+    def history(self) -> bool:
+        """True when the key reads as a history (it has versions and no plain record)."""
+        return self.plain is None and bool(self.versions)
+
+    def records(self) -> list[Stored]:
+        """The records a read of the key sees: the versions of a history, else the plain
+        record (none when nothing is stored)."""
+        return self.versions if self.history else [self.plain] if self.plain else []
 
 
 class NamespaceUsage(NamedTuple):

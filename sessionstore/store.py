@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .arguments import check_poll, check_seconds, check_ttl
+from .arguments import check_poll, check_ttl
 from .connection import ConnectArgs, open_store, travel_args
 from .contracts import Backends, EventBackend, ValueBackend
+from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .drain import Drain
 from .errors import SessionStoreError
 from .eventlog import (
@@ -27,15 +28,10 @@ from .eventlog import (
 )
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
-from .results import LoadedSession, ValueRef, value_refs
+from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState, session_state
 from .store_state import Lifecycle, PendingSessions
 from .writer import SessionWriter, WriterContext
-
-#: A writer's lease, in seconds, unless it names one.
-DEFAULT_LEASE = 10.0
-#: The namespace of a store opened without one.
-DEFAULT_NAMESPACE = "default"
 
 
 def connect(
@@ -96,11 +92,6 @@ class Session:
         self._state = state
         self._lifecycle = lifecycle
         self._owner = owner
-        # A backend that keeps plain values in memory (Redis with ``?cache=yes``) answers
-        # a cached read without the flow machinery; see :meth:`get_data`.
-        self._cached_read: Callable[[Any], tuple[Any] | None] | None = (
-            None if state.history else getattr(backend, "cached_read", None)
-        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._owner is None:
@@ -108,7 +99,12 @@ class Session:
         return (_session_of, (self._owner, self._state))
 
     def wait_for_init(self, initial: bool = True) -> None:
-        """Prepare the backend for this key. Idempotent and optional: first use does it too."""
+        """Prepare the backend for this key (e.g. create its folder, clear what an
+        interrupted write left). Idempotent and optional: first use does it too.
+
+        ``initial`` is kept for callers written against ports of the same API, where it
+        marks the first call; it changes nothing here: every call prepares the key the
+        same way, once per handle."""
         run(flows.ready(self._state, self._lifecycle), self._backend)
 
     def get_data(self, when: Any) -> Any:
@@ -120,8 +116,10 @@ class Session:
         :mod:`sessionstore.redis.tracking`); one made through this store is seen at once.
         """
         state = self._state
-        if self._cached_read is not None and state.initialised:
-            cached = self._cached_read(state.key)
+        if not state.history and state.initialised:
+            # A backend that keeps plain values in memory (Redis with ``?cache=yes``)
+            # answers without the flow machinery.
+            cached = self._backend.cached_read(state.key)
             if cached is not None:
                 return flows.get_cached(state, self._lifecycle, cached[0], when)
         return run(flows.get_data(state, self._lifecycle, when), self._backend)
@@ -175,7 +173,7 @@ class Session:
         ``connect``, else 30 s) with ``ComputeTimeoutError``. A bad ``timeout`` or
         ``lease`` raises ``InvalidArgumentError``; so does a plain handle.
         """
-        wait, held = compute_times(self._owner, timeout, lease)
+        wait, held = compute_times(self._owner and self._owner._args, timeout, lease)
         flow = flows.get_or_compute(self._state, self._lifecycle, when, fn, wait, held)
         return run(flow, self._backend)
 
@@ -198,6 +196,14 @@ class Session:
         """Remove every stored record of this key, plain and history alike; True if there
         was one that had not expired. The handle stays usable."""
         return run(flows.delete_value(self._state, self._lifecycle), self._backend)
+
+    def records(self) -> ValueRecords:
+        """What is stored under this handle's key, as stored: the plain record and every
+        history version (oldest first), each with the logical time it was stored for,
+        whatever the handle's ``history`` mode and with no look-ahead filter. Reads only:
+        nothing is prepared or written. A history whose versions do not go back in time
+        raises ``CorruptDataError``."""
+        return run(flows.value_records(self._state, self._lifecycle), self._backend)
 
     def dispose(self) -> None:
         """Release the handle; later use raises ``SessionDisposedError``. Data stays."""
@@ -448,6 +454,13 @@ class Store:
         self._lifecycle.check_open()
         return value_refs(self._backends.values.scan(self.namespace))
 
+    def check_durable(self) -> None:
+        """Raise ``DurabilityError``, writing nothing, when the store cannot make
+        event-log appends as durable as its URL asks: on Redis the check the first write
+        makes (``CONFIG GET`` or ``INFO persistence``, on every primary of a cluster);
+        nothing to check on the other stores."""
+        run(flows.check_durable(self._lifecycle), self._backends.events)
+
     def close(self) -> None:
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
@@ -478,20 +491,6 @@ def _reopen(args: ConnectArgs, closed: bool) -> Store:
     if closed:
         store.close()
     return store
-
-
-#: How long (s) a ``get_or_compute`` waiter waits when neither it nor ``connect`` named a
-#: timeout.
-DEFAULT_COMPUTE_TIMEOUT = 30.0
-
-
-def compute_times(owner: Any, timeout: object, lease: object) -> tuple[float, float]:
-    """(wait, lease) seconds of a ``get_or_compute`` call, checked: ``timeout``, else the
-    ``timeout`` its store was connected with, else :data:`DEFAULT_COMPUTE_TIMEOUT`."""
-    if timeout is None:
-        args = getattr(owner, "_args", None)
-        timeout = DEFAULT_COMPUTE_TIMEOUT if args is None or args.timeout is None else args.timeout
-    return check_seconds("timeout", timeout), check_seconds("lease", lease)
 
 
 def _session_of(store: Store, state: SessionState) -> Session:

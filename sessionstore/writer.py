@@ -136,8 +136,8 @@ class WriterBuffer:
 
         Everything is checked first, so a bad emit raises :class:`InvalidArgumentError`
         (a ``type`` that is not a non-empty str, ``data`` that is not a dict or None),
-        :class:`NotJSONSerializableError` (data that is not lossless JSON) or
-        :class:`HarnessFieldError`, and queues nothing: a bad event never wedges the
+        ``NotJSONSerializableError`` (data that is not lossless JSON) or
+        ``HarnessFieldError``, and queues nothing: a bad event never wedges the
         events after it. The queued event is its canonical JSON text, so changing
         ``data`` or the returned event afterwards changes nothing stored.
         """

@@ -110,3 +110,89 @@ def test_a_cycle_is_reported_as_a_path():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# --- layers: private attributes and the test tree ---------------------------------------
+
+REPO = PACKAGE.parent
+#: The storage layers, whose modules share their own private parts.
+LAYERS = ("sessionstore/backends/", "sessionstore/redis/")
+#: Private by name only: public API of the standard library (``NamedTuple._asdict``).
+PUBLIC_UNDERSCORED = {"_asdict", "_replace", "_fields", "_make"}
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines: attributes it assigns, its functions, classes
+    and module-level names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _outside_modules(tree: ast.AST) -> set[str]:
+    """Names bound by ``import x`` of modules outside the package (``asyncio``)."""
+    return {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if not alias.name.startswith(NAME)
+    }
+
+
+def foreign_private_reads(source: str) -> list[str]:
+    """``owner._name`` reads of a private attribute the module does not define itself
+    (other than on ``self``/``cls`` or an outside module), as ``line: expression``."""
+    tree = ast.parse(source)
+    mine, outside = _defined(tree), _outside_modules(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or node.attr in mine | PUBLIC_UNDERSCORED:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *outside}:
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _layered_sources() -> list[Path]:
+    paths = [*PACKAGE.rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]
+    return [p for p in paths if not p.relative_to(REPO).as_posix().startswith(LAYERS)]
+
+
+def test_no_module_outside_the_storage_layers_reads_another_layers_private_parts():
+    """The CLI, the demo, the facades and the benchmarks use public API only: a store's
+    ``_backends``, a backend's internals and another module's private helpers stay
+    where they are defined."""
+    found = {
+        path.relative_to(REPO).as_posix(): reads
+        for path in _layered_sources()
+        if (reads := foreign_private_reads(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_private_read_check_finds_a_store_internal():
+    source = "import asyncio\nasyncio._get_running_loop()\nstore._backends.values.read(key)\n"
+    assert foreign_private_reads(source) == ["3: store._backends"]
+    assert foreign_private_reads("class S:\n    def f(self, o):\n        o._x = self._x\n") == []
+
+
+def test_the_benchmarks_import_nothing_of_the_tests():
+    imports = [
+        node
+        for path in (REPO / "benchmarks").rglob("*.py")
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    sources = [
+        alias.name for node in imports if isinstance(node, ast.Import) for alias in node.names
+    ] + [node.module or "" for node in imports if isinstance(node, ast.ImportFrom)]
+    assert sources and [source for source in sources if source.split(".")[0] == "tests"] == []

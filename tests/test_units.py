@@ -42,6 +42,21 @@ def test_escaped_parts_round_trip_and_never_open_a_second_tag(a, b):
 
 
 @given(st.text(min_size=1), st.text(min_size=1))
+def test_the_index_members_of_stored_key_names_are_parsed_back(session_id, symbol):
+    """What the index audit reads from a SCAN: a session's meta hash and a value's key
+    (plain or history) give the members the writes put in the index."""
+    meta, _ = keys.log_keys(NS, session_id)
+    assert keys.member_of_meta_key(meta, NS) == keys.session_member(session_id)
+    key = vkey(symbol, "s", "e", "1h", "backtest")
+    plain, history = keys.value_key(key), keys.history_keys(key)[0]
+    assert keys.member_of_value_name(plain, NS) == keys.value_member(key, False)
+    assert keys.member_of_value_name(history, NS) == keys.value_member(key, True)
+    assert keys.member_of_meta_key(meta, NS + "x") is None
+    assert keys.member_of_meta_key(plain, NS) is None
+    assert keys.member_of_value_name(plain, NS + "x") is None
+
+
+@given(st.text(min_size=1), st.text(min_size=1))
 def test_a_namespace_prefix_never_matches_another_namespace(a, b):
     if a != b:
         assert not keys.namespace_prefix(b).startswith(keys.namespace_prefix(a))

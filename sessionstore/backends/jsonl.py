@@ -51,7 +51,7 @@ starts afresh. :meth:`JsonlEvents.close` (or the backend's garbage collection) c
 them; the backend stays usable.
 
 Retention: the file's mtime is the session's last activity, so every append renews it. A
-log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`prune`
+log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`JsonlEvents.prune`
 removes it (its one file) under the exclusive lock, so never during an append.
 """
 

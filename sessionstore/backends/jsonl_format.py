@@ -71,7 +71,7 @@ def parse_header_line(
 ) -> tuple[SessionHeader, int | None]:
     """The header on line 1 (without its newline) and the session's ``ttl_ms`` (None
     when it has none); ``session_id`` names the log in errors, ``where`` (its path) in
-    an :class:`UnsupportedVersionError`."""
+    an ``UnsupportedVersionError``."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -188,7 +188,7 @@ def parse_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLo
     """Parse a whole log, leaving out a torn final batch.
 
     Raises :class:`CorruptLogError` (with the 1-based line) for damage before it and
-    :class:`UnsupportedVersionError` for a header of another format version.
+    ``UnsupportedVersionError`` for a header of another format version.
     """
     first = raw.find(b"\n")
     if first < 0:

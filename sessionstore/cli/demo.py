@@ -113,10 +113,6 @@ def demo(
             on_progress=lambda worker, count: progress.advance(tasks[worker], count),
             scheduler=scheduler,
         )
-    except SessionStoreError as exc:
-        if progress.live.is_started:
-            progress.stop()
-        fail(exc, store_url)
     except engine.SchedulerError as exc:
         if progress.live.is_started:
             progress.stop()
@@ -132,6 +128,10 @@ def demo(
             )
         )
         raise typer.Exit(EXIT_ERROR) from None
+    except SessionStoreError as exc:
+        if progress.live.is_started:
+            progress.stop()
+        fail(exc, store_url)
     progress.stop()
     if json:
         emit_json(summary_json(result, store_url, look))

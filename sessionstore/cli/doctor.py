@@ -16,7 +16,6 @@ import typer
 import sessionstore
 
 from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
-from ..demo import check_durable
 from ..errors import (
     AccessDeniedError,
     DurabilityError,
@@ -281,7 +280,7 @@ def persistence(
     client: Any, servers: list[tuple[str, Any]], durability: Durability, store: Store
 ) -> Check:
     """What the chosen durability needs of every primary, judged by the check the
-    store's first event-log write makes (:func:`sessionstore.demo.check_durable`, which
+    store's first event-log write makes (:meth:`sessionstore.Store.check_durable`, which
     writes nothing)."""
     where = f"on {len(servers)} primaries" if node_targets(servers) else "on the server"
     if durability.mode == NONE:
@@ -289,7 +288,7 @@ def persistence(
     if durability.mode == REPLICAS:
         return replicas_check(client, servers, durability)
     try:
-        check_durable(store)
+        store.check_durable()
     except DurabilityError as exc:
         return Check("persistence", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
     if durability.mode == FSYNC:

@@ -8,19 +8,16 @@ Values are printed as JSON (the exact form of :mod:`.common`), never as a Python
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from ..arguments import value_key
 from ..codec import load_value
 from ..contracts import Stored
-from ..errors import CorruptDataError, InvalidArgumentError
-from ..keys import ValueKey
-from ..store import Store
+from ..errors import InvalidArgumentError
+from ..results import ValueRecords
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
 from .common import (
     APP_SETTINGS,
@@ -79,46 +76,6 @@ def parse_when(text: str) -> int:
     return to_epoch_ms(when)
 
 
-@dataclass
-class Records:
-    """What is stored under one key: the plain record and the history versions (oldest
-    first; a version whose value is None is a clear)."""
-
-    plain: Stored | None
-    versions: list[Stored]
-    #: The key's label, to name it when a record is damaged.
-    where: str = ""
-
-    @property
-    def history(self) -> bool:
-        """True when the key is read as a history (it has versions and no plain record)."""
-        return self.plain is None and bool(self.versions)
-
-    def records(self) -> list[Stored]:
-        return self.versions if self.history else [self.plain] if self.plain else []
-
-
-def read_records(store: Store, key: ValueKey) -> Records:
-    """The records of ``key``, as stored (no look-ahead filter), by reads only: nothing
-    is prepared or written."""
-    # The public Session API gives values, not the times they were stored for.
-    backend = store._backends.values
-    versions: list[Stored] = []
-    at = MAX_ABS_EPOCH_MS
-    while at >= -MAX_ABS_EPOCH_MS:
-        version = backend.read_as_of(key, at)
-        if version is None:
-            break
-        if version.when > at:
-            # Every step must go back in time, or a damaged history would never end.
-            raise CorruptDataError(
-                key.label(), f"a read as of {at} gave a version of {version.when}"
-            )
-        versions.append(version)
-        at = version.when - 1
-    return Records(backend.read(key), versions[::-1], key.label())
-
-
 def value_of(record: Stored, where: str) -> Any:
     return None if record.payload is None else load_value(record.payload, where)
 
@@ -155,8 +112,7 @@ def get(
     ...]}, NaN and infinities as {"$float": "nan"}."""
     at = parse_when(when)
     with open_store(url, namespace) as store:
-        key = value_key(store.namespace, symbol, strategy, exchange, frame, mode)
-        found = read_records(store, key)
+        found = store.session(symbol, strategy, exchange, frame, mode=mode).records()
     if history:
         print_versions(found, at, json)
         return
@@ -194,7 +150,7 @@ def describe(result: dict[str, Any]) -> str:
     return text
 
 
-def print_versions(found: Records, at: int, json: bool) -> None:
+def print_versions(found: ValueRecords, at: int, json: bool) -> None:
     """``get --history``: every version (a plain value's one record) as a table or JSON lines."""
     records = found.records()
     if found.plain is not None:

@@ -22,7 +22,7 @@ durability         meaning
                    slot, and the namespace index entry a creating write adds by a
                    ``WAIT`` of its own on the index's node): N replicas acknowledged
                    it. Fewer raise :class:`NotReplicatedError` (a
-                   :class:`StoreUnavailableError`: applied on the primary). The default
+                   ``StoreUnavailableError``: applied on the primary). The default
                    on a ``redis+sentinel://`` URL whose service has replicas is
                    ``replicas:1``
 ``none``           no check: an acknowledged append may be lost in a crash

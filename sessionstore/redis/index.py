@@ -164,7 +164,6 @@ class IndexReport:
 def _stored(client: Any, guard: ErrorBoundary, namespace: str) -> tuple[list[str], list[str]]:
     """(session members, value members) of the data stored in ``namespace`` (SCAN on
     every primary); value hashes without a value (``t`` alone) are left out."""
-    prefix = keys.namespace_prefix(namespace)
     found: dict[str, list[str]] = {}
     for kind, pattern in (
         ("meta", keys.log_meta_pattern(namespace)),
@@ -173,10 +172,7 @@ def _stored(client: Any, guard: ErrorBoundary, namespace: str) -> tuple[list[str
     ):
         with guard("SCAN", pattern):
             found[kind] = [_text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
-    sessions = []
-    for name in found["meta"]:
-        head, tail = f"{prefix}{keys.LOG_KIND}:{{", "}:meta"
-        sessions.append(name[len(head) : len(name) - len(tail)])
+    sessions = _members(keys.member_of_meta_key, found["meta"], namespace)
     whens: list[Any] = []
     for chunk in _chunks(found["plain"]):
         with guard("HGET", keys.value_pattern(namespace)), client.pipeline(False) as pipe:
@@ -184,8 +180,15 @@ def _stored(client: Any, guard: ErrorBoundary, namespace: str) -> tuple[list[str
                 pipe.hget(name, "w")
             whens += pipe.execute()
     plain = [name for name, when in zip(found["plain"], whens, strict=True) if when is not None]
-    values = [name[len(prefix) :] for name in [*plain, *found["history"]]]
+    values = _members(keys.member_of_value_name, [*plain, *found["history"]], namespace)
     return sessions, values
+
+
+def _members(
+    member: Callable[[str, str], str | None], names: list[str], namespace: str
+) -> list[str]:
+    """The index members of the key ``names`` (:mod:`sessionstore.keys` parses them)."""
+    return [found for found in (member(name, namespace) for name in names) if found is not None]
 
 
 def _missing(client: Any, guard: ErrorBoundary, namespace: str) -> dict[str, list[str]]:

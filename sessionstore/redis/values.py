@@ -21,7 +21,7 @@ single server (see :mod:`.scripts`); a clear adds none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
-raises :class:`NotReplicatedError` when fewer replicas confirmed it: an acknowledged value
+raises ``NotReplicatedError`` when fewer replicas confirmed it: an acknowledged value
 survives a failover as an acknowledged event does. Other durabilities check nothing for
 values.
 

@@ -752,3 +752,45 @@ def test_delete_removes_plain_and_history_records_of_the_key(store):
     assert store.list_values() == []
     plain.set_data("again", T0)
     assert plain.get_data(T0) == "again"
+
+
+# --- inspection ------------------------------------------------------------------------
+
+
+def test_records_give_what_is_stored_with_its_times_and_write_nothing(store):
+    plain = open_session(store)
+    assert plain.records().records() == []
+    plain.set_data("later", T0 + 5)
+    found = plain.records()
+    assert (found.history, [r.when for r in found.records()]) == (False, [T0 + 5])
+    assert found.plain is not None and found.plain.payload is not None
+    history = open_session(store, "ETHUSDT", "s", "e", "1h", history=True)
+    history.put("a", T0)
+    history.put(None, T0 + 1)
+    history.put("c", T0 + 2)
+    # A plain handle on the same key sees the history too: records ignore the mode.
+    found = open_session(store, "ETHUSDT", "s", "e", "1h").records()
+    assert found.history and found.plain is None
+    assert [(r.when, r.payload is None) for r in found.versions] == [
+        (T0, False),
+        (T0 + 1, True),
+        (T0 + 2, False),
+    ]
+    assert sorted(ref.symbol for ref in store.list_values()) == ["BTCUSDT", "ETHUSDT"]
+
+
+def test_records_of_a_disposed_handle_or_closed_store_raise(store, open_store):
+    s = open_session(store)
+    s.dispose()
+    with pytest.raises(SessionDisposedError):
+        s.records()
+    other = open_store()
+    handle = open_session(other)
+    other.close()
+    with pytest.raises(StoreClosedError):
+        handle.records()
+
+
+def test_check_durable_writes_nothing_and_passes_on_a_store_that_asks_nothing(store):
+    store.check_durable()
+    assert store.list_values() == [] and store.events.list() == []
