@@ -293,7 +293,8 @@ class ClusterClient(redis.cluster.RedisCluster):
     """``RedisCluster`` that survives :func:`driver_defect`: the slot map is refreshed and
     the command sent again, with a back-off, until the node is known (the first slot
     moved to it makes it part of the map); after :data:`DEFECT_ATTEMPTS` a
-    ``ClusterError`` (the boundary makes it :class:`StoreUnavailableError`)."""
+    ``ClusterError`` (the boundary makes it
+    :class:`~sessionstore.errors.StoreUnavailableError`)."""
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(super().execute_command, *args, **kwargs)
@@ -403,8 +404,9 @@ class SentinelPrimary(redis.sentinel.SentinelManagedConnection):
 
     def primary_address(self) -> tuple[Any, Any]:
         """The address to connect to now; raises ``ConnectionError`` when none may be
-        connected to."""
-        raise NotImplementedError
+        connected to. This one asks the pool's sentinels, as redis-py does; a subclass
+        chooses."""
+        return self.connection_pool.get_master_address()
 
     def connected(self) -> None:
         """Called after each connect."""
@@ -440,7 +442,8 @@ class AsyncSentinelPrimary(redis.asyncio.sentinel.SentinelManagedConnection):
     resolved = False
 
     async def primary_address(self) -> tuple[Any, Any]:
-        raise NotImplementedError
+        """:meth:`SentinelPrimary.primary_address`."""
+        return await self.connection_pool.get_master_address()
 
     @property
     def is_open(self) -> bool:
