@@ -63,10 +63,11 @@ def doctor(
 ) -> None:
     """Check the server (version, cluster, persistence against the chosen durability and
     the Redis Functions library, on every primary of a cluster), the namespace index, the
-    permissions of the current user and the scripts, by a real round trip in the
-    namespace (on a file store, every file and folder it makes is removed again). The URL
-    is read and the durability checked by the library itself, as a store would. Exit 0
-    when nothing blocks use, 1 when something does. With --fix, first install the
+    permissions of the current user (and on Redis the library's functions), by a real
+    round trip in the namespace (on a file store, every file and folder it makes is
+    removed again). Each finding is said once: a server it cannot reach is the only
+    line. The URL is read and the durability checked by the library itself, as a store
+    would. Exit 0 when nothing blocks use, 1 when something does. With --fix, first install the
     functions library where it is missing and index what was stored before the index
     existed.
     --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
