@@ -15,6 +15,14 @@ The pool is spawned and gets the session handle pickled, as its initializer's ar
 each worker connects by the URL, namespace and options it carries. The same optimisation
 then runs without the store, for the wall time and to check the result is the same.
 
+Every run uses the namespace ``backtest-example`` and deletes its two values (the cached
+signals and the tally) before it starts (what an interrupted run left) and when it ends,
+so runs never pile up data. On Redis a delete leaves the value's entry in the namespace
+index, which the first listing 10 minutes later removes (docs/operations.md, "The
+namespace index"), and the tokens of its last writes, which expire after their resend
+window (about a minute): each run re-adds the same two entries, so that is all it leaves. Two
+runs at once on one store would share the namespace: run one at a time.
+
     python3 -m pip install 'sessionstore[examples]'
     python3 examples/backtest_optimize.py                 # a SQLite store in a temp dir
     python3 examples/backtest_optimize.py --url redis://localhost:6379/0
@@ -29,7 +37,6 @@ import json
 import multiprocessing
 import tempfile
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,8 @@ from backtesting.test import GOOG
 
 import sessionstore
 
+#: The namespace every run reuses (and empties): nothing else is written there.
+NAMESPACE = "backtest-example"
 KEY = ("GOOG", "zscore-signal", "nasdaq", "1d")
 TALLY = ("GOOG", "zscore-signal-tally", "nasdaq", "1d")
 #: Seconds one signal "costs": the stand-in for a model call.
@@ -159,10 +168,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grid = SMALL_GRID if args.small else GRID
     with tempfile.TemporaryDirectory() as tmp:
         url = args.url or f"sqlite:///{Path(tmp) / 'signals.db'}"
-        namespace = f"backtest-example-{uuid.uuid4().hex[:8]}"
-        with sessionstore.connect(url, namespace) as store:
+        with sessionstore.connect(url, NAMESPACE) as store:
             cache = store.session(*KEY, history=True)
             tally = store.session(*TALLY)
+            cache.delete()  # what an interrupted run left
+            tally.delete()
             cached, cached_map, cached_wall = optimize(data, grid, cache, tally, args.processes)
             counts = tally.get_data(0) or {}
             bars = [bar_ms(stamp) for stamp in data.index]

@@ -231,3 +231,90 @@ def test_any_url_gets_lines_and_an_exit_code_never_a_traceback(url):
         if "://:s3cret@" in url:  # a password in a URL (a plain path has none)
             assert "s3cret" not in result.stdout + result.stderr
         assert not [p for p in Path(folder).rglob("*") if p.is_dir() and "doctor-" in p.name]
+
+
+def lines_of(result: Any) -> dict[str, str]:
+    """``{check name: "STATUS detail"}`` of doctor's text output (one line per check)."""
+    found = {}
+    for line in result.stdout.splitlines()[1:]:
+        status, rest = line.split(maxsplit=1)
+        name, detail = rest.split(": ", 1)
+        assert name not in found, result.stdout
+        found[name] = f"{status} {detail}"
+    return found
+
+
+def test_a_server_that_cannot_be_reached_is_said_once_as_what_it_is():
+    from support.redis_server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with retried_at_once():
+        result = doctor("--url", url)
+    assert result.exit_code == 1
+    checks = lines_of(result)
+    assert list(checks) == ["server"], result.stdout
+    assert checks["server"].startswith(f"FAIL cannot reach {url}: ")
+    assert "Connection refused" in checks["server"]
+    assert "may or may not" not in result.stdout
+
+
+def test_the_round_trip_names_functions_only_on_redis(tmp_path, redis_server, namespace):
+    on_files = lines_of(doctor("--url", (tmp_path / "store").as_uri(), "-n", "ns"))
+    assert on_files["read/write"].startswith(
+        "OK values, history, update and the event log work in namespace 'ns' ("
+    )
+    assert "script" not in on_files["read/write"] and "function" not in on_files["read/write"]
+    on_redis = lines_of(doctor("--url", redis_server.url, "-n", namespace))
+    assert "work in namespace" in on_redis["read/write"]
+    assert ", through the library's Redis functions (" in on_redis["read/write"]
+
+
+def test_the_least_privilege_user_is_told_the_exact_commands_it_may_not_run(acl_url, namespace):
+    result = doctor("--url", acl_url, "-n", namespace)
+    assert result.exit_code == 0, result.stdout
+    checks = lines_of(result)
+    assert checks["server"] == (
+        "OK standalone; the Redis version is not shown: this user may not run `INFO server` "
+        "(the library needs only `INFO persistence` and `INFO cluster`)"
+    )
+    assert "INFO is not permitted" not in result.stdout
+    assert checks["persistence"].startswith("WARN appendonly yes on the server (durability=aof)")
+    assert "this user may not run `CONFIG GET appendfsync`" in checks["persistence"]
+    assert checks["index"].startswith("WARN this user may not SCAN")
+    assert checks["read/write"].startswith("OK ")
+
+
+def test_the_least_privilege_user_without_durability_aof_gets_its_remedy_once(acl_url, namespace):
+    fsync = acl_url.replace("?durability=aof", "")
+    result = doctor("--url", fsync, "-n", namespace)
+    assert result.exit_code == 1
+    checks = lines_of(result)
+    assert checks["persistence"].startswith("FAIL DurabilityError: durability='fsync' could not")
+    assert checks["persistence"].endswith(
+        "add ?durability=aof to the URL (sessionstore then "
+        "checks the server through INFO persistence, which "
+        "this user may run)"
+    )
+    assert result.stdout.count("?durability=aof to the URL") == 1
+    assert checks["read/write"] == (
+        f"FAIL values, history and update work in namespace {namespace!r}; the event log "
+        "refuses appends (DurabilityError: see persistence)"
+    )
+
+
+def test_a_server_without_durable_aof_gets_the_durability_advice_once(namespace):
+    from support.redis_server import RedisServer
+
+    from sessionstore.cli.common import DURABILITY_HINT
+
+    with RedisServer(durable=False) as server:
+        result = doctor("--url", server.url, "-n", namespace)
+    assert result.exit_code == 1
+    checks = lines_of(result)
+    assert checks["persistence"].startswith("FAIL DurabilityError: ")
+    assert checks["persistence"].endswith(DURABILITY_HINT)
+    assert result.stdout.count(DURABILITY_HINT) == 1
+    assert result.stdout.count("appendonly no") == 1
+    assert checks["read/write"].endswith(
+        "the event log refuses appends (DurabilityError: see persistence)"
+    )

@@ -86,3 +86,28 @@ def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
     with sessionstore.connect(url, "demo") as store:
         assert demo._check_cache(store, demo.symbols(1)[0], 8, problems, required={0, 4}) == 1
     assert "wrong" in problems[0]
+
+
+def test_a_refusal_comes_alone_and_the_banner_only_with_a_run(tmp_path):
+    from support.redis_server import RedisServer
+    from typer.testing import CliRunner
+
+    from sessionstore import SessionEvent, SessionHeader, connect
+    from sessionstore.cli import app
+
+    def demo_cli(url: str) -> object:
+        return CliRunner().invoke(app, ["demo", *SMALL, "--url", url], env={"COLUMNS": "200"})
+
+    foreign = (tmp_path / "store").as_uri()
+    with connect(foreign, "demo") as store:
+        store.events.create(SessionHeader(id="user-run"))
+        store.events.append("user-run", [SessionEvent(seq=0, type="note", time=1)])
+    with RedisServer(durable=False) as server:
+        for url, reason in ((foreign, "not the demo's own"), (server.url, "DurabilityError")):
+            refused = demo_cli(url)
+            assert refused.exit_code == 2, refused.stdout + refused.stderr
+            assert refused.stdout == ""
+            assert refused.stderr.startswith("error: ") and reason in refused.stderr
+    ran = demo_cli((tmp_path / "empty").as_uri())
+    assert ran.exit_code == 0, ran.stdout + ran.stderr
+    assert ran.stdout.startswith("sessionstore demo on ")

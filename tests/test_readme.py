@@ -1,5 +1,5 @@
-"""Every Python block of README.md runs as written, twice in a row, each run in a fresh
-process, as a reader would run them again on the same store.
+"""Every Python block of README.md and of docs/*.md runs as written, twice in a row, each
+run in a fresh process, as a reader would run them again on the same store.
 
 The blocks share one namespace and run top to bottom as one script, as a reader's
 session would; the Dask block is a script of its own (its workers are new processes that
@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = sorted((README.parent / "docs").glob("*.md"))
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 SHOWN_URL = "redis://localhost:6379/0"
 SHOWN_NAMESPACE = 'namespace="run-42"'
 
 
-def python_blocks() -> list[str]:
-    return BLOCK.findall(README.read_text())
+def python_blocks(document: Path = README) -> list[str]:
+    return BLOCK.findall(document.read_text())
 
 
 def is_dask(block: str) -> bool:
@@ -71,3 +72,12 @@ def test_the_dask_block_runs_as_written_twice(redis_server, tmp_path):
     (block,) = [b for b in python_blocks() if is_dask(b)]
     assert 'if __name__ == "__main__":' in block
     run_twice(block, redis_server.url, tmp_path, "readme_dask.py")
+
+
+@pytest.mark.parametrize("document", DOCS, ids=[doc.name for doc in DOCS])
+def test_every_python_block_of_the_docs_runs_as_written_twice(redis_server, tmp_path, document):
+    """Each document's blocks run as one script, top to bottom, as its reader would."""
+    blocks = python_blocks(document)
+    if not blocks:
+        pytest.skip(f"{document.name} has no Python block")
+    run_twice("\n".join(blocks), redis_server.url, tmp_path, f"{document.stem}_blocks.py")

@@ -67,7 +67,8 @@ def demo(
     cwd /demo/<strategy>) and history values (SYMnnnUSDT, llm-signal, synthetic, 1h). It
     deletes its own leftovers of an earlier run and nothing else. A namespace holding
     anything else is refused (exit 2, nothing written) unless --reset is given. A store
-    that cannot take the run (a Redis without durable AOF) is refused before any write.
+    that cannot take the run (a Redis without durable AOF) is refused before any write;
+    a refusal is printed alone: the banner comes only once the run starts.
     With --scheduler the workers are Dask tasks, the store their task argument; progress
     counts the candles whose turns the store holds. --json: one object, the summary."""
     console = Console()
@@ -75,6 +76,7 @@ def demo(
     worker_count = workers or os.cpu_count() or 2
     plan = [jobs for jobs in engine.plan(symbols, worker_count) if jobs]
     look = sessions_command(url, namespace)
+    heading = None
     if not json:
         heading = Text("sessionstore demo", style="bold").append_text(
             plain(
@@ -87,8 +89,6 @@ def demo(
             heading.append_text(plain(f", as tasks on {where}"))
         if crash:
             heading.append(" (one worker will crash mid-turn)", style="red")
-        console.print(heading)
-        console.print(plain(f"its sessions: {look}"), soft_wrap=True)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -96,6 +96,14 @@ def demo(
         TimeElapsedColumn(),
     )
     progress = Progress(*columns, console=console, transient=False, disable=json)
+
+    def start() -> None:
+        """The banner, once the store has taken the run (a refusal comes first, alone)."""
+        if heading is not None:
+            console.print(heading)
+            console.print(plain(f"its sessions: {look}"), soft_wrap=True)
+        progress.start()
+
     tasks = {
         n: progress.add_task(f"worker {n}", total=len(jobs) * candles)
         for n, jobs in enumerate(plan)
@@ -109,7 +117,7 @@ def demo(
             candle_count=candles,
             crash=crash,
             reset=reset,
-            on_start=progress.start,
+            on_start=start,
             on_progress=lambda worker, count: progress.advance(tasks[worker], count),
             scheduler=scheduler,
         )

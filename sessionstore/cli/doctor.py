@@ -52,15 +52,21 @@ class Check:
     detail: str
 
 
+class Unreached(Check):
+    """The FAIL of a server that could not be reached (or refused this user's login):
+    every later check would only say it again, so none is run."""
+
+
 def doctor(
     url: Url = None, namespace: Namespace = "default", json: Json = False, fix: Fix = False
 ) -> None:
     """Check the server (version, cluster, persistence against the chosen durability and
     the Redis Functions library, on every primary of a cluster), the namespace index, the
-    permissions of the current user and the scripts, by a real round trip in the
-    namespace (on a file store, every file and folder it makes is removed again). The URL
-    is read and the durability checked by the library itself, as a store would. Exit 0
-    when nothing blocks use, 1 when something does. With --fix, first install the
+    permissions of the current user (and on Redis the library's functions), by a real
+    round trip in the namespace (on a file store, every file and folder it makes is
+    removed again). Each finding is said once: a server it cannot reach is the only
+    line. The URL is read and the durability checked by the library itself, as a store
+    would. Exit 0 when nothing blocks use, 1 when something does. With --fix, first install the
     functions library where it is missing and index what was stored before the index
     existed.
     --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
@@ -100,8 +106,13 @@ def run_checks(url: str, namespace: str, fix: bool) -> list[Check]:
     checks = []
     if scheme_of(url) in REDIS_SCHEMES:
         checks += guarded_check("server", redis_checks, url, namespace, fix)
+        if any(isinstance(check, Unreached) for check in checks):
+            return checks
         checks += guarded_check("index", lambda: [index_check(url, namespace, fix)])
-    checks += guarded_check("read/write", lambda: [round_trip(url, namespace)])
+    durability_failed = any(
+        check.name == "persistence" and check.status == "FAIL" for check in checks
+    )
+    checks += guarded_check("read/write", lambda: [round_trip(url, namespace, durability_failed)])
     return checks
 
 
@@ -126,8 +137,12 @@ def redis_checks(url: str, namespace: str, fix: bool) -> list[Check]:
     try:
         try:
             client = handle.get()
+        except StoreUnavailableError as exc:
+            # Said once, as what it is: nothing was written by a connection that failed.
+            reason = exc.__cause__ or exc
+            return [Unreached("server", "FAIL", f"cannot reach {options.display_url}: {reason}")]
         except SessionStoreError as exc:
-            return [Check("server", "FAIL", f"cannot reach it: {exc}")]
+            return [Unreached("server", "FAIL", f"{type(exc).__name__}: {exc}")]
         servers = primaries(client, options.display_url)
         nodes = []
         if handle.sentinel is not None:
@@ -259,16 +274,22 @@ def ask(client: Any, node: Any, *args: Any) -> Any:
 def server_check(client: Any, servers: list[tuple[str, Any]]) -> Check:
     import redis
 
+    mode = f"cluster of {len(servers)} primaries" if node_targets(servers) else "standalone"
     versions = []
     for name, node in servers:
         try:
             info = ask(client, node, "info", "server")
         except redis.exceptions.NoPermissionError:
-            return Check("server", "WARN", "INFO is not permitted: version unknown")
+            # The least-privilege user: the library needs only INFO persistence and cluster.
+            return Check(
+                "server",
+                "OK",
+                f"{mode}; the Redis version is not shown: this user may not run "
+                "`INFO server` (the library needs only `INFO persistence` and `INFO cluster`)",
+            )
         except redis.exceptions.RedisError as exc:
             return Check("server", "FAIL", f"{name}: {exc}")
         versions.append(f"{name} Redis {info.get('redis_version')}")
-    mode = f"cluster of {len(servers)} primaries" if node_targets(servers) else "standalone"
     return Check("server", "OK", f"{mode}: {', '.join(versions)}")
 
 
@@ -290,7 +311,9 @@ def persistence(
     try:
         store.check_durable()
     except DurabilityError as exc:
-        return Check("persistence", "FAIL", f"DurabilityError: {exc}; {DURABILITY_HINT}")
+        return Check(
+            "persistence", "FAIL", f"DurabilityError: {exc}; {exc.hint or DURABILITY_HINT}"
+        )
     if durability.mode == FSYNC:
         return Check("persistence", "OK", f"appendonly yes, appendfsync always {where}")
     return aof_fsync_check(client, servers, where)
@@ -324,8 +347,9 @@ def aof_fsync_check(client: Any, servers: list[tuple[str, Any]], where: str) -> 
             return Check(
                 "persistence",
                 "WARN",
-                f"AOF is on {where} (durability=aof); this user may not read appendfsync: "
-                "have an admin run `sessionstore doctor` once to confirm `appendfsync always`",
+                f"appendonly yes {where} (durability=aof); the fsync policy is not shown: this "
+                "user may not run `CONFIG GET appendfsync`: have an admin run "
+                "`sessionstore doctor` once to confirm `appendfsync always`",
             )
         if str(policy) != "always":
             lax.append(f"{name} has appendfsync {policy}")
@@ -421,12 +445,15 @@ def index_check(url: str, namespace: str, fix: bool) -> Check:
     return Check("index", "OK", f"every session and value of {namespace!r} is indexed")
 
 
-def round_trip(url: str, namespace: str) -> Check:
+def round_trip(url: str, namespace: str, durability_failed: bool = False) -> Check:
     """Write, read and delete a probe value and a probe log session in the namespace: this
-    exercises every permission and script the library needs. On a file store every file
-    and folder the probe made is removed again."""
+    exercises every permission (and, on Redis, every function of the library) the library
+    needs. On a file store every file and folder the probe made is removed again. An
+    event log refused for the durability the persistence check already failed
+    (``durability_failed``) is named, not explained a second time."""
     probe = probe_name("doctor")
     started = time.perf_counter()
+    values_work = False
     try:
         with sessionstore.connect(url, namespace) as store, FileScratch(url, store, probe):
             session = store.session(probe, "doctor", "doctor", "doctor")
@@ -437,21 +464,32 @@ def round_trip(url: str, namespace: str) -> Check:
             if session.get_data(0) != {"probe": True} or history.get_data(0) != 1:
                 return Check("read/write", "FAIL", "a value written was not read back")
             session.delete()
+            values_work = True
             store.events.create(SessionHeader(id=probe))
             store.events.append(probe, [SessionEvent(seq=0, type="doctor/probe", time=0)])
             store.events.load(probe)
             store.events.delete(probe)
+    except DurabilityError as exc:
+        if isinstance(exc, StoreUnavailableError):
+            return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
+        if durability_failed and values_work:
+            return Check(
+                "read/write",
+                "FAIL",
+                f"values, history and update work in namespace {namespace!r}; the event "
+                "log refuses appends (DurabilityError: see persistence)",
+            )
+        hint = exc.hint or DURABILITY_HINT
+        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}; {hint}")
     except SessionStoreError as exc:
-        hint = ""
-        if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
-            hint = f"; {DURABILITY_HINT}"
-        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}{hint}")
+        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
     elapsed = (time.perf_counter() - started) * 1000
+    functions = ", through the library's Redis functions" if scheme_of(url) in REDIS_SCHEMES else ""
     return Check(
         "read/write",
         "OK",
-        f"values, history, update, scripts and the event log "
-        f"work in namespace {namespace!r} ({elapsed:.0f} ms)",
+        f"values, history, update and the event log work in namespace {namespace!r}"
+        f"{functions} ({elapsed:.0f} ms)",
     )
 
 
