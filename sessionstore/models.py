@@ -9,7 +9,7 @@ Both are strict: a field takes only its own type (``seq="5"``, ``seq=True`` and
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, fields
 from itertools import repeat
 from typing import Annotated, Any, ClassVar, get_type_hints
@@ -212,6 +212,16 @@ class _Built:
         self.__class__ = SessionEvent  # type: ignore[assignment]
 
 
+def _constructed(seq: int, kind: str, time: int, data: Any, event_id: str | None) -> SessionEvent:
+    return SessionEvent.model_construct(seq=seq, type=kind, time=time, data=data, id=event_id)
+
+
+_build: Callable[[int, str, int, Any, str | None], Any] = _Built
+try:
+    _Built(0, "", 0, {}, None)
+except TypeError:  # SessionEvent has gained a slot (a pydantic change): construct instead
+    _build = _constructed
+
 _INTS, _STRS, _DICTS = {int}, {str}, {dict}
 _IDS = {str, type(None)}
 
@@ -246,7 +256,7 @@ def built_events(records: list[Any], first: int) -> list[SessionEvent] | None:
         or sum(map(len, records)) != 5 * count - ids.count(None)
     ):
         return None
-    return list(map(_Built, seqs, kinds, times, datas, ids))  # type: ignore[arg-type]
+    return list(map(_build, seqs, kinds, times, datas, ids))
 
 
 def describe_invalid(exc: ValidationError, most: int = 3) -> str:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sessionstore
-from sessionstore import CorruptLogError, SessionEvent, SessionHeader, keys
+from sessionstore import CorruptLogError, SessionEvent, SessionHeader, keys, models
 from sessionstore.eventlog import events_of_texts
 from sessionstore.models import INT64_MAX, built_events, events_from_records
 
@@ -201,6 +201,15 @@ def test_built_events_are_session_events_with_every_method():
     assert event.model_copy(update={"seq": 8}).seq == 8
     with pytest.raises(ValidationError):
         event.seq = 8  # type: ignore[misc]
+
+
+def test_without_the_slot_layout_events_are_constructed_alike(monkeypatch):
+    records_ = [{"seq": 0, "type": "note", "time": 1, "data": {"a": 1}, "id": "x"}]
+    fast = built_events(records_, 0)
+    monkeypatch.setattr(models, "_build", models._constructed)
+    constructed = built_events(records_, 0)
+    assert constructed is not None and fast is not None
+    same(constructed, fast)
 
 
 def test_memory_texts_read_back_through_the_fast_path_or_validation():
