@@ -28,6 +28,7 @@ from .models import (
     INT64_MAX,
     SessionEvent,
     SessionHeader,
+    built_events,
     describe_invalid,
     events_from_json,
 )
@@ -287,12 +288,19 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
         ) from exc
 
 
-def events_of_texts(texts: list[bytes]) -> list[SessionEvent]:
-    """Stored texts (see :func:`event_text`) back to :class:`SessionEvent`, each parsed
-    once; ``ValidationError`` for a text that is not a valid event."""
+def events_of_texts(texts: list[bytes], first: int) -> list[SessionEvent]:
+    """Stored texts (see :func:`event_text`) of the events from seq ``first`` back to
+    :class:`SessionEvent`, parsed once and built by :func:`built_events`; texts it
+    refuses are validated by pydantic: ``ValidationError`` for one that is not a valid
+    event."""
     if not texts:
         return []
-    return events_from_json(b"[" + b",".join(texts) + b"]")
+    joined = b"[" + b",".join(texts) + b"]"
+    try:
+        events = built_events(orjson.loads(joined), first)
+    except orjson.JSONDecodeError:
+        events = None
+    return events if events is not None else events_from_json(joined)
 
 
 def plan_append(

@@ -283,7 +283,7 @@ class MemoryEvents(EventBackend):
                 raise SessionNotFoundError(session_id)
             end = None if limit is None else from_seq + limit
             header, texts = found.header, found.events[from_seq:end]
-        return header, events_of_texts(texts)
+        return header, events_of_texts(texts, from_seq)
 
     def info(self, session_id: str) -> SessionInfo:
         with self._lock:

@@ -60,6 +60,7 @@ from ..models import (
     SessionEvent,
     SessionHeader,
     SessionInfo,
+    built_events,
     describe_invalid,
     events_from_records,
 )
@@ -323,6 +324,9 @@ class SqliteEvents(EventBackend):
             raise CorruptLogError(
                 session_id, "an event below the next seq is missing", seq=first + len(records)
             )
+        events = built_events(records, first)
+        if events is not None:
+            return events
         try:
             return events_from_records(records)
         except ValidationError as exc:

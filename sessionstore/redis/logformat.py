@@ -44,6 +44,7 @@ from ..models import (
     SessionEvent,
     SessionHeader,
     SessionInfo,
+    built_events,
     describe_invalid,
     events_from_json,
     events_from_records,
@@ -280,8 +281,10 @@ class LogRead:
     what a concurrent append adds lies past the ``next_seq`` read first.
 
     Each reply is parsed once: the ``events`` fields of its entries are joined into one
-    JSON document for ``orjson.loads``, whose event objects pydantic validates into
-    :class:`SessionEvent` objects, and entries of the first layout are decoded from their
+    JSON document for ``orjson.loads``, whose event objects are checked field by field
+    and built into :class:`SessionEvent` objects without pydantic
+    (:func:`~sessionstore.models.built_events`; pydantic judges an entry that fails
+    the check), and entries of the first layout are decoded from their
     fields. Entries whose first event is at or
     past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False when known
     absent, None when not looked at); a missing, repeated or malformed event before it
@@ -402,12 +405,12 @@ class LogRead:
         self, entry_id: str, first: int, count: int, value: bytes, skip: int, stop: int
     ) -> list[Any]:
         """The events ``skip`` to ``stop`` of the ``count`` events, from seq ``first``, of
-        an entry's ``events`` value: one ``orjson.loads``, one pydantic call validating
-        the events wanted, and the seqs and data checked on the events built (and on
-        the parsed records left out). An entry that fails any of it is judged by
-        :meth:`_judge_entry`, which names the first damage. (Entry by entry, the parsed
-        records die young: the garbage collector never moves them to its oldest
-        generation.)"""
+        an entry's ``events`` value: one ``orjson.loads`` and one
+        :func:`~sessionstore.models.built_events` checking and building the events
+        wanted (and the seqs and data of the parsed records left out). An entry that
+        fails any of it is judged by :meth:`_judge_entry`, which names the first damage.
+        (Entry by entry, the parsed records die young: the garbage collector never moves
+        them to its oldest generation.)"""
         try:
             records = orjson.loads(value)
         except orjson.JSONDecodeError:
@@ -418,15 +421,8 @@ class LogRead:
             and len(records) == count
             and (not partial or _in_place(records, first))
         ):
-            try:
-                events = events_from_records(records[skip:stop] if partial else records)
-            except ValidationError:
-                events = None
-            if (
-                events is not None
-                and [event.seq for event in events] == list(range(first + skip, first + stop))
-                and [type(event.data) for event in events].count(dict) == len(events)
-            ):
+            events = built_events(records[skip:stop] if partial else records, first + skip)
+            if events is not None:
                 return events
         return self._judge_entry(entry_id, first, count, value)[skip:stop]
 

@@ -1,0 +1,374 @@
+"""Stored events are read without pydantic (:func:`~sessionstore.models.built_events`):
+a field-by-field check of the parsed records, then events built directly. It must take
+exactly the records the full validation takes, the one every backend ran before it
+(``orjson.loads``, pydantic's strict :class:`SessionEvent`, seqs in place, ``data`` an
+object), and give equal events: valid stored records are mutated at random (a field
+dropped, added or retyped, a bool for an int, a value past 64 bits, NaN, broken JSON,
+a seq out of place) and every read path's verdict is compared with that reference,
+on Redis (a real server), JSONL files and SQLite.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import sessionstore
+from sessionstore import CorruptLogError, SessionEvent, SessionHeader, keys, models
+from sessionstore.eventlog import events_of_texts
+from sessionstore.models import INT64_MAX, built_events, events_from_records
+
+SID = "fast-read"
+EXAMPLES = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5)
+)
+json_data = st.dictionaries(st.text(max_size=4), json_leaf, max_size=3)
+
+
+@st.composite
+def records(draw: Any, first: int = 0) -> list[dict[str, Any]]:
+    """Valid stored event objects, seqs from ``first``, as :func:`event_text` writes them."""
+    found = []
+    count = draw(st.integers(1, 5))
+    times = sorted(
+        draw(st.lists(st.integers(-INT64_MAX, INT64_MAX), min_size=count, max_size=count))
+    )
+    for seq, time in zip(range(first, first + count), times, strict=True):
+        record = {
+            "seq": seq,
+            "type": draw(st.sampled_from(["note", "note/é", ""])),
+            "time": time,
+            "data": draw(json_data),
+        }
+        if draw(st.booleans()):
+            record["id"] = draw(st.text(max_size=4))
+        found.append(record)
+    return found
+
+
+#: Values that are the wrong thing for some field (a bool for an int, a float, 2**63...).
+ODD = [None, True, False, 0, 1.0, -1, 2**63, -(2**63), 2**64 - 1, "5", "", [], [1], {}, {"a": 1}]
+odd = st.one_of(
+    st.sampled_from(ODD),
+    st.integers(-(2**63), 2**64 - 1),  # what JSON parsers take
+    st.text(max_size=3),
+)
+FIELDS = ["seq", "type", "time", "data", "id"]
+
+
+@st.composite
+def stored(draw: Any, first: int = 0) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Valid records, then at most two mutations: the mutated records and their texts
+    (a text mutation breaks a record's JSON or puts NaN / Infinity in it)."""
+    found = draw(records(first))
+    for _ in range(draw(st.integers(0, 2))):
+        index = draw(st.integers(0, len(found) - 1))
+        if type(found[index]) is not dict:
+            continue
+        record = dict(found[index])
+        how = draw(st.sampled_from(["drop", "retype", "extra", "seq", "null id", "not object"]))
+        if how == "drop":
+            record.pop(draw(st.sampled_from(FIELDS)), None)
+        elif how == "retype":
+            record[draw(st.sampled_from(FIELDS))] = draw(odd)
+        elif how == "extra":
+            record[draw(st.sampled_from(["extra", "Seq", "batch"]))] = draw(odd)
+        elif how == "seq" and type(record.get("seq")) is int:
+            record["seq"] = record["seq"] + draw(st.sampled_from([-1, 1, 2, -(2**62)]))
+        elif how == "null id":
+            record["id"] = None
+        found[index] = record if how != "not object" else draw(odd)
+    texts = [orjson.dumps(record) for record in found]
+    if draw(st.integers(0, 3)) == 0:
+        index = draw(st.integers(0, len(texts) - 1))
+        text = texts[index]
+        texts[index] = draw(
+            st.sampled_from(
+                [
+                    text[: len(text) // 2],
+                    text.replace(b'"time":', b'"time":NaN,"t":', 1),
+                    text.replace(b'"data":{', b'"data":{"x":Infinity,', 1),
+                    text + b"}",
+                    b"",
+                ]
+            )
+        )
+    return found, texts
+
+
+def reference(texts: list[bytes], first: int) -> list[SessionEvent] | None:
+    """The full validation: the events of stored texts, None if any is refused (each
+    must be a JSON object with a data object, a valid :class:`SessionEvent`, in place)."""
+    try:
+        parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(parsed) != len(texts):
+        return None
+    if any(type(record) is not dict or "data" not in record for record in parsed):
+        return None  # a stored event always has its data: the model's default is for append
+    try:
+        events = events_from_records(parsed)
+    except ValidationError:
+        return None
+    if [event.seq for event in events] != list(range(first, first + len(events))):
+        return None
+    if any(type(event.data) is not dict for event in events):
+        return None
+    return events
+
+
+def same(found: list[SessionEvent], expected: list[SessionEvent]) -> None:
+    assert found == expected
+    for event, wanted in zip(found, expected, strict=True):
+        assert type(event) is SessionEvent
+        assert [type(value) for _, value in event] == [type(value) for _, value in wanted]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(0, INT64_MAX - 10).flatmap(lambda first: st.tuples(st.just(first), stored(first)))
+)
+def test_built_events_take_what_the_full_validation_takes(case):
+    first, (_, texts) = case
+    expected = reference(texts, first)
+    try:
+        parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
+    except orjson.JSONDecodeError:
+        assert expected is None
+        return
+    if len(parsed) != len(texts):  # every reader checks the count it expects
+        assert expected is None
+        return
+    found = built_events(parsed, first)
+    if found is not None:
+        assert expected is not None
+        same(found, expected)
+    else:
+        # Refused: an explicit "id": null is the one thing it leaves to validation.
+        nulls = any(type(r) is dict and "id" in r and r["id"] is None for r in parsed)
+        assert expected is None or nulls
+
+
+@pytest.mark.parametrize("field", [*FIELDS, "extra"])
+@pytest.mark.parametrize("value", [*ODD, "missing"], ids=repr)
+def test_every_odd_value_of_every_field_gets_the_full_validations_verdict(field, value):
+    records_ = [
+        {"seq": 4, "type": "note", "time": 1, "data": {}, "id": "a"},
+        {"seq": 5, "type": "note", "time": 2, "data": {"b": 1}},
+    ]
+    for record in records_:
+        if value == "missing":
+            record.pop(field, None)
+        else:
+            record[field] = value
+        texts = [orjson.dumps(one) for one in records_]
+        expected = reference(texts, 4)
+        found = built_events(orjson.loads(b"[" + b",".join(texts) + b"]"), 4)
+        if found is None:
+            assert expected is None or (field == "id" and value is None)
+        else:
+            assert expected is not None
+            same(found, expected)
+
+
+def test_built_events_are_session_events_with_every_method():
+    [event] = built_events([{"seq": 7, "type": "note", "time": -1, "data": {"a": [1]}}], 7)
+    assert type(event) is SessionEvent
+    assert event == SessionEvent(seq=7, type="note", time=-1, data={"a": [1]})
+    assert event.model_dump() == {
+        "seq": 7,
+        "type": "note",
+        "time": -1,
+        "data": {"a": [1]},
+        "id": None,
+    }
+    assert SessionEvent.model_validate_json(event.model_dump_json()) == event
+    assert event.model_copy(update={"seq": 8}).seq == 8
+    with pytest.raises(ValidationError):
+        event.seq = 8  # type: ignore[misc]
+
+
+def test_without_the_slot_layout_events_are_constructed_alike(monkeypatch):
+    records_ = [{"seq": 0, "type": "note", "time": 1, "data": {"a": 1}, "id": "x"}]
+    fast = built_events(records_, 0)
+    monkeypatch.setattr(models, "_build", models._constructed)
+    constructed = built_events(records_, 0)
+    assert constructed is not None and fast is not None
+    same(constructed, fast)
+
+
+def test_memory_texts_read_back_through_the_fast_path_or_validation():
+    valid = [orjson.dumps({"seq": 3, "type": "t", "time": 1, "data": {}})]
+    assert events_of_texts(valid, 3) == [SessionEvent(seq=3, type="t", time=1, data={})]
+    # Not an object's data (append takes any JSON): validation builds it.
+    other = [orjson.dumps({"seq": 0, "type": "t", "time": 1, "data": [1]})]
+    assert events_of_texts(other, 0)[0].data == [1]
+    with pytest.raises(ValidationError):
+        events_of_texts([b'{"seq":0,"type":"t","time":1.5,"data":{}}'], 0)
+    with pytest.raises(ValidationError):
+        events_of_texts([b'{"seq":0,'], 0)
+
+
+def verdict(store: sessionstore.Store) -> list[SessionEvent] | None:
+    """The events a fresh store loads, None when it raises CorruptLogError (naming the
+    session and the seq, or for a line of a file that is not an event, the line)."""
+    try:
+        return store.events.read_from(SID, 0)
+    except CorruptLogError as exc:
+        assert exc.session_id == SID
+        assert exc.seq is not None or exc.line is not None
+        return None
+
+
+def check(store: sessionstore.Store, texts: list[bytes], tail: list[SessionEvent]) -> None:
+    expected = reference(texts, 0)
+    found = verdict(store)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        same(found, expected + tail)
+
+
+def good(records_: list[dict[str, Any]]) -> list[SessionEvent]:
+    return [SessionEvent(seq=i, type="note", time=1, data={}) for i in range(len(records_))]
+
+
+@EXAMPLES
+@given(stored())
+def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server, case):
+    found, texts = case
+    namespace = f"fast{uuid.uuid4().hex[:8]}"
+    meta, stream = keys.log_keys(namespace, SID)
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        with sessionstore.connect(redis_server.url, namespace) as store:
+            store.events.create(SessionHeader(id=SID, created_at=1))
+            store.events.append(SID, good(found))
+            client.delete(stream)
+            value = b"[" + b",\n".join(texts) + b"]"
+            client.xadd(stream, {b"events": value}, id=f"{len(texts) - 1}-{len(texts)}")
+        with sessionstore.connect(redis_server.url, namespace) as store:
+            check(store, texts, [])
+    finally:
+        client.delete(meta, stream)
+        client.close()
+
+
+@EXAMPLES
+@given(stored())
+def test_jsonl_reads_refuse_and_take_what_the_full_validation_does(case):
+    found, texts = case
+    last = len(found) - 1
+    # The mutated batch, then one valid event (damage on the last line would be a torn tail).
+    lines = [_with_batch_end(text, last) for text in texts]
+    after = SessionEvent(seq=len(found), type="note", time=2, data={"after": True})
+    with tempfile.TemporaryDirectory() as tmp:
+        url = Path(tmp).as_uri()
+        with sessionstore.connect(url, "ns") as store:
+            store.events.create(SessionHeader(id=SID, created_at=1))
+            store.events.append(SID, good(found))
+            store.events.append(SID, [after])
+        [path] = [
+            p for p in Path(tmp).rglob("*") if p.is_file() and p.read_bytes().count(b"\n") > 2
+        ]
+        raw = path.read_bytes().split(b"\n")
+        path.write_bytes(b"\n".join([raw[0], *lines, *raw[1 + len(found) :]]))
+        with sessionstore.connect(url, "ns") as store:
+            check(store, texts, [after])
+
+
+def _with_batch_end(text: bytes, last: int) -> bytes:
+    """A record's text as a JSONL line: ``batch_end`` added inside its object (text
+    that is not an object stays as it is)."""
+    if text.startswith(b"{") and text.endswith(b"}") and len(text) > 2:
+        return text[:-1] + b',"batch_end":%d}' % last
+    return text
+
+
+SQL_VALUES = st.one_of(
+    odd.filter(lambda value: not isinstance(value, list | dict)),
+    st.sampled_from(
+        [b"\x00\xff", '{"a":NaN}', '{"a":1', "[1]", '{"a":1}', "{}", float("nan"), 2**62]
+    ),
+)
+COLUMNS = ["type", "time", "data", "event_id"]
+
+
+@EXAMPLES
+@given(records(), st.lists(st.tuples(st.sampled_from(COLUMNS), SQL_VALUES), max_size=2), st.data())
+def test_sqlite_reads_refuse_and_take_what_the_full_validation_does(found, changes, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'store.db'}"
+        events = [SessionEvent.model_validate(record) for record in found]
+        with sessionstore.connect(url, "ns") as store:
+            store.events.create(SessionHeader(id=SID, created_at=1))
+            store.events.append(SID, events)
+        db = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
+        try:
+            for column, value in changes:
+                seq = data.draw(st.integers(0, len(found) - 1))
+                if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+                    value = str(value)  # SQLite integers are 64-bit: stored as text
+                db.execute(
+                    f"UPDATE log_events SET {column}=? WHERE namespace='ns' AND seq=?",
+                    (value, seq),
+                )
+            rows = db.execute(
+                "SELECT seq, type, time, data, event_id FROM log_events"
+                " WHERE namespace='ns' ORDER BY seq"
+            ).fetchall()
+        finally:
+            db.close()
+        with sessionstore.connect(url, "ns") as store:
+            expected = _rows_reference(rows)
+            loaded = verdict(store)
+            if expected is None:
+                assert loaded is None
+            else:
+                assert loaded is not None
+                same(loaded, expected)
+
+
+def _rows_reference(rows: list[tuple[Any, ...]]) -> list[SessionEvent] | None:
+    """The full validation of stored rows: data a text holding a JSON object, every
+    column validated by pydantic."""
+    parsed = []
+    for seq, kind, time, data, event_id in rows:
+        if not isinstance(data, str):
+            return None
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        record = {"seq": seq, "type": kind, "time": time, "data": value}
+        if event_id is not None:
+            record["id"] = event_id
+        parsed.append(orjson.dumps(record) if _dumpable(record) else None)
+    if None in parsed:
+        return None
+    return reference(parsed, 0)
+
+
+def _dumpable(record: dict[str, Any]) -> bool:
+    """Whether a row's values survive as JSON text (a blob, a float NaN do not: either
+    is refused by validation as well)."""
+    try:
+        return orjson.loads(orjson.dumps(record)) == record
+    except (orjson.JSONEncodeError, TypeError):
+        return False
