@@ -100,7 +100,9 @@ def test_an_event_is_frozen_as_the_model_was(values, name, value):
 @given(valid, st.dictionaries(st.sampled_from(["seq", "type", "data"]), anything, max_size=2))
 def test_copies_match_the_model(values, update):
     ours, theirs = SessionEvent(**values), Reference(**values)
-    assert ours.model_copy(update=update).model_dump() == theirs.model_copy(
+    # model_copy(update=...) does not validate (pydantic's documented behaviour): dumping a
+    # copy given values of the wrong type would warn, for ours as for the model.
+    assert ours.model_copy(update=update).model_dump(warnings=False) == theirs.model_copy(
         update=update
     ).model_dump(warnings=False)
     deep = ours.model_copy(deep=True)
