@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import (
-    CorruptLogError,
+    CorruptDataError,
     SessionNotFoundError,
     UnsupportedVersionError,
 )
@@ -51,7 +51,7 @@ SessionId = Annotated[str, typer.Argument(help="Session id.")]
 FromSeq = Annotated[int, typer.Option("--from", min=0, help="First seq to show.")]
 
 #: What makes a stored session unreadable (as opposed to a store that cannot be reached).
-DAMAGE = (CorruptLogError, UnsupportedVersionError)
+DAMAGE = (CorruptDataError, UnsupportedVersionError)
 
 
 def _data(event: SessionEvent) -> dict[str, Any]:

@@ -461,7 +461,7 @@ def _damage_files(root: Path, namespace: str, store: sessionstore.Store, edit: t
 # The file store warns (RuntimeWarning) of each damaged record it ignores: that is its
 # contract (tests/test_file_backend.py asserts it); here only the containment is checked,
 # and whether a drawn damage warns at all depends on the draw.
-@pytest.mark.filterwarnings("ignore:sessionstore\\: ignoring :RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:sessionstore. ignoring :RuntimeWarning")
 @SETTINGS
 @given(damage=file_damage())
 def test_hostile_file_records_are_contained(tmp_path_factory, damage) -> None:
