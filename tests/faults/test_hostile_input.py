@@ -24,6 +24,10 @@ from sessionstore.harness import HARNESS_TYPES, harness_warnings
 
 from .conftest import iterations
 
+#: The generated inputs are large on purpose (deep and long values); Hypothesis warns when
+#: it builds the repr of such an example, which says nothing about the library.
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
 T0 = 1_718_000_000_000
 TRICKS = [
     "",
