@@ -50,6 +50,7 @@ from .fsutil import (
     decode_name,
     encode_name,
     exclusive_lock,
+    locked_elsewhere,
     make_dirs,
     open_file,
     os_errors,
@@ -237,13 +238,13 @@ class FileValues(ValueBackend):
         with os_errors(directory):
             # A waiter asks again and again while another holds the lease: it looks
             # without the key's lock first, so it does not queue with the holder's writes.
-            if _held_elsewhere(path):
+            if locked_elsewhere(path):
                 return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             try:
                 fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             except FileExistsError:
-                if _held_elsewhere(path):
+                if locked_elsewhere(path):
                     return False
                 os.unlink(path)
                 fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
@@ -339,22 +340,6 @@ class FileValues(ValueBackend):
                     found = found or not _expired(path, now)
                     remove_durably(path)
             return found
-
-
-def _held_elsewhere(path: Path) -> bool:
-    """Whether a live holder keeps the lease file ``path`` locked: for certain under the
-    key's ``.lock`` (nobody takes or gives one up meanwhile), a hint without it."""
-    try:
-        fd = open_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _expired(path: Path, now: int) -> bool:

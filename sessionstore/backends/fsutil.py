@@ -221,6 +221,24 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
         os.close(fd)
 
 
+def locked_elsewhere(path: Path) -> bool:
+    """Whether another open file description holds an exclusive ``flock`` on the file at
+    ``path`` (a live lease's holder: the kernel drops the lock with its process); False
+    when there is no such file. It probes with a shared lock, so two probes never take
+    each other for a holder."""
+    try:
+        fd = open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def check_dirs(root: Path, directory: Path) -> None:
     """Raise :class:`UnsafePathError` when a folder of ``directory`` below ``root`` (the
     store's own root, resolved when it was opened) is a symbolic link or not a folder.

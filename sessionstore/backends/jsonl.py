@@ -87,6 +87,7 @@ from .fsutil import (
     check_dirs,
     encode_name,
     fsync_dir,
+    locked_elsewhere,
     make_dirs,
     open_file,
     os_errors,
@@ -541,16 +542,7 @@ class JsonlEvents(EventBackend):
         path = self._lease_path(session_id)
         with os_errors(path):
             self._check_dirs(self._lease_dir)
-            fd = _open_existing(path)
-            if fd is None:
-                return False
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            finally:
-                os.close(fd)
-            return False
+            return locked_elsewhere(path)
 
     # --- metadata: the header line and the last committed line -----------------------
 
