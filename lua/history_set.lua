@@ -1,5 +1,6 @@
 -- Record a version of a history value, optionally only if the version in force is
--- the expected one: drop every version at or after its time, record it, trim. At most
+-- the expected one: drop every version at or after its time, record it, trim; or (a
+-- put) record it at exactly its time, replacing only a version there, and trim. At most
 -- once per call: a call whose token is remembered was applied before (its reply was
 -- lost and redis-py sent it again) and returns OK without writing, whatever landed
 -- meanwhile.
@@ -11,7 +12,9 @@
 -- ARGV[1] - when of the new version (integer text)
 -- ARGV[2] - the new value ("" records a clear)
 -- ARGV[3] - how many versions to keep, "0" for all
--- ARGV[4] - "1" to compare the version in force at ARGV[1] first, "0" not to
+-- ARGV[4] - "1" to compare the version in force at ARGV[1] first, "0" not to, "put"
+--           not to compare and to keep the versions after ARGV[1] (whoever wrote them,
+--           in whatever order)
 -- ARGV[5] - "1" when a version is expected, "0" when none is
 -- ARGV[6] - the expected version's when (integer text)
 -- ARGV[7] - the expected version's value ("" for a clear)
@@ -57,10 +60,12 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('HSET', values, when, ARGV[2])
 redis.call('ZADD', at, when, when)
 
-local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
-if #later > 0 then
-  redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
-  hdel_all(later)
+if ARGV[4] ~= 'put' then
+  local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
+  if #later > 0 then
+    redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
+    hdel_all(later)
+  end
 end
 
 local keep = tonumber(ARGV[3])

@@ -52,7 +52,7 @@ key                                                     type    fields / members
 
 TTL: no key expires unless a ttl was asked for. A write through a value handle opened
 with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``, inside its
-script (``value_swap.lua``, ``history_set.lua``, ``history_put.lua``: on both keys of a
+script (``value_swap.lua``, ``history_set.lua``: on both keys of a
 history). A write without a ttl leaves a key's expiry as it was. A log session created
 with a ttl keeps it in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that
 writes ends with ``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys

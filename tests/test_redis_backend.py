@@ -668,7 +668,7 @@ def test_a_history_write_sent_again_with_its_token_is_applied_once(redis_server,
 
 def test_a_history_put_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import history_put_args, history_set_keys
+    from sessionstore.redis.values import history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)
@@ -676,8 +676,8 @@ def test_a_history_put_sent_again_with_its_token_is_applied_once(redis_server, n
     client = raw(redis_server.url)
 
     def put(payload: bytes, when: int, token: str) -> Any:
-        args = history_put_args(payload, when, 3, token, 60_000)
-        return scripts.run(client, "history_put", names, args)
+        args = history_set_args(payload, when, 3, None, "put", token, 60_000)
+        return scripts.run(client, "history_set", names, args)
 
     assert put(b"\x01", T0 + 10, "p1") == b"OK"
     assert put(b"\x02", T0, "p2") == b"OK"

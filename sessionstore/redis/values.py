@@ -8,7 +8,7 @@ written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`Redi
   ``write`` and ``swap``: ``value_swap.lua`` (without and
   with a comparison).
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
-  ``history_set.lua``; ``put_version``: ``history_put.lua`` (the same token handling).
+  ``history_set.lua`` (a put: the same script, keeping the later versions).
 * ``acquire_compute_lease`` / ``release_compute_lease``: ``compute_lease.lua`` on the
   key of :func:`sessionstore.keys.compute_lease_key` (``SET NX PX`` with the caller's
   token, renewed by the same call, deleted only by its holder).
@@ -223,14 +223,18 @@ def history_set_args(
     when: int,
     max_versions: int | None,
     expected: Stored | None,
-    compare: bool,
+    compare: bool | Literal["put"],
     token: str,
     window_ms: int,
     ttl_ms: int | None = None,
 ) -> list[Any]:
-    """ARGV of ``history_set.lua``; ``token`` from :func:`new_token`, one per call."""
+    """ARGV of ``history_set.lua``; ``token`` from :func:`new_token`, one per call.
+    ``compare="put"`` records the version at exactly ``when`` and keeps the later ones
+    (``expected`` is not looked at)."""
     args: list[Any] = [str(when), CLEARED if payload is None else payload, str(max_versions or 0)]
-    if not compare:
+    if compare == "put":
+        args += ["put", "0", "", b""]
+    elif not compare:
         args += ["0", "0", "", b""]
     elif expected is None:
         args += ["1", "0", "", b""]
@@ -238,20 +242,6 @@ def history_set_args(
         old = CLEARED if expected.payload is None else expected.payload
         args += ["1", "1", str(expected.when), old]
     return [*args, token, str(window_ms), _ttl_arg(ttl_ms)]
-
-
-def history_put_args(
-    payload: bytes | None,
-    when: int,
-    max_versions: int | None,
-    token: str,
-    window_ms: int,
-    ttl_ms: int | None = None,
-) -> list[Any]:
-    """ARGV of ``history_put.lua`` (KEYS: :func:`history_set_keys`); ``token`` from
-    :func:`new_token`, one per call."""
-    value = CLEARED if payload is None else payload
-    return [str(when), value, str(max_versions or 0), token, str(window_ms), _ttl_arg(ttl_ms)]
 
 
 def forget_keys(key: ValueKey) -> list[str]:
@@ -439,10 +429,12 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[None]:
         names = history_set_keys(key)
-        args = history_put_args(payload, when, max_versions, new_token(), self._window, ttl_ms)
+        args = history_set_args(
+            payload, when, max_versions, None, "put", new_token(), self._window, ttl_ms
+        )
         entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_put.lua", names[0]):
-            yield from self._script(client, "history_put", names, args, first)
+        with entry as first, self._guard("history_set.lua", names[0]):
+            yield from self._script(client, "history_set", names, args, first)
 
     def acquire_compute_lease(
         self, client: Any, key: ValueKey, when: int, token: str, ttl_ms: int
