@@ -64,6 +64,14 @@ _UNDECIDED = "the call may or may not have been applied"
 _CLUSTER_IN_MOTION = (ClusterError, TryAgainError, SlotNotCoveredError)
 
 
+def demoted(exc: BaseException) -> bool:
+    """``exc`` (a reply) says the server of the connection is no longer a primary: a
+    ``WAIT`` ended by the demotion, or refused by the replica it became (beyond
+    ``READONLY``, which redis-py's Sentinel connection handles itself)."""
+    text = str(exc)
+    return text.startswith(_UNBLOCKED_MARK) or _DEMOTED_MARK in text
+
+
 class _Guard:
     """One ``with boundary(...)`` block (a plain class: it sits on every call's path)."""
 
@@ -144,7 +152,7 @@ class ErrorBoundary:
                 f"FLUSH, SCRIPT FLUSH, a restart without persistence, a failover or a slot "
                 f"moved to another node) while {what} was sent; {_UNDECIDED}: {text}"
             )
-        if text.startswith(_UNBLOCKED_MARK) or _DEMOTED_MARK in text:
+        if demoted(exc):
             return StoreUnavailableError(
                 f"{where} ended or refused the wait of {what}: the server is no longer a "
                 f"primary (a failover); {_UNDECIDED} on the new primary: {text}"

@@ -51,6 +51,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from .. import forksafe
+from .boundary import demoted
 from .compat import AsyncSentinelPrimary, SentinelPrimary, socket_of
 
 #: Events of a sentinel that start (or carry on) a failover of the service it names.
@@ -79,10 +80,6 @@ ABORT = "-failover-abort"
 DEFAULT_FENCE_S = 180.0
 #: Seconds between two attempts to reach a sentinel the watch lost.
 RECONNECT_S = 0.5
-#: Replies that show the primary of a connection is no longer one: a ``WAIT`` ended by
-#: the demotion, a ``WAIT`` refused by a replica (redis-py drops the ``ERR`` code).
-_UNBLOCKED_MARK = "UNBLOCKED"
-_WAIT_ON_REPLICA_MARK = "WAIT cannot be used with replica"
 
 Address = tuple[str, int]
 
@@ -109,13 +106,6 @@ def _subject(channel: str, words: list[str]) -> tuple[str, Address | None] | Non
     if len(rest) == 3 and rest[2].isdigit():
         return rest[0], (rest[1], int(rest[2]))
     return rest[0], None
-
-
-def demoted(exc: ResponseError) -> bool:
-    """``exc`` says the server is no longer a primary (beyond ``READONLY``, which
-    redis-py's Sentinel connection handles itself)."""
-    text = str(exc)
-    return text.startswith(_UNBLOCKED_MARK) or _WAIT_ON_REPLICA_MARK in text
 
 
 class FailoverWatch:
