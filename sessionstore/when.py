@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import time
 from datetime import UTC, datetime
 
 from .errors import InvalidArgumentError
@@ -37,5 +38,5 @@ def to_epoch_ms(when: object) -> int:
 
 
 def now_ms() -> int:
-    """The wall clock as epoch milliseconds."""
-    return int(datetime.now(UTC).timestamp() * 1000)
+    """The wall clock as integer epoch milliseconds (exact: no float rounding)."""
+    return time.time_ns() // 1_000_000

@@ -8,7 +8,7 @@ import pytest
 from redis.backoff import ExponentialBackoff
 
 from sessionstore.backoff import LOST_RACE, Backoff
-from sessionstore.redis import client, compat, retry
+from sessionstore.redis import compat, pools, retry
 
 
 def test_a_delay_doubles_per_failure_up_to_the_cap():
@@ -38,10 +38,10 @@ def test_a_lost_race_waits_at_most_20_ms_growing_from_half_a_ms():
 def test_redis_calls_are_resent_on_the_schedule_of_the_drivers_own_retry():
     driver = ExponentialBackoff(cap=0.5, base=0.05)
     assert [retry.retry_delay(n) for n in range(8)] == [driver.compute(n) for n in range(8)]
-    for flavour in (client.BLOCKING, client.ASYNCIO):
-        given = client._retry(flavour)._backoff
+    for flavour in (pools.BLOCKING, pools.ASYNCIO):
+        given = pools.retry_of(flavour)._backoff
         assert isinstance(given, retry.DriverBackoff)
         assert [given.compute(n) for n in range(8)] == [retry.retry_delay(n) for n in range(8)]
     # The cluster client's resends past redis-py's defect (redis.compat) wait alike.
     assert compat.retry_delay is retry.retry_delay
-    assert client.RETRIES == retry.RETRIES == 2
+    assert pools.RETRIES == retry.RETRIES == 2

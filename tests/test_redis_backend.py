@@ -1028,7 +1028,7 @@ def test_a_gap_refuses_the_append_too(redis_server, ns, open_):
 
 
 def test_damage_seen_while_the_session_is_deleted_is_not_reported_as_damage():
-    from sessionstore.redis.logformat import LogRead
+    from sessionstore.redis.logparse import LogRead
 
     plan = LogRead("s", 0, None)
     meta = {b"id": b"s", b"version": b"1", b"created_at": b"1", b"next_seq": b"3"}

@@ -155,7 +155,8 @@ def test_an_entry_whose_data_is_gone_is_skipped_then_cleaned_after_the_grace(ser
 def test_cleaning_never_removes_an_entry_a_writer_just_refreshed(server, ns):
     """index_forget.lua compares the score at removal: a writer that added its entry
     again after the listing saw no data keeps it."""
-    from sessionstore.redis.index import Listing, now_ms
+    from sessionstore.redis.index import Listing
+    from sessionstore.when import now_ms
 
     client = admin(server)
     sessions = keys.index_keys(ns)[0]

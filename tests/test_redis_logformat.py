@@ -13,7 +13,8 @@ import pytest
 import sessionstore
 from sessionstore import CorruptLogError, SessionEvent
 from sessionstore.models import events_from_json
-from sessionstore.redis.logformat import ENTRY_EVENTS, WINDOW, LogRead
+from sessionstore.redis.logformat import ENTRY_EVENTS
+from sessionstore.redis.logparse import WINDOW, LogRead
 
 META = {b"id": b"s", b"version": b"1", b"created_at": b"1", b"next_seq": b"4"}
 Fields = list[tuple[bytes, bytes]]

@@ -25,9 +25,11 @@ from ..errors import (
 )
 from ..models import SessionEvent, SessionHeader
 from ..redis.boundary import ErrorBoundary
-from ..redis.client import SyncClient, Topology, is_cluster
+from ..redis.client import SyncClient
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
+from ..redis.firstuse import Topology
 from ..redis.options import RedisOptions, parse_options
+from ..redis.pools import is_cluster
 from ..redis.scripts import INSTALL_COMMAND, install, installed, library
 from ..results import probe_name
 from ..store import Store

@@ -7,8 +7,9 @@ import dataclasses
 from ..contracts import AsyncBackends, Backends
 from ..errors import InvalidArgumentError
 from .boundary import ErrorBoundary
-from .client import AsyncClient, SyncClient, Topology
+from .client import AsyncClient, SyncClient
 from .events import AsyncRedisEvents, RedisEvents
+from .firstuse import Topology
 from .options import parse_options
 from .values import AsyncRedisValues, RedisValues
 

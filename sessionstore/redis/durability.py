@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DurabilityError, InvalidArgumentError, NotReplicatedError
+from .replies import text
 
 FSYNC = "fsync"
 AOF = "aof"
@@ -108,10 +109,6 @@ class DurabilityChoice:
         return self.current.replicas if self.current.mode == REPLICAS else 0
 
 
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 _ALTERNATIVES = (
     "or connect with durability='replicas:N' to rely on N replicas acknowledging each "
     "append, or durability='none' to accept losing the latest events in a crash"
@@ -173,7 +170,7 @@ class ServerCheck:
 
 
 def _judge_config(server: str, config: Mapping[Any, Any]) -> None:
-    settings = {_text(name).lower(): _text(value).lower() for name, value in config.items()}
+    settings = {text(name).lower(): text(value).lower() for name, value in config.items()}
     appendonly = settings.get("appendonly", "unknown")
     appendfsync = settings.get("appendfsync", "unknown")
     if appendonly != "yes" or appendfsync != "always":
@@ -187,7 +184,7 @@ def _judge_config(server: str, config: Mapping[Any, Any]) -> None:
 
 
 def _judge_info(server: str, info: Mapping[Any, Any]) -> None:
-    fields = {_text(name): _text(value).lower() for name, value in info.items()}
+    fields = {text(name): text(value).lower() for name, value in info.items()}
     enabled = fields.get("aof_enabled", "unknown")
     status = fields.get("aof_last_write_status", "unknown")
     if enabled != "1":

@@ -26,14 +26,14 @@ moved to the new primary. So a store on a ``redis+sentinel://`` URL keeps a
   ``ConnectionError``: the call is resent on a new connection, which asks the sentinels
   again (every write recognises its own resend: see :mod:`sessionstore.keys`).
 
-The watch starts at the first connection (opening a store does no I/O) and first tries
+The connections that obey the watch are those of :mod:`.fenced`. The watch starts at
+the first connection (opening a store does no I/O) and first tries
 every sentinel once. A sentinel unreachable from this client cannot warn it: its
 events are missed until it is reached again (each half second).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import select
 import socket
@@ -43,16 +43,11 @@ import weakref
 from typing import Any
 
 import redis
-import redis.asyncio.connection
-import redis.asyncio.sentinel
-import redis.sentinel
-from redis.connection import SSLConnection
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from .. import forksafe
-from .boundary import demoted
-from .compat import AsyncSentinelPrimary, SentinelPrimary, socket_of
+from .compat import socket_of
+from .replies import text
 
 #: Events of a sentinel that start (or carry on) a failover of the service it names.
 FENCE_EVENTS = frozenset(
@@ -82,10 +77,6 @@ DEFAULT_FENCE_S = 180.0
 RECONNECT_S = 0.5
 
 Address = tuple[str, int]
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _subject(channel: str, words: list[str]) -> tuple[str, Address | None] | None:
@@ -321,7 +312,7 @@ class FailoverWatch:
             try:
                 while (message := subscribed[name].get_message(timeout=0)) is not None:
                     if message.get("type") == "pmessage":
-                        self._event(name, _text(message["channel"]), _text(message["data"]))
+                        self._event(name, text(message["channel"]), text(message["data"]))
             except (RedisError, OSError, ValueError, AttributeError):
                 with contextlib.suppress(Exception):
                     subscribed[name].close()
@@ -347,129 +338,4 @@ def _shut(connection: Any) -> None:
 
 
 def _same(one: Address, other: Address) -> bool:
-    return (_text(one[0]), int(one[1])) == (_text(other[0]), int(other[1]))
-
-
-def _stale_reply() -> RedisConnectionError:
-    return RedisConnectionError(
-        "the sentinels began a failover while this reply was awaited: the call may or "
-        "may not have been applied on the old primary"
-    )
-
-
-def _demoted_error(host: Any, port: Any, exc: ResponseError) -> RedisConnectionError:
-    return RedisConnectionError(f"the primary at {host}:{port} is no longer one ({exc})")
-
-
-class FencedConnection(SentinelPrimary):
-    """A connection to a Sentinel service's primary that obeys its :class:`FailoverWatch`
-    (``failover_watch=`` among the pool's connection arguments)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.failover_watch: FailoverWatch = kwargs.pop("failover_watch")
-        self.stamp = -1
-        super().__init__(**kwargs)
-
-    def primary_address(self) -> tuple[Any, Any]:
-        watch = self.failover_watch
-        watch.start()
-        stamp = watch.generation
-        reason = watch.fence()
-        if reason is not None:
-            raise RedisConnectionError(reason)
-        address = watch.address(self.connection_pool.get_master_address())
-        self.stamp = stamp
-        return address
-
-    def connected(self) -> None:
-        self.failover_watch.made(self)
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        stale = self.stamp != self.failover_watch.generation
-        if self.is_open and stale and not self.resolved:
-            self.disconnect()
-        super().send_packed_command(command, check_health)
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            reply = super().read_response(*args, **kwargs)
-        except ResponseError as exc:
-            if not demoted(exc):
-                raise
-            host, port = self.host, self.port
-            self.disconnect()
-            raise _demoted_error(host, port, exc) from exc
-        if self.stamp != self.failover_watch.generation:
-            self.disconnect()
-            raise _stale_reply()
-        return reply
-
-
-class FencedSSLConnection(FencedConnection, SSLConnection):
-    """:class:`FencedConnection` over TLS."""
-
-
-class AsyncFencedConnection(AsyncSentinelPrimary):
-    """:class:`FencedConnection` for ``redis.asyncio``."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.failover_watch: FailoverWatch = kwargs.pop("failover_watch")
-        self.stamp = -1
-        super().__init__(**kwargs)
-
-    async def primary_address(self) -> tuple[Any, Any]:
-        watch = self.failover_watch
-        if watch.stopped:
-            await asyncio.to_thread(watch.start)
-        stamp = watch.generation
-        reason = watch.fence()
-        if reason is not None:
-            raise RedisConnectionError(reason)
-        address = watch.address(await self.connection_pool.get_master_address())
-        self.stamp = stamp
-        return address
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        stale = self.stamp != self.failover_watch.generation
-        if self.is_open and stale and not self.resolved:
-            await self.disconnect()
-        await super().send_packed_command(command, check_health)
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            reply = await super().read_response(*args, **kwargs)
-        except ResponseError as exc:
-            if not demoted(exc):
-                raise
-            host, port = self.host, self.port
-            await self.disconnect()
-            raise _demoted_error(host, port, exc) from exc
-        if self.stamp != self.failover_watch.generation:
-            await self.disconnect()
-            raise _stale_reply()
-        return reply
-
-
-class AsyncFencedSSLConnection(AsyncFencedConnection, redis.asyncio.connection.SSLConnection):
-    """:class:`AsyncFencedConnection` over TLS."""
-
-
-def count_replicas(manager: redis.sentinel.Sentinel, service: str) -> int:
-    """How many replicas of ``service`` the first sentinel that answers lists (in any
-    state); 0 when none answers."""
-    for sentinel in manager.sentinels:
-        try:
-            return len(sentinel.sentinel_slaves(service))
-        except (RedisError, OSError):
-            continue
-    return 0
-
-
-async def acount_replicas(manager: redis.asyncio.sentinel.Sentinel, service: str) -> int:
-    """:func:`count_replicas` for ``redis.asyncio``."""
-    for sentinel in manager.sentinels:
-        try:
-            return len(await sentinel.sentinel_slaves(service))
-        except (RedisError, OSError):
-            continue
-    return 0
+    return (text(one[0]), int(one[1])) == (text(other[0]), int(other[1]))

@@ -21,7 +21,6 @@ runs it once.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,22 +29,22 @@ from redis.exceptions import RedisError, ResponseError
 
 from .. import keys
 from ..drive import Steps
+from ..when import now_ms
 from . import scripts
 from .boundary import ErrorBoundary
-from .client import SCAN_COUNT, SyncClient, Topology, scan_keys
+from .client import SyncClient
+from .firstuse import Topology
 from .options import RedisOptions, parse_options
+from .replies import text
+from .scan import SCAN_COUNT, scan_keys
 
 #: How one listing checks an entry: queue the check on a pipeline, given the member.
 Queue = Callable[[Any, str], None]
 
 
-def now_ms() -> int:
-    """The writer's wall clock in ms: an index entry's score."""
-    return time.time_ns() // 1_000_000
-
-
 def add_command(index: str, member: str) -> scripts.Command:
-    """The ``ZADD`` a creating write sends before its data."""
+    """The ``ZADD`` a creating write sends before its data; its score is the writer's
+    wall clock (:func:`~sessionstore.when.now_ms`)."""
     return ["ZADD", index, now_ms(), member]
 
 
@@ -57,10 +56,6 @@ def session_entry(namespace: str, session_id: str) -> scripts.Command:
 def value_entry(key: keys.ValueKey, history: bool) -> scripts.Command:
     """:func:`add_command` for a session value (plain or history)."""
     return add_command(keys.index_keys(key.namespace)[1], keys.value_member(key, history))
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
@@ -101,7 +96,7 @@ class Listing:
 
     def take_range(self, reply: Sequence[Any]) -> None:
         for member, score in reply:
-            self.members.append(_text(member))
+            self.members.append(text(member))
             self.scores.append(float(score))
 
     def chunks(self) -> list[Sequence[str]]:
@@ -171,7 +166,7 @@ def _stored(client: Any, guard: ErrorBoundary, namespace: str) -> tuple[list[str
         ("history", keys.history_pattern(namespace)),
     ):
         with guard("SCAN", pattern):
-            found[kind] = [_text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
+            found[kind] = [text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
     sessions = _members(keys.member_of_meta_key, found["meta"], namespace)
     whens: list[Any] = []
     for chunk in _chunks(found["plain"]):
@@ -197,7 +192,7 @@ def _missing(client: Any, guard: ErrorBoundary, namespace: str) -> dict[str, lis
     missing: dict[str, list[str]] = {}
     for index, members in zip(keys.index_keys(namespace), (sessions, values), strict=True):
         with guard("ZRANGE", index):
-            indexed = {_text(m) for m in client.zrange(index, 0, -1)}
+            indexed = {text(m) for m in client.zrange(index, 0, -1)}
         missing[index] = [member for member in members if member not in indexed]
     return missing
 
@@ -251,7 +246,7 @@ def namespaces(url: str, *, timeout: float | None = None) -> dict[str, dict[str,
         client = handle.get()
         pattern = keys.index_scan_pattern()
         with guard("SCAN", pattern):
-            names = [_text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
+            names = [text(name) for name in scan_keys(client, pattern, SCAN_COUNT)]
         for name in names:
             parsed = keys.namespace_of_index_key(name)
             if parsed is None:

@@ -24,7 +24,7 @@ answered, and the call is repeated, once. A user refused ``FUNCTION LOAD`` gets
 The repeat is safe: an earlier send whose reply was lost may have been applied, and
 every write script recognises its own resend (see :mod:`sessionstore.keys`). A second
 ``Function not found`` is raised as it is: the error boundary
-(:class:`~.client.ErrorBoundary`) makes it a
+(:class:`~.boundary.ErrorBoundary`) makes it a
 :class:`~sessionstore.errors.StoreUnavailableError`, since an earlier send may have been
 applied. Redis keeps functions in its RDB and AOF files and replicates them, so a
 restart with persistence or a failover keeps them.
@@ -89,9 +89,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..drive import Pause, Steps, drive
 from ..errors import LibraryMissingError, SessionStoreError
 from ..version import __version__
-from .client import is_cluster
 from .compat import async_node_send, learn_moved_slot, new_async_node, new_node_client
 from .durability import Acks, check_value_acks
+from .pools import is_cluster
+from .replies import unknown_command
 from .retry import RETRIES, retry_delay
 
 Arg = str | bytes | int
@@ -239,10 +240,6 @@ def _call(found: Script, keys: Sequence[str], args: Sequence[Arg], evalsha: bool
     return [verb, found.function, len(keys), *keys, *args]
 
 
-def _unknown_command(reply: Any) -> bool:
-    return isinstance(reply, ResponseError) and str(reply).lower().startswith("unknown command")
-
-
 #: The error of ``FCALL`` when the server lacks the function.
 _FUNCTION_MISSING = "Function not found"
 
@@ -354,7 +351,7 @@ def _pipeline_steps(
     head: list[Command] = [] if first is None else [first]
     at = len(head)
     replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
-    if not evalsha and _unknown_command(replies[at]):
+    if not evalsha and unknown_command(replies[at]):
         _EVALSHA_CLIENTS.add(client)
         evalsha = True
         replies = yield functools.partial(send, [*head, _call(found, keys, args, True), *then])

@@ -62,6 +62,7 @@ import redis
 
 from .. import forksafe
 from .compat import socket_of
+from .replies import text
 from .retry import RETRIES, retry_delay
 
 CHANNEL = b"__redis__:invalidate"
@@ -221,7 +222,7 @@ class ValueCache:
                         self._entries.clear()
                     else:
                         for name in names:
-                            self._entries.pop(name.decode(errors="replace"), None)
+                            self._entries.pop(text(name), None)
         finally:
             self._draining += 1
         # A reader the server dropped (CLIENT KILL, shutdown, idle timeout) no longer

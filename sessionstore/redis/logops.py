@@ -1,0 +1,387 @@
+"""The operations of session event logs on Redis, written once for the sync and async
+backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logformat`).
+
+* ``append``: ``log_append.lua`` (checks -- a writer's lease first, its fence --, torn-tail
+  cut, XADDs, ``next_seq`` last, then ``PEXPIRE`` of both keys for a session with a ttl),
+  then ``WAIT`` in the same round trip for ``durability="replicas:N"``. A retry of the
+  same call after a lost reply finds its batch stored and returns it as an applied replay.
+* ``read``: ``HGETALL meta`` and ``XRANGE`` pipelined, then more XRANGE chunks for long
+  logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
+  is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
+  which rechecks ``next_seq`` so a concurrent append is never cut.
+* leases: the hash ``...:lease`` (field ``owner``, with an expiry) is taken and renewed
+  by ``lease_acquire.lua``, given up by ``lease_release.lua``; ``HGET`` tells whether
+  another owner holds it (an expired lease is gone).
+* ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
+  session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
+  ``list_info``: the index listing as for ``list``, then the leases, pipelined.
+* ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
+  :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
+  whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
+  the others; ``delete``: ``log_delete.lua`` (the index entry goes lazily); ``prune``:
+  the server expires sessions itself, so it only clears index entries of sessions gone.
+
+An append that materialises a session (it carries the header) adds its index entry
+first, in the same round trip on a single server (see :mod:`.scripts`).
+
+With ``durability="fsync"`` or ``"aof"`` the first write of each backend object
+(append, torn-tail cut, delete) verifies the server's persistence, on every primary of
+a cluster (see :mod:`.durability`); reads never do.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from .. import keys
+from ..contracts import EventBatch
+from ..drive import Steps
+from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..models import SessionEvent, SessionHeader, SessionInfo
+from . import scripts
+from .boundary import ErrorBoundary
+from .durability import (
+    CONFIG_PATTERN,
+    INFO_SECTION,
+    DurabilityChoice,
+    ServerCheck,
+    check_acks,
+    wait_ms,
+)
+from .index import Listing, Queue, list_steps, session_entry
+from .logformat import append_args, decode_append, decode_header, decode_info, restore_id
+from .logparse import READ_ATTEMPTS, LogRead
+from .pools import is_cluster
+from .replies import refused, text
+
+log = logging.getLogger("sessionstore")
+
+
+def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
+    """(name, cluster node or None) of every server whose persistence counts."""
+    if is_cluster(client):
+        return [(node.name, node) for node in client.get_primaries()]
+    return [(display_url, None)]
+
+
+def _ask(client: Any, check: ServerCheck, node: Any) -> Any:
+    """The question of ``check`` for one server, as a redis-py call (sync or async)."""
+    target = {} if node is None else {"target_nodes": node}
+    if check.question == "CONFIG GET":
+        return client.config_get(CONFIG_PATTERN, **target)
+    return client.info(INFO_SECTION, **target)
+
+
+def _meta_key(namespace: str, member: str) -> str:
+    # A member that is no escaped id names a key that does not exist: it is left out.
+    return keys.log_keys(namespace, keys.session_of_member(member) or member)[0]
+
+
+def _meta_of(namespace: str) -> Queue:
+    def queue(pipe: Any, member: str) -> None:
+        pipe.hgetall(_meta_key(namespace, member))
+
+    return queue
+
+
+def _exists_of(namespace: str) -> Queue:
+    def queue(pipe: Any, member: str) -> None:
+        pipe.exists(_meta_key(namespace, member))
+
+    return queue
+
+
+def _readable(member: str, meta: Any) -> str:
+    """The session id of a listed index entry whose meta hash could be read, else
+    :class:`CorruptLogError`."""
+    session_id = keys.session_of_member(member)
+    if session_id is None:
+        raise CorruptLogError(member, "the index entry is not an escaped session id")
+    if isinstance(meta, Exception):
+        raise CorruptLogError(session_id, f"the meta hash cannot be read: {meta}")
+    return session_id
+
+
+def decode_listing(namespace: str, listing: Listing) -> list[SessionHeader]:
+    """The headers of a listing of the sessions index. A session whose meta hash is
+    damaged (not a hash, a malformed field) or of another format version is skipped and
+    logged: it never hides the others."""
+    headers: list[SessionHeader] = []
+    for member, meta in listing.found:
+        session_id = keys.session_of_member(member)
+        try:
+            headers.append(decode_header(_readable(member, meta), meta, check_version=True))
+        except (CorruptLogError, UnsupportedVersionError) as exc:
+            log.warning("events.list() skipped session %r of namespace %r: %s",
+                        session_id or member, namespace, exc)  # fmt: skip
+    return headers
+
+
+def _busy(owner_reply: Any, owner: str | None) -> bool:
+    """Whether the ``HGET lease owner`` reply names an owner other than ``owner``."""
+    # Compared as bytes: a damaged owner need not be UTF-8.
+    return owner_reply is not None and (owner is None or bytes(owner_reply) != owner.encode())
+
+
+def decode_infos(
+    namespace: str, listing: Listing, leases: list[Any], expiries: list[Any]
+) -> list[SessionInfo]:
+    """The :class:`SessionInfo` of each session of a listing, given the ``EXISTS`` of
+    each one's lease and the ``PEXPIRETIME`` of its meta hash; a damaged session is
+    skipped and logged, as by ``list``."""
+    found: list[SessionInfo] = []
+    for (member, meta), lease, expiry in zip(listing.found, leases, expiries, strict=True):
+        session_id = keys.session_of_member(member)
+        try:
+            listed = _readable(member, meta)
+            where = keys.log_keys(namespace, listed)[0]
+            found.append(decode_info(listed, meta, bool(lease), where, expiry))
+        except (CorruptLogError, UnsupportedVersionError, SessionNotFoundError) as exc:
+            log.warning("events.list_info() skipped session %r of namespace %r: %s",
+                        session_id or member, namespace, exc)  # fmt: skip
+    return found
+
+
+def _lease_keys(namespace: str, listing: Listing) -> list[str]:
+    return [
+        keys.log_lease_key(namespace, keys.session_of_member(member) or member)
+        for member, _ in listing.found
+    ]
+
+
+def xread_args(stream: str, from_seq: int, timeout: float, guard: ErrorBoundary) -> list[Any]:
+    """``XREAD BLOCK`` for the first entry after ``from_seq - 1``, blocking at most
+    ``timeout`` and always less than the socket timeout, so the read never times out."""
+    block_ms = max(1, int(min(timeout, guard.timeout * 0.8) * 1000))
+    return ["XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", stream, restore_id(from_seq)]
+
+
+# The operations, written once --------------------------------------------------------------
+
+
+class LogOps:
+    """Every event-log operation as :data:`~sessionstore.drive.Steps` on a client (sync or
+    async). :class:`~.events.RedisEvents` and :class:`~.events.AsyncRedisEvents` run
+    them."""
+
+    def __init__(
+        self, namespace: str, boundary: ErrorBoundary, durability: DurabilityChoice
+    ) -> None:
+        self._namespace = namespace
+        self._guard = boundary
+        self._durability = durability
+        self._check = ServerCheck(durability.current, boundary.display_url)
+        self._wait_ms = wait_ms(boundary.timeout)
+
+    def _server_check(self) -> ServerCheck:
+        """The check of the store's durability (settled at first use on a Sentinel URL)."""
+        current = self._durability.current
+        if self._check.mode != current.mode:
+            self._check = ServerCheck(current, self._guard.display_url)
+        return self._check
+
+    def _keys(self, session_id: str) -> tuple[str, str]:
+        return keys.log_keys(self._namespace, session_id)
+
+    def _lease(self, session_id: str) -> str:
+        return keys.log_lease_key(self._namespace, session_id)
+
+    def check_durable(self, client: Any) -> Steps[None]:
+        """Before the first write: the durability check (see the module doc). Every
+        server is asked, a refusal counting as None; then the replies are judged."""
+        check = self._server_check()
+        if not check.pending:
+            return
+        replies: dict[str, Any] = {}
+        for name, node in _servers(client, self._guard.display_url):
+            with self._guard(check.question, None if node is None else name):
+                try:
+                    replies[name] = yield functools.partial(_ask, client, check, node)
+                except ResponseError as exc:
+                    if not refused(exc):
+                        raise
+                    replies[name] = None
+        check.judge(replies)
+
+    def exists(self, client: Any, session_id: str) -> Steps[bool]:
+        meta, _ = self._keys(session_id)
+        with self._guard("EXISTS", meta):
+            return bool((yield functools.partial(client.exists, meta)))
+
+    def wait_for_events(
+        self, client: Any, session_id: str, from_seq: int, timeout: float
+    ) -> Steps[None]:
+        """``XREAD BLOCK`` on the session's stream for an entry at or past ``from_seq``."""
+        _, stream = self._keys(session_id)
+        command = xread_args(stream, from_seq, timeout, self._guard)
+        with self._guard("XREAD", stream):
+            yield functools.partial(client.execute_command, *command)
+
+    def append(
+        self,
+        client: Any,
+        session_id: str,
+        batch: EventBatch,
+        header: SessionHeader | None,
+        ttl_ms: int | None,
+        owner: str | None,
+    ) -> Steps[int]:
+        yield from self.check_durable(client)
+        # The lease hash only for a writer's append: a plain one does not look at it, and
+        # a key that does not exist would make Redis refuse the call (TRYAGAIN) while the
+        # session's slot migrates.
+        names = [*self._keys(session_id), *([self._lease(session_id)] if owner else [])]
+        args = append_args(batch, header, ttl_ms, owner)
+        # Only an append that may materialise the session (it carries the header) can
+        # create data, so only it adds the index entry first.
+        first = None if header is None else session_entry(self._namespace, session_id)
+        replicas = self._durability.replicas
+        with self._guard("log_append.lua", names[0]):
+            if replicas:
+                reply, acks = yield from scripts.run_then_wait_steps(
+                    client, "log_append", names, args, replicas, self._wait_ms, first
+                )
+            else:
+                reply = yield from scripts.run_steps(client, "log_append", names, args, first)
+        next_seq = decode_append(session_id, batch, reply)
+        if replicas:
+            check_acks(
+                self._durability.current,
+                acks,
+                session_id,
+                next_seq,
+                self._guard.display_url,
+                self._wait_ms,
+            )
+        return next_seq
+
+    def read(
+        self, client: Any, session_id: str, from_seq: int, repair: bool, limit: int | None
+    ) -> Steps[tuple[SessionHeader, list[SessionEvent]]]:
+        meta, stream = self._keys(session_id)
+        for attempt in range(READ_ATTEMPTS):
+            plan = LogRead(session_id, from_seq, limit)
+            try:
+                yield from self._fetch(client, plan, meta, stream)
+            except CorruptLogError:
+                with self._guard("HGETALL", meta):
+                    again = yield functools.partial(client.hgetall, meta)
+                if plan.same_meta(again) or attempt == READ_ATTEMPTS - 1:
+                    raise
+                continue
+            if repair:
+                yield from self._cut_tail(client, plan, meta, stream)
+            return plan.result()
+        raise AssertionError("unreachable")
+
+    def _fetch(self, client: Any, plan: LogRead, meta: str, stream: str) -> Steps[None]:
+        with self._guard("HGETALL+XRANGE", meta):
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(meta)
+            pipe.xrange(stream, *plan.first_range())
+            found, entries = yield pipe.execute
+        plan.take_meta(found)
+        plan.take(entries)
+        while not plan.done:
+            with self._guard("XRANGE", stream):
+                entries = yield functools.partial(client.xrange, stream, *plan.next_range())
+            plan.take(entries)
+
+    def _cut_tail(self, client: Any, plan: LogRead, meta: str, stream: str) -> Steps[None]:
+        if plan.tail_unknown:
+            with self._guard("XRANGE", stream):
+                plan.tail = bool(
+                    (yield functools.partial(client.xrange, stream, *plan.tail_probe()))
+                )
+        if plan.tail:
+            yield from self.check_durable(client)
+            with self._guard("log_cut_tail.lua", meta):
+                yield from scripts.run_steps(
+                    client, "log_cut_tail", [meta, stream], plan.cut_args()
+                )
+
+    def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[bool]:
+        lease = self._lease(session_id)
+        with self._guard("lease_acquire.lua", lease):
+            return bool(
+                (yield from scripts.run_steps(client, "lease_acquire", [lease], [owner, ttl_ms]))
+            )
+
+    def release_lease(self, client: Any, session_id: str, owner: str) -> Steps[None]:
+        lease = self._lease(session_id)
+        with self._guard("lease_release.lua", lease):
+            yield from scripts.run_steps(client, "lease_release", [lease], [owner])
+
+    def lease_busy(self, client: Any, session_id: str, owner: str | None) -> Steps[bool]:
+        lease = self._lease(session_id)
+        with self._guard("HGET", lease):
+            return _busy((yield functools.partial(client.hget, lease, "owner")), owner)
+
+    def info(self, client: Any, session_id: str) -> Steps[SessionInfo]:
+        meta, _ = self._keys(session_id)
+        with self._guard("HGETALL+EXISTS+PEXPIRETIME", meta):
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(meta)
+            pipe.exists(self._lease(session_id))
+            pipe.pexpiretime(meta)
+            found, lease, expiry = yield pipe.execute
+        return decode_info(session_id, found, bool(lease), meta, expiry)
+
+    def _listing(self, client: Any, queue: Queue) -> Steps[Listing]:
+        index = keys.index_keys(self._namespace)[0]
+        return (yield from list_steps(client, self._guard, index, queue))
+
+    def list_info(self, client: Any) -> Steps[list[SessionInfo]]:
+        listing = yield from self._listing(client, _meta_of(self._namespace))
+        leases = _lease_keys(self._namespace, listing)
+        replies: list[Any] = []
+        if leases:
+            with self._guard("EXISTS+PEXPIRETIME", listing.index):
+                pipe = client.pipeline(transaction=False)
+                for lease, (member, _) in zip(leases, listing.found, strict=True):
+                    pipe.exists(lease)
+                    pipe.pexpiretime(_meta_key(self._namespace, member))
+                replies = yield pipe.execute
+        return decode_infos(self._namespace, listing, replies[0::2], replies[1::2])
+
+    def list(self, client: Any) -> Steps[list[SessionHeader]]:
+        listing = yield from self._listing(client, _meta_of(self._namespace))
+        return decode_listing(self._namespace, listing)
+
+    def delete(self, client: Any, session_id: str) -> Steps[None]:
+        yield from self.check_durable(client)
+        names = self._keys(session_id)
+        with self._guard("log_delete.lua", names[0]):
+            reply = yield from scripts.run_steps(client, "log_delete", names, [])
+        if text(reply) == "NOTFOUND":
+            raise SessionNotFoundError(session_id)
+
+    def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
+        names = self._keys(session_id)
+        with self._guard("MEMORY USAGE", names[0]):
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.memory_usage(name)
+            sizes = yield pipe.execute
+        if sizes[0] is None:
+            raise SessionNotFoundError(session_id)
+        return sum(int(size or 0) for size in sizes)
+
+    def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
+        yield from self.check_durable(client)
+        names = self._keys(session_id)
+        with self._guard("log_expire.lua", names[0]):
+            reply = yield from scripts.run_steps(client, "log_expire", names, [ttl_ms or 0])
+        if text(reply) == "NOTFOUND":
+            raise SessionNotFoundError(session_id)
+        return None if int(reply) < 0 else int(reply)
+
+    def prune(self, client: Any) -> Steps[int]:
+        """The server expires sessions by itself, both keys together: only the index
+        entries of sessions gone are cleared (see :mod:`.index`); returns 0."""
+        yield from self._listing(client, _exists_of(self._namespace))
+        return 0
