@@ -26,7 +26,7 @@ import redis
 
 import sessionstore
 from sessionstore import SessionHeader, keys
-from sessionstore.redis.scripts import lua_dir
+from sessionstore.redis.library import lua_dir
 
 from . import workload
 from .harness import Result, Sizes, Timed, compare, compare_rates, parallel, result

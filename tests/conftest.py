@@ -17,7 +17,7 @@ from support.redis_cluster import ClusterNodes
 from support.redis_server import ContainerRedis, RedisServer, shared_server
 
 from sessionstore.redis.acl import setuser_args
-from sessionstore.redis.scripts import install
+from sessionstore.redis.library import install
 
 #: Fixtures ``opened`` / ``open_`` for the tests that drive the Redis backend directly.
 pytest_plugins = ["support.redis_helpers"]

@@ -147,7 +147,7 @@ def test_doctor_checks_every_primary_of_a_cluster(redis_cluster):
 def test_doctor_names_the_primary_without_the_functions_library_and_fix_installs_it(
     redis_cluster,
 ):
-    from sessionstore.redis.scripts import install, library
+    from sessionstore.redis.library import install, library
 
     primaries = redis_cluster.primaries()
     for node in primaries:

@@ -46,6 +46,7 @@ from sessionstore.errors import (
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent, SessionHeader
 from sessionstore.redis import open_redis
+from sessionstore.redis.library import FREEING, READ_ONLY, install, library, lua_dir
 from sessionstore.redis.options import (
     DEFAULT_TIMEOUT,
     display,
@@ -53,7 +54,6 @@ from sessionstore.redis.options import (
     split_own_params,
 )
 from sessionstore.redis.retry import retry_delay
-from sessionstore.redis.scripts import FREEING, READ_ONLY, install, library, lua_dir
 
 T0 = 1_718_000_000_000
 
@@ -340,7 +340,7 @@ def test_no_function_of_the_library_reads_or_writes_a_global_of_its_own():
 @pytest.fixture
 def lua_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A copy of the lua folder that the library is built from, for the test to change."""
-    from sessionstore.redis import scripts as module
+    from sessionstore.redis import library as module
 
     folder = tmp_path / "lua"
     shutil.copytree(str(lua_dir()), folder)
@@ -353,7 +353,7 @@ def lua_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def rebuild_library() -> None:
     """Forget the library built so far: the next use reads the lua folder again."""
-    from sessionstore.redis import scripts as module
+    from sessionstore.redis import library as module
 
     for cache in (module._sources, module.library, module.scripts):
         cache.cache_clear()
@@ -763,7 +763,7 @@ def test_a_value_cleared_by_a_swap_is_neither_listed_nor_found(redis_server, ns)
 def lost_replies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Append a script name to lose the reply of its next FCALL, after the server ran it
     (redis-py then sends it again, as after a dropped connection or a timeout)."""
-    from sessionstore.redis.scripts import script
+    from sessionstore.redis.library import script
 
     pending: list[str] = []
     original = redis.Redis.parse_response

@@ -28,7 +28,7 @@ from sessionstore import (
     SessionStoreError,
 )
 from sessionstore.redis.acl import setuser_args, setuser_line
-from sessionstore.redis.scripts import install, library
+from sessionstore.redis.library import install, library
 from sessionstore.redis.tracking import BOUND
 
 T0 = 1_718_000_000_000

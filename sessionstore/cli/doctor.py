@@ -28,9 +28,9 @@ from ..redis.boundary import ErrorBoundary
 from ..redis.client import SyncClient
 from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
 from ..redis.firstuse import Topology
+from ..redis.library import INSTALL_COMMAND, install, installed, library
 from ..redis.options import RedisOptions, parse_options
 from ..redis.pools import is_cluster
-from ..redis.scripts import INSTALL_COMMAND, install, installed, library
 from ..results import probe_name
 from ..store import Store
 from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json

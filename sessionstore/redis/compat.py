@@ -1,3 +1,6 @@
+# Long on purpose (~470 lines): this is the one home of every redis-py workaround, so that
+# all of them sit behind the one version check (TESTED_RANGE) and are checked again together
+# when redis-py changes. Split by topic, a workaround could escape the check.
 """Every place sessionstore relies on redis-py's internals or works around its defects.
 
 Each workaround below says what redis-py does, why sessionstore works around it, and

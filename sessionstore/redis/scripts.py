@@ -1,20 +1,7 @@
-"""The Lua scripts (``lua/*.lua``), called as one Redis Functions library.
-
-On Redis 7 every script is a function of one library, :func:`library`, built from the
-``lua/*.lua`` files when it is first needed: each file's text becomes the body of
-``local function <name>(KEYS, ARGV) ... end``, registered as ``ss_<version>_<name>``
-in the library ``sessionstore_<version>``. The version is the package version and a
-hash of the library text, so it changes whenever any script does; the function names
-carry it too (function names are global across a server's libraries), so two versions
-are installed side by side during a rolling upgrade, each client calling its own. A
-function ``ss_<version>_version`` returns the version: a user that may only call
-functions checks the installed library with it (``FUNCTION LIST`` would show every
-library's code).
-
-A script that only reads (:data:`READ_ONLY`) is flagged ``no-writes`` and called with
-``FCALL_RO``, the others with ``FCALL``. Only a library loaded by someone allowed
-``FUNCTION LOAD`` (an admin: ``sessionstore doctor --fix``) runs: the least-privilege
-user of :mod:`.acl` may call functions, never load or run Lua of its own.
+"""How the Lua scripts are called: as functions of the Redis Functions library of
+:mod:`.library` (``FCALL``, ``FCALL_RO`` for a script that only reads), or by
+``EVALSHA`` on a server without Functions; on a Redis Cluster, on the node serving the
+keys' slot.
 
 On ``Function not found`` (a server without the library, or with another version of
 it) the library is loaded with ``FUNCTION LOAD`` (without ``REPLACE``: a library of the
@@ -36,7 +23,7 @@ repeat; a client found talking to such a server keeps to ``EVALSHA`` (see
 
 Every key a script touches is passed in ``KEYS``, built by :mod:`sessionstore.keys`; on
 a Redis Cluster they share one hash tag, and the call is sent to the node serving that
-slot (the library routes it itself, following ``MOVED`` and ``ASK``: redis-py would ask
+slot (this module routes it itself, following ``MOVED`` and ``ASK``: redis-py would ask
 a node for the keys of every ``FCALL`` with ``COMMAND GETKEYS``).
 
 A write that can create data names its index entry (``first``: the ``ZADD`` of
@@ -47,28 +34,14 @@ without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`) the e
 as durable as the data: on a single server the ``WAIT`` after the script covers it; on a
 cluster it is followed by a ``WAIT`` of its own on the index's node, and too few
 acknowledgements raise before the data is written.
-
-Scripts do all their checks before their first write. Under ``maxmemory`` with
-``noeviction`` a server out of memory refuses a function that can grow memory before it
-runs (it is not flagged ``allow-oom``), so nothing is left half done; the scripts whose
-first write only removes (:data:`FREEING`: deletes, lease releases, index cleanup, torn
-tails) are flagged ``allow-oom`` and run as they did as scripts, so memory can still be
-freed. By ``EVALSHA`` (no shebang: compatibility mode) a script is refused at its first
-memory-growing write when it has written nothing yet, with the same outcome.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import re
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib import resources
-from importlib.abc import Traversable
-from pathlib import Path
 from typing import Any
 
 import redis.asyncio.cluster
@@ -76,7 +49,6 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     MovedError,
-    NoPermissionError,
     NoScriptError,
     RedisClusterException,
     RedisError,
@@ -87,10 +59,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..drive import Pause, Steps, drive
-from ..errors import LibraryMissingError, SessionStoreError
-from ..version import __version__
 from .compat import async_node_send, learn_moved_slot, new_async_node, new_node_client
 from .durability import Acks, check_value_acks
+from .library import FUNCTION_MISSING, Script, check_loaded, library, script
 from .pools import is_cluster
 from .replies import unknown_command
 from .retry import RETRIES, retry_delay
@@ -98,127 +69,6 @@ from .retry import RETRIES, retry_delay
 Arg = str | bytes | int
 #: A command as redis-py's ``execute_command`` takes it.
 Command = Sequence[Arg]
-
-#: Scripts that only read: flagged ``no-writes``, called with ``FCALL_RO``.
-READ_ONLY = frozenset({"history_get"})
-#: Scripts whose first write only removes data: flagged ``allow-oom`` (see the module doc).
-FREEING = frozenset({"value_forget", "lease_release", "log_delete", "index_forget", "log_cut_tail"})
-#: The prefix of the library's name; the prefix of its functions' names is ``ss_``.
-LIBRARY_PREFIX = "sessionstore_"
-#: What installs the library, as an error message names it.
-INSTALL_COMMAND = "sessionstore doctor --fix --url <admin url>"
-#: What a script body must not use: it runs inside a function, not as a script.
-_SCRIPT_ONLY = re.compile(r"redis\.(replicate_commands|breakpoint|debug)\b|^#!", re.M)
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class Script:
-    """One Lua script: its file name without ``.lua``, its text, its SHA1 (for
-    ``EVALSHA``), its function's name in :func:`library`, and whether it only reads."""
-
-    name: str
-    source: bytes
-    sha: str
-    function: str
-    read_only: bool
-
-
-@dataclass(frozen=True)
-class Library:
-    """The Redis Functions library of every script: its name (``sessionstore_<version>``),
-    its version, its text (what ``FUNCTION LOAD`` takes) and the name of its function
-    returning the version."""
-
-    name: str
-    version: str
-    source: bytes
-    version_function: str
-
-
-def lua_dir() -> Traversable:
-    """The installed ``sessionstore/lua`` folder, else the repository's ``lua/`` folder."""
-    installed = resources.files("sessionstore") / "lua"
-    if installed.is_dir():
-        return installed
-    return Path(__file__).resolve().parents[2] / "lua"
-
-
-@functools.cache
-def _sources() -> dict[str, bytes]:
-    """The text of every script of the lua folder, by name, checked to be a valid body
-    of a function."""
-    found: dict[str, bytes] = {}
-    for entry in sorted(lua_dir().iterdir(), key=lambda entry: entry.name):
-        if entry.name.endswith(".lua"):
-            name, source = entry.name[: -len(".lua")], entry.read_bytes()
-            used = _SCRIPT_ONLY.search(source.decode("utf-8", "replace"))
-            if not _NAME.fullmatch(name) or used is not None:
-                what = f"uses {used.group(0)!r}" if used else "is not a Lua name"
-                raise SessionStoreError(f"the Lua script {name}.lua cannot be a function: {what}")
-            found[name] = source
-    if not found:
-        raise SessionStoreError(f"no Lua scripts found in {lua_dir()}: the install is broken")
-    return found
-
-
-def _flags(name: str) -> str:
-    if name in READ_ONLY:
-        return "{'no-writes'}"
-    return "{'allow-oom'}" if name in FREEING else "{}"
-
-
-def _library_text(sources: dict[str, bytes], version: str) -> bytes:
-    lines = [f"#!lua name={LIBRARY_PREFIX}{version}".encode()]
-    for name, source in sources.items():
-        lines += [
-            f"local function {name}(KEYS, ARGV)".encode(),
-            source.rstrip(b"\n"),
-            b"end",
-            f"redis.register_function{{function_name='ss_{version}_{name}', callback="
-            f"function(keys, args) return {name}(keys, args) end, flags={_flags(name)}}}".encode(),
-        ]
-    lines.append(
-        f"redis.register_function{{function_name='ss_{version}_version', callback="
-        f"function() return '{version}' end, flags={{'no-writes'}}}}".encode()
-    )
-    return b"\n".join(lines) + b"\n"
-
-
-@functools.cache
-def library() -> Library:
-    """The library of every script (see the module doc)."""
-
-    sources = _sources()
-    digest = hashlib.sha1(_library_text(sources, "")).hexdigest()[:10]
-    version = f"{re.sub(r'[^A-Za-z0-9]', '_', __version__)}_{digest}"
-    return Library(
-        f"{LIBRARY_PREFIX}{version}",
-        version,
-        _library_text(sources, version),
-        f"ss_{version}_version",
-    )
-
-
-@functools.cache
-def scripts() -> dict[str, Script]:
-    """Every script of the lua folder, by name."""
-    version = library().version
-    return {
-        name: Script(
-            name,
-            source,
-            hashlib.sha1(source).hexdigest(),
-            f"ss_{version}_{name}",
-            name in READ_ONLY,
-        )
-        for name, source in _sources().items()
-    }
-
-
-def script(name: str) -> Script:
-    """The script ``lua/<name>.lua``."""
-    return scripts()[name]
 
 
 # How a script is called ---------------------------------------------------------------
@@ -240,33 +90,11 @@ def _call(found: Script, keys: Sequence[str], args: Sequence[Arg], evalsha: bool
     return [verb, found.function, len(keys), *keys, *args]
 
 
-#: The error of ``FCALL`` when the server lacks the function.
-_FUNCTION_MISSING = "Function not found"
-
-
 def _missing(reply: Any) -> bool:
     """The reply of a call whose function or script the server lacks."""
     return isinstance(reply, NoScriptError) or (
-        isinstance(reply, ResponseError) and _FUNCTION_MISSING in str(reply)
+        isinstance(reply, ResponseError) and FUNCTION_MISSING in str(reply)
     )
-
-
-def _loaded(reply: Any, where: str, evalsha: bool = False) -> None:
-    """Check the reply of ``FUNCTION LOAD`` (or ``SCRIPT LOAD``): a library of the same
-    name loaded meanwhile is fine; a user refused ``FUNCTION LOAD`` gets
-    :class:`LibraryMissingError`."""
-    if not isinstance(reply, RedisError) or "already exists" in str(reply):
-        return
-    if not evalsha and (isinstance(reply, NoPermissionError) or "NOPERM" in str(reply)):
-        found = library()
-        raise LibraryMissingError(
-            f"{where} does not have the Redis Functions library {found.name} (missing, or "
-            f"another version of it is installed), and this user may not install it "
-            f"(FUNCTION LOAD was refused: {reply}): have an admin run `{INSTALL_COMMAND}` "
-            "once, which loads it on every primary",
-            found.name,
-        ) from reply
-    raise reply
 
 
 def _raise_first_error(replies: list[Any]) -> None:
@@ -359,7 +187,7 @@ def _pipeline_steps(
         load: Command = (
             ["SCRIPT", "LOAD", found.source] if evalsha else ["FUNCTION", "LOAD", library().source]
         )
-        _loaded((yield functools.partial(send, [load]))[0], where, evalsha)
+        check_loaded((yield functools.partial(send, [load]))[0], where, evalsha)
         replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
@@ -496,38 +324,3 @@ def _entry_steps(
     replies = yield functools.partial(send, commands)
     _raise_first_error(replies)
     return int(replies[-1])
-
-
-# Installing the library -------------------------------------------------------------------
-
-
-def _on(client: Any, node: Any, *command: Arg) -> Any:
-    """``command`` on the one server, or on the cluster node ``node``."""
-    return client.execute_command(*command, **({} if node is None else {"target_nodes": node}))
-
-
-def installed(client: Any, node: Any = None) -> bool:
-    """Whether the server (a cluster's ``node``) has this version of the library, asked
-    by calling its version function (what the user of :mod:`.acl` may do). Raises
-    redis-py's ``ResponseError`` on a server without Functions (Redis before 7)."""
-    try:
-        _on(client, node, "FCALL_RO", library().version_function, 0)
-    except ResponseError as exc:
-        if _FUNCTION_MISSING in str(exc):
-            return False
-        raise
-    return True
-
-
-def install(client: Any, node: Any = None) -> bool:
-    """Load the library with ``FUNCTION LOAD`` on the server (a cluster's ``node``)
-    unless it is there; True when this call loaded it. Other versions stay installed
-    (the clients of each keep calling theirs). A user refused ``FUNCTION LOAD`` gets
-    :class:`LibraryMissingError`; a server without Functions (Redis before 7) redis-py's
-    ``ResponseError``."""
-    try:
-        _on(client, node, "FUNCTION", "LOAD", library().source)
-    except RedisError as exc:
-        _loaded(exc, "the Redis server" if node is None else f"the Redis Cluster node {node.name}")
-        return False
-    return True

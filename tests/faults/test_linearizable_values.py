@@ -35,7 +35,7 @@ from support.tcp_proxy import TcpProxy
 
 import sessionstore
 from sessionstore import ConcurrentModificationError
-from sessionstore.redis.scripts import install
+from sessionstore.redis.library import install
 
 from .conftest import CI, SOAK
 from .figures import figures_run, record  # noqa: F401 - figures_run is used by pytestmark

@@ -39,8 +39,8 @@ import sessionstore
 import sessionstore.aio
 from sessionstore import SessionHeader, StoreUnavailableError, keys
 from sessionstore.keys import ValueKey
+from sessionstore.redis.library import install
 from sessionstore.redis.retry import RETRIES
-from sessionstore.redis.scripts import install
 
 from . import figures
 from .conftest import iterations

@@ -27,7 +27,7 @@ from support.redis_server import RedisServer
 
 import sessionstore
 from sessionstore import SessionHeader, StoreUnavailableError
-from sessionstore.redis.scripts import library
+from sessionstore.redis.library import library
 
 from . import figures
 from .conftest import iterations
