@@ -35,7 +35,7 @@ from .boundary import ErrorBoundary
 from .client import SyncClient
 from .firstuse import Topology
 from .options import RedisOptions, parse_options
-from .replies import text
+from .replies import text, wrong_type
 from .scan import SCAN_COUNT, scan_keys
 
 #: How one listing checks an entry: queue the check on a pipeline, given the member.
@@ -60,12 +60,6 @@ def value_entry(key: keys.ValueKey, history: bool) -> scripts.Command:
 
 def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
     return [items[start : start + SCAN_COUNT] for start in range(0, len(items), SCAN_COUNT)]
-
-
-def _about_the_data(reply: RedisError) -> bool:
-    """An error reply that describes the key checked (reported by the caller), not the
-    server's state."""
-    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
 
 
 @dataclass
@@ -107,7 +101,7 @@ class Listing:
         down, refusing, a slot not served): the listing fails rather than come back
         shorter. Only a reply about the data (a key of the wrong type) is kept."""
         for member, reply in zip(chunk, replies, strict=True):
-            if isinstance(reply, RedisError) and not _about_the_data(reply):
+            if isinstance(reply, RedisError) and not wrong_type(reply):
                 raise reply
             if isinstance(reply, RedisError) or reply:
                 self.found.append((member, reply))
@@ -255,7 +249,7 @@ def namespaces(url: str, *, timeout: float | None = None) -> dict[str, dict[str,
                 try:
                     count = int(client.zcard(name))
                 except ResponseError as exc:
-                    if not str(exc).startswith("WRONGTYPE"):
+                    if not wrong_type(exc):
                         raise
                     continue
             found.setdefault(parsed[0], {})[parsed[1]] = count

@@ -14,9 +14,9 @@ events' canonical texts (see :func:`~sessionstore.eventlog.event_text`), one per
 So ``XRANGE <seq>-0 +`` starts at the entry holding ``seq``, and an entry whose first
 event is at or past ``next_seq`` (committed last) is a torn tail. An entry of the first
 layout (id ``<seq>-1``, fields ``seq``, ``type``, ``time``, ``data`` and ``id`` when the
-event has one) is an entry of one event and is read alike, so logs written by it still
-load and can be appended to. Both keys of a session with a ``ttl_ms`` carry the same
-expiry, set by every append.
+event has one) is an entry of one event and is read alike (the reader is
+:mod:`.logparse`), so logs written by it still load and can be appended to. Both keys
+of a session with a ``ttl_ms`` carry the same expiry, set by every append.
 """
 
 from __future__ import annotations
@@ -35,12 +35,7 @@ from ..errors import (
 )
 from ..eventlog import check_stored_version
 from ..leases import taken_over
-from ..models import (
-    FORMAT_VERSION,
-    INT64_MAX,
-    SessionHeader,
-    SessionInfo,
-)
+from ..models import FORMAT_VERSION, INT64_MAX, SessionHeader, SessionInfo
 from .replies import text
 
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")

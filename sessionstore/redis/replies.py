@@ -23,6 +23,12 @@ def unknown_command(reply: Any) -> bool:
     return isinstance(reply, ResponseError) and str(reply).lower().startswith("unknown command")
 
 
+def wrong_type(reply: Any) -> bool:
+    """``reply`` is the server's error for a key of another type than the command works
+    on (``WRONGTYPE``): it describes the key, not the server's state."""
+    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
+
+
 def refused(exc: ResponseError) -> bool:
     """The command is not allowed for this user, or renamed away (managed services)."""
     return isinstance(exc, NoPermissionError) or unknown_command(exc)
