@@ -40,12 +40,12 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+from .. import forksafe
 from ..errors import (
     AccessDeniedError,
     CorruptLogError,
@@ -177,7 +177,6 @@ def database_path(url: str) -> Path:
 # Connections a forked child inherited: SQLite must neither use nor close them there,
 # so they are kept referenced until the process ends.
 _INHERITED: list[sqlite3.Connection] = []
-_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 class Database:
@@ -185,7 +184,10 @@ class Database:
 
     Every thread gets its own connection and a forked child opens fresh ones; no
     connection ever crosses a thread boundary mid-use or a process boundary at all.
-    The directory, the file and the tables are created on first use.
+    The directory, the file and the tables are created on first use. Before a fork the
+    forking thread's idle connection is closed, and the child gets new locks (another
+    thread may have held one at the fork: in the child nobody would release it); see
+    :mod:`sessionstore.forksafe`.
     """
 
     def __init__(self, path: Path, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -200,7 +202,8 @@ class Database:
         self._pid = os.getpid()
         self._generation = 0
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
-        _DATABASES.add(self)
+        forksafe.renew_locks(self, "_lock", "writing")
+        forksafe.before_fork(self, "close_idle_before_fork")
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection, opened (and the schema created) on first use."""
@@ -397,11 +400,6 @@ class Database:
             conn.close()
         local.conn = None
 
-    def reset_lock(self) -> None:
-        """Replace the locks; only for a forked child, where no other thread exists."""
-        self._lock = threading.Lock()
-        self.writing = threading.Lock()
-
     def close(self) -> None:
         """Close every connection this process opened; later use opens new ones."""
         with self._lock:
@@ -529,21 +527,6 @@ def _rollback(conn: sqlite3.Connection) -> None:
         # A failed ROLLBACK must not hide the error that made it necessary.
         with suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
-
-
-def _before_fork() -> None:
-    for database in list(_DATABASES):
-        database.close_idle_before_fork()
-
-
-def _after_fork_in_child() -> None:
-    # Another thread may have held a lock at the fork; in the child nobody will release it.
-    for database in list(_DATABASES):
-        database.reset_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 _CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
