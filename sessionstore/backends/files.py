@@ -58,7 +58,8 @@ from .fsutil import (
     remove_durably,
     remove_stale_temps,
 )
-from .jsonl import LOG_SUFFIX, LOGS_DIR, JsonlEvents
+from .jsonl import JsonlEvents
+from .jsonl_format import LOG_SUFFIX, LOGS_DIR
 
 VALUES_DIR = "values"
 VALUE_FILE = "value.msgpack"
