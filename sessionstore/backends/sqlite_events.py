@@ -1,5 +1,5 @@
 """Event logs of the SQLite backend: ``log_sessions`` (header, ``next_seq``) and
-``log_events`` (one row per event), in the database described in :mod:`.sqlite_db`.
+``log_events`` (one row per event), in the tables described in :mod:`.sqlite_schema`.
 
 ``next_seq`` is committed in the same transaction as the events, so a row at or past
 it can only come from outside damage; it is treated as a torn tail.
