@@ -28,16 +28,13 @@ only what was appended since, and a read without repair seeks to an indexed line
 committed end it has validated.
 
 Between appends the last few logs appended to stay open, unlocked (:mod:`.fdpool`). An
-append takes its log's descriptor, locks it and checks with one ``stat`` of the path
-that the path still names that file: a log deleted, pruned or replaced by another
-process meanwhile is closed and opened anew, so an append never lands in a file that is
-no longer the log. The same ``stat`` gives the size and mtime compared with the
-remembered state, so an append to an unchanged log costs ``flock``, ``stat``, ``write``,
-``fsync``, an ``fstat`` (the new mtime, to remember) and the unlock. Permissions are
-checked when a log is opened, not at every append. A forked child never uses the
-descriptors, states or leases of its parent: it closes its copies and starts afresh.
-:meth:`JsonlEvents.close` (or the backend's garbage collection) closes them; the backend
-stays usable.
+append locks its log and checks with one ``stat`` that the path still names that file
+(a log deleted, pruned or replaced meanwhile is opened anew), which also gives the size
+and mtime compared with the remembered state: an append to an unchanged log costs
+``flock``, ``stat``, ``write``, ``fsync``, an ``fstat`` (the new mtime) and the unlock.
+Permissions are checked when a log is opened. A forked child closes its copies of the
+parent's descriptors and leases and starts afresh. :meth:`JsonlEvents.close` (or the
+backend's garbage collection) closes the logs; the backend stays usable.
 
 Retention: the file's mtime is the session's last activity, so every append renews it. A
 log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`JsonlEvents.prune`
