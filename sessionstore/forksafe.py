@@ -2,7 +2,7 @@
 
 A lock that another thread of the parent held at ``os.fork`` stays held forever in the
 child (that thread does not exist there), and a background thread does not exist there
-at all. Two registrations deal with that, each for as long as the object lives (a weak
+at all. Three registrations deal with that, each for as long as the object lives (a weak
 reference: registering never keeps an object alive):
 
 - ``renew_locks(obj, "_lock")``: in the child ``obj._lock`` is a new, free
@@ -12,10 +12,12 @@ reference: registering never keeps an object alive):
 - ``at_fork(obj, "method")``: ``obj.method()`` runs in the child right after the fork,
   after the locks were renewed and before any other code of the child; it resets what
   else the object holds (events, a background thread's bookkeeping).
+- ``before_fork(obj, "method")``: ``obj.method()`` runs in the parent right before the
+  fork, so the child does not inherit what it lets go of (an idle connection).
 
-Objects are handled in the order they registered. A reset that raises does not stop
-the others; the first error is raised at the end (Python reports it and the child goes
-on). The registry itself is locked across the fork, so a registration running in
+Objects are handled in the order they registered. A call that raises does not stop
+the others; the first error is raised at the end (Python reports it and the fork and
+the child go on). The registry itself is locked across the fork, so a registration running in
 another thread is never half made in the child.
 """
 
@@ -28,11 +30,12 @@ from typing import Any
 
 
 class _Entry:
-    __slots__ = ("locks", "methods")
+    __slots__ = ("locks", "methods", "before")
 
     def __init__(self) -> None:
         self.locks: list[str] = []
         self.methods: list[str] = []
+        self.before: list[str] = []
 
 
 _entries: weakref.WeakKeyDictionary[Any, _Entry] = weakref.WeakKeyDictionary()
@@ -43,6 +46,12 @@ def at_fork(obj: Any, method: str) -> None:
     """Call ``obj.<method>()`` in every forked child while ``obj`` lives."""
     with _guard:
         _entry(obj).methods.append(method)
+
+
+def before_fork(obj: Any, method: str) -> None:
+    """Call ``obj.<method>()`` in the parent right before every fork while ``obj`` lives."""
+    with _guard:
+        _entry(obj).before.append(method)
 
 
 def renew_locks(obj: Any, *locks: str) -> None:
@@ -59,8 +68,25 @@ def _entry(obj: Any) -> _Entry:
     return found
 
 
+def _call(calls: list[tuple[Any, str]]) -> BaseException | None:
+    """Call ``obj.<method>()`` for each of ``calls``; the first error, if any."""
+    first: BaseException | None = None
+    for obj, method in calls:
+        try:
+            getattr(obj, method)()
+        except Exception as exc:  # noqa: BLE001 - every object gets its call
+            first = first or exc
+    return first
+
+
 def _before_fork() -> None:
+    with _guard:
+        calls = [(obj, name) for obj, entry in list(_entries.items()) for name in entry.before]
+    # Called without the guard held: a call may take locks of its own object.
+    first = _call(calls)
     _guard.acquire()
+    if first is not None:
+        raise first
 
 
 def _after_fork_in_parent() -> None:
@@ -74,11 +100,8 @@ def _after_fork_in_child() -> None:
     for obj, entry in list(_entries.items()):
         for name in entry.locks:
             setattr(obj, name, threading.Lock())
-        for method in entry.methods:
-            try:
-                getattr(obj, method)()
-            except Exception as exc:  # noqa: BLE001 - every object gets its reset
-                first = first or exc
+        failed = _call([(obj, method) for method in entry.methods])
+        first = first or failed
     if first is not None:
         raise first
 

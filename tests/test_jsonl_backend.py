@@ -27,8 +27,9 @@ from sessionstore import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from sessionstore.backends import jsonl, jsonl_format
-from sessionstore.backends.jsonl import JsonlEvents, event_lines
+from sessionstore.backends import fdpool, jsonl, jsonl_cache, jsonl_format, jsonl_io
+from sessionstore.backends.jsonl import JsonlEvents
+from sessionstore.backends.jsonl_format import ParsedLog, event_lines
 from sessionstore.contracts import EventBatch
 from sessionstore.eventlog import encode_batch
 from sessionstore.jsondata import dump_lossless
@@ -423,19 +424,20 @@ def batch(first: int, stop: int) -> EventBatch:
 def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many event lines and whole logs the backend parses while the test runs."""
     counts = {"lines": 0, "logs": 0}
-    parse_event, parse_log = jsonl.parse_event, jsonl.parse_log
+    parse_event, parse_log = jsonl_format.parse_event, jsonl_format.parse_log
 
     def counted_event(line: bytes) -> tuple[dict[str, Any], int]:
         counts["lines"] += 1
         return parse_event(line)
 
-    def counted_log(session_id: str, raw: bytes, where: str | None = None) -> jsonl.ParsedLog:
+    def counted_log(session_id: str, raw: bytes, where: str | None = None) -> ParsedLog:
         counts["logs"] += 1
         return parse_log(session_id, raw, where)
 
     monkeypatch.setattr(jsonl_format, "parse_event", counted_event)
-    monkeypatch.setattr(jsonl, "parse_event", counted_event)
+    monkeypatch.setattr(jsonl_io, "parse_event", counted_event)
     monkeypatch.setattr(jsonl, "parse_log", counted_log)
+    monkeypatch.setattr(jsonl_cache, "parse_log", counted_log)
     return counts
 
 
@@ -756,11 +758,11 @@ def test_a_same_size_rewrite_in_place_of_the_open_log_is_parsed_whole(
 def test_few_logs_are_kept_open_and_close_closes_them(tmp_path: Path) -> None:
     backend = JsonlEvents(tmp_path, "ns")
     start = open_fds(tmp_path)
-    for n in range(jsonl._HELD_LOGS + 8):
+    for n in range(fdpool.HELD_FILES + 8):
         backend.append(f"s{n}", batch(0, 1), SessionHeader(id=f"s{n}"))
-    assert open_fds(tmp_path) == start + jsonl._HELD_LOGS
+    assert open_fds(tmp_path) == start + fdpool.HELD_FILES
     backend.delete("s20")
-    assert open_fds(tmp_path) == start + jsonl._HELD_LOGS - 1
+    assert open_fds(tmp_path) == start + fdpool.HELD_FILES - 1
     backend.close()
     assert open_fds(tmp_path) == start
     assert backend.append("s0", batch(1, 2), None) == 2

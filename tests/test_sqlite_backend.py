@@ -27,8 +27,9 @@ from sessionstore import (
     UnsupportedVersionError,
 )
 from sessionstore.backends.sqlite import SqliteValues, open_sqlite
-from sessionstore.backends.sqlite_db import SCHEMA_VERSION, Database, database_path
+from sessionstore.backends.sqlite_db import Database, database_path
 from sessionstore.backends.sqlite_events import SqliteEvents
+from sessionstore.backends.sqlite_schema import SCHEMA_VERSION
 from sessionstore.contracts import Stored
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionEvent

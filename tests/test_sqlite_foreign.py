@@ -11,7 +11,7 @@ import pytest
 
 import sessionstore
 from sessionstore import InvalidArgumentError, SessionEvent, SessionHeader, StoreUnavailableError
-from sessionstore.backends.sqlite_db import SCHEMA_VERSION
+from sessionstore.backends.sqlite_schema import SCHEMA_VERSION
 
 T0 = 1_718_000_000_000
 

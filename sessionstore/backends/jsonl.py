@@ -16,39 +16,25 @@ batch before it, or a final batch that never reaches its ``batch_end`` -- and le
 anything wrong before it is :class:`CorruptLogError`, and nothing is rewritten. A file
 without a complete header line (a crash during the very first append) counts as absent.
 
-The line format and its parsing are :mod:`.jsonl_format` (no I/O); what is remembered
-of validated logs is :mod:`.jsonl_cache`.
+The line format and its parsing are :mod:`.jsonl_format` (no I/O), the reads and writes
+of one open log :mod:`.jsonl_io`, listing and pruning a folder of logs
+:mod:`.jsonl_listing`, and the writers' lease files :mod:`.leasefile`.
 
 Each :class:`JsonlEvents` remembers, per process, the state of every log it last
-validated (its file identity, size, mtime, header, next seq, where the committed events
-end, and a sparse index: the offset of the line of every 64th event). Appends and reads
-without repair (``read_from``, ``iter_events``, ``follow``) share it. A log whose file is
-unchanged since is not read again; one that only grew has just its new bytes parsed
-(other writers' batches, or a torn tail); any other change, or a log not seen yet, is
-parsed whole. Then a read seeks to the indexed line at or before ``from_seq`` and parses
-only the lines it returns, so it costs what it returns once the log is validated. The
-rule for damage: every byte a read or an append depends on has been validated once in
-this process, so damage anywhere in a log is found by the first read of it (whatever its
-``from_seq``) and damage in bytes appended later by the first read or append after them;
-a line read from the index that no longer parses, or holds another seq, makes the read
-parse the log whole again rather than return it. Bytes changed in place after they were
-validated are found when the file's size or mtime shows the change without a plain
-growth (the log is then parsed whole) or when a read parses the changed line. A
-``read`` with ``repair`` (``load``) always parses the whole log. An append's seq
-decision rests on the committed end it has validated.
+validated and reads through it (:mod:`.jsonl_cache`): a log is parsed whole once, then
+only what was appended since, and a read without repair seeks to an indexed line near
+``from_seq``, so it costs what it returns once the log is validated. A ``read`` with
+``repair`` (``load``) always parses the whole log. An append's seq decision rests on the
+committed end it has validated.
 
-Between appends a :class:`JsonlEvents` keeps the last few logs it appended to open (one
-descriptor each, unlocked). An append takes its log's descriptor (no other thread of the
-process uses it meanwhile: ``flock`` does not exclude holders of one descriptor), locks
-it and checks with one ``stat`` of the path that the path still names that file: a log
-deleted, pruned or replaced by another process meanwhile is closed and opened anew, so an
-append never lands in a file that is no longer the log. The same ``stat`` gives the size
-and mtime compared with the remembered state, so an append to an unchanged log costs
-``flock``, ``stat``, ``write``, ``fsync``, an ``fstat`` (the new mtime, to remember) and
-the unlock. Permissions are checked when a log is opened, not at every append. A forked
-child never uses the descriptors or states of its parent: it closes its copies and
-starts afresh. :meth:`JsonlEvents.close` (or the backend's garbage collection) closes
-them; the backend stays usable.
+Between appends the last few logs appended to stay open, unlocked (:mod:`.fdpool`). An
+append locks its log and checks with one ``stat`` that the path still names that file
+(a log deleted, pruned or replaced meanwhile is opened anew), which also gives the size
+and mtime compared with the remembered state: an append to an unchanged log costs
+``flock``, ``stat``, ``write``, ``fsync``, an ``fstat`` (the new mtime) and the unlock.
+Permissions are checked when a log is opened. A forked child closes its copies of the
+parent's descriptors and leases and starts afresh. :meth:`JsonlEvents.close` (or the
+backend's garbage collection) closes the logs; the backend stays usable.
 
 Retention: the file's mtime is the session's last activity, so every append renews it. A
 log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`JsonlEvents.prune`
@@ -58,13 +44,9 @@ removes it (its one file) under the exclusive lock, so never during an append.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
-import threading
-import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..contracts import EventBackend, EventBatch
@@ -75,19 +57,16 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
     StoreUnavailableError,
-    UnsafePathError,
-    UnsupportedVersionError,
 )
 from ..eventlog import event_text, plan_append
-from ..jsondata import short_repr
 from ..leases import taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
+from .fdpool import FdPool, HeldFile
 from .fsutil import (
     atomic_write,
     check_dirs,
     encode_name,
     fsync_dir,
-    locked_elsewhere,
     make_dirs,
     open_file,
     os_errors,
@@ -95,68 +74,32 @@ from .fsutil import (
     store_error,
     temp_path,
 )
-from .jsonl_cache import PROBE, LogState, LogStates
+from .jsonl_cache import LogState, LogStates
 from .jsonl_format import (
-    INDEX_EVERY,
-    TTL_FIELD,
-    MalformedLine,
+    LOG_SUFFIX,
+    LOGS_DIR,
     ParsedLog,
-    batch_offsets,
     event_lines,
     header_line,
-    parse_batches,
-    parse_event,
-    parse_header,
     parse_header_line,
     parse_log,
-    parse_range,
 )
+from .jsonl_io import (
+    first_line,
+    open_existing,
+    open_log,
+    still_named,
+    write_batch,
+)
+from .jsonl_listing import list_headers, list_infos, log_info, prune_logs
+from .leasefile import LEASES_DIR, LeaseFiles
 
-__all__ = [
-    "LEASES_DIR",
-    "LEASE_SUFFIX",
-    "LOGS_DIR",
-    "LOG_SUFFIX",
-    "TTL_FIELD",
-    "JsonlEvents",
-    "ParsedLog",
-    "event_lines",
-    "header_line",
-    "parse_batches",
-    "parse_event",
-    "parse_header",
-    "parse_header_line",
-    "parse_log",
-]
+__all__ = ["JsonlEvents"]
 
-LOGS_DIR = "logs"
-LOG_SUFFIX = ".jsonl"
-#: The folder of the lease files: ``<namespace>/leases/<session id>.lock``, each
-#: ``flock``ed exclusively by the live writer of its session (the kernel releases the
-#: lock when the process dies); the files stay, empty.
-LEASES_DIR = "leases"
-LEASE_SUFFIX = ".lock"
-
-_CHUNK = 64 * 1024
 #: How often an append or delete reopens a log that was replaced while it waited for the lock.
 _REOPEN_ATTEMPTS = 1000
 #: How many logs' paths one :class:`JsonlEvents` remembers; past it, it forgets them all.
 _REMEMBERED_LOGS = 1024
-#: How many logs one :class:`JsonlEvents` keeps open between appends; past it, the one
-#: appended to longest ago is closed.
-_HELD_LOGS = 32
-
-logger = logging.getLogger("sessionstore")
-
-
-@dataclass(slots=True)
-class _Held:
-    """A log file open for appends: its descriptor ``fd`` and the file (``dev``, ``ino``)
-    it was opened as."""
-
-    fd: int
-    dev: int
-    ino: int
 
 
 class JsonlEvents(EventBackend):
@@ -174,23 +117,17 @@ class JsonlEvents(EventBackend):
         self._pid = os.getpid()
         self._states = LogStates()
         self._files: dict[str, str] = {}
-        #: Open logs not in use, oldest first; an append takes its log out while it runs.
-        self._held: dict[str, _Held] = {}
-        self._held_lock = threading.Lock()
-        self._closer = weakref.finalize(self, _close_held, self._held)
-        self._lease_dir = root / encode_name(namespace) / LEASES_DIR
-        #: Leases this object holds: session id -> (owner, locked descriptor).
-        self._leases_held: dict[str, tuple[str, int]] = {}
-        self._lease_lock = threading.Lock()
-        self._lease_closer = weakref.finalize(self, _close_leases, self._leases_held)
+        #: The logs kept open between appends; an append takes its log out while it runs.
+        self._pool = FdPool()
+        self._lease_files = LeaseFiles(root, root / encode_name(namespace) / LEASES_DIR)
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LOG_SUFFIX)
 
-    def _check_dirs(self, directory: Path | None = None) -> None:
-        """Refuse the logs folder (or ``directory``) when a folder of it below the root is
-        a link (see :func:`.check_dirs`); each log is opened with ``O_NOFOLLOW``."""
-        check_dirs(self._root, self._dir if directory is None else directory)
+    def _check_dirs(self) -> None:
+        """Refuse the logs folder when a folder of it below the root is a link (see
+        :func:`.check_dirs`); each log is opened with ``O_NOFOLLOW``."""
+        check_dirs(self._root, self._dir)
 
     def _file(self, session_id: str) -> str:
         """:meth:`_path` as a string, remembered."""
@@ -209,18 +146,17 @@ class JsonlEvents(EventBackend):
     def close(self) -> None:
         """Close the logs kept open between appends (the next append opens its log again)."""
         self._own()
-        with self._held_lock:
-            _close_held(self._held)
+        self._pool.close()
 
     def exists(self, session_id: str) -> bool:
         path = self._path(session_id)
         with os_errors(path):
             self._check_dirs()
-            fd = _open_existing(path)
+            fd = open_existing(path)
             if fd is None:
                 return False
             try:
-                return _first_line(fd) is not None
+                return first_line(fd) is not None
             finally:
                 os.close(fd)
 
@@ -236,14 +172,13 @@ class JsonlEvents(EventBackend):
         path = self._file(session_id)
         try:
             self._own()
-            with self._held_lock:
-                log = self._held.pop(session_id, None)
+            log = self._pool.take(session_id)
             for _ in range(_REOPEN_ATTEMPTS):
                 if log is None:
                     log = self._open_for_append(session_id, path, batch, header)
                 try:
                     fcntl.flock(log.fd, fcntl.LOCK_EX)
-                    st = _named_stat(path, log)
+                    st = log.named_stat(path)
                     if st is not None:
                         if owner is not None and self.lease_busy(session_id, owner):
                             raise taken_over(session_id)
@@ -251,16 +186,16 @@ class JsonlEvents(EventBackend):
                             log.fd, path, session_id, batch, header, ttl_ms, st
                         )
                 except (SeqConflictError, SessionBusyError):
-                    self._put_back(session_id, log)
+                    self._pool.put_back(session_id, log)
                     raise
                 except BaseException:
-                    _discard(log.fd)
+                    log.discard()
                     raise
                 if st is not None:
-                    self._put_back(session_id, log)
+                    self._pool.put_back(session_id, log)
                     return next_seq
                 # Replaced or deleted since it was opened: open whatever the path names now.
-                _discard(log.fd)
+                log.discard()
                 log = None
         except OSError as exc:
             raise store_error(exc, path) from exc
@@ -272,7 +207,7 @@ class JsonlEvents(EventBackend):
         path: str,
         batch: EventBatch,
         header: SessionHeader | None,
-    ) -> _Held:
+    ) -> HeldFile:
         self._check_dirs()
         try:
             fd = open_file(path, os.O_RDWR | os.O_APPEND)
@@ -283,43 +218,13 @@ class JsonlEvents(EventBackend):
             plan_append(session_id, 0, batch, _no_events)
             make_dirs(self._dir)
             fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            st = os.fstat(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return _Held(fd, st.st_dev, st.st_ino)
-
-    def _put_back(self, session_id: str, log: _Held) -> None:
-        """Unlock ``log`` and keep it open for the next append, closing the log kept open
-        longest if there are too many."""
-        try:
-            fcntl.flock(log.fd, fcntl.LOCK_UN)
-        except OSError:
-            with suppress(OSError):
-                os.close(log.fd)  # closing releases the lock too
-            return
-        with self._held_lock:
-            held = self._held
-            replaced = held.pop(session_id, None)  # another thread's, opened meanwhile
-            held[session_id] = log
-            if replaced is None and len(held) <= _HELD_LOGS:
-                return
-            evicted = [held.pop(next(iter(held)))] if len(held) > _HELD_LOGS else []
-        for other in (replaced, *evicted):
-            if other is not None:
-                with suppress(OSError):  # the append is done; these were unlocked
-                    os.close(other.fd)
+        return HeldFile.of(fd)
 
     def _drop(self, session_id: str) -> None:
         """Forget ``session_id``'s log: its state, and its descriptor if kept open."""
         self._own()
         self._states.forget(session_id)
-        with self._held_lock:
-            log = self._held.pop(session_id, None)
-        if log is not None:
-            with suppress(OSError):
-                os.close(log.fd)
+        self._pool.drop(session_id)
 
     def _append_locked(
         self,
@@ -332,7 +237,7 @@ class JsonlEvents(EventBackend):
         st: os.stat_result,
     ) -> int:
         """Append under the lock, ``st`` describing the file open as ``fd``."""
-        seen, parsed = self._catch_up(fd, session_id, st)
+        seen, parsed = self._states.catch_up(fd, session_id, st, path)
         new_header = None  # the header line, when this append materialises the session
         if seen.header is None:
             if header is None:
@@ -358,89 +263,24 @@ class JsonlEvents(EventBackend):
         if seen.torn:
             os.ftruncate(fd, seen.end)
             os.fsync(fd)
-        _write_batch(fd, path, data, seen.end)
+        write_batch(fd, path, data, seen.end)
         if seen.header is None:
             fsync_dir(self._dir)
-            header_seen, head = header, data[:PROBE]
-        else:
-            header_seen, head = seen.header, seen.head
-        next_seq = events[-1].seq + 1
+        header_len = 0 if new_header is None else len(new_header)
+        seqs = range(events[0].seq, events[-1].seq + 1)
         st = os.fstat(fd)
-        end = seen.end + len(data)
-        tail = (seen.tail + data[-PROBE:])[-PROBE:]
-        offsets = seen.offsets
-        if -(-events[0].seq // INDEX_EVERY) * INDEX_EVERY < next_seq:  # a multiple in it
-            lines_at = end - len(data) + (0 if new_header is None else len(new_header))
-            lines = data if new_header is None else data[len(new_header) :]
-            offsets += tuple(batch_offsets(lines, events[0].seq, lines_at))
-        written = LogState(
-            st.st_dev,
-            st.st_ino,
-            end,
-            st.st_mtime_ns,
-            header_seen,
-            next_seq,
-            end,
-            head,
-            tail,
-            offsets,
-        )
+        written = seen.appended(st, header, data, header_len, seqs)
         self._states.remember(session_id, written, st)
-        return next_seq
-
-    def _catch_up(
-        self, fd: int, session_id: str, st: os.stat_result
-    ) -> tuple[LogState, Sequence[SessionEvent]]:
-        """The log's state, under its lock (shared or exclusive), and the committed
-        events parsed to learn it, which are the last ones before its next seq; ``st``
-        describes the file open as ``fd``.
-
-        Against the state remembered from this process's last look: if the file is the
-        same and unchanged, nothing is read; if it only grew, just the bytes after the
-        committed end are parsed; otherwise the whole log is.
-        """
-        before = self._states.get(session_id)
-        if before is not None and before.unchanged(st):
-            return before, []
-        if before is None or not before.continues(fd, st):
-            raw = read_all(fd)
-            log = parse_log(session_id, raw, self._file(session_id))
-            seen = LogState.parsed_whole(st, log, raw, len(raw))
-            self._states.remember(session_id, seen, st)
-            return seen, log.events
-        raw = _read_from(fd, before.end) if st.st_size > before.end else b""
-        line = before.next_seq + 2  # the header and one line per event come before
-        parsed, cut, found = parse_batches(session_id, raw, 0, before.next_seq, line)
-        offsets = before.offsets
-        if found:
-            offsets += tuple(before.end + offset for offset in found)
-        seen = LogState(
-            st.st_dev,
-            st.st_ino,
-            before.end + len(raw),
-            st.st_mtime_ns,
-            before.header,
-            before.next_seq + len(parsed),
-            before.end + cut,
-            before.head,
-            (before.tail + raw[max(0, cut - PROBE) : cut])[-PROBE:],
-            offsets,
-        )
-        self._states.remember(session_id, seen, st)
-        return seen, parsed
+        return seqs.stop
 
     def _own(self) -> None:
         """In a forked child, forget the parent's states and close the copies of the
         descriptors it kept open (the parent's own stay open, and unlocked)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._held_lock = threading.Lock()
             self._states = LogStates()
-            _close_held(self._held)
-            # The parent's leases stay the parent's: closing the child's copies of the
-            # descriptors leaves its locks in place.
-            self._lease_lock = threading.Lock()
-            _close_leases(self._leases_held)
+            self._pool.forked()
+            self._lease_files.forked()
 
     def read(
         self,
@@ -469,30 +309,11 @@ class JsonlEvents(EventBackend):
     def _read_range(
         self, session_id: str, path: Path, from_seq: int, limit: int | None
     ) -> tuple[SessionHeader, list[SessionEvent]]:
-        """The header and the committed events ``[from_seq, from_seq + limit)``, under a
-        shared lock: what the log holds beyond the state remembered is validated first
-        (all of it when nothing is remembered), then the events are read from the
-        nearest indexed line at or before ``from_seq``."""
-        fd = _open_log(session_id, path, os.O_RDONLY)
+        """See :meth:`LogStates.read_range`; under a shared lock."""
+        fd = open_log(session_id, path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
-            for _ in range(2):
-                state, parsed = self._catch_up(fd, session_id, os.fstat(fd))
-                if state.header is None:
-                    raise SessionNotFoundError(session_id)
-                stop = state.next_seq if limit is None else min(state.next_seq, from_seq + limit)
-                if from_seq >= stop:
-                    return state.header, []
-                first_parsed = state.next_seq - len(parsed)
-                if from_seq >= first_parsed:
-                    return state.header, list(parsed[from_seq - first_parsed : stop - first_parsed])
-                found = _read_indexed(fd, state, from_seq, stop - from_seq)
-                if found is not None:
-                    return state.header, found
-                # The validated bytes are not what they were (rewritten in place without
-                # a change of size or mtime): validate the log whole again.
-                self._states.forget(session_id)
-            raise StoreUnavailableError(f"{path} kept changing during a read")
+            return self._states.read_range(fd, session_id, from_seq, limit, os.fspath(path))
         finally:
             os.close(fd)
 
@@ -500,49 +321,17 @@ class JsonlEvents(EventBackend):
 
     renews_leases = False
 
-    def _lease_path(self, session_id: str) -> Path:
-        return self._lease_dir / (encode_name(session_id) + LEASE_SUFFIX)
-
     def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
         self._own()
-        path = self._lease_path(session_id)
-        with os_errors(path), self._lease_lock:
-            held = self._leases_held.get(session_id)
-            if held is not None:
-                return held[0] == owner
-            self._check_dirs(self._lease_dir)
-            make_dirs(self._lease_dir)
-            fd = open_file(path, os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            except BaseException:
-                os.close(fd)
-                raise
-            self._leases_held[session_id] = (owner, fd)
-            return True
+        return self._lease_files.acquire(session_id, owner)
 
     def release_lease(self, session_id: str, owner: str) -> None:
         self._own()
-        with self._lease_lock:
-            held = self._leases_held.get(session_id)
-            if held is None or held[0] != owner:
-                return
-            del self._leases_held[session_id]
-        with suppress(OSError):
-            os.close(held[1])  # closing releases the lock
+        self._lease_files.release(session_id, owner)
 
     def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
         self._own()
-        held = self._leases_held.get(session_id)
-        if held is not None:
-            return held[0] != owner
-        path = self._lease_path(session_id)
-        with os_errors(path):
-            self._check_dirs(self._lease_dir)
-            return locked_elsewhere(path)
+        return self._lease_files.busy(session_id, owner)
 
     # --- metadata: the header line and the last committed line -----------------------
 
@@ -551,9 +340,9 @@ class JsonlEvents(EventBackend):
         path = self._file(session_id)
         with os_errors(path):
             self._check_dirs()
-            fd = _open_log(session_id, path, os.O_RDONLY)
+            fd = open_log(session_id, path, os.O_RDONLY)
             try:
-                line = _first_line(fd)
+                line = first_line(fd)
                 if line is None:
                     raise SessionNotFoundError(session_id)
                 header, ttl_ms = parse_header_line(session_id, line, path)
@@ -561,47 +350,16 @@ class JsonlEvents(EventBackend):
                     raise CorruptLogError(
                         session_id, f"the header names session {header.id!r}", line=1
                     )
-                return self._info(session_id, fd, header, ttl_ms, len(line) + 1)
+                start = len(line) + 1
+                return log_info(session_id, fd, header, ttl_ms, start, self.lease_busy)
             finally:
                 os.close(fd)
-
-    def _info(
-        self, session_id: str, fd: int, header: SessionHeader, ttl_ms: int | None, start: int
-    ) -> SessionInfo:
-        st = os.fstat(fd)
-        next_seq, last_time = _last_committed(fd, start, st.st_size)
-        expires_at = None if ttl_ms is None else st.st_mtime_ns // 1_000_000 + ttl_ms
-        busy = self.lease_busy(session_id)
-        return SessionInfo(header, next_seq, last_time, expires_at, busy)
 
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every log :meth:`list` lists."""
         with os_errors(self._dir):
             self._check_dirs()
-            try:
-                names = os.listdir(self._dir)
-            except FileNotFoundError:
-                return []
-            found = []
-            for name in names:
-                if not name.endswith(LOG_SUFFIX):
-                    continue
-                path = self._dir / name
-                try:
-                    fd = open_file(path, os.O_RDONLY)
-                except (FileNotFoundError, PermissionError):
-                    continue
-                except UnsafePathError as exc:
-                    logger.warning("sessionstore: list skips %s: %s", path, exc)
-                    continue
-                try:
-                    listed = _listed_header(path, fd)
-                    if listed is not None:
-                        start = len(_first_line(fd) or b"") + 1
-                        found.append(self._info(listed[0].id, fd, *listed, start))
-                finally:
-                    os.close(fd)
-            return found
+            return list_infos(self._dir, self.lease_busy)
 
     def list(self) -> list[SessionHeader]:
         """Headers read from the first line of each log; logs without a complete header
@@ -610,62 +368,14 @@ class JsonlEvents(EventBackend):
         and files that cannot be read."""
         with os_errors(self._dir):
             self._check_dirs()
-            try:
-                names = os.listdir(self._dir)
-            except FileNotFoundError:
-                return []
-            headers = []
-            for name in names:
-                if name.endswith(LOG_SUFFIX):
-                    try:
-                        found = _read_listed_header(self._dir / name)
-                    except (PermissionError, UnsafePathError) as exc:
-                        logger.warning("sessionstore: list skips %s: %s", self._dir / name, exc)
-                        continue
-                    if found is not None:
-                        headers.append(found[0])
-            return headers
+            return list_headers(self._dir)
 
     def prune(self, now_ms: int) -> int:
         """Remove every log whose header has a ``ttl_ms`` and whose mtime is at least
         that long before ``now_ms``; logs without a complete or readable header stay."""
         with os_errors(self._dir):
             self._check_dirs()
-            try:
-                names = os.listdir(self._dir)
-            except FileNotFoundError:
-                return 0
-            return sum(
-                self._prune_one(self._dir / name, now_ms)
-                for name in names
-                if name.endswith(LOG_SUFFIX)
-            )
-
-    def _prune_one(self, path: Path, now_ms: int) -> bool:
-        """Remove the log at ``path`` if it has expired by ``now_ms``; whether it was."""
-        try:
-            fd = _open_existing(path)
-        except UnsafePathError:
-            return False  # never pruned: it is not a log the store made
-        if fd is None:
-            return False
-        try:
-            # Under the lock no append is half done, and the mtime is the last one's.
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if not _still_named(fd, path):
-                return False
-            found = _listed_header(path, fd)
-            if found is None:
-                return False
-            header, ttl_ms = found
-            if ttl_ms is None or os.fstat(fd).st_mtime_ns // 1_000_000 + ttl_ms > now_ms:
-                return False
-            self._drop(header.id)
-            os.unlink(path)
-            fsync_dir(self._dir)
-            return True
-        finally:
-            os.close(fd)
+            return prune_logs(self._dir, now_ms, self._drop)
 
     @contextmanager
     def _exclusive(self, session_id: str, path: Path, doing: str) -> Iterator[int]:
@@ -675,11 +385,11 @@ class JsonlEvents(EventBackend):
         with os_errors(path):
             self._check_dirs()
             for _ in range(_REOPEN_ATTEMPTS):
-                fd = _open_log(session_id, path, os.O_RDONLY)
+                fd = open_log(session_id, path, os.O_RDONLY)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
-                    if _still_named(fd, path):
-                        if _first_line(fd) is None:
+                    if still_named(fd, path):
+                        if first_line(fd) is None:
                             raise SessionNotFoundError(session_id)
                         yield fd
                         return
@@ -696,9 +406,9 @@ class JsonlEvents(EventBackend):
 
     def stored_bytes(self, session_id: str) -> int:
         path = self._path(session_id)
-        fd = _open_log(session_id, path, os.O_RDONLY)
+        fd = open_log(session_id, path, os.O_RDONLY)
         try:
-            if _first_line(fd) is None:
+            if first_line(fd) is None:
                 raise SessionNotFoundError(session_id)
             return os.fstat(fd).st_size
         finally:
@@ -724,7 +434,7 @@ class JsonlEvents(EventBackend):
     def _load(self, session_id: str, path: Path, *, repair: bool) -> ParsedLog:
         """Parse the log under a shared lock or, to repair, under the exclusive lock,
         cutting off its torn tail durably; remember its state for the next append."""
-        fd = _open_log(session_id, path, os.O_RDWR if repair else os.O_RDONLY)
+        fd = open_log(session_id, path, os.O_RDWR if repair else os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
             raw = read_all(fd)
@@ -741,203 +451,5 @@ class JsonlEvents(EventBackend):
             os.close(fd)
 
 
-# --- reading and writing the file -------------------------------------------------------
-
-
 def _no_events(first: int, last: int) -> list[bytes]:
     return []
-
-
-def _open_existing(path: str | Path) -> int | None:
-    """``path`` opened for reading, or None when there is no such file (see
-    :func:`.open_file`)."""
-    try:
-        return open_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-
-
-def _open_log(session_id: str, path: str | Path, flags: int) -> int:
-    """The log at ``path`` opened with ``flags`` (see :func:`.open_file`);
-    :class:`SessionNotFoundError` if absent."""
-    try:
-        return open_file(path, flags)
-    except FileNotFoundError:
-        raise SessionNotFoundError(session_id) from None
-
-
-def _read_indexed(fd: int, state: LogState, from_seq: int, count: int) -> list[SessionEvent] | None:
-    """The ``count`` committed events from ``from_seq`` of the validated log ``state``,
-    read from the nearest indexed line at or before it; None when the file no longer
-    holds them there."""
-    index = min(from_seq // INDEX_EVERY, len(state.offsets) - 1)
-    start = state.offsets[index]
-    skip = from_seq - index * INDEX_EVERY
-    wanted = skip + count
-    # The mean line length of the log sizes the first read; more follows if it was short.
-    mean = (state.end - state.offsets[0]) / max(1, state.next_seq)
-    step = int(mean * wanted * 1.125) + 1024
-    chunks: list[bytes] = []
-    lines, pos = 0, start
-    while lines < wanted and pos < state.end:
-        chunk = os.pread(fd, min(step, state.end - pos), pos)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        lines += chunk.count(b"\n")
-        pos += len(chunk)
-    return parse_range(b"".join(chunks), skip, count, from_seq)
-
-
-def _read_from(fd: int, offset: int) -> bytes:
-    """Everything in the file open as ``fd`` from ``offset`` on."""
-    chunks: list[bytes] = []
-    while chunk := os.pread(fd, max(_CHUNK, os.fstat(fd).st_size - offset), offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def _write_batch(fd: int, path: str, data: bytes, end: int) -> None:
-    """One ``write`` and an fsync; on failure the file is cut back to ``end`` if possible,
-    so a failed append leaves no torn tail behind."""
-    try:
-        written = os.write(fd, data)
-        if written == len(data):
-            os.fsync(fd)
-            return
-    except OSError as exc:
-        _cut_back(fd, end)
-        raise store_error(exc, path) from exc
-    _cut_back(fd, end)
-    raise StoreUnavailableError(
-        f"file store unavailable at {path}: wrote {written} of {len(data)} bytes (disk full?)"
-    )
-
-
-def _cut_back(fd: int, end: int) -> None:
-    try:
-        os.ftruncate(fd, end)
-        os.fsync(fd)
-    except OSError:
-        pass  # the reader leaves an unfinished batch out anyway
-
-
-def _read_listed_header(path: Path) -> tuple[SessionHeader, int | None] | None:
-    fd = _open_existing(path)
-    if fd is None:
-        return None
-    try:
-        return _listed_header(path, fd)
-    finally:
-        os.close(fd)
-
-
-def _listed_header(path: Path, fd: int) -> tuple[SessionHeader, int | None] | None:
-    """The header and ``ttl_ms`` of the log open as ``fd``; None without a complete
-    header line, and (with a warning logged) for an unreadable one or one that names
-    another session than the file does."""
-    line = _first_line(fd)
-    if line is None:
-        return None
-    try:
-        header, ttl_ms = parse_header_line(path.name, line, os.fspath(path))
-    except (CorruptLogError, UnsupportedVersionError) as exc:
-        logger.warning("sessionstore: skipping the log %s: %s", path, exc)
-        return None
-    if encode_name(header.id) + LOG_SUFFIX != path.name:
-        logger.warning(
-            "sessionstore: skipping the log %s: its header names session %s",
-            path,
-            short_repr(header.id),
-        )
-        return None
-    return header, ttl_ms
-
-
-def _named_stat(path: str, log: _Held) -> os.stat_result | None:
-    """The ``stat`` of ``path`` if it still names the file open as ``log`` (not unlinked
-    or replaced), else None. An open descriptor keeps its inode from being reused, so
-    equal (``dev``, ``ino``) prove it is the same file."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return st if st.st_ino == log.ino and st.st_dev == log.dev else None
-
-
-def _discard(fd: int) -> None:
-    """Unlock (a forked child may share the descriptor's lock) and close ``fd``."""
-    with suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    with suppress(OSError):
-        os.close(fd)
-
-
-def _close_leases(held: dict[str, tuple[str, int]]) -> None:
-    """Close the lease descriptors of ``held`` (releasing their locks) and forget them."""
-    fds = [fd for _, fd in held.values()]
-    held.clear()
-    for fd in fds:
-        with suppress(OSError):
-            os.close(fd)
-
-
-def _last_committed(fd: int, start: int, size: int) -> tuple[int, int | None]:
-    """(next seq, time of the last committed event) of a log whose events start at
-    offset ``start``, read backwards from its end: the last complete line that ends its
-    batch is the last committed event; what follows it is a torn tail. (0, None) for a
-    log without events. Lines that do not parse are passed over (``read`` judges them)."""
-    pos, carry, ended = size, b"", False
-    while pos > start:
-        step = min(_CHUNK, pos - start)
-        pos -= step
-        carry = os.pread(fd, step, pos) + carry
-        if not ended:
-            cut = carry.rfind(b"\n")
-            if cut < 0:
-                continue
-            carry, ended = carry[: cut + 1], True
-        lines = carry.split(b"\n")
-        complete = lines[1:-1] if pos > start else lines[:-1]
-        for line in reversed(complete):
-            try:
-                record, batch_end = parse_event(line)
-            except MalformedLine:
-                continue
-            if record["seq"] == batch_end:
-                return batch_end + 1, record["time"]
-        carry = lines[0] + b"\n" if pos > start else b""
-    return 0, None
-
-
-def _close_held(held: dict[str, _Held]) -> None:
-    """Close every log of ``held``, kept open and unlocked, and forget them."""
-    logs = list(held.values())
-    held.clear()
-    for log in logs:
-        with suppress(OSError):
-            os.close(log.fd)
-
-
-def _still_named(fd: int, path: Path) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (not unlinked or replaced)."""
-    try:
-        named = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _first_line(fd: int) -> bytes | None:
-    """The first line without its newline, or None when it is not complete."""
-    data = b""
-    while True:
-        chunk = os.pread(fd, _CHUNK, len(data))
-        if not chunk:
-            return None
-        cut = chunk.find(b"\n")
-        if cut >= 0:
-            return data + chunk[:cut]
-        data += chunk

@@ -1,20 +1,49 @@
-"""What a :class:`~.jsonl.JsonlEvents` remembers of the logs it validated, per process: a
-:class:`LogState` per log, kept by :class:`LogStates`.
+"""What a :class:`~.jsonl.JsonlEvents` remembers of the logs it validated, per process (a
+:class:`LogState` per log, kept by :class:`LogStates`), how it brings that up to date
+with a log's file (:meth:`LogStates.catch_up`), and the reads that rest on it
+(:meth:`LogStates.read_range`).
 
-A state is trusted only for the file it was seen in: the same (``dev``, ``ino``), and
-either unchanged (same size and mtime) or only grown, its committed bytes at the start
-and before the committed end still as they were (:meth:`LogState.continues`). Anything
-else is parsed whole again. So the bytes of a log are validated once, when first read
-or appended to, and again only after the file changed in another way than growing.
+A state holds a log's file identity, size, mtime, header, next seq, where the committed
+events end, and a sparse index: the offset of the line of every 64th event. Appends and
+reads without repair (``read_from``, ``iter_events``, ``follow``) share it. A state is
+trusted only for the file it was seen in: the same (``dev``, ``ino``), and either
+unchanged (same size and mtime) or only grown, its committed bytes at the start and
+before the committed end still as they were (:meth:`LogState.continues`). A log whose
+file is unchanged since is not read again; one that only grew has just its new bytes
+parsed (other writers' batches, or a torn tail); any other change, or a log not seen
+yet, is parsed whole. Then a read seeks to the indexed line at or before ``from_seq``
+and parses only the lines it returns, so it costs what it returns once the log is
+validated.
+
+The rule for damage: every byte a read or an append depends on has been validated once
+in this process, so damage anywhere in a log is found by the first read of it (whatever
+its ``from_seq``) and damage in bytes appended later by the first read or append after
+them; a line read from the index that no longer parses, or holds another seq, makes the
+read parse the log whole again rather than return it. Bytes changed in place after they
+were validated are found when the file's size or mtime shows the change without a plain
+growth (the log is then parsed whole) or when a read parses the changed line. A ``read``
+with ``repair`` (``load``) always parses the whole log. An append's seq decision rests
+on the committed end it has validated.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..models import SessionHeader
-from .jsonl_format import ParsedLog
+from ..errors import SessionNotFoundError, StoreUnavailableError
+from ..models import SessionEvent, SessionHeader
+from .fsutil import read_all
+from .jsonl_format import (
+    INDEX_EVERY,
+    ParsedLog,
+    batch_offsets,
+    parse_batches,
+    parse_log,
+    parse_range,
+)
+from .jsonl_io import read_from
 
 #: How many committed bytes at the start and before the end of a log identify it.
 PROBE = 256
@@ -58,6 +87,73 @@ class LogState:
             raw[max(0, log.end - PROBE) : log.end],
             log.offsets,
         )
+
+    def appended(
+        self,
+        st: os.stat_result,
+        header: SessionHeader | None,
+        data: bytes,
+        header_len: int,
+        seqs: range,
+    ) -> LogState:
+        """The state once ``data`` was written at the committed end (the torn tail cut
+        off), the file now described by ``st``: a header line of ``header_len`` bytes
+        for ``header`` when the log had none (else 0 bytes, ``header`` unused), then the
+        lines of the events of ``seqs``."""
+        first, next_seq = seqs.start, seqs.stop
+        end = self.end + len(data)
+        if self.header is not None:
+            header, head = self.header, self.head
+        else:
+            head = data[:PROBE]
+        offsets = self.offsets
+        if -(-first // INDEX_EVERY) * INDEX_EVERY < next_seq:  # a multiple in the batch
+            offsets += tuple(batch_offsets(data[header_len:], first, self.end + header_len))
+        tail = (self.tail + data[-PROBE:])[-PROBE:]
+        return LogState(
+            st.st_dev, st.st_ino, end, st.st_mtime_ns, header, next_seq, end, head, tail, offsets
+        )
+
+    def grown(
+        self, st: os.stat_result, raw: bytes, parsed: int, cut: int, found: list[int]
+    ) -> LogState:
+        """The state once the bytes ``raw`` after the committed end were parsed: ``parsed``
+        committed events ending ``cut`` bytes into ``raw``, ``found`` the offsets of
+        their indexed lines in it; the file is described by ``st``."""
+        return LogState(
+            st.st_dev,
+            st.st_ino,
+            self.end + len(raw),
+            st.st_mtime_ns,
+            self.header,
+            self.next_seq + parsed,
+            self.end + cut,
+            self.head,
+            (self.tail + raw[max(0, cut - PROBE) : cut])[-PROBE:],
+            self.offsets + tuple(self.end + offset for offset in found),
+        )
+
+    def read_indexed(self, fd: int, from_seq: int, count: int) -> list[SessionEvent] | None:
+        """The ``count`` committed events from ``from_seq`` of this log open as ``fd``,
+        read from the nearest indexed line at or before it; None when the file no longer
+        holds them there."""
+        index = min(from_seq // INDEX_EVERY, len(self.offsets) - 1)
+        start = self.offsets[index]
+        skip = from_seq - index * INDEX_EVERY
+        wanted = skip + count
+        # The mean line length of the log sizes the first read; more follows if it was short.
+        mean = (self.end - self.offsets[0]) / max(1, self.next_seq)
+        step = int(mean * wanted * 1.125) + 1024
+        chunks: list[bytes] = []
+        lines, pos = 0, start
+        while lines < wanted and pos < self.end:
+            chunk = os.pread(fd, min(step, self.end - pos), pos)
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            lines += chunk.count(b"\n")
+            pos += len(chunk)
+        return parse_range(b"".join(chunks), skip, count, from_seq)
 
     @property
     def torn(self) -> bool:
@@ -115,3 +211,55 @@ class LogStates:
 
     def forget(self, session_id: str) -> None:
         self._states.pop(session_id, None)
+
+    def catch_up(
+        self, fd: int, session_id: str, st: os.stat_result, where: str
+    ) -> tuple[LogState, Sequence[SessionEvent]]:
+        """The state of the log at ``where``, open as ``fd`` under its lock (shared or
+        exclusive) and described by ``st``, and the committed events parsed to learn it,
+        which are the last ones before its next seq.
+
+        Against the state remembered from this process's last look: if the file is the
+        same and unchanged, nothing is read; if it only grew, just the bytes after the
+        committed end are parsed; otherwise the whole log is.
+        """
+        before = self._states.get(session_id)
+        if before is not None and before.unchanged(st):
+            return before, []
+        if before is None or not before.continues(fd, st):
+            raw = read_all(fd)
+            log = parse_log(session_id, raw, where)
+            seen = LogState.parsed_whole(st, log, raw, len(raw))
+            self.remember(session_id, seen, st)
+            return seen, log.events
+        raw = read_from(fd, before.end) if st.st_size > before.end else b""
+        line = before.next_seq + 2  # the header and one line per event come before
+        parsed, cut, found = parse_batches(session_id, raw, 0, before.next_seq, line)
+        seen = before.grown(st, raw, len(parsed), cut, found)
+        self.remember(session_id, seen, st)
+        return seen, parsed
+
+    def read_range(
+        self, fd: int, session_id: str, from_seq: int, limit: int | None, where: str
+    ) -> tuple[SessionHeader, list[SessionEvent]]:
+        """The header and the committed events ``[from_seq, from_seq + limit)`` of the
+        log at ``where``, open as ``fd`` under a lock: what the log holds beyond the state
+        remembered is validated first (all of it when nothing is remembered), then the
+        events are read from the nearest indexed line at or before ``from_seq``."""
+        for _ in range(2):
+            state, parsed = self.catch_up(fd, session_id, os.fstat(fd), where)
+            if state.header is None:
+                raise SessionNotFoundError(session_id)
+            stop = state.next_seq if limit is None else min(state.next_seq, from_seq + limit)
+            if from_seq >= stop:
+                return state.header, []
+            first_parsed = state.next_seq - len(parsed)
+            if from_seq >= first_parsed:
+                return state.header, list(parsed[from_seq - first_parsed : stop - first_parsed])
+            found = state.read_indexed(fd, from_seq, stop - from_seq)
+            if found is not None:
+                return state.header, found
+            # The validated bytes are not what they were (rewritten in place without a
+            # change of size or mtime): validate the log whole again.
+            self.forget(session_id)
+        raise StoreUnavailableError(f"{where} kept changing during a read")

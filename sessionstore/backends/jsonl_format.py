@@ -31,6 +31,10 @@ from ..models import (
     events_from_records,
 )
 
+#: The folder of a namespace's logs, and the suffix of each log's file name (the
+#: session id encoded by :func:`.encode_name`).
+LOGS_DIR = "logs"
+LOG_SUFFIX = ".jsonl"
 #: The header-line key holding a session's retention in ms (absent: none).
 TTL_FIELD = "ttl_ms"
 #: The offset index holds the line of every event whose seq is a multiple of this.

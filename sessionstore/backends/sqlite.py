@@ -3,7 +3,7 @@ for the values and the event logs of every namespace.
 
 Each operation is one transaction; every read-compare-write starts with
 ``BEGIN IMMEDIATE``, so concurrent processes serialise on SQLite's write lock instead
-of interleaving. The file layout is described in :mod:`.sqlite_db`; the event logs
+of interleaving. The file layout is described in :mod:`.sqlite_schema`; the event logs
 live in :mod:`.sqlite_events`.
 """
 

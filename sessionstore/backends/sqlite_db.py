@@ -1,25 +1,11 @@
-"""The SQLite file behind ``sqlite://`` stores: URL, schema, connections and error mapping.
+"""The SQLite file behind ``sqlite://`` stores: its URL and its connections.
 
 One database file holds the values and the event logs of every namespace; each table
 has a ``namespace`` column and every statement filters on it. The file runs in WAL
 mode with ``synchronous=FULL``, so a committed transaction survives a power loss.
 
-========================  =================================================================
-table                     rows
-========================  =================================================================
-``kv_values``             one plain value per key: ``when_ms``, msgpack ``payload``,
-                          ``expires_at`` (NULL: never)
-``kv_history``            one version per (key, ``when_ms``); ``payload`` NULL = a clear;
-                          the newest version's ``expires_at`` is the whole history's
-``log_sessions``          one header per session, ``next_seq`` (committed last), the
-                          retention ``ttl_ms`` and ``expires_at`` (NULL: never)
-``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
-``log_leases``            the live writer's lease of a session: its ``owner`` token and
-                          ``expires_at``; removed when the writer closes
-``kv_compute_leases``     the lease of ``get_or_compute`` on the version of a key at
-                          ``when_ms``: its holder's ``token`` and ``expires_at``; removed
-                          when the holder is done
-========================  =================================================================
+The tables and their migrations are :mod:`.sqlite_schema`, the mapping of driver errors
+:mod:`.sqlite_errors`.
 
 A file this process may not write (its mode, its folder's, a read-only file system or an
 immutable file: ``os.access``) is opened read-only (``?mode=ro``): listings, loads and
@@ -28,10 +14,6 @@ the ``-shm`` file; when SQLite can neither open nor create it, the file is opene
 ``immutable=1``, as SQLite documents for read-only WAL databases (it then must not change
 while open: no process can write it either, short of changing its permissions). A
 read-only file must already have this library's current schema (it cannot be migrated).
-
-An event row at or past its session's ``next_seq`` is a torn tail, never part of the log.
-Expiry times are wall-clock epoch ms. ``PRAGMA user_version`` is the schema version: a
-file of an older version is migrated (columns added) by the first connection to open it.
 """
 
 from __future__ import annotations
@@ -40,112 +22,25 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+from .. import forksafe
 from ..errors import (
     AccessDeniedError,
-    CorruptLogError,
     DurabilityError,
     InvalidArgumentError,
-    SessionStoreError,
     StoreUnavailableError,
 )
 from ..urls import mask_url, query_names, reject_unknown_params
-from .fsutil import BAD_PATH_ERRNOS, local_path
+from .fsutil import local_path
+from .sqlite_errors import DRIVER_ERRORS, rollback, translate
+from .sqlite_schema import SCHEMA_VERSION, ensure_schema, snapshot_schema_version
 
-#: Written to ``PRAGMA user_version`` when the tables are created or migrated.
-SCHEMA_VERSION = 4
 #: Seconds a statement waits for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 10.0
-
-_KEY_COLUMNS = """
-    namespace TEXT NOT NULL,
-    symbol TEXT NOT NULL,
-    strategy TEXT NOT NULL,
-    exchange TEXT NOT NULL,
-    frame TEXT NOT NULL,
-    mode TEXT NOT NULL"""
-
-_COMPUTE_LEASES = f"""CREATE TABLE IF NOT EXISTS kv_compute_leases ({_KEY_COLUMNS},
-    when_ms INTEGER NOT NULL,
-    token TEXT NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode, when_ms)
-) WITHOUT ROWID"""
-
-# The log columns carry no NOT NULL / type constraints on purpose: a damaged row must
-# still be readable so that it is reported as CorruptLogError, not as a driver error.
-# log_events keeps its rowid although its primary key is then a separate index: a
-# WITHOUT ROWID table keeps at most about a quarter of a page of each row in its b-tree
-# (a rowid table nearly a whole page), and events of a few KB would overflow.
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS kv_values ({_KEY_COLUMNS},
-    when_ms INTEGER NOT NULL,
-    payload BLOB NOT NULL,
-    expires_at INTEGER,
-    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS kv_history ({_KEY_COLUMNS},
-    when_ms INTEGER NOT NULL,
-    payload BLOB,
-    expires_at INTEGER,
-    PRIMARY KEY (namespace, symbol, strategy, exchange, frame, mode, when_ms)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_sessions (
-    namespace TEXT NOT NULL,
-    id TEXT NOT NULL,
-    version INTEGER,
-    created_at INTEGER,
-    cwd TEXT,
-    parent_id TEXT,
-    fork_seq INTEGER,
-    next_seq INTEGER,
-    ttl_ms INTEGER,
-    expires_at INTEGER,
-    PRIMARY KEY (namespace, id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_events (
-    namespace TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT,
-    time INTEGER,
-    data TEXT,
-    event_id TEXT,
-    PRIMARY KEY (namespace, session_id, seq)
-);
-CREATE TABLE IF NOT EXISTS log_leases (
-    namespace TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (namespace, session_id)
-) WITHOUT ROWID;
-{_COMPUTE_LEASES};
-"""
-
-#: The statements that bring a file of schema version ``n`` to ``n + 1``, by ``n``.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        "ALTER TABLE kv_values ADD COLUMN expires_at INTEGER",
-        "ALTER TABLE kv_history ADD COLUMN expires_at INTEGER",
-        "ALTER TABLE log_sessions ADD COLUMN ttl_ms INTEGER",
-        "ALTER TABLE log_sessions ADD COLUMN expires_at INTEGER",
-    ),
-    2: (
-        "CREATE TABLE IF NOT EXISTS log_leases (namespace TEXT NOT NULL,"
-        " session_id TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL,"
-        " PRIMARY KEY (namespace, session_id)) WITHOUT ROWID",
-    ),
-    3: (_COMPUTE_LEASES,),
-}
-
-#: The tables every schema version has: a file holding them is ours.
-_TABLES = frozenset({"kv_values", "kv_history", "log_sessions", "log_events"})
 
 _USAGE = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
 
@@ -177,7 +72,6 @@ def database_path(url: str) -> Path:
 # Connections a forked child inherited: SQLite must neither use nor close them there,
 # so they are kept referenced until the process ends.
 _INHERITED: list[sqlite3.Connection] = []
-_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 class Database:
@@ -185,7 +79,10 @@ class Database:
 
     Every thread gets its own connection and a forked child opens fresh ones; no
     connection ever crosses a thread boundary mid-use or a process boundary at all.
-    The directory, the file and the tables are created on first use.
+    The directory, the file and the tables are created on first use. Before a fork the
+    forking thread's idle connection is closed, and the child gets new locks (another
+    thread may have held one at the fork: in the child nobody would release it); see
+    :mod:`sessionstore.forksafe`.
     """
 
     def __init__(self, path: Path, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -200,7 +97,8 @@ class Database:
         self._pid = os.getpid()
         self._generation = 0
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
-        _DATABASES.add(self)
+        forksafe.renew_locks(self, "_lock", "writing")
+        forksafe.before_fork(self, "close_idle_before_fork")
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection, opened (and the schema created) on first use."""
@@ -250,7 +148,7 @@ class Database:
         try:
             # First, before anything that writes (the WAL switch included): a file that is
             # not ours, or of a newer schema, must be left exactly as it was.
-            version = self._snapshot_schema_version(conn)
+            version = snapshot_schema_version(conn, self.path)
             mode = self._switch_to_wal(conn)
             if str(mode).lower() != "wal":
                 raise DurabilityError(
@@ -258,7 +156,7 @@ class Database:
                 )
             conn.execute("PRAGMA synchronous=FULL")
             if version != SCHEMA_VERSION:
-                self._ensure_schema(conn)
+                ensure_schema(conn, self.path)
         except BaseException:
             conn.close()
             raise
@@ -275,7 +173,7 @@ class Database:
                 uri, uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
             try:
-                version = self._snapshot_schema_version(conn)
+                version = snapshot_schema_version(conn, self.path)
             except sqlite3.OperationalError as exc:
                 conn.close()
                 if (exc.sqlite_errorcode & 0xFF) != sqlite3.SQLITE_CANTOPEN:
@@ -294,15 +192,6 @@ class Database:
             return conn
         raise AccessDeniedError(f"SQLite database {self.path} is read-only and cannot be opened")
 
-    def _snapshot_schema_version(self, conn: sqlite3.Connection) -> int:
-        """:meth:`_schema_version` read in one read transaction: another process creating
-        the schema at this moment is seen before or after, never half way."""
-        conn.execute("BEGIN")
-        try:
-            return self._schema_version(conn)
-        finally:
-            _rollback(conn)
-
     def _switch_to_wal(self, conn: sqlite3.Connection) -> object:
         """``PRAGMA journal_mode=WAL``, retried while another process holds the lock it
         needs (SQLite does not wait on its busy timeout for it), up to ``timeout``."""
@@ -315,56 +204,6 @@ class Database:
                 if "locked" not in str(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(0.01)
-
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the tables of a new file, or migrate those of an older schema version,
-        in one transaction."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Read again under the write lock: another process may have just done it.
-            version = self._schema_version(conn)
-            if version == SCHEMA_VERSION:
-                conn.execute("COMMIT")
-                return
-            if version == 0:
-                # executescript would COMMIT first; run the statements one by one instead.
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            else:
-                for step in range(version, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[step]:
-                        conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
-
-    def _schema_version(self, conn: sqlite3.Connection) -> int:
-        """The file's schema version: 0 for an empty file (no schema, ``user_version`` 0),
-        else that of a file holding this library's tables. Reads only.
-
-        Raises :class:`InvalidArgumentError` for any other file (another application's
-        database) and :class:`StoreUnavailableError` for a schema version this library
-        cannot read; neither is changed.
-        """
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
-        empty = version == 0 and not names
-        if not empty and not (isinstance(version, int) and version > 0 and names >= _TABLES):
-            shown = ", ".join(sorted(names)[:8]) or "none"
-            raise InvalidArgumentError(
-                f"SQLite database {self.path} is not a sessionstore database (user_version "
-                f"{version!r:.20}, tables: {shown:.300}); it was left unchanged: point "
-                "sqlite:/// at a new file or one sessionstore created"
-            )
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailableError(
-                f"SQLite database {self.path} has schema version {version}; "
-                f"this sessionstore reads version {SCHEMA_VERSION}"
-            )
-        return int(version)
 
     def guard(self, subject: str) -> Guard:
         """This thread's connection (autocommit: each statement is its own transaction),
@@ -397,11 +236,6 @@ class Database:
             conn.close()
         local.conn = None
 
-    def reset_lock(self) -> None:
-        """Replace the locks; only for a forked child, where no other thread exists."""
-        self._lock = threading.Lock()
-        self.writing = threading.Lock()
-
     def close(self) -> None:
         """Close every connection this process opened; later use opens new ones."""
         with self._lock:
@@ -413,10 +247,6 @@ class Database:
                 _INHERITED.extend(c for _, c in self._connections)
             self._connections = []
             self._generation += 1
-
-
-#: The driver errors :func:`translate` turns into sessionstore errors.
-_DRIVER_ERRORS = (sqlite3.Error, OSError, OverflowError)
 
 
 class Guard:
@@ -434,7 +264,7 @@ class Guard:
     def __enter__(self) -> sqlite3.Connection:
         try:
             return self._db.connection()
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise translate(exc, self._subject, self._db.path) from exc
 
     def __exit__(
@@ -443,7 +273,7 @@ class Guard:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if isinstance(exc, _DRIVER_ERRORS):
+        if isinstance(exc, DRIVER_ERRORS):
             raise translate(exc, self._subject, self._db.path) from exc
 
 
@@ -480,7 +310,7 @@ class Transaction:
             conn.execute(self._begin)
         except BaseException as exc:
             self._release()
-            if isinstance(exc, _DRIVER_ERRORS):
+            if isinstance(exc, DRIVER_ERRORS):
                 raise translate(exc, self._subject, database.path) from exc
             raise
         return conn
@@ -504,12 +334,12 @@ class Transaction:
                 conn.execute("COMMIT")
                 return
             except BaseException as failed:
-                _rollback(conn)
-                if isinstance(failed, _DRIVER_ERRORS):
+                rollback(conn)
+                if isinstance(failed, DRIVER_ERRORS):
                     raise translate(failed, self._subject, self._db.path) from failed
                 raise
-        _rollback(conn)
-        if isinstance(exc, _DRIVER_ERRORS):
+        rollback(conn)
+        if isinstance(exc, DRIVER_ERRORS):
             raise translate(exc, self._subject, self._db.path) from exc
 
     def _release(self) -> None:
@@ -522,61 +352,3 @@ class Transaction:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        # A failed ROLLBACK must not hide the error that made it necessary.
-        with suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
-def _before_fork() -> None:
-    for database in list(_DATABASES):
-        database.close_idle_before_fork()
-
-
-def _after_fork_in_child() -> None:
-    # Another thread may have held a lock at the fork; in the child nobody will release it.
-    for database in list(_DATABASES):
-        database.reset_lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
-_DENIED = {sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_AUTH}
-
-
-def translate(exc: BaseException, subject: str, path: Path) -> SessionStoreError:
-    """The sessionstore error for a driver error raised while serving ``subject``."""
-    if isinstance(exc, OverflowError):
-        return InvalidArgumentError(f"{subject}: a number does not fit SQLite's 64 bits: {exc}")
-    if isinstance(exc, OSError) and exc.errno in BAD_PATH_ERRNOS:
-        return InvalidArgumentError(f"SQLite database path {path} is not usable: {exc}")
-    if isinstance(exc, PermissionError):
-        return AccessDeniedError(f"SQLite database {path}: {exc}")
-    if isinstance(exc, OSError):
-        return StoreUnavailableError(f"SQLite database {path} is unreachable: {exc}")
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = None if code is None else code & 0xFF
-    if primary in _CORRUPT:
-        return CorruptLogError(subject, f"SQLite database {path} is damaged: {exc}")
-    if primary == sqlite3.SQLITE_ERROR:
-        # Our statements are fixed, so a plain SQL error means the tables are not ours.
-        return CorruptLogError(
-            subject, f"SQLite database {path} does not have the sessionstore schema: {exc}"
-        )
-    if primary in _DENIED or (primary == sqlite3.SQLITE_CANTOPEN and _denied(path)):
-        return AccessDeniedError(f"SQLite database {path}: {exc}")
-    return StoreUnavailableError(f"SQLite database {path} is unavailable: {exc}")
-
-
-def _denied(path: Path) -> bool:
-    """Whether a failed open is explained by file permissions."""
-    if path.exists():
-        return not os.access(path, os.R_OK | os.W_OK)
-    parent = path.parent
-    return parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK)

@@ -1,5 +1,5 @@
 """Event logs of the SQLite backend: ``log_sessions`` (header, ``next_seq``) and
-``log_events`` (one row per event), in the database described in :mod:`.sqlite_db`.
+``log_events`` (one row per event), in the tables described in :mod:`.sqlite_schema`.
 
 ``next_seq`` is committed in the same transaction as the events, so a row at or past
 it can only come from outside damage; it is treated as a torn tail.
@@ -35,15 +35,16 @@ session with a ``ttl_ms`` moves ``expires_at`` in its own transaction (without o
 and all its event rows in one transaction.
 """
 
+# Over 450 lines: one EventBackend over two tables, its statements shared by the append,
+# read, info and prune paths, and the append's fast path beside its full check, which
+# must be read together. The rows' decoding is :mod:`.sqlite_log_rows`.
+
 from __future__ import annotations
 
 import functools
 import logging
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from ..contracts import EventBackend, EventBatch
@@ -66,6 +67,7 @@ from ..models import (
 )
 from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
+from .sqlite_log_rows import checked_ttl, columns, row_header, row_record, session_info
 
 _SESSION_COLUMNS = "version, created_at, cwd, parent_id, fork_seq, next_seq"
 _EVENT_COLUMNS = "seq, type, time, data, event_id"
@@ -121,6 +123,8 @@ class SqliteEvents(EventBackend):
     def __init__(self, database: Database, namespace: str) -> None:
         self._db = database
         self._ns = namespace
+        #: The table named in errors about a session row.
+        self._where = f"{database.path} (log_sessions)"
         #: Session id -> (header, its columns, ttl_ms) last validated from its row.
         self._known: dict[str, tuple[SessionHeader, tuple[object, ...], int | None]] = {}
 
@@ -154,7 +158,7 @@ class SqliteEvents(EventBackend):
                     stored, next_seq, stored_ttl = found
                     if header is not None and header != stored:
                         raise SessionExistsError(session_id)
-                    ttl_ms = _checked_ttl(session_id, stored_ttl)
+                    ttl_ms = checked_ttl(session_id, stored_ttl)
                     self._remember(session_id, stored, ttl_ms)
                 elif header is not None:
                     stored, next_seq = header, 0
@@ -171,7 +175,7 @@ class SqliteEvents(EventBackend):
                 if found is None:
                     conn.execute(
                         _CREATE_SESSION,
-                        (self._ns, session_id, *_columns(stored), new_next, ttl_ms, expires_at),
+                        (self._ns, session_id, *columns(stored), new_next, ttl_ms, expires_at),
                     )
                 else:
                     conn.execute(_SET_NEXT_SEQ, (new_next, expires_at, self._ns, session_id))
@@ -242,7 +246,7 @@ class SqliteEvents(EventBackend):
         known = self._known
         if len(known) >= _KNOWN_SESSIONS and session_id not in known:
             known.clear()
-        known[session_id] = (header, _columns(header), ttl_ms)
+        known[session_id] = (header, columns(header), ttl_ms)
 
     def _insert(self, conn: sqlite3.Connection, session_id: str, batch: EventBatch) -> None:
         """Insert the event rows with multi-row INSERTs of up to :data:`_CHUNK` rows
@@ -296,8 +300,8 @@ class SqliteEvents(EventBackend):
         row = conn.execute(_SELECT_SESSION, (self._ns, session_id)).fetchone()
         if row is None:
             return None
-        check_stored_version(session_id, row[0], f"{self._db.path} (log_sessions)")
-        header = _header(session_id, row[:5])
+        check_stored_version(session_id, row[0], self._where)
+        header = row_header(session_id, row[:5])
         next_seq = row[5]
         if type(next_seq) is not int or next_seq < 0:
             raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
@@ -319,7 +323,7 @@ class SqliteEvents(EventBackend):
         for expected, row in enumerate(rows, start=first):
             if row[0] != expected:
                 break
-            records.append(_record(session_id, row))
+            records.append(row_record(session_id, row))
         if len(records) < count:
             raise CorruptLogError(
                 session_id, "an event below the next seq is missing", seq=first + len(records)
@@ -384,19 +388,7 @@ class SqliteEvents(EventBackend):
             ).fetchone()
         if row is None:
             raise SessionNotFoundError(session_id)
-        return self._info(session_id, row)
-
-    def _info(self, session_id: str, row: Sequence[Any]) -> SessionInfo:
-        check_stored_version(session_id, row[1], f"{self._db.path} (log_sessions)")
-        header = _header(session_id, row[1:6])
-        next_seq, expires_at, last_time = row[6], row[7], row[8]
-        if type(next_seq) is not int or next_seq < 0:
-            raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
-        if next_seq > 0 and type(last_time) is not int:
-            raise CorruptLogError(
-                session_id, "the last committed event is missing", seq=next_seq - 1
-            )
-        return SessionInfo(header, next_seq, last_time, expires_at, bool(row[9]))
+        return session_info(session_id, row, self._where)
 
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every session row; a damaged one is skipped as :meth:`list`
@@ -408,7 +400,7 @@ class SqliteEvents(EventBackend):
             try:
                 if not isinstance(row[0], str):
                     raise CorruptLogError(short_repr(row[0]), "the stored session id is not text")
-                found.append(self._info(row[0], row))
+                found.append(session_info(row[0], row, self._where))
             except (CorruptLogError, UnsupportedVersionError) as exc:
                 logger.warning("sessionstore: list skips a session: %s", exc)
         return found
@@ -427,7 +419,7 @@ class SqliteEvents(EventBackend):
                 if not isinstance(row[0], str):
                     raise CorruptLogError(short_repr(row[0]), "the stored session id is not text")
                 check_stored_version(row[0], row[1])
-                headers.append(_header(row[0], row[1:6]))
+                headers.append(row_header(row[0], row[1:6]))
             except (CorruptLogError, UnsupportedVersionError) as exc:
                 logger.warning("sessionstore: list skips a session: %s", exc)
         return headers
@@ -470,60 +462,3 @@ class SqliteEvents(EventBackend):
 
     def close(self) -> None:
         self._db.close()
-
-
-def _columns(header: SessionHeader) -> tuple[object, ...]:
-    """The log_sessions (version, created_at, cwd, parent_id, fork_seq) of ``header``."""
-    return (header.version, header.created_at, header.cwd, header.parent_id, header.fork_seq)
-
-
-def _checked_ttl(session_id: str, ttl_ms: object) -> int | None:
-    """A stored ``ttl_ms``: None or an int > 0, else :class:`CorruptLogError`."""
-    if ttl_ms is None:
-        return None
-    if type(ttl_ms) is not int or ttl_ms <= 0:
-        raise CorruptLogError(session_id, f"stored ttl_ms is {ttl_ms!r:.40}")
-    return ttl_ms
-
-
-def _header(session_id: str, row: Sequence[Any]) -> SessionHeader:
-    """A log_sessions (version, created_at, cwd, parent_id, fork_seq) row as a header."""
-    version, created_at, cwd, parent_id, fork_seq = row
-    try:
-        return SessionHeader.model_validate(
-            {
-                "id": session_id,
-                "version": version,
-                "created_at": created_at,
-                "cwd": cwd,
-                "parent_id": parent_id,
-                "fork_seq": fork_seq,
-            },
-            strict=True,
-        )
-    except ValidationError as exc:
-        detail = f"stored header is malformed: {describe_invalid(exc)}"
-        raise CorruptLogError(session_id, detail) from None
-
-
-def _record(session_id: str, row: Sequence[Any]) -> dict[str, Any]:
-    """A log_events row as an event object, its data parsed, after checking every
-    column that validation does not (the data is text holding a JSON object)."""
-    seq, kind, time, data, event_id = row
-    if not isinstance(kind, str):
-        raise CorruptLogError(session_id, f"event type is {kind!r:.40}", seq=seq)
-    if type(time) is not int:
-        raise CorruptLogError(session_id, f"event time is {time!r:.40}", seq=seq)
-    if event_id is not None and not isinstance(event_id, str):
-        raise CorruptLogError(session_id, f"event id is {event_id!r:.40}", seq=seq)
-    if not isinstance(data, str):
-        raise CorruptLogError(session_id, f"event data is {type(data).__name__}", seq=seq)
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CorruptLogError(session_id, f"event data is not JSON: {exc}", seq=seq) from None
-    if not isinstance(parsed, dict):
-        raise CorruptLogError(session_id, "event data is not a JSON object", seq=seq)
-    if event_id is None:
-        return {"seq": seq, "type": kind, "time": time, "data": parsed}
-    return {"seq": seq, "type": kind, "time": time, "data": parsed, "id": event_id}

@@ -26,7 +26,7 @@ from sessionstore import (
     keys,
 )
 from sessionstore.backends.jsonl import JsonlEvents
-from sessionstore.backends.sqlite_db import SCHEMA_VERSION
+from sessionstore.backends.sqlite_schema import SCHEMA_VERSION
 
 #: The short retention of these tests, in seconds.
 TTL = 0.25
