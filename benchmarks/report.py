@@ -165,10 +165,11 @@ def _scale(growths: Sequence[Growth]) -> str:
         return "Not run this time (`python -m benchmarks --only scale` runs it)."
     largest = "; ".join(growth.largest for growth in growths)
     tables = "\n\n".join(growth_table(growth) for growth in growths)
-    return f"""How each cost grows with the size of what it works on (see "Cost at scale" under
-"What each scenario measures" for how each is measured). The largest configuration
-run: {largest}. Redis Cluster shards are not measured: the benchmark starts one
-standalone server.
+    return f"""How each cost grows with the size of what it works on (how each is measured: "Cost
+at scale" under "What each scenario measures"). Redis Cluster shards are not measured:
+the benchmark starts one standalone server.
+
+The largest configuration run: {largest}.
 
 {tables}"""
 

@@ -32,7 +32,7 @@ import sessionstore
 from sessionstore import SessionEvent, SessionHeader
 
 from .harness import Growth, Sizes, Timed, parallel
-from .redis_log import SETTINGS, OurLog, connect, thousands, traced
+from .redis_log import SETTINGS, OurLog, connect, traced
 
 MIB = 1024 * 1024
 
@@ -81,7 +81,7 @@ def events_per_session(url: str, sizes: Sizes) -> Growth:
         f"({sizes.large_reps} at the largest), peak memory of one more by tracemalloc",
         ("events", "load ms", "µs per event", "peak MiB", "peak bytes per event"),
         points,
-        f"{thousands(max(counts))} events in one session",
+        f"{max(counts):,} events in one session",
         _growth_note("µs per event", per_event[0], per_event[-1], counts[0], counts[-1]),
     )
 
@@ -100,8 +100,9 @@ def sessions_per_namespace(url: str, sizes: Sizes) -> Growth:
                 store.events.create(SessionHeader(id=session_id, created_at=index))
                 store.events.append(session_id, first)  # a session is stored from then on
             made = count
-            listed = _seconds(lambda: store.events.list(), sizes.reps)
-            infos = _seconds(lambda: store.events.list_info(), sizes.reps)
+            reps = sizes.reps if count < max(counts) else sizes.large_reps
+            listed = _seconds(lambda: store.events.list(), reps)
+            infos = _seconds(lambda: store.events.list_info(), reps)
             assert len(store.events.list()) == count
             per_session.append(listed / count * 1e6)
             points.append(
@@ -115,7 +116,8 @@ def sessions_per_namespace(url: str, sizes: Sizes) -> Growth:
             )
     return Growth(
         "Sessions per namespace",
-        f"`list` and `list_info` of one namespace; {SETTINGS}; median of {sizes.reps} each",
+        f"`list` and `list_info` of one namespace; {SETTINGS}; median of {sizes.reps} each "
+        f"({sizes.large_reps} at the largest)",
         ("sessions", "list ms", "µs per session", "list_info ms", "µs per session (info)"),
         points,
         f"{max(counts):,} sessions in one namespace",

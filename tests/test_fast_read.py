@@ -7,6 +7,9 @@ dropped, added or retyped, a bool for an int, a value past 64 bits, NaN, broken 
 a seq out of place) and every read path's verdict is compared with that reference,
 on Redis (a real server), JSONL files and SQLite. The items the OpenAI Agents adapter
 (``SessionStoreSession.get_items``) decodes from such logs get the same verdicts.
+
+Longer than most test modules: every read path is held to the one reference
+(:func:`reference`) on the same generated damage, so they share its strategies here.
 """
 
 from __future__ import annotations
