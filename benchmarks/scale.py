@@ -8,8 +8,8 @@ measures at every step; no baseline and no target, the figures are the points:
 * sessions per namespace: ``list`` and ``list_info`` of a namespace holding 100, 1k and
   10k sessions (median time, time per session);
 * values per worker: one process (one store) reading N session values in turn,
-  ``get_data`` of each once per pass (time per read), and the memory the store and
-  its N value handles hold after the pass (tracemalloc, per value);
+  ``get_data`` of each once per pass (time per read), and the memory held per value
+  added (its handle and what the store keeps for it, by tracemalloc);
 * workers per server: 1, 2, 4 and 8 forked processes each appending 1 event per call to
   a session of its own (total and per-worker events per second).
 
