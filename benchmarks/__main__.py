@@ -12,11 +12,11 @@ import datetime
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import local, peers, redis_log, report, values, workload, writers
-from .harness import Result, Sizes
+from . import local, peers, redis_log, report, scale, values, workload, writers
+from .harness import Growth, Result, Sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -24,7 +24,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.servers import RedisServer  # noqa: E402
 
-Group = Callable[[str, Sizes], list[Result]]
+#: A group's part: the rows of its comparisons, or the points of its costs at scale.
+Group = Callable[[str, Sizes], Sequence[Result | Growth]]
 
 GROUPS: dict[str, list[Group]] = {
     "redis-log": [redis_log.append_results, redis_log.load_results, redis_log.scaling_results],
@@ -35,10 +36,11 @@ GROUPS: dict[str, list[Group]] = {
         lambda _url, sizes: local.jsonl_results(sizes),
     ],
     "writers": [writers.writer_results],
+    "scale": [scale.scale_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
-    module.__doc__ or "" for module in (workload, redis_log, values, peers, local, writers)
+    module.__doc__ or "" for module in (workload, redis_log, values, peers, local, writers, scale)
 ]
 
 
@@ -73,13 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load before: {load_before}", flush=True)
     started = time.perf_counter()
     results: list[Result] = []
+    growths: list[Growth] = []
     with RedisServer() as server:
         client_info = _server_version(server.url)
         for name in chosen:
             for group in GROUPS[name]:
                 for row in group(server.url, sizes):
-                    results.append(row)
-                    print(_progress(row), flush=True)
+                    if isinstance(row, Growth):
+                        growths.append(row)
+                        print(report.growth_table(row), flush=True)
+                    else:
+                        results.append(row)
+                        print(_progress(row), flush=True)
                 _flush(server.url)
     wall = time.perf_counter() - started
     info = report.RunInfo(
@@ -97,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(r.passed for r in results)
     print(f"\n{passed} of {len(results)} targets met; {wall:.0f} s; load after: {info.load_after}")
     if out is not None:
-        report.write(results, info, DESCRIPTIONS, out)
-        print(f"wrote {out / 'benchmarks.md'} and {out / 'benchmarks.png'}")
+        written = report.write(results, growths, info, DESCRIPTIONS, out)
+        print("wrote " + " and ".join(str(path) for path in written))
     return 0
 
 

@@ -1,5 +1,6 @@
 """Timing machinery shared by every scenario: sizes, interleaved repetitions, medians,
-forked worker processes, and the :class:`Result` of one comparison.
+forked worker processes, the :class:`Result` of one comparison and the :class:`Growth`
+of one cost at scale.
 
 A *side* of a comparison is a callable that prepares one block of work (pre-built
 events, keys, anything that is not the operation being measured) and returns the timed
@@ -61,6 +62,12 @@ class Sizes:
     writers_small: int = 1_000
     writers_large: int = 10_000
     writer_reps: int = 1
+    #: The sizes each cost at scale is measured at (``benchmarks/scale.py``); event
+    #: counts are multiples of 8, balanced turns (see ``workload``).
+    scale_events: tuple[int, ...] = (1_000, 10_000, 100_000)
+    scale_sessions: tuple[int, ...] = (100, 1_000, 10_000)
+    scale_values: tuple[int, ...] = (100, 1_000, 10_000)
+    scale_workers: tuple[int, ...] = (1, 2, 4, 8)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -78,6 +85,10 @@ class Sizes:
             large_reps=2,
             writers_small=100,
             writers_large=1_000,
+            scale_events=(200, 1_000, 2_000),
+            scale_sessions=(10, 100, 300),
+            scale_values=(10, 100, 300),
+            scale_workers=(1, 2),
         )
 
 
@@ -128,6 +139,20 @@ class Result:
     @property
     def target_text(self) -> str:
         return f"{'<=' if self.lower_is_better else '>='} {self.target:g}"
+
+
+@dataclass
+class Growth:
+    """How one cost grows with one dimension (events per session, sessions per
+    namespace, ...): a row of ``columns`` per size measured, smallest first, the
+    ``largest`` configuration run in words, and a ``summary`` of the growth."""
+
+    dimension: str
+    settings: str
+    columns: tuple[str, ...]
+    points: list[tuple[str, ...]]
+    largest: str
+    summary: str
 
 
 def compare(ours: Side, baseline: Side, reps: int, blocks: int = 2) -> Samples:

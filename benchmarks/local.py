@@ -16,7 +16,7 @@ Reading a long JSONL log (``sizes.load_large`` events, balanced turns):
 
 * ``iter_events(batch=1000)`` through a store that has not read the log yet (so it
   validates it once) against one ``load`` of it through another fresh store; the target
-  is at most 1.5x the load's time.
+  is at least 0.8x the load's rate.
 * ``follow`` picking up one new event appended by another store: the time from resuming
   the caught-up follower to the event, on the long log against a 1k-event log; equal
   rates mean a poll does not depend on the length of the log.
@@ -200,7 +200,7 @@ def _jsonl_read_rows(url: str, sizes: Sizes) -> list[Result]:
             f"one load of the {thousands(count)} events",
             samples,
             "events/s",
-            round(1 / 1.5, 3),
+            0.8,
             settings,
         )
     ]
@@ -266,7 +266,7 @@ def _append_rows(
         done(ours, raw)
         plural = "s" if size > 1 else ""
         scenario = f"append {size} event{plural} per call"
-        rows.append(result(area, scenario, baseline_name, samples, "events/s", 0.80, settings))
+        rows.append(result(area, scenario, baseline_name, samples, "events/s", 0.85, settings))
     return rows
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .findings import FINDINGS, LANDED, LAYOUTS
-from .harness import Result
+from .harness import Growth, Result
 
 COLUMNS = ("Scenario", "Ours", "Baseline", "Ratio", "Target", "Result")
 
@@ -148,6 +148,32 @@ def _findings(results: Sequence[Result]) -> str:
     return "\n\n".join(parts)
 
 
+def growth_table(growth: Growth) -> str:
+    """One cost at scale as a Markdown table (its points), headed by its dimension and
+    followed by its summary."""
+    head = "| " + " | ".join(growth.columns) + " |"
+    rule = "| " + " | ".join("---:" for _ in growth.columns) + " |"
+    rows = ["| " + " | ".join(point) + " |" for point in growth.points]
+    return "\n".join(
+        [f"### {growth.dimension}", "", growth.settings + ".", "", head, rule, *rows, "",
+         f"Largest run: {growth.largest}; {growth.summary}."]
+    )  # fmt: skip
+
+
+def _scale(growths: Sequence[Growth]) -> str:
+    if not growths:
+        return "Not run this time (`python -m benchmarks --only scale` runs it)."
+    largest = "; ".join(growth.largest for growth in growths)
+    tables = "\n\n".join(growth_table(growth) for growth in growths)
+    return f"""How each cost grows with the size of what it works on (how each is measured: "Cost
+at scale" under "What each scenario measures"). Redis Cluster shards are not measured:
+the benchmark starts one standalone server.
+
+The largest configuration run: {largest}.
+
+{tables}"""
+
+
 def _descriptions(docstrings: Sequence[str]) -> str:
     """Module docstrings as Markdown: reST roles and double backticks become plain code,
     the first line of each becomes a heading."""
@@ -159,7 +185,12 @@ def _descriptions(docstrings: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
-def markdown(results: Sequence[Result], info: RunInfo, descriptions: Sequence[str]) -> str:
+def markdown(
+    results: Sequence[Result],
+    growths: Sequence[Growth],
+    info: RunInfo,
+    descriptions: Sequence[str],
+) -> str:
     passed = sum(r.passed for r in results)
     machine_lines = "\n".join(f"| {name} | {value} |" for name, value in info.machine.items())
     kind = "quick smoke run (tiny sizes; not meaningful)" if info.quick else "full run"
@@ -168,7 +199,8 @@ def markdown(results: Sequence[Result], info: RunInfo, descriptions: Sequence[st
 ```bash
 python -m benchmarks                # everything; writes docs/benchmarks.md and .png
 python -m benchmarks --quick        # smoke test, tiny sizes; writes nothing without --out
-python -m benchmarks --only values  # one group (redis-log, values, peers, local); no files
+python -m benchmarks --only values  # one group (redis-log, values, peers, local, writers,
+                                    # scale; repeatable); writes nothing without --out
 python -m benchmarks --out DIR      # write benchmarks.md and benchmarks.png to DIR
 ```
 
@@ -200,6 +232,10 @@ is better.
 The machine is shared: other work ran at the same time (see the load), so absolute
 figures vary from run to run, by 2x for latency-bound scenarios; the ratios are much
 steadier because both sides run interleaved. Every sample is listed at the end.
+
+## Cost at scale
+
+{_scale(growths)}
 
 ## Why targets are missed
 
@@ -302,12 +338,24 @@ def chart(results: Sequence[Result], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def write(results: Sequence[Result], info: RunInfo, descriptions: Sequence[str], out: Path) -> None:
+def write(
+    results: Sequence[Result],
+    growths: Sequence[Growth],
+    info: RunInfo,
+    descriptions: Sequence[str],
+    out: Path,
+) -> list[Path]:
+    """Write ``benchmarks.md`` to ``out``, and ``benchmarks.png`` when there are rows to
+    chart; return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmarks.md").write_text(markdown(results, info, descriptions))
-    passed = sum(r.passed for r in results)
-    title = f"sessionstore benchmarks, {info.date}: {passed} of {len(results)} targets met"
-    chart(results, out / "benchmarks.png", title)
+    written = [out / "benchmarks.md"]
+    written[0].write_text(markdown(results, growths, info, descriptions))
+    if results:
+        passed = sum(r.passed for r in results)
+        title = f"sessionstore benchmarks, {info.date}: {passed} of {len(results)} targets met"
+        written.append(out / "benchmarks.png")
+        chart(results, written[1], title)
+    return written
 
 
 def python_command() -> str:

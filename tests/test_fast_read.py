@@ -5,14 +5,21 @@ exactly the records the full validation takes, the one every backend ran before 
 object), and give equal events: valid stored records are mutated at random (a field
 dropped, added or retyped, a bool for an int, a value past 64 bits, NaN, broken JSON,
 a seq out of place) and every read path's verdict is compared with that reference,
-on Redis (a real server), JSONL files and SQLite.
+on Redis (a real server), JSONL files and SQLite. The items the OpenAI Agents adapter
+(``SessionStoreSession.get_items``) decodes from such logs get the same verdicts.
+
+Longer than most test modules: every read path is held to the one reference
+(:func:`reference`) on the same generated damage, so they share its strategies here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sessionstore
-from sessionstore import CorruptLogError, SessionEvent, SessionHeader, keys, models
+from sessionstore import CorruptLogError, SessionEvent, SessionHeader, aio, keys, models
 from sessionstore.eventlog import events_of_texts
 from sessionstore.models import INT64_MAX, built_events, events_from_records
 
@@ -39,21 +46,37 @@ json_leaf = st.one_of(
 json_data = st.dictionaries(st.text(max_size=4), json_leaf, max_size=3)
 
 
+def any_data(kind: str, seq: int) -> Any:
+    return json_data
+
+
+#: The events of an OpenAI Agents session (items and pops) and others.
+SESSION_KINDS = ["item", "item", "pop", "note"]
+
+
+def session_data(kind: str, seq: int) -> Any:
+    """An item's data, a pop's (naming an earlier seq), or any data."""
+    if kind == "item":
+        return st.fixed_dictionaries({"item": json_data})
+    if kind == "pop":
+        return st.fixed_dictionaries({"seq": st.integers(0, seq)})
+    return json_data
+
+
 @st.composite
-def records(draw: Any, first: int = 0) -> list[dict[str, Any]]:
-    """Valid stored event objects, seqs from ``first``, as :func:`event_text` writes them."""
+def records(
+    draw: Any, first: int = 0, kinds: list[str] | None = None, data: Any = any_data
+) -> list[dict[str, Any]]:
+    """Valid stored event objects, seqs from ``first``, as :func:`event_text` writes them
+    (of the types ``kinds``; ``data(type, seq)`` is the strategy of their data)."""
     found = []
     count = draw(st.integers(1, 5))
     times = sorted(
         draw(st.lists(st.integers(-INT64_MAX, INT64_MAX), min_size=count, max_size=count))
     )
     for seq, time in zip(range(first, first + count), times, strict=True):
-        record = {
-            "seq": seq,
-            "type": draw(st.sampled_from(["note", "note/é", ""])),
-            "time": time,
-            "data": draw(json_data),
-        }
+        kind = draw(st.sampled_from(kinds or ["note", "note/é", ""]))
+        record = {"seq": seq, "type": kind, "time": time, "data": draw(data(kind, seq))}
         if draw(st.booleans()):
             record["id"] = draw(st.text(max_size=4))
         found.append(record)
@@ -71,10 +94,11 @@ FIELDS = ["seq", "type", "time", "data", "id"]
 
 
 @st.composite
-def stored(draw: Any, first: int = 0) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Valid records, then at most two mutations: the mutated records and their texts
-    (a text mutation breaks a record's JSON or puts NaN / Infinity in it)."""
-    found = draw(records(first))
+def stored(draw: Any, first: int = 0, **shape: Any) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Valid records (``shape``: as :func:`records` takes), then at most two mutations:
+    the mutated records and their texts (a text mutation breaks a record's JSON or puts
+    NaN / Infinity in it)."""
+    found = draw(records(first, **shape))
     for _ in range(draw(st.integers(0, 2))):
         index = draw(st.integers(0, len(found) - 1))
         if type(found[index]) is not dict:
@@ -249,22 +273,61 @@ def good(records_: list[dict[str, Any]]) -> list[SessionEvent]:
     return [SessionEvent(seq=i, type="note", time=1, data={}) for i in range(len(records_))]
 
 
-@EXAMPLES
-@given(stored())
-def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server, case):
-    found, texts = case
+def folded(events: list[SessionEvent]) -> list[Any]:
+    """The items of an OpenAI Agents session log: the ``"item"`` events' items, less
+    those a ``"pop"`` names (the layout ``sessionstore.integrations.openai_agents``
+    states)."""
+    items: dict[int, Any] = {}
+    for event in events:
+        data = event.data
+        if event.type == "item" and type(data) is dict and "item" in data:
+            items[event.seq] = data["item"]
+        elif event.type == "pop" and type(data) is dict and type(data.get("seq")) is int:
+            items.pop(data["seq"], None)
+    return list(items.values())
+
+
+def check_session(url: str, namespace: str, texts: list[bytes], tail: list[SessionEvent]) -> None:
+    """``get_items`` of a new session object on the log: CorruptLogError (naming the
+    session) where the full validation refuses a record, else the items of the events
+    it builds, the same JSON values."""
+    pytest.importorskip("agents")
+    from sessionstore.integrations.openai_agents import SessionStoreSession
+
+    async def items() -> list[Any] | None:
+        store = aio.connect(url, namespace)
+        try:
+            return await SessionStoreSession(SID, store).get_items()
+        except CorruptLogError as exc:
+            assert exc.session_id == SID
+            return None
+        finally:
+            await store.close()
+
+    expected = reference(texts, 0)
+    found = asyncio.run(items())
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert orjson.dumps(found) == orjson.dumps(folded(expected + tail))
+
+
+@contextmanager
+def redis_log(url: str, found: list[Any], texts: list[bytes]) -> Iterator[str]:
+    """A Redis session log ``SID`` in a namespace of its own (yielded) whose one entry
+    holds ``texts``."""
     namespace = f"fast{uuid.uuid4().hex[:8]}"
     meta, stream = keys.log_keys(namespace, SID)
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis.Redis.from_url(url)
     try:
-        with sessionstore.connect(redis_server.url, namespace) as store:
+        with sessionstore.connect(url, namespace) as store:
             store.events.create(SessionHeader(id=SID, created_at=1))
             store.events.append(SID, good(found))
             client.delete(stream)
             value = b"[" + b",\n".join(texts) + b"]"
             client.xadd(stream, {b"events": value}, id=f"{len(texts) - 1}-{len(texts)}")
-        with sessionstore.connect(redis_server.url, namespace) as store:
-            check(store, texts, [])
+        yield namespace
     finally:
         client.delete(meta, stream)
         client.close()
@@ -272,25 +335,66 @@ def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server,
 
 @EXAMPLES
 @given(stored())
-def test_jsonl_reads_refuse_and_take_what_the_full_validation_does(case):
+def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server, case):
     found, texts = case
+    with (
+        redis_log(redis_server.url, found, texts) as namespace,
+        sessionstore.connect(redis_server.url, namespace) as store,
+    ):
+        check(store, texts, [])
+
+
+@EXAMPLES
+@given(stored(kinds=SESSION_KINDS, data=session_data))
+def test_redis_session_items_refuse_and_take_what_the_full_validation_does(redis_server, case):
+    found, texts = case
+    with redis_log(redis_server.url, found, texts) as namespace:
+        check_session(redis_server.url, namespace, texts, [])
+
+
+#: The valid event a JSONL log holds after the mutated batch (damage on the last line
+#: would be a torn tail).
+AFTER = SessionEvent(seq=0, type="note", time=2, data={"after": True})
+
+
+@contextmanager
+def jsonl_log(found: list[Any], texts: list[bytes]) -> Iterator[str]:
+    """A JSONL store (its URL yielded) whose session log ``SID`` holds ``texts`` as one
+    batch, then :data:`AFTER` (at the next seq)."""
     last = len(found) - 1
-    # The mutated batch, then one valid event (damage on the last line would be a torn tail).
     lines = [_with_batch_end(text, last) for text in texts]
-    after = SessionEvent(seq=len(found), type="note", time=2, data={"after": True})
     with tempfile.TemporaryDirectory() as tmp:
         url = Path(tmp).as_uri()
         with sessionstore.connect(url, "ns") as store:
             store.events.create(SessionHeader(id=SID, created_at=1))
             store.events.append(SID, good(found))
-            store.events.append(SID, [after])
+            store.events.append(SID, [after(found)])
         [path] = [
             p for p in Path(tmp).rglob("*") if p.is_file() and p.read_bytes().count(b"\n") > 2
         ]
         raw = path.read_bytes().split(b"\n")
         path.write_bytes(b"\n".join([raw[0], *lines, *raw[1 + len(found) :]]))
-        with sessionstore.connect(url, "ns") as store:
-            check(store, texts, [after])
+        yield url
+
+
+def after(found: list[Any]) -> SessionEvent:
+    return AFTER.model_copy(update={"seq": len(found)})
+
+
+@EXAMPLES
+@given(stored())
+def test_jsonl_reads_refuse_and_take_what_the_full_validation_does(case):
+    found, texts = case
+    with jsonl_log(found, texts) as url, sessionstore.connect(url, "ns") as store:
+        check(store, texts, [after(found)])
+
+
+@EXAMPLES
+@given(stored(kinds=SESSION_KINDS, data=session_data))
+def test_jsonl_session_items_refuse_and_take_what_the_full_validation_does(case):
+    found, texts = case
+    with jsonl_log(found, texts) as url:
+        check_session(url, "ns", texts, [after(found)])
 
 
 def _with_batch_end(text: bytes, last: int) -> bytes:

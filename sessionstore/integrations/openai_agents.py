@@ -36,9 +36,11 @@ several threads each running its own event loop, and from one loop after another
 (``asyncio.run`` twice, ``Runner.run_sync`` twice). Its lock belongs to no loop
 (:class:`~sessionstore.fairwait.AnyLoopLock`) and the store keeps connections per loop.
 
-Each instance keeps the items it has read, and a later ``get_items`` reads only the
-events appended since (checking the last event it knew is still there: a log deleted
-and written again is read again whole).
+Each instance keeps the items it has read, as JSON text, and a later ``get_items``
+reads only the events appended since (checking the last event it knew is still there: a
+log deleted and written again is read again whole). A ``get_items`` whose items all
+come from the events it has just read returns the objects the store decoded (no store
+keeps the events it returns), without a copy; any other decodes the text kept.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import Callable
-from itertools import islice
+from itertools import groupby, islice
 from typing import Any
 
 import orjson
@@ -166,18 +168,22 @@ class SessionStoreSession:
         every call."""
         session_limit = resolve_session_limit(limit, self.session_settings)
         async with self._lock:
-            await self._refresh()
-            live = self._log.items
+            read = await self._refresh()
+            live = self._log.live
             if session_limit is None:
-                chosen = list(live.values())
+                chosen = list(live)
             elif session_limit <= 0:
                 return []
             else:
-                chosen = list(islice(reversed(live.values()), session_limit))
+                chosen = list(islice(reversed(live), session_limit))
                 chosen.reverse()
-        # A copy, so that a caller changing an item does not change what this session holds.
-        copied: list[TResponseInputItem] = orjson.loads(orjson.dumps(chosen))
-        return copied
+            # The items read just now are the newest: when they are all that is asked
+            # for, they are returned as decoded (this session keeps their text).
+            if chosen and chosen[0] in read:
+                return [read[seq] for seq in chosen]
+            text = self._log.text(chosen)
+        found: list[TResponseInputItem] = orjson.loads(text)
+        return found
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` in order as one durable batch; an empty list writes nothing.
@@ -214,7 +220,7 @@ class SessionStoreSession:
         async with self._lock:
             for attempt in range(1, WRITE_ATTEMPTS + 1):
                 await self._refresh()
-                live = self._log.items
+                live = self._log.live
                 if not live:
                     return None
                 seq = next(reversed(live))
@@ -225,7 +231,7 @@ class SessionStoreSession:
                 except (SeqConflictError, SessionNotFoundError):
                     await self._pause(attempt)
                     continue
-                popped: TResponseInputItem = orjson.loads(orjson.dumps(live[seq]))
+                popped: TResponseInputItem = self._log.item(seq)
                 return popped
         raise ConcurrentModificationError(
             f"pop_item of session {self.session_id!r} lost {WRITE_ATTEMPTS} races in a row"
@@ -287,48 +293,108 @@ class SessionStoreSession:
         if attempt > _EAGER_RETRIES:
             await asyncio.sleep(LOST_RACE.delay(attempt - _EAGER_RETRIES))
 
-    async def _refresh(self) -> None:
-        """Bring the folded items up to date with the stored log."""
+    async def _refresh(self) -> dict[int, Any]:
+        """Bring the folded items up to date with the stored log; return the items this
+        read added that are still there (seq -> item, as decoded)."""
         log = self._log
+        added: dict[int, Any] = {}
         try:
             if log.last is None:
-                log.fold(await self.store.events.read_from(self.session_id, 0))
+                added = log.fold(await self.store.events.read_from(self.session_id, 0))
             else:
-                read = await self.store.events.read_from(self.session_id, log.last.seq)
-                if read and _same(read[0], log.last):
-                    log.fold(read, 1)
+                read = await self.store.events.read_from(self.session_id, log.last[0])
+                if read and _identity(read[0]) == log.last:
+                    added = log.fold(read, 1)
                 else:  # deleted and written again since the last read
                     self._log = log = _Folded()
-                    log.fold(await self.store.events.read_from(self.session_id, 0))
+                    added = log.fold(await self.store.events.read_from(self.session_id, 0))
         except SessionNotFoundError:
             self._log = _Folded()
         self._append_at = max(self._append_at, self._log.next_seq)
+        return added
+
+
+class _Run:
+    """The items one read added: their seqs and, in the same order, their JSON array."""
+
+    __slots__ = ("seqs", "text", "live")
+
+    def __init__(self, seqs: list[int], text: bytes) -> None:
+        self.seqs = seqs
+        self.text = text
+        #: How many of ``seqs`` are not popped.
+        self.live = len(seqs)
+
+    def items(self, seqs: list[int]) -> list[Any]:
+        """The items ``seqs`` (some of this run's, in order), decoded."""
+        decoded = orjson.loads(self.text)
+        place = {seq: index for index, seq in enumerate(self.seqs)}
+        return [decoded[place[seq]] for seq in seqs]
 
 
 class _Folded:
-    """The items of a log as far as it was read: item seq -> item, in seq order."""
+    """The items of a log as far as it was read, in seq order, kept as JSON text: one
+    :class:`_Run` per read that added items.
+
+    Text rather than the objects read: a long history holds nothing the garbage
+    collector walks, and what a caller does to the items it was given changes nothing
+    kept here.
+    """
 
     def __init__(self) -> None:
-        self.items: dict[int, Any] = {}
+        #: Item seq -> the run holding it, in seq order.
+        self.live: dict[int, _Run] = {}
         self.next_seq = 0
-        self.last: SessionEvent | None = None
+        #: :func:`_identity` of the last event read.
+        self.last: tuple[Any, ...] | None = None
 
-    def fold(self, events: list[SessionEvent], start: int = 0) -> None:
-        items = self.items
+    def fold(self, events: list[SessionEvent], start: int = 0) -> dict[int, Any]:
+        """Take in ``events[start:]``; return the items they added and did not pop
+        (seq -> item, as decoded)."""
+        added: dict[int, Any] = {}
         for index in range(start, len(events)):
             event = events[index]
             kind, data = event.type, event.data
             if kind == ITEM and type(data) is dict and "item" in data:
-                items[event.seq] = data["item"]
+                added[event.seq] = data["item"]
             elif kind == POP and type(data) is dict and type(data.get("seq")) is int:
-                items.pop(data["seq"], None)
+                seq = data["seq"]
+                if seq in added:
+                    del added[seq]
+                elif seq in self.live:
+                    self.live.pop(seq).live -= 1
+        if added:
+            run = _Run(list(added), orjson.dumps(list(added.values())))
+            self.live.update(dict.fromkeys(added, run))
         if len(events) > start:
-            self.last = events[-1]
-            self.next_seq = self.last.seq + 1
+            self.last = _identity(events[-1])
+            self.next_seq = events[-1].seq + 1
+        return added
+
+    def text(self, seqs: list[int]) -> bytes:
+        """The JSON array of the live items ``seqs`` (a run of the newest, in order)."""
+        pieces = []
+        for run, group in groupby(seqs, self.live.__getitem__):
+            wanted = list(group)
+            if len(wanted) < len(run.seqs):
+                part = orjson.dumps(run.items(wanted))
+                if len(wanted) == run.live:  # popped items are gone for good: drop them
+                    run.seqs, run.text = wanted, part
+                pieces.append(part[1:-1])
+            else:
+                pieces.append(run.text[1:-1])
+        return b"[" + b",".join(pieces) + b"]"
+
+    def item(self, seq: int) -> Any:
+        """The live item ``seq``, decoded."""
+        [found] = self.live[seq].items([seq])
+        return found
 
 
-def _same(a: SessionEvent, b: SessionEvent) -> bool:
-    return (a.seq, a.type, a.time, a.id, a.data) == (b.seq, b.type, b.time, b.id, b.data)
+def _identity(event: SessionEvent) -> tuple[Any, ...]:
+    """What tells an event from another written at the same seq: (seq, type, time, id,
+    the JSON of its data)."""
+    return (event.seq, event.type, event.time, event.id, orjson.dumps(event.data))
 
 
 def _batch_id() -> str:

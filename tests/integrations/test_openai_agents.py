@@ -300,6 +300,29 @@ def test_returned_items_are_copies(opened):
         assert s.get_items() == [user("one"), user("two")]
 
 
+def test_items_read_whole_are_the_callers_and_later_reads_pop_and_limit_across_reads(opened):
+    writer = opened.open("conv")
+    writer.add_items([user(str(n)) for n in range(5)])
+    s = opened.open("conv")
+    got = s.get_items()  # s reads the whole log
+    got[0]["content"] = "changed"
+    got.pop()
+    assert said(s.get_items()) == ["0", "1", "2", "3", "4"]
+    assert said(opened.open("conv").get_items()) == ["0", "1", "2", "3", "4"]
+    writer.add_items([user("5"), user("6")])
+    assert said(s.get_items(limit=3)) == ["4", "5", "6"]  # items of two reads
+    assert s.pop_item() == user("6")
+    assert s.pop_item() == user("5")
+    assert opened.open("conv").pop_item() == user("4")
+    assert s.pop_item() == user("3")
+    assert said(s.get_items(limit=2)) == ["1", "2"]
+    assert said(s.get_items()) == ["0", "1", "2"]
+    assert said(s.get_items()) == ["0", "1", "2"]
+    writer.add_items([user("7")])
+    assert said(s.get_items()) == ["0", "1", "2", "7"]
+    assert said(opened.open("conv").get_items(limit=2)) == ["2", "7"]
+
+
 def test_concurrent_adds_all_land_once(opened):
     sessions = [opened.open_async("conv") for _ in range(4)]
     sessions.append(sessions[0])  # and two coroutines on one object
