@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from sessionstore import demo
 from sessionstore.cli.common import DURABILITY_HINT
+from sessionstore.cli.demo import data, engine
+from sessionstore.cli.demo.check import check_cache
 
 SMALL = ["--workers", "2", "--symbols", "2", "--candles", "12"]
 
@@ -72,19 +73,19 @@ def test_a_redis_without_durable_aof_is_refused_once_with_a_hint(tmp_path):
 
 def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
     url = (tmp_path / "store").as_uri()
-    result = demo.run(url, workers=1, symbol_count=1, candle_count=8)
+    result = engine.run(url, workers=1, symbol_count=1, candle_count=8)
     assert result.ok, result.problems
     import sessionstore
 
     with sessionstore.connect(url, "demo") as store:
         cache = store.session(
-            demo.symbols(1)[0], demo.STRATEGY, demo.EXCHANGE, demo.FRAME, history=True
+            data.symbols(1)[0], data.STRATEGY, data.EXCHANGE, data.FRAME, history=True
         )
-        answer = cache.get_data(demo.START_MS + 4 * demo.CANDLE_MS)
+        answer = cache.get_data(data.START_MS + 4 * data.CANDLE_MS)
         cache.set_data({**answer, "signal": "flipped"}, answer["confirmedAt"])
     problems: list[str] = []
     with sessionstore.connect(url, "demo") as store:
-        assert demo._check_cache(store, demo.symbols(1)[0], 8, problems, required={0, 4}) == 1
+        assert check_cache(store, data.symbols(1)[0], 8, problems, required={0, 4}) == 1
     assert "wrong" in problems[0]
 
 
