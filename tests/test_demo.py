@@ -112,3 +112,18 @@ def test_a_refusal_comes_alone_and_the_banner_only_with_a_run(tmp_path):
     ran = demo_cli((tmp_path / "empty").as_uri())
     assert ran.exit_code == 0, ran.stdout + ran.stderr
     assert ran.stdout.startswith("sessionstore demo on ")
+
+
+def test_a_worker_process_imports_no_redis_driver_for_the_cli_around_it():
+    """A spawned worker imports the CLI package its functions live in: that import loads
+    the command line's own modules but no Redis driver, which a worker on files never
+    needs (and which would add to every worker's start-up)."""
+    code = (
+        "import sys, sessionstore.cli.demo.processes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis'"
+        " or m.startswith('sessionstore.redis')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert found.stdout.strip() == "[]"

@@ -18,9 +18,7 @@ from ...errors import SessionStoreError
 from ..common import EXIT_FAILED, Json, Namespace, Url, console, emit_json
 from ..text import plain
 from .check import Check, Unreached, guarded_check
-from .index import index_check
 from .round_trip import round_trip
-from .server import redis_checks
 
 Fix = Annotated[
     bool,
@@ -81,6 +79,11 @@ def run_checks(url: str, namespace: str, fix: bool) -> list[Check]:
         return [Check("url", "FAIL", str(exc))]
     checks = []
     if scheme_of(url) in REDIS_SCHEMES:
+        # Imported here: importing the CLI (as every demo worker process does) loads no
+        # Redis driver.
+        from .index import index_check
+        from .server import redis_checks
+
         checks += guarded_check("server", redis_checks, url, namespace, fix)
         if any(isinstance(check, Unreached) for check in checks):
             return checks
