@@ -16,7 +16,7 @@ FRAME = "1h"
 MODE = "backtest"
 #: The demo's symbols: ``SYM000USDT``, ``SYM001USDT``, ...
 SYMBOL = re.compile(r"SYM[0-9]{3,}USDT")
-#: Its session ids: a variant and a symbol, or a scratch session of the preflight.
+#: Its session ids: a variant and a symbol.
 SESSION_ID = re.compile(rf"({'|'.join(VARIANTS)})-({SYMBOL.pattern})")
 
 
