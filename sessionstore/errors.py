@@ -29,8 +29,8 @@ the original chained as ``__cause__``::
     ├── CorruptDataError                         stored data is damaged (names the key or file)
     │   └── CorruptLogError                      a stored log is damaged before its end
     ├── UnsupportedVersionError                  a stored header has an unknown format version
-    ├── ForeignDataError (sessionstore.demo)     the demo's namespace holds data not its own
-    └── SchedulerError (sessionstore.demo)       the Dask scheduler cannot run the demo
+    ├── ForeignDataError (sessionstore.cli.demo) the demo's namespace holds data not its own
+    └── SchedulerError (sessionstore.cli.demo)   the Dask scheduler cannot run the demo
 
 Constructing a :class:`~sessionstore.SessionEvent` or :class:`~sessionstore.SessionHeader`
 directly validates it with pydantic, which raises pydantic's ``ValidationError`` (a

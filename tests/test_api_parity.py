@@ -317,7 +317,7 @@ PUBLIC_MODULES = [
     "sessionstore",
     "sessionstore.aio",
     "sessionstore.errors",
-    "sessionstore.demo",
+    "sessionstore.cli.demo",
     "sessionstore.integrations.openai_agents",
 ]
 
@@ -331,8 +331,8 @@ def test_every_public_exception_is_a_session_store_error():
         for attr, member in vars(module).items():
             if inspect.isclass(member) and issubclass(member, BaseException):
                 found[f"{name}.{attr}"] = member
-    assert "sessionstore.demo.ForeignDataError" in found
-    assert "sessionstore.demo.SchedulerError" in found
+    assert "sessionstore.cli.demo.ForeignDataError" in found
+    assert "sessionstore.cli.demo.SchedulerError" in found
     assert [name for name, cls in found.items() if not issubclass(cls, SessionStoreError)] == []
 
 

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from sessionstore import demo
 from sessionstore.cli.common import DURABILITY_HINT
+from sessionstore.cli.demo import data, engine
+from sessionstore.cli.demo.check import check_cache
 
 SMALL = ["--workers", "2", "--symbols", "2", "--candles", "12"]
 
@@ -72,19 +73,19 @@ def test_a_redis_without_durable_aof_is_refused_once_with_a_hint(tmp_path):
 
 def test_the_invariant_check_catches_a_wrong_cached_answer(tmp_path):
     url = (tmp_path / "store").as_uri()
-    result = demo.run(url, workers=1, symbol_count=1, candle_count=8)
+    result = engine.run(url, workers=1, symbol_count=1, candle_count=8)
     assert result.ok, result.problems
     import sessionstore
 
     with sessionstore.connect(url, "demo") as store:
         cache = store.session(
-            demo.symbols(1)[0], demo.STRATEGY, demo.EXCHANGE, demo.FRAME, history=True
+            data.symbols(1)[0], data.STRATEGY, data.EXCHANGE, data.FRAME, history=True
         )
-        answer = cache.get_data(demo.START_MS + 4 * demo.CANDLE_MS)
+        answer = cache.get_data(data.START_MS + 4 * data.CANDLE_MS)
         cache.set_data({**answer, "signal": "flipped"}, answer["confirmedAt"])
     problems: list[str] = []
     with sessionstore.connect(url, "demo") as store:
-        assert demo._check_cache(store, demo.symbols(1)[0], 8, problems, required={0, 4}) == 1
+        assert check_cache(store, data.symbols(1)[0], 8, problems, required={0, 4}) == 1
     assert "wrong" in problems[0]
 
 
@@ -111,3 +112,18 @@ def test_a_refusal_comes_alone_and_the_banner_only_with_a_run(tmp_path):
     ran = demo_cli((tmp_path / "empty").as_uri())
     assert ran.exit_code == 0, ran.stdout + ran.stderr
     assert ran.stdout.startswith("sessionstore demo on ")
+
+
+def test_a_worker_process_imports_no_redis_driver_for_the_cli_around_it():
+    """A spawned worker imports the CLI package its functions live in: that import loads
+    the command line's own modules but no Redis driver, which a worker on files never
+    needs (and which would add to every worker's start-up)."""
+    code = (
+        "import sys, sessionstore.cli.demo.processes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis'"
+        " or m.startswith('sessionstore.redis')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert found.stdout.strip() == "[]"

@@ -12,8 +12,10 @@ import redis
 from test_demo import run_demo
 
 import sessionstore
-from sessionstore import SessionEvent, SessionHeader, demo
+from sessionstore import SessionEvent, SessionHeader
 from sessionstore.cli.common import DURABILITY_HINT
+from sessionstore.cli.demo import data, engine
+from sessionstore.cli.demo.ownership import ForeignDataError, owns_session, owns_value
 
 T = 1_718_000_000_000
 
@@ -24,7 +26,7 @@ def seed_foreign(url: str, ns: str) -> None:
         store.events.create(SessionHeader(id="user-run", cwd="/home/me", created_at=1))
         store.events.append("user-run", [SessionEvent(seq=0, type="note", time=T, data={})])
         store.session("BTCUSDT", "mine", "binance", "1h").set_data({"keep": 1}, T)
-        store.session("SYM000USDT", demo.STRATEGY, demo.EXCHANGE, demo.FRAME).set_data(5, T)
+        store.session("SYM000USDT", data.STRATEGY, data.EXCHANGE, data.FRAME).set_data(5, T)
         # The demo's own name but not its header: not the demo's own either.
         store.events.create(SessionHeader(id="momentum-SYM009USDT", cwd="/mine", created_at=1))
         store.events.append(
@@ -70,7 +72,7 @@ def test_foreign_data_is_refused_without_reset_and_kept_with_it(store_url, tmp_p
         for sid in ("user-run", "momentum-SYM009USDT"):
             assert [e.type for e in store.events.read_from(sid, 0)] == ["note"]
         assert store.session("BTCUSDT", "mine", "binance", "1h").get_data(T) == {"keep": 1}
-        plain = store.session("SYM000USDT", demo.STRATEGY, demo.EXCHANGE, demo.FRAME)
+        plain = store.session("SYM000USDT", data.STRATEGY, data.EXCHANGE, data.FRAME)
         assert plain.get_data(T) == 5
 
 
@@ -79,8 +81,8 @@ def test_a_foreign_session_with_an_id_the_demo_writes_is_refused_even_with_reset
     with sessionstore.connect(url, "demo") as store:
         store.events.create(SessionHeader(id="momentum-SYM000USDT", cwd="/mine"))
         store.events.append("momentum-SYM000USDT", [SessionEvent(seq=0, type="n", time=T)])
-    with pytest.raises(demo.ForeignDataError) as refused:
-        demo.run(url, workers=1, symbol_count=1, candle_count=4, reset=True)
+    with pytest.raises(ForeignDataError) as refused:
+        engine.run(url, workers=1, symbol_count=1, candle_count=4, reset=True)
     assert refused.value.taken == ["momentum-SYM000USDT"]
     with sessionstore.connect(url, "demo") as store:
         assert [h.id for h in store.events.list()] == ["momentum-SYM000USDT"]
@@ -89,9 +91,9 @@ def test_a_foreign_session_with_an_id_the_demo_writes_is_refused_even_with_reset
 
 def test_the_demo_deletes_its_own_leftovers_of_any_earlier_run(tmp_path):
     url = (tmp_path / "store").as_uri()
-    first = demo.run(url, workers=1, symbol_count=3, candle_count=4)
+    first = engine.run(url, workers=1, symbol_count=3, candle_count=4)
     assert first.ok, first.problems
-    second = demo.run(url, workers=1, symbol_count=1, candle_count=4)
+    second = engine.run(url, workers=1, symbol_count=1, candle_count=4)
     assert second.ok, second.problems
     assert second.deleted == (6, 3)
     with sessionstore.connect(url, "demo") as store:
@@ -103,13 +105,13 @@ def test_the_demo_deletes_its_own_leftovers_of_any_earlier_run(tmp_path):
 
 
 def test_what_the_demo_owns_is_its_naming_pattern_and_header():
-    assert demo.owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/momentum"))
-    assert not demo.owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/contrarian"))
-    assert not demo.owns_session(SessionHeader(id="momentum-BTCUSDT", cwd="/demo/momentum"))
+    assert owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/momentum"))
+    assert not owns_session(SessionHeader(id="momentum-SYM003USDT", cwd="/demo/contrarian"))
+    assert not owns_session(SessionHeader(id="momentum-BTCUSDT", cwd="/demo/momentum"))
     ref = sessionstore.ValueRef("SYM001USDT", "llm-signal", "synthetic", "1h", "backtest", True)
-    assert demo.owns_value(ref)
-    assert not demo.owns_value(ref._replace(history=False))
-    assert not demo.owns_value(ref._replace(mode="live"))
+    assert owns_value(ref)
+    assert not owns_value(ref._replace(history=False))
+    assert not owns_value(ref._replace(mode="live"))
 
 
 def test_a_refused_demo_leaves_no_key_on_a_redis_without_durable_aof(tmp_path):

@@ -139,7 +139,7 @@ def test_every_docstring_reference_resolves():
     ("target", "module", "classes", "expected"),
     [
         ("sessionstore.Store.check_durable", "sessionstore.store", [], True),
-        ("sessionstore.demo.check_durable", "sessionstore.store", [], False),
+        ("sessionstore.cli.demo.check_durable", "sessionstore.store", [], False),
         ("Session.records", "sessionstore.store", [], True),
         ("records", "sessionstore.store", ["Session"], True),
         ("UnsupportedVersionError", "sessionstore.backends.jsonl_format", [], False),

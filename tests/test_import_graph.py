@@ -103,7 +103,29 @@ def test_the_graph_sees_relative_lazy_and_package_imports():
     assert "sessionstore.contracts" in graph["sessionstore.connection"]
     assert "sessionstore.backends.memory" in graph["sessionstore.connection"]  # in a function
     assert "sessionstore.flows" in graph["sessionstore.store"]  # ``from . import flows``
-    assert "sessionstore" in graph["sessionstore.demo"]  # ``import sessionstore``
+    assert "sessionstore" in graph["sessionstore.cli.demo.engine"]  # ``import sessionstore``
+
+
+CLI = "sessionstore.cli"
+#: Outside the CLI, only ``python -m sessionstore`` may import it (to run it).
+RUNS_THE_CLI = {"sessionstore.__main__"}
+
+
+def _in_cli(module: str) -> bool:
+    return module == CLI or module.startswith(CLI + ".")
+
+
+def test_the_library_core_does_not_import_the_cli():
+    """The CLI (and the demo, which lives in it) builds on the library: no module of the
+    library imports any part of it back."""
+    graph = import_graph()
+    assert "sessionstore.cli" in graph["sessionstore.__main__"]  # the check sees the CLI
+    found = {
+        module: sorted(filter(_in_cli, targets))
+        for module, targets in graph.items()
+        if not _in_cli(module) and module not in RUNS_THE_CLI and any(map(_in_cli, targets))
+    }
+    assert found == {}
 
 
 def test_a_cycle_is_reported_as_a_path():

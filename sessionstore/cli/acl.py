@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from ..redis.acl import setuser_line
 from .common import Json, Namespace, console, emit_json, errors
 from .text import plain
 
@@ -31,6 +30,9 @@ def acl(
     to the commands sessionstore needs. Without --password the line sets a newly
     generated password (stderr says so: keep it, it is shown only this once). --json: one
     object {"user", "namespace", "command", "generated_password"}."""
+    # Imported here: importing the CLI (as every demo worker process does) loads no Redis driver.
+    from ..redis.acl import setuser_line
+
     generated = password is None
     if password is None:
         password = secrets.token_urlsafe(PASSWORD_BYTES)

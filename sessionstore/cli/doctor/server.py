@@ -1,131 +1,24 @@
-"""``sessionstore doctor``: can this store be used as configured? One line per check."""
+"""The checks of a Redis server for ``sessionstore doctor``: its nodes (a Sentinel
+service's, a cluster's), version, persistence against the chosen durability and the
+Redis Functions library, on every primary, through the library's own client."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 import sessionstore
 
-from ..connection import REDIS_SCHEMES, file_root, mask_url, resolve_url, scheme_of
-from ..errors import (
-    AccessDeniedError,
-    DurabilityError,
-    LibraryMissingError,
-    SessionStoreError,
-    StoreUnavailableError,
-)
-from ..models import SessionEvent, SessionHeader
-from ..redis.boundary import ErrorBoundary
-from ..redis.client import SyncClient
-from ..redis.durability import FSYNC, NONE, REPLICAS, Durability
-from ..redis.firstuse import Topology
-from ..redis.library import INSTALL_COMMAND, install, installed, library
-from ..redis.options import RedisOptions, parse_options
-from ..redis.pools import is_cluster
-from ..results import probe_name
-from ..store import Store
-from .common import DURABILITY_HINT, EXIT_FAILED, Json, Namespace, Url, console, emit_json
-from .text import plain
-
-Fix = Annotated[
-    bool,
-    typer.Option(
-        "--fix",
-        help="Install the Redis Functions library on every primary (needs FUNCTION LOAD) "
-        "and index the sessions and values written before the namespace index existed "
-        "(needs SCAN): run it as an admin, once, and after each upgrade.",
-    ),
-]
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # "OK", "WARN" (usable, but read the advice) or "FAIL" (blocks use)
-    detail: str
-
-
-class Unreached(Check):
-    """The FAIL of a server that could not be reached (or refused this user's login):
-    every later check would only say it again, so none is run."""
-
-
-def doctor(
-    url: Url = None, namespace: Namespace = "default", json: Json = False, fix: Fix = False
-) -> None:
-    """Check the server (version, cluster, persistence against the chosen durability and
-    the Redis Functions library, on every primary of a cluster), the namespace index, the
-    permissions of the current user (and on Redis the library's functions), by a real
-    round trip in the namespace (on a file store, every file and folder it makes is
-    removed again). Each finding is said once: a server it cannot reach is the only
-    line. The URL is read and the durability checked by the library itself, as a store
-    would. Exit 0 when nothing blocks use, 1 when something does. With --fix, first install the
-    functions library where it is missing and index what was stored before the index
-    existed.
-    --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
-    "detail"}]}."""
-    try:
-        resolved = resolve_url(url)
-        checks = run_checks(resolved, namespace, fix)
-    except SessionStoreError as exc:
-        resolved, checks = str(url), [Check("url", "FAIL", str(exc))]
-    failed = any(check.status == "FAIL" for check in checks)
-    if json:
-        emit_json(
-            {
-                "url": mask_url(resolved),
-                "namespace": namespace,
-                "ok": not failed,
-                "checks": [c.__dict__ for c in checks],
-            }
-        )
-    else:
-        console.print(plain(f"sessionstore doctor: {mask_url(resolved)} (namespace {namespace!r})"))
-        colour = {"OK": "green", "WARN": "yellow", "FAIL": "red"}
-        for check in checks:
-            console.print(f"[{colour[check.status]}]{check.status:<4}[/] ", end="")
-            console.print(plain(f"{check.name}: {check.detail}"))
-    if failed:
-        raise typer.Exit(EXIT_FAILED)
-
-
-def run_checks(url: str, namespace: str, fix: bool) -> list[Check]:
-    """Every check for ``url``; a URL the library refuses is one FAIL."""
-    try:
-        with sessionstore.connect(url, namespace):  # reads the URL as a store does; no I/O
-            pass
-    except SessionStoreError as exc:
-        return [Check("url", "FAIL", str(exc))]
-    checks = []
-    if scheme_of(url) in REDIS_SCHEMES:
-        checks += guarded_check("server", redis_checks, url, namespace, fix)
-        if any(isinstance(check, Unreached) for check in checks):
-            return checks
-        checks += guarded_check("index", lambda: [index_check(url, namespace, fix)])
-    durability_failed = any(
-        check.name == "persistence" and check.status == "FAIL" for check in checks
-    )
-    checks += guarded_check("read/write", lambda: [round_trip(url, namespace, durability_failed)])
-    return checks
-
-
-def guarded_check(name: str, check: Callable[..., list[Check]], *args: Any) -> list[Check]:
-    """``check(*args)``; an error it did not expect is one FAIL line (never a traceback)."""
-    try:
-        return check(*args)
-    except SessionStoreError as exc:
-        return [Check(name, "FAIL", f"{type(exc).__name__}: {exc}")]
-    except Exception as exc:  # noqa: BLE001 - any URL gets lines, not a traceback
-        return [Check(name, "FAIL", f"unexpected {type(exc).__name__}: {exc}")]
+from ...errors import DurabilityError, LibraryMissingError, SessionStoreError, StoreUnavailableError
+from ...redis.boundary import ErrorBoundary
+from ...redis.client import SyncClient
+from ...redis.durability import FSYNC, NONE, REPLICAS, Durability
+from ...redis.firstuse import Topology
+from ...redis.library import INSTALL_COMMAND, install, installed, library
+from ...redis.options import RedisOptions, parse_options
+from ...redis.pools import is_cluster
+from ...store import Store
+from ..common import DURABILITY_HINT
+from .check import Check, Unreached
 
 
 def redis_checks(url: str, namespace: str, fix: bool) -> list[Check]:
@@ -410,124 +303,3 @@ def functions_check(client: Any, servers: list[tuple[str, Any]], fix: bool) -> C
     where = f"{len(servers)} primaries" if node_targets(servers) else "the server"
     done = f" (loaded now on {', '.join(loaded)})" if loaded else ""
     return Check("functions", "OK", f"{name} is installed on {where}{done}")
-
-
-def index_check(url: str, namespace: str, fix: bool) -> Check:
-    """Data of the namespace missing from its index (stores written before it existed):
-    FAIL with the remedy; with ``fix``, index it. Both need SCAN (an admin)."""
-    from ..redis.index import audit, rebuild
-
-    try:
-        if fix:
-            added = rebuild(url, namespace)
-            return Check(
-                "index",
-                "OK",
-                f"indexed {added.sessions} session(s) and {added.values} value(s) that "
-                f"the index of namespace {namespace!r} lacked",
-            )
-        missing = audit(url, namespace)
-    except AccessDeniedError:
-        return Check(
-            "index",
-            "WARN",
-            "this user may not SCAN, so the namespace index cannot be audited: an admin "
-            "can (`sessionstore doctor`)",
-        )
-    except SessionStoreError as exc:
-        return Check("index", "FAIL", f"{type(exc).__name__}: {exc}")
-    if missing.total:
-        return Check(
-            "index",
-            "FAIL",
-            f"{missing.sessions} session(s) and {missing.values} value(s) of namespace "
-            f"{namespace!r} are stored but not indexed (written before the index existed), "
-            "so listings miss them: run `sessionstore doctor --fix` once as an admin",
-        )
-    return Check("index", "OK", f"every session and value of {namespace!r} is indexed")
-
-
-def round_trip(url: str, namespace: str, durability_failed: bool = False) -> Check:
-    """Write, read and delete a probe value and a probe log session in the namespace: this
-    exercises every permission (and, on Redis, every function of the library) the library
-    needs. On a file store every file and folder the probe made is removed again. An
-    event log refused for the durability the persistence check already failed
-    (``durability_failed``) is named, not explained a second time."""
-    probe = probe_name("doctor")
-    started = time.perf_counter()
-    values_work = False
-    try:
-        with sessionstore.connect(url, namespace) as store, FileScratch(url, store, probe):
-            session = store.session(probe, "doctor", "doctor", "doctor")
-            session.set_data({"probe": True}, 0)
-            session.update(lambda value: value, 0)
-            history = store.session(probe, "doctor", "doctor", "doctor", history=True)
-            history.set_data(1, 0)
-            if session.get_data(0) != {"probe": True} or history.get_data(0) != 1:
-                return Check("read/write", "FAIL", "a value written was not read back")
-            session.delete()
-            values_work = True
-            store.events.create(SessionHeader(id=probe))
-            store.events.append(probe, [SessionEvent(seq=0, type="doctor/probe", time=0)])
-            store.events.load(probe)
-            store.events.delete(probe)
-    except DurabilityError as exc:
-        if isinstance(exc, StoreUnavailableError):
-            return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
-        if durability_failed and values_work:
-            return Check(
-                "read/write",
-                "FAIL",
-                f"values, history and update work in namespace {namespace!r}; the event "
-                "log refuses appends (DurabilityError: see persistence)",
-            )
-        hint = exc.hint or DURABILITY_HINT
-        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}; {hint}")
-    except SessionStoreError as exc:
-        return Check("read/write", "FAIL", f"{type(exc).__name__}: {exc}")
-    elapsed = (time.perf_counter() - started) * 1000
-    functions = ", through the library's Redis functions" if scheme_of(url) in REDIS_SCHEMES else ""
-    return Check(
-        "read/write",
-        "OK",
-        f"values, history, update and the event log work in namespace {namespace!r}"
-        f"{functions} ({elapsed:.0f} ms)",
-    )
-
-
-class FileScratch:
-    """On a file store, what the round trip of ``probe`` leaves is removed on leaving the
-    block: the probe key's folder and log file (their names hold the probe's unique id),
-    then every folder on the way to them that did not exist before (the namespace's,
-    the store's own), each only while it is empty. Nothing on other stores."""
-
-    def __init__(self, url: str, store: Store, probe: str) -> None:
-        self.probe_paths: list[Path] = []
-        self.new_dirs: list[Path] = []
-        if scheme_of(url) not in ("", "file"):
-            return
-        from ..arguments import value_key
-        from ..backends.files import FileValues
-
-        key = value_key(store.namespace, probe, "doctor", "doctor", "doctor", "backtest")
-        key_dir = FileValues(file_root(url)).key_dir(key)
-        log = Path(store.events.locate(probe) or key_dir)
-        self.probe_paths = [key_dir, log]
-        for path in (key_dir, log.parent):
-            while not path.exists() and path != path.parent:
-                self.new_dirs.append(path)
-                path = path.parent
-
-    def __enter__(self) -> FileScratch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for path in self.probe_paths:
-            if path.is_dir() and path in self.new_dirs:
-                shutil.rmtree(path, ignore_errors=True)
-            elif path.is_file() or path.is_symlink():
-                path.unlink(missing_ok=True)
-        for folder in sorted(set(self.new_dirs), key=lambda p: len(p.parts), reverse=True):
-            # Not empty (written meanwhile by someone else), or gone already: kept.
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)

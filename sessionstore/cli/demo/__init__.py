@@ -12,11 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .. import demo as engine
-from ..connection import DEFAULT_DIR, ENV_URL, mask_url, resolve_url
-from ..errors import SessionStoreError
-from .common import EXIT_ERROR, Json, emit_json, errors, fail
-from .text import plain
+from ...connection import DEFAULT_DIR, ENV_URL, mask_url, resolve_url
+from ...errors import SessionStoreError
+from ..common import EXIT_ERROR, Json, emit_json, errors, fail
+from ..text import plain
+from . import data
+from .check import DemoResult
+from .dask import SchedulerError
+from .engine import run
+from .ownership import ForeignDataError
+from .workers import WorkerReport
 
 
 def demo(
@@ -74,14 +79,14 @@ def demo(
     console = Console()
     store_url = resolve_url(url)
     worker_count = workers or os.cpu_count() or 2
-    plan = [jobs for jobs in engine.plan(symbols, worker_count) if jobs]
+    plan = [jobs for jobs in data.plan(symbols, worker_count) if jobs]
     look = sessions_command(url, namespace)
     heading = None
     if not json:
         heading = Text("sessionstore demo", style="bold").append_text(
             plain(
                 f" on {mask_url(store_url)}, namespace {namespace!r}: {len(plan)} workers, "
-                f"{symbols} symbols x {len(engine.VARIANTS)} strategies x {candles} candles"
+                f"{symbols} symbols x {len(data.VARIANTS)} strategies x {candles} candles"
             )
         )
         if scheduler is not None:
@@ -109,7 +114,7 @@ def demo(
         for n, jobs in enumerate(plan)
     }
     try:
-        result = engine.run(
+        result = run(
             store_url,
             namespace=namespace,
             workers=worker_count,
@@ -121,12 +126,12 @@ def demo(
             on_progress=lambda worker, count: progress.advance(tasks[worker], count),
             scheduler=scheduler,
         )
-    except engine.SchedulerError as exc:
+    except SchedulerError as exc:
         if progress.live.is_started:
             progress.stop()
         errors.print(plain("error: ", exc))
         raise typer.Exit(EXIT_ERROR) from None
-    except engine.ForeignDataError as exc:
+    except ForeignDataError as exc:
         errors.print(plain("error: ", exc))
         also = "" if exc.taken else ", or give --reset to start anyway"
         errors.print(
@@ -161,7 +166,7 @@ def sessions_command(url: str | None, namespace: str) -> str:
     return f'{words} --url "${ENV_URL}"  (with {ENV_URL} set to this URL, password included)'
 
 
-def print_summary(console: Console, result: engine.DemoResult, look: str) -> None:
+def print_summary(console: Console, result: DemoResult, look: str) -> None:
     console.print(summary(result))
     for worker in result.crashed:
         console.print(plain(crashed_line(worker)), soft_wrap=True)
@@ -180,7 +185,7 @@ def print_summary(console: Console, result: engine.DemoResult, look: str) -> Non
         console.print("[green]all invariants hold[/]")
 
 
-def crashed_line(worker: engine.WorkerReport) -> str:
+def crashed_line(worker: WorkerReport) -> str:
     where = f" in {worker.interrupted}" if worker.interrupted else ""
     return (
         f"crashed worker {worker.worker}: killed mid-turn{where} after {worker.candles} "
@@ -191,7 +196,7 @@ def crashed_line(worker: engine.WorkerReport) -> str:
     )
 
 
-def summary(result: engine.DemoResult) -> Table:
+def summary(result: DemoResult) -> Table:
     candles_done = result.total("candles")
     calls, reused = result.total("model_calls"), result.total("reused")
     waited = result.total("waited")
@@ -235,7 +240,7 @@ def summary(result: engine.DemoResult) -> Table:
     return table
 
 
-def summary_json(result: engine.DemoResult, url: str, look: str) -> dict[str, Any]:
+def summary_json(result: DemoResult, url: str, look: str) -> dict[str, Any]:
     crashed_events = sum(w.events for w in result.crashed)
     return {
         "url": mask_url(url),

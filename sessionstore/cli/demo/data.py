@@ -1,0 +1,61 @@
+"""The demo's data: the names it writes under, its jobs and its seeded synthetic candles."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+START_MS = 1_718_000_000_000
+CANDLE_MS = 3_600_000
+VARIANTS = ("momentum", "contrarian")
+STRATEGY = "llm-signal"
+EXCHANGE = "synthetic"
+FRAME = "1h"
+MODE = "backtest"
+#: The demo's symbols: ``SYM000USDT``, ``SYM001USDT``, ...
+SYMBOL = re.compile(r"SYM[0-9]{3,}USDT")
+#: Its session ids: a variant and a symbol.
+SESSION_ID = re.compile(rf"({'|'.join(VARIANTS)})-({SYMBOL.pattern})")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One strategy variant over one symbol."""
+
+    symbol: str
+    variant: str
+
+    @property
+    def session_id(self) -> str:
+        return f"{self.variant}-{self.symbol}"
+
+    @property
+    def cwd(self) -> str:
+        return f"/demo/{self.variant}"
+
+
+def symbols(count: int) -> list[str]:
+    return [f"SYM{n:03d}USDT" for n in range(count)]
+
+
+def plan(symbol_count: int, workers: int) -> list[list[Job]]:
+    """Deal the (symbol, variant) jobs to workers so both variants of a symbol run in
+    different processes, where possible, and share the cached answers."""
+    dealt: list[list[Job]] = [[] for _ in range(workers)]
+    for offset, variant in enumerate(VARIANTS):
+        for index, symbol in enumerate(symbols(symbol_count)):
+            dealt[(index + offset) % workers].append(Job(symbol, variant))
+    return dealt
+
+
+def candles(symbol: str, count: int) -> list[float]:
+    """Seeded random-walk closes: the same symbol always gives the same candles."""
+    seed = int.from_bytes(hashlib.sha256(symbol.encode()).digest()[:8], "big")
+    rng = random.Random(seed)
+    price, out = 100.0, []
+    for _ in range(count):
+        price *= 1 + rng.gauss(0, 0.01)
+        out.append(round(price, 4))
+    return out
