@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Itera
 from typing import Any, Generic, TypeVar
 
 from . import flows
-from .arguments import check_poll, check_ttl
+from .arguments import check_ttl
 from .connection import ConnectArgs, open_store, travel_args
 from .contracts import (
     AsyncBackends,
@@ -42,10 +42,8 @@ from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .drain import AsyncDrain
 from .errors import SessionStoreError
 from .eventlog import (
-    check_batch,
     check_header,
     check_lease,
-    check_seq,
     check_session_id,
     check_window,
 )
@@ -262,36 +260,26 @@ class AsyncEventLog:
 
     async def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
-        check_seq(seq)
         return await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     async def iter_events(self, session_id: str, batch: int = 1000) -> AsyncIterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair (a bad
         ``batch`` raises ``InvalidArgumentError`` at the first step)."""
-        check_batch(batch)
-        seq = 0
-        while True:
-            flow = flows.read_from(self._lifecycle, session_id, seq, batch)
-            chunk = await arun(flow, self._backend)
-            for event in chunk:
-                yield event
-            if len(chunk) < batch:
-                return
-            seq = chunk[-1].seq + 1
+        async for event in self._stream(flows.EventPages.paged(self._lifecycle, session_id, batch)):
+            yield event
 
     async def follow(
         self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
     ) -> AsyncIterator[SessionEvent]:
         """Async twin of :meth:`sessionstore.EventLog.follow`."""
-        seq, wait = check_seq(from_seq), check_poll(poll)
-        while True:
-            chunk = await arun(flows.read_from(self._lifecycle, session_id, seq), self._backend)
-            for event in chunk:
+        pages = flows.EventPages.following(self._lifecycle, session_id, from_seq, poll)
+        async for event in self._stream(pages):
+            yield event
+
+    async def _stream(self, pages: flows.EventPages) -> AsyncIterator[SessionEvent]:
+        while not pages.done:
+            for event in await arun(pages.next(), self._backend):
                 yield event
-            if chunk:
-                seq = chunk[-1].seq + 1
-            else:
-                await self._backend.wait_for_events(session_id, seq, wait)
 
     async def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .arguments import check_from_seq, check_ttl
+from .arguments import check_poll, check_ttl
 from .backoff import LOST_RACE, Backoff
 from .contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from .drive import Pause, Step, adrive, drive
@@ -35,7 +35,14 @@ from .errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from .eventlog import check_seq, check_session_id, closers, encode_batch, header_differences
+from .eventlog import (
+    check_batch,
+    check_seq,
+    check_session_id,
+    closers,
+    encode_batch,
+    header_differences,
+)
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRecords, is_probe
@@ -610,10 +617,55 @@ def fork(
 def read_from(
     lifecycle: Lifecycle, session_id: str, seq: int, limit: int | None = None
 ) -> Flow[list[SessionEvent]]:
+    check_seq(seq)
     _open(lifecycle)
-    check_from_seq(seq)
     _, events = yield Call(EventBackend.read, check_session_id(session_id), seq, limit=limit)
     return events
+
+
+class EventPages:
+    """Where a stream of one session's committed events is, and what it reads next: the
+    one implementation of ``iter_events`` (:meth:`paged`) and ``follow``
+    (:meth:`following`). A shell runs :meth:`next` and hands out the events it returns
+    until :attr:`done`."""
+
+    def __init__(
+        self, lifecycle: Lifecycle, session_id: str, seq: int, batch: int | None, poll: float
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.session_id = session_id
+        #: The seq the next read starts at.
+        self.seq = seq
+        #: The size of a page; None (follow) reads everything committed from :attr:`seq`.
+        self.batch = batch
+        self.poll = poll
+        #: Set once a page came back short: every committed event was handed out.
+        self.done = False
+
+    @classmethod
+    def paged(cls, lifecycle: Lifecycle, session_id: str, batch: object) -> EventPages:
+        """The events from seq 0, ``batch`` at a time, up to the end of the log: a bad
+        ``batch`` (not an int >= 1) raises :class:`InvalidArgumentError`."""
+        return cls(lifecycle, session_id, 0, check_batch(batch), 0.0)
+
+    @classmethod
+    def following(
+        cls, lifecycle: Lifecycle, session_id: str, from_seq: object, poll: object
+    ) -> EventPages:
+        """The events from ``from_seq`` on, without end: when none is new, :meth:`next`
+        waits for one up to ``poll`` seconds (:meth:`EventBackend.wait_for_events`)."""
+        return cls(lifecycle, session_id, check_seq(from_seq), None, check_poll(poll))
+
+    def next(self) -> Flow[list[SessionEvent]]:
+        """The next page of committed events (none while a follow waits)."""
+        chunk = yield from read_from(self.lifecycle, self.session_id, self.seq, self.batch)
+        if chunk:
+            self.seq = chunk[-1].seq + 1
+        if self.batch is not None:
+            self.done = len(chunk) < self.batch
+        elif not chunk:
+            yield Call(EventBackend.wait_for_events, self.session_id, self.seq, self.poll)
+        return chunk
 
 
 def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:

@@ -12,17 +12,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import flows
-from .arguments import check_poll, check_ttl
+from .arguments import check_ttl
 from .connection import ConnectArgs, open_store, travel_args
 from .contracts import Backends, EventBackend, ValueBackend
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
 from .drain import Drain
 from .errors import SessionStoreError
 from .eventlog import (
-    check_batch,
     check_header,
     check_lease,
-    check_seq,
     check_session_id,
     check_window,
 )
@@ -315,20 +313,12 @@ class EventLog:
 
     def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
-        check_seq(seq)
         return run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     def iter_events(self, session_id: str, batch: int = 1000) -> Iterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair. A bad
         ``batch`` (not an int >= 1) raises ``InvalidArgumentError`` at the first step."""
-        check_batch(batch)
-        seq = 0
-        while True:
-            chunk = run(flows.read_from(self._lifecycle, session_id, seq, batch), self._backend)
-            yield from chunk
-            if len(chunk) < batch:
-                return
-            seq = chunk[-1].seq + 1
+        yield from self._stream(flows.EventPages.paged(self._lifecycle, session_id, batch))
 
     def follow(
         self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
@@ -336,14 +326,12 @@ class EventLog:
         """The committed events from ``from_seq`` on, then each new one as it lands, without
         end (stop by leaving the loop). Redis blocks on the stream (``XREAD BLOCK``);
         the other backends look again every ``poll`` seconds."""
-        seq, wait = check_seq(from_seq), check_poll(poll)
-        while True:
-            chunk = run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
-            yield from chunk
-            if chunk:
-                seq = chunk[-1].seq + 1
-            else:
-                self._backend.wait_for_events(session_id, seq, wait)
+        pages = flows.EventPages.following(self._lifecycle, session_id, from_seq, poll)
+        yield from self._stream(pages)
+
+    def _stream(self, pages: flows.EventPages) -> Iterator[SessionEvent]:
+        while not pages.done:
+            yield from run(pages.next(), self._backend)
 
     def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id; metadata only."""
