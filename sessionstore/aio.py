@@ -31,7 +31,7 @@ from . import event_flows, value_flows
 # The async writer is part of the async API, as SessionWriter is of the sync one.
 from .aio_writer import AsyncSessionWriter as AsyncSessionWriter
 from .aio_writer import OpeningWriter, open_writer
-from .connection import ConnectArgs
+from .connection import ConnectArgs, open_store
 from .contracts import (
     AsyncBackends,
     AsyncEventBackend,
@@ -46,7 +46,6 @@ from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState
-from .store_state import Lifecycle
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
 
 
@@ -60,7 +59,7 @@ def connect(
     cache: bool | None = None,
 ) -> AsyncStore:
     """Like :func:`sessionstore.connect`, for asyncio. No I/O until first use."""
-    return open_as(AsyncStore, url, namespace, timeout, durability, ttl, cache)
+    return open_as(AsyncStore, open_store(url, namespace, timeout, durability, ttl, cache))
 
 
 _B = TypeVar("_B", bound=ValueBackend | EventBackend)
@@ -155,16 +154,6 @@ class AsyncSession(SessionBase[AsyncValueBackend]):
 class AsyncEventLog(EventLogBase[AsyncEventBackend]):
     """Async twin of :class:`sessionstore.EventLog` (retention and pickling work the
     same way)."""
-
-    def __init__(
-        self,
-        backend: AsyncEventBackend,
-        lifecycle: Lifecycle,
-        ttl_ms: int | None = None,
-        owner: AsyncStore | None = None,
-    ) -> None:
-        super().__init__(backend, lifecycle, ttl_ms, owner)
-        self._drain = AsyncDrain()
 
     async def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None."""
@@ -297,7 +286,8 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
         return AsyncSession(self._async.values, state, self._lifecycle, self)
 
     def _event_log(self, ttl_ms: int | None) -> AsyncEventLog:
-        return AsyncEventLog(self._async.events, self._lifecycle, ttl_ms, self)
+        self._drain = AsyncDrain()
+        return AsyncEventLog(self._async.events, self._lifecycle, self._drain, ttl_ms, self)
 
     async def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
@@ -314,7 +304,7 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
             self._lifecycle.closed = True
-            await self.events._drain.close()
+            await self._drain.close()
             await self._async.aclose()
             if self._backends.make_async is not None:
                 await asyncio.to_thread(self._backends.close)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import event_flows, value_flows
+from .connection import open_store
 from .contracts import EventBackend, ValueBackend
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import Drain
@@ -19,7 +20,6 @@ from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState
-from .store_state import Lifecycle
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
 from .writer import SessionWriter
 
@@ -54,7 +54,7 @@ def connect(
     (see :meth:`Store.__reduce__`). A ``memory://`` store cannot travel: pickling it
     raises ``SessionStoreError``.
     """
-    return open_as(Store, url, namespace, timeout, durability, ttl, cache)
+    return open_as(Store, open_store(url, namespace, timeout, durability, ttl, cache))
 
 
 class Session(SessionBase[ValueBackend]):
@@ -188,16 +188,6 @@ class EventLog(EventLogBase[EventBackend]):
     removes expired sessions, each whole; until it runs, an expired session is still
     listed, readable and appendable (an append then renews it).
     """
-
-    def __init__(
-        self,
-        backend: EventBackend,
-        lifecycle: Lifecycle,
-        ttl_ms: int | None = None,
-        owner: Store | None = None,
-    ) -> None:
-        super().__init__(backend, lifecycle, ttl_ms, owner)
-        self._drain = Drain()
 
     def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None (SQLite, Redis, memory). No I/O."""
@@ -344,7 +334,8 @@ class Store(StoreBase[Session, EventLog]):
         return Session(self._backends.values, state, self._lifecycle, self)
 
     def _event_log(self, ttl_ms: int | None) -> EventLog:
-        return EventLog(self._backends.events, self._lifecycle, ttl_ms, self)
+        self._drain = Drain()
+        return EventLog(self._backends.events, self._lifecycle, self._drain, ttl_ms, self)
 
     def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
@@ -363,7 +354,7 @@ class Store(StoreBase[Session, EventLog]):
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
             self._lifecycle.closed = True
-            self.events._drain.close()
+            self._drain.close()
             self._backends.close()
 
     def __enter__(self) -> Store:

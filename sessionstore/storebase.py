@@ -8,14 +8,13 @@ is run by :func:`~sessionstore.flows.run` or awaited through
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from . import value_flows
 from .arguments import check_ttl
-from .connection import ConnectArgs, open_store, travel_args
+from .connection import ConnectArgs, Opened, open_store, travel_args
 from .contracts import Backends
 from .defaults import compute_times
 from .errors import SessionStoreError
@@ -70,20 +69,20 @@ class SessionBase(Generic[_Backend]):
 
 class EventLogBase(Generic[_Backend]):
     """The event logs of a store (see :class:`sessionstore.EventLog`), on the
-    ``backend`` of its API. Each API sets ``_drain``, the background drain its writers
-    share."""
-
-    _drain: Any
+    ``backend`` of its API; its writers share the store's ``drain`` (a
+    :class:`~sessionstore.drain.Drain` or an :class:`~sessionstore.drain.AsyncDrain`)."""
 
     def __init__(
         self,
         backend: _Backend,
         lifecycle: Lifecycle,
+        drain: Any,
         ttl_ms: int | None = None,
         owner: StoreBase[Any, Any] | None = None,
     ) -> None:
         self._backend = backend
         self._lifecycle = lifecycle
+        self._drain = drain
         self._pending = PendingSessions()
         self._ttl_ms = ttl_ms
         self._owner = owner
@@ -141,9 +140,10 @@ class StoreBase(ABC, Generic[_Session, _Events]):
     def _reopen(cls: type[_Store], args: ConnectArgs, closed: bool) -> _Store:
         """A store unpickled from ``args`` (see :meth:`__reduce__`). No I/O: a closed
         store arrives closed, its backends, which opened nothing yet, released."""
-        store = open_as(
-            cls, args.url, args.namespace, args.timeout, args.durability, args.ttl, args.cache
+        opened = open_store(
+            args.url, args.namespace, args.timeout, args.durability, args.ttl, args.cache
         )
+        store = open_as(cls, opened)
         if closed:
             store._lifecycle.closed = True
             store._backends.close()
@@ -190,7 +190,8 @@ class StoreBase(ABC, Generic[_Session, _Events]):
 
     @abstractmethod
     def _event_log(self, ttl_ms: int | None) -> _Events:
-        """The API's event log of this store, creating sessions with ``ttl_ms``."""
+        """The API's event log of this store, creating sessions with ``ttl_ms``, and the
+        drain its writers share (``_drain``, which ``close`` stops)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r}, namespace={self.namespace!r})"
@@ -201,16 +202,7 @@ def _session_of(store: StoreBase[Any, Any], state: SessionState) -> Any:
     return store._handle(state)
 
 
-def open_as(
-    cls: type[_Store],
-    url: str | os.PathLike[str] | None,
-    namespace: str,
-    timeout: float | None,
-    durability: str | None,
-    ttl: float | None,
-    cache: bool | None,
-) -> _Store:
-    """What ``connect`` opens (see :func:`sessionstore.connect`), as the API's store
-    ``cls``. No I/O."""
-    opened = open_store(url, namespace, timeout, durability, ttl, cache)
-    return cls(opened.backends, namespace, opened.ttl_ms, args=opened.args)
+def open_as(cls: type[_Store], opened: Opened) -> _Store:
+    """The API's store ``cls`` on what ``connect`` opened (see
+    :func:`sessionstore.connect`). No I/O."""
+    return cls(opened.backends, opened.args.namespace, opened.ttl_ms, args=opened.args)
