@@ -6,16 +6,17 @@
         await s.set_data({"lastLlmSignal": "buy"}, when)
         await s.get_data(when)
 
-``connect`` is a plain call and does no I/O. Each method runs the same flow of
-:mod:`sessionstore.flows` as the sync API, against ``redis.asyncio`` for Redis; the local
-backends (memory, files, SQLite) run their blocking calls in a worker thread.
+``connect`` is a plain call and does no I/O. Each method runs the same flow (see
+:mod:`sessionstore.flows`) as the sync API, against ``redis.asyncio`` for Redis; the local
+backends (memory, files, SQLite) run their blocking calls in a worker thread. What does
+no I/O is the sync API's own code (:mod:`sessionstore.storebase`).
 
 A store may be used from any thread and any event loop: from several threads each
 running its own loop, and from one loop after another (``asyncio.run`` twice). On Redis
 it keeps a ``redis.asyncio`` client per running loop, and closes the connections of a
 closed loop when the store is first used on a new loop, or closed (see
-:mod:`sessionstore.redis.client`). A write-behind writer stays on the loop that opened
-it.
+:mod:`sessionstore.redis.client`). A write-behind writer
+(:mod:`sessionstore.aio_writer`) stays on the loop that opened it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The synchronous API: :func:`connect`, :class:`Store`, :class:`Session` and
 :class:`EventLog` (``sessionstore`` exports them).
 
-Each method runs one flow of :mod:`sessionstore.flows` against the blocking backend;
-:mod:`sessionstore.aio` runs the same flows against async backends.
+Each method runs one flow (of :mod:`sessionstore.value_flows` or
+:mod:`sessionstore.event_flows`) against the blocking backend; :mod:`sessionstore.aio`
+runs the same flows against async backends. What the two APIs share besides (building,
+checking and pickling a store, its handles and its event log) is written once in
+:mod:`sessionstore.storebase`.
 """
 
 from __future__ import annotations
