@@ -32,7 +32,7 @@ from . import event_flows, value_flows
 # The async writer is part of the async API, as SessionWriter is of the sync one.
 from .aio_writer import AsyncSessionWriter as AsyncSessionWriter
 from .aio_writer import OpeningWriter, open_writer
-from .connection import ConnectArgs, open_store
+from .connection import open_store
 from .contracts import (
     AsyncBackends,
     AsyncEventBackend,
@@ -272,21 +272,11 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
     """Async twin of :class:`sessionstore.Store`; it pickles as
     :meth:`sessionstore.Store.__reduce__` says, and arrives as an ``AsyncStore``."""
 
-    def __init__(
-        self,
-        backends: Backends,
-        namespace: str,
-        ttl_ms: int | None = None,
-        *,
-        args: ConnectArgs | None = None,
-    ) -> None:
-        self._async = _async_backends(backends)
-        super().__init__(backends, namespace, ttl_ms, args=args)
-
     def _handle(self, state: SessionState) -> AsyncSession:
         return AsyncSession(self._async.values, state, self._lifecycle, self)
 
-    def _event_log(self, ttl_ms: int | None) -> AsyncEventLog:
+    def _start(self, ttl_ms: int | None) -> AsyncEventLog:
+        self._async = _async_backends(self._backends)
         self._drain = AsyncDrain()
         return AsyncEventLog(self._async.events, self._lifecycle, self._drain, ttl_ms, self)
 

@@ -336,7 +336,7 @@ class Store(StoreBase[Session, EventLog]):
     def _handle(self, state: SessionState) -> Session:
         return Session(self._backends.values, state, self._lifecycle, self)
 
-    def _event_log(self, ttl_ms: int | None) -> EventLog:
+    def _start(self, ttl_ms: int | None) -> EventLog:
         self._drain = Drain()
         return EventLog(self._backends.events, self._lifecycle, self._drain, ttl_ms, self)
 

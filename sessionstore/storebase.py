@@ -120,7 +120,7 @@ class EventLogBase(Generic[_Backend]):
 class StoreBase(ABC, Generic[_Session, _Events]):
     """A connection to one backend, scoped to one namespace (see
     :class:`sessionstore.Store`). Each API builds its own handles and event log
-    (:meth:`_handle`, :meth:`_event_log`)."""
+    (:meth:`_handle`, :meth:`_start`)."""
 
     def __init__(
         self,
@@ -134,7 +134,7 @@ class StoreBase(ABC, Generic[_Session, _Events]):
         self.namespace = namespace
         self._lifecycle = Lifecycle()
         self._args = args
-        self.events: _Events = self._event_log(ttl_ms)
+        self.events: _Events = self._start(ttl_ms)
 
     @classmethod
     def _reopen(cls: type[_Store], args: ConnectArgs, closed: bool) -> _Store:
@@ -189,9 +189,10 @@ class StoreBase(ABC, Generic[_Session, _Events]):
         """The API's handle on the value ``state`` describes."""
 
     @abstractmethod
-    def _event_log(self, ttl_ms: int | None) -> _Events:
-        """The API's event log of this store, creating sessions with ``ttl_ms``, and the
-        drain its writers share (``_drain``, which ``close`` stops)."""
+    def _start(self, ttl_ms: int | None) -> _Events:
+        """Build what the API runs on, once, as the store is made: its view of the
+        backends, the drain its writers share (``_drain``, which ``close`` stops) and its
+        event log, creating sessions with ``ttl_ms``, which it returns."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r}, namespace={self.namespace!r})"
