@@ -108,12 +108,6 @@ def check_timeout(name: str, timeout: object) -> float:
     return float(timeout)
 
 
-def check_from_seq(seq: object) -> int:
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise InvalidArgumentError(f"seq must be an int >= 0, not {short_repr(seq)}")
-    return seq
-
-
 def check_poll(poll: object) -> float:
     if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < 3600:
         raise InvalidArgumentError(f"poll must be seconds in (0, 3600), not {short_repr(poll)}")

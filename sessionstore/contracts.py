@@ -1,3 +1,7 @@
+# Longer than ~450 lines on purpose: this is one specification, the two backend
+# contracts with each method's contract in its docstring, then their async twins, which
+# restate every signature so that mypy and tests/test_api_parity.py hold the async
+# backends to the same contract. Most of its lines are those contracts' prose.
 """What a backend must do. The facades (:mod:`sessionstore.store`, :mod:`sessionstore.aio`)
 hold every decision; a backend only stores and fetches, atomically where stated.
 

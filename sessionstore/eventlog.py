@@ -107,7 +107,8 @@ def check_lease(lease: object) -> int:
 
 
 def check_seq(seq: object) -> int:
-    """A seq argument (``read_from``, ``follow``): an int from 0 to 2**63 - 1 (not a bool)."""
+    """A seq argument (``read_from``, ``follow``, ``fork``'s ``at_seq``): an int from 0
+    to 2**63 - 1 (not a bool)."""
     if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= INT64_MAX:
         raise InvalidArgumentError(f"seq must be an int >= 0, not {short_repr(seq)}")
     return seq

@@ -1,7 +1,7 @@
 """The pure half of a value session handle (``store.session(...)``): its checked key,
 mode and retention, the record it saw last and whether it was disposed. No I/O: the
-sync and async handles keep one each and run the flows of :mod:`sessionstore.flows`
-with it.
+sync and async handles keep one each and run the flows of
+:mod:`sessionstore.value_flows` with it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The synchronous API: :func:`connect`, :class:`Store`, :class:`Session` and
 :class:`EventLog` (``sessionstore`` exports them).
 
-Each method runs one flow of :mod:`sessionstore.flows` against the blocking backend;
-:mod:`sessionstore.aio` runs the same flows against async backends.
+Each method runs one flow (of :mod:`sessionstore.value_flows` or
+:mod:`sessionstore.event_flows`) against the blocking backend; :mod:`sessionstore.aio`
+runs the same flows against async backends. What the two APIs share besides (building,
+checking and pickling a store, its handles and its event log) is written once in
+:mod:`sessionstore.storebase`.
 """
 
 from __future__ import annotations
@@ -11,27 +14,17 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from . import flows
-from .arguments import check_poll, check_ttl
-from .connection import ConnectArgs, open_store, travel_args
-from .contracts import Backends, EventBackend, ValueBackend
-from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE, compute_times
+from . import event_flows, value_flows
+from .connection import open_store
+from .contracts import EventBackend, ValueBackend
+from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import Drain
-from .errors import SessionStoreError
-from .eventlog import (
-    check_batch,
-    check_header,
-    check_lease,
-    check_seq,
-    check_session_id,
-    check_window,
-)
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
-from .session_state import SessionState, session_state
-from .store_state import Lifecycle, PendingSessions
-from .writer import SessionWriter, WriterContext
+from .session_state import SessionState
+from .storebase import EventLogBase, SessionBase, StoreBase, open_as
+from .writer import SessionWriter
 
 
 def connect(
@@ -64,11 +57,10 @@ def connect(
     (see :meth:`Store.__reduce__`). A ``memory://`` store cannot travel: pickling it
     raises ``SessionStoreError``.
     """
-    opened = open_store(url, namespace, timeout, durability, ttl, cache)
-    return Store(opened.backends, namespace, opened.ttl_ms, args=opened.args)
+    return open_as(Store, open_store(url, namespace, timeout, durability, ttl, cache))
 
 
-class Session:
+class Session(SessionBase[ValueBackend]):
     """A handle on one session value: (symbol, strategy, exchange, frame, mode) in a namespace.
 
     Reads never see the future: ``get_data(when)`` returns None when the stored value was
@@ -81,23 +73,6 @@ class Session:
     and retention options and whether it was disposed: a disposed handle arrives disposed.
     """
 
-    def __init__(
-        self,
-        backend: ValueBackend,
-        state: SessionState,
-        lifecycle: Lifecycle,
-        owner: Store | None = None,
-    ) -> None:
-        self._backend = backend
-        self._state = state
-        self._lifecycle = lifecycle
-        self._owner = owner
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        if self._owner is None:
-            raise SessionStoreError("this session handle has no store to travel with")
-        return (_session_of, (self._owner, self._state))
-
     def wait_for_init(self, initial: bool = True) -> None:
         """Prepare the backend for this key (e.g. create its folder, clear what an
         interrupted write left). Idempotent and optional: first use does it too.
@@ -105,7 +80,7 @@ class Session:
         ``initial`` is kept for callers written against ports of the same API, where it
         marks the first call; it changes nothing here: every call prepares the key the
         same way, once per handle."""
-        run(flows.ready(self._state, self._lifecycle), self._backend)
+        run(value_flows.ready(self._state, self._lifecycle), self._backend)
 
     def get_data(self, when: Any) -> Any:
         """The stored value, or None if there is none or it was written for a later time.
@@ -121,8 +96,8 @@ class Session:
             # answers without the flow machinery.
             cached = self._backend.cached_read(state.key)
             if cached is not None:
-                return flows.get_cached(state, self._lifecycle, cached[0], when)
-        return run(flows.get_data(state, self._lifecycle, when), self._backend)
+                return value_flows.get_cached(state, self._lifecycle, cached[0], when)
+        return run(value_flows.get_data(state, self._lifecycle, when), self._backend)
 
     def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``, replacing whatever was stored.
@@ -135,7 +110,7 @@ class Session:
         without one, a value that was given an expiry by an earlier write keeps it, and a
         new one never expires.
         """
-        run(flows.set_data(self._state, self._lifecycle, value, when), self._backend)
+        run(value_flows.set_data(self._state, self._lifecycle, value, when), self._backend)
 
     def put(self, value: Any, when: Any) -> None:
         """History: store ``value`` as the version at exactly ``when``, discarding nothing
@@ -149,7 +124,7 @@ class Session:
         this one too when it is among the oldest. ``ttl`` as for :meth:`set_data`. A
         plain handle raises ``InvalidArgumentError``.
         """
-        run(flows.put(self._state, self._lifecycle, value, when), self._backend)
+        run(value_flows.put(self._state, self._lifecycle, value, when), self._backend)
 
     def get_or_compute(
         self,
@@ -157,7 +132,7 @@ class Session:
         fn: Callable[[], Any],
         *,
         timeout: float | None = None,
-        lease: float = flows.COMPUTE_LEASE,
+        lease: float = value_flows.COMPUTE_LEASE,
     ) -> Any:
         """History: the version stored at exactly ``when``; when there is none, ``fn()``
         is run by exactly one caller among all the threads and processes using the store,
@@ -173,16 +148,14 @@ class Session:
         ``connect``, else 30 s) with ``ComputeTimeoutError``. A bad ``timeout`` or
         ``lease`` raises ``InvalidArgumentError``; so does a plain handle.
         """
-        wait, held = compute_times(self._owner and self._owner._args, timeout, lease)
-        flow = flows.get_or_compute(self._state, self._lifecycle, when, fn, wait, held)
-        return run(flow, self._backend)
+        return run(self._compute(when, fn, timeout, lease), self._backend)
 
     def update(self, fn: Callable[[Any], Any], when: Any) -> Any:
         """Atomically replace the value visible at ``when`` by ``fn(value)`` and return
         what was stored. ``fn`` may run more than once when other writers race, or when
         another handle wrote since this one last read or wrote the value: the handle
         starts from the record it saw last (one round trip when nobody else wrote)."""
-        return run(flows.update(self._state, self._lifecycle, fn, when), self._backend)
+        return run(value_flows.update(self._state, self._lifecycle, fn, when), self._backend)
 
     def set_ttl(self, ttl: float | None) -> bool:
         """Give what is stored of this value (its record and its history alike) a
@@ -190,12 +163,14 @@ class Session:
         expires); later writes without a ttl keep it, a write through a handle with a
         ttl sets its own. True if something unexpired was stored, False (nothing
         changed) otherwise; a bad ``ttl`` raises ``InvalidArgumentError``."""
-        return run(flows.set_value_retention(self._state, self._lifecycle, ttl), self._backend)
+        return run(
+            value_flows.set_value_retention(self._state, self._lifecycle, ttl), self._backend
+        )
 
     def delete(self) -> bool:
         """Remove every stored record of this key, plain and history alike; True if there
         was one that had not expired. The handle stays usable."""
-        return run(flows.delete_value(self._state, self._lifecycle), self._backend)
+        return run(value_flows.delete_value(self._state, self._lifecycle), self._backend)
 
     def records(self) -> ValueRecords:
         """What is stored under this handle's key, as stored: the plain record and every
@@ -203,14 +178,10 @@ class Session:
         whatever the handle's ``history`` mode and with no look-ahead filter. Reads only:
         nothing is prepared or written. A history whose versions do not go back in time
         raises ``CorruptDataError``."""
-        return run(flows.value_records(self._state, self._lifecycle), self._backend)
-
-    def dispose(self) -> None:
-        """Release the handle; later use raises ``SessionDisposedError``. Data stays."""
-        self._state.disposed = True
+        return run(value_flows.value_records(self._state, self._lifecycle), self._backend)
 
 
-class EventLog:
+class EventLog(EventLogBase[EventBackend]):
     """Durable, append-only session event logs (see the package README for the contract).
 
     Retention: a session created with a ``ttl`` (or by a store connected with one) keeps
@@ -221,32 +192,9 @@ class EventLog:
     listed, readable and appendable (an append then renews it).
     """
 
-    def __init__(
-        self,
-        backend: EventBackend,
-        lifecycle: Lifecycle,
-        ttl_ms: int | None = None,
-        owner: Store | None = None,
-    ) -> None:
-        self._backend = backend
-        self._lifecycle = lifecycle
-        self._pending = PendingSessions()
-        self._ttl_ms = ttl_ms
-        self._drain = Drain()
-        self._owner = owner
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its store's ``events``. Sessions created here but not yet appended
-        to (nothing stored) and open writers stay behind."""
-        if self._owner is None:
-            raise SessionStoreError("this event log has no store to travel with")
-        return (getattr, (self._owner, "events"))
-
     def locate(self, header: SessionHeader | str) -> str | None:
         """Absolute path of the session's own file, or None (SQLite, Redis, memory). No I/O."""
-        self._lifecycle.check_open()
-        session_id = header.id if isinstance(header, SessionHeader) else header
-        return self._backend.locate(check_session_id(session_id))
+        return self._backend.locate(self._located(header))
 
     def create(self, header: SessionHeader, *, ttl: float | None = None) -> None:
         """Register a new session. Nothing is written until its first append.
@@ -255,15 +203,15 @@ class EventLog:
         append; it replaces the store's ``ttl`` for this session. A bad ``ttl`` raises
         ``InvalidArgumentError``.
         """
-        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
-        run(flows.create(self._pending, self._lifecycle, header, ttl_ms), self._backend)
+        flow = event_flows.create(self._pending, self._lifecycle, header, self._retention(ttl))
+        run(flow, self._backend)
 
     def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
         replay and writes nothing; anything else raises ``SeqConflictError``. Times must
         not go backwards within the batch (``EventTimeOrderError``, nothing written)."""
-        flow = flows.append(self._pending, self._lifecycle, session_id, events)
+        flow = event_flows.append(self._pending, self._lifecycle, session_id, events)
         return run(flow, self._backend)
 
     def load(self, session_id: str) -> LoadedSession:
@@ -271,28 +219,28 @@ class EventLog:
         turn is closed by durably appended closers. While a live writer, in any process,
         holds the session's lease, raises ``SessionBusyError`` instead (its turn is not
         interrupted); once the writer is closed or dies (its lease ends) load repairs."""
-        return run(flows.load(self._lifecycle, session_id), self._backend)
+        return run(event_flows.load(self._lifecycle, session_id), self._backend)
 
     def inspect(self, session_id: str) -> LoadedSession:
         """What :meth:`load` would return, closers included, without writing anything
         and without looking at the lease: a live session can be looked at."""
-        return run(flows.inspect_session(self._lifecycle, session_id), self._backend)
+        return run(event_flows.inspect_session(self._lifecycle, session_id), self._backend)
 
     def info(self, session_id: str) -> SessionInfo:
         """The session's header, ``next_seq``, ``last_time``, ``expires_at`` and ``busy``,
         from metadata only (the log is not parsed). ``SessionNotFoundError`` if it is not
         materialised."""
-        return run(flows.info(self._lifecycle, session_id), self._backend)
+        return run(event_flows.info(self._lifecycle, session_id), self._backend)
 
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every session :meth:`list` lists, in the same order."""
-        return run(flows.list_info(self._lifecycle), self._backend)
+        return run(event_flows.list_info(self._lifecycle), self._backend)
 
     def stored_bytes(self, session_id: str) -> int:
         """How many bytes the session takes in the store (files: its log file; SQLite:
         its rows' text; Redis: the server's ``MEMORY USAGE`` of its keys, an estimate for
         a long log). ``SessionNotFoundError`` if it is not materialised."""
-        return run(flows.stored_bytes(self._lifecycle, session_id), self._backend)
+        return run(event_flows.stored_bytes(self._lifecycle, session_id), self._backend)
 
     def set_ttl(self, session_id: str, ttl: float | None) -> int | None:
         """Give a stored session a retention of ``ttl`` seconds from now (every later
@@ -300,7 +248,7 @@ class EventLog:
         ``ttl``), or take it away with None (it never expires); returns the new expiry
         (epoch ms) or None. ``SessionNotFoundError`` if it is not materialised, a bad
         ``ttl`` ``InvalidArgumentError``; nothing else of the session changes."""
-        return run(flows.set_retention(self._lifecycle, session_id, ttl), self._backend)
+        return run(event_flows.set_retention(self._lifecycle, session_id, ttl), self._backend)
 
     def fork(self, parent_id: str, child_id: str, *, at_seq: int | None = None) -> SessionHeader:
         """Create ``child_id`` whose log begins with the parent's committed events
@@ -310,25 +258,19 @@ class EventLog:
         never reach it. An ``at_seq`` inside a turn gives a child whose ``load`` closes
         that turn as interrupted. ``SessionExistsError`` if ``child_id`` exists;
         ``InvalidArgumentError`` for an ``at_seq`` past the parent's end."""
-        flow = flows.fork(self._pending, self._lifecycle, parent_id, child_id, at_seq, self._ttl_ms)
+        flow = event_flows.fork(
+            self._pending, self._lifecycle, parent_id, child_id, at_seq, self._ttl_ms
+        )
         return run(flow, self._backend)
 
     def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
-        check_seq(seq)
-        return run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
+        return run(event_flows.read_from(self._lifecycle, session_id, seq), self._backend)
 
     def iter_events(self, session_id: str, batch: int = 1000) -> Iterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair. A bad
         ``batch`` (not an int >= 1) raises ``InvalidArgumentError`` at the first step."""
-        check_batch(batch)
-        seq = 0
-        while True:
-            chunk = run(flows.read_from(self._lifecycle, session_id, seq, batch), self._backend)
-            yield from chunk
-            if len(chunk) < batch:
-                return
-            seq = chunk[-1].seq + 1
+        yield from self._stream(event_flows.EventPages.paged(self._lifecycle, session_id, batch))
 
     def follow(
         self, session_id: str, from_seq: int = 0, *, poll: float = 0.5
@@ -336,27 +278,25 @@ class EventLog:
         """The committed events from ``from_seq`` on, then each new one as it lands, without
         end (stop by leaving the loop). Redis blocks on the stream (``XREAD BLOCK``);
         the other backends look again every ``poll`` seconds."""
-        seq, wait = check_seq(from_seq), check_poll(poll)
-        while True:
-            chunk = run(flows.read_from(self._lifecycle, session_id, seq), self._backend)
-            yield from chunk
-            if chunk:
-                seq = chunk[-1].seq + 1
-            else:
-                self._backend.wait_for_events(session_id, seq, wait)
+        pages = event_flows.EventPages.following(self._lifecycle, session_id, from_seq, poll)
+        yield from self._stream(pages)
+
+    def _stream(self, pages: event_flows.EventPages) -> Iterator[SessionEvent]:
+        while not pages.done:
+            yield from run(pages.next(), self._backend)
 
     def list(self) -> list[SessionHeader]:
         """Headers of the materialised sessions, by ``created_at`` then id; metadata only."""
-        return run(flows.list_sessions(self._lifecycle), self._backend)
+        return run(event_flows.list_sessions(self._lifecycle), self._backend)
 
     def delete(self, session_id: str) -> None:
         """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
-        run(flows.delete_session(self._pending, self._lifecycle, session_id), self._backend)
+        run(event_flows.delete_session(self._pending, self._lifecycle, session_id), self._backend)
 
     def prune(self) -> int:
         """Remove the expired sessions of the namespace, each whole and atomically, and
         return how many. Always 0 on Redis, where the server expires sessions itself."""
-        return run(flows.prune(self._lifecycle), self._backend)
+        return run(event_flows.prune(self._lifecycle), self._backend)
 
     def writer(
         self,
@@ -379,16 +319,11 @@ class EventLog:
         ``lease`` seconds after the writer's last renewal (it renews every third of
         it); a file lock ends with the process; memory leases within the process.
         """
-        self._lifecycle.check_open()
-        check_header(header)
-        check_window(window)
-        ttl_ms = self._ttl_ms if ttl is None else check_ttl(ttl)
-        lease_ms = check_lease(lease)
-        context = WriterContext(self._backend, self._pending, self._lifecycle, self._drain)
+        context, ttl_ms, lease_ms = self._writer_args(header, window, ttl, lease)
         return SessionWriter(context, header, window=window, ttl_ms=ttl_ms, lease_ms=lease_ms)
 
 
-class Store:
+class Store(StoreBase[Session, EventLog]):
     """A connection to one backend, scoped to one namespace.
 
     ``store.session(...)`` gives value sessions, ``store.events`` the event logs.
@@ -398,55 +333,12 @@ class Store:
     of a process pool, joblib or Dask: see :meth:`__reduce__`.
     """
 
-    def __init__(
-        self,
-        backends: Backends,
-        namespace: str,
-        ttl_ms: int | None = None,
-        *,
-        args: ConnectArgs | None = None,
-    ) -> None:
-        self._backends = backends
-        self.namespace = namespace
-        self._lifecycle = Lifecycle()
-        self._args = args
-        self.events = EventLog(backends.events, self._lifecycle, ttl_ms, self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """What travels: the resolved URL (with its password: the receiver must connect;
-        a relative file or SQLite path made absolute), the namespace and the ``timeout``,
-        ``durability`` and ``ttl`` given to ``connect``. Unpickling calls ``connect``
-        again, which does no I/O: the receiving process connects on first use. A closed
-        store arrives closed. A ``memory://`` store raises ``SessionStoreError``: its
-        data cannot leave this process."""
-        return (_reopen, (travel_args(self._args, "store"), self._lifecycle.closed))
-
-    @property
-    def url(self) -> str:
-        """The store's URL with any password masked."""
-        return self._backends.display_url
-
-    def session(
-        self,
-        symbol: str,
-        strategy: str,
-        exchange: str,
-        frame: str,
-        *,
-        mode: str = "backtest",
-        history: bool = False,
-        max_versions: int | None = None,
-        ttl: float | None = None,
-    ) -> Session:
-        """A handle on the value of (symbol, strategy, exchange, frame, mode). No I/O.
-
-        ``ttl`` (seconds > 0): every write through the handle makes the value expire that
-        long after it. A bad ``ttl`` raises ``InvalidArgumentError``.
-        """
-        self._lifecycle.check_open()
-        parts = (symbol, strategy, exchange, frame)
-        state = session_state(self.namespace, parts, mode, history, max_versions, ttl)
+    def _handle(self, state: SessionState) -> Session:
         return Session(self._backends.values, state, self._lifecycle, self)
+
+    def _start(self, ttl_ms: int | None) -> EventLog:
+        self._drain = Drain()
+        return EventLog(self._backends.events, self._lifecycle, self._drain, ttl_ms, self)
 
     def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
@@ -459,13 +351,13 @@ class Store:
         event-log appends as durable as its URL asks: on Redis the check the first write
         makes (``CONFIG GET`` or ``INFO persistence``, on every primary of a cluster);
         nothing to check on the other stores."""
-        run(flows.check_durable(self._lifecycle), self._backends.events)
+        run(event_flows.check_durable(self._lifecycle), self._backends.events)
 
     def close(self) -> None:
         """Release connections; idempotent."""
         if not self._lifecycle.closed:
             self._lifecycle.closed = True
-            self.events._drain.close()
+            self._drain.close()
             self._backends.close()
 
     def __enter__(self) -> Store:
@@ -473,26 +365,3 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"Store({self.url!r}, namespace={self.namespace!r})"
-
-
-def _reopen(args: ConnectArgs, closed: bool) -> Store:
-    """A store unpickled from ``args`` (see :meth:`Store.__reduce__`). No I/O."""
-    store = connect(
-        args.url,
-        args.namespace,
-        timeout=args.timeout,
-        durability=args.durability,
-        ttl=args.ttl,
-        cache=args.cache,
-    )
-    if closed:
-        store.close()
-    return store
-
-
-def _session_of(store: Store, state: SessionState) -> Session:
-    """A handle unpickled with its store (see :meth:`Session.__reduce__`)."""
-    return Session(store._backends.values, state, store._lifecycle, store)

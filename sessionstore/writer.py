@@ -4,8 +4,10 @@ window, ``flush`` is a durability checkpoint. A writer holds its session's lease
 it is open (see :meth:`sessionstore.EventLog.writer`).
 
 :class:`WriterBuffer` holds every decision (seq and time, the queue, failure and retry,
-when to be served); :class:`SessionWriter` and :class:`sessionstore.aio.AsyncSessionWriter`
-only do the I/O it asks for.
+when to be served); :class:`SessionWriter` and
+:class:`sessionstore.aio_writer.AsyncSessionWriter`, both a :class:`WriterShell`, only
+run the flows it gives them, by :func:`~sessionstore.flows.run` and
+:func:`~sessionstore.flows.arun`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
-from . import flows
+from . import event_flows
 from .contracts import EventBackend, EventBatch
-from .drain import Drain
 from .errors import (
     EventTimeOrderError,
     InvalidArgumentError,
@@ -28,7 +29,7 @@ from .errors import (
     StoreClosedError,
 )
 from .eventlog import encode_batch
-from .flows import run
+from .flows import Flow, run
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
@@ -235,7 +236,7 @@ class WriterBuffer:
                 due.append(self.renewed_at + self.lease_ms / 3000)
             return min(due) if due else None
 
-    def write(self, context: WriterContext, target: int | None) -> flows.Flow[None]:
+    def write(self, context: WriterContext, target: int | None) -> Flow[None]:
         """The drain, run by a writer's shell under its drain lock (one at a time):
         renew the lease when due, then append batches until ``target`` is durable
         (None: one batch, unless paused), each fenced by the lease token. A failure is
@@ -247,10 +248,10 @@ class WriterBuffer:
                 raise taken_over(self.session_id)
             now = time.monotonic()
             if self.renewal_due(now):
-                yield from flows.renew_lease(self.session_id, self.token, self.lease_ms)
+                yield from event_flows.renew_lease(self.session_id, self.token, self.lease_ms)
                 self.renewed_at = now
             while batch := self.next_batch(target):
-                yield from flows.append_stored(
+                yield from event_flows.append_stored(
                     context.pending, context.lifecycle, self.session_id, batch, self.token
                 )
                 self.written(len(batch))
@@ -264,11 +265,24 @@ class WriterBuffer:
             self.failed(exc)
             raise
 
-    def release(self) -> flows.Flow[None]:
+    def release(self) -> Flow[None]:
         """Give the lease up, once (run under the drain lock, after the last flush)."""
         if not self.released:
             self.released = True
-            yield from flows.release_lease(self.session_id, self.token)
+            yield from event_flows.release_lease(self.session_id, self.token)
+
+    def finish(self, context: WriterContext) -> Flow[None]:
+        """What ``close`` runs under the drain lock once emits are refused: write every
+        event emitted (a failed append retried first; the error of this attempt is
+        raised), then give the lease up, whatever happened (a flow closed early can call
+        nothing more: its lease then expires)."""
+        try:
+            yield from self.write(context, self.flush_target())
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                yield from self.release()
+            raise
+        yield from self.release()
 
 
 def check_emit(event_type: object, data: object) -> None:
@@ -302,11 +316,11 @@ def open_buffer(
     ttl_ms: int | None,
     lease_ms: int,
     renews: bool,
-) -> flows.Flow[WriterBuffer]:
-    """Open a writer (see :func:`sessionstore.flows.open_writer`: its lease, where its log
+) -> Flow[WriterBuffer]:
+    """Open a writer (see :func:`sessionstore.event_flows.open_writer`: its lease, where its log
     continues) and make its buffer; the sync and async writers run it alike."""
     token = new_token()
-    position = flows.open_writer(
+    position = event_flows.open_writer(
         context.pending, context.lifecycle, header, ttl_ms, token, lease_ms
     )
     next_seq, last_time = yield from position
@@ -321,7 +335,44 @@ def open_buffer(
     )
 
 
-class SessionWriter:
+class WriterShell:
+    """What the sync and async writers share: their buffer, their log's drain, which
+    serves them when due, and :meth:`emit`, which does no I/O in either."""
+
+    def __init__(self, context: WriterContext, buffer: WriterBuffer) -> None:
+        self._context = context
+        self._buffer = buffer
+        due = buffer.next_due()
+        if due is not None:
+            context.drain.schedule(self, due)
+
+    @property
+    def session_id(self) -> str:
+        return self._buffer.session_id
+
+    @property
+    def next_seq(self) -> int:
+        return self._buffer.next_seq
+
+    def emit(
+        self, type: str, data: dict[str, Any] | None = None, time: object = None
+    ) -> SessionEvent:
+        """Snapshot and check ``data`` (see :meth:`WriterBuffer.make`), queue the event
+        (seq assigned here) and return it. No I/O.
+
+        ``time`` (int epoch ms or a datetime) is the event's logical time, a backtest's
+        candle time say; it must not be before the time of the event before it in the
+        log, else :class:`EventTimeOrderError` (naming the seq and both times) and nothing
+        is queued. Without it the event gets the wall clock (never going backwards).
+        """
+        self._buffer.check_owner("emit")
+        event, due = self._buffer.make(type, data, time)
+        if due is not None:
+            self._context.drain.schedule(self, due)
+        return event
+
+
+class SessionWriter(WriterShell):
     """Buffers events and drains them to the log on the log's shared background drain:
     an event emitted while no append is in flight is written within ``window`` seconds;
     the events emitted while one is in flight are written right after it, together.
@@ -348,40 +399,10 @@ class SessionWriter:
         ttl_ms: int | None,
         lease_ms: int,
     ) -> None:
-        self._context = context
         backend: EventBackend = context.backend
         flow = open_buffer(context, header, window, ttl_ms, lease_ms, backend.renews_leases)
-        self._buffer = run(flow, backend)
         self._drain_lock = threading.Lock()
-        self._drain: Drain = context.drain
-        due = self._buffer.next_due()
-        if due is not None:
-            self._drain.schedule(self, due)
-
-    @property
-    def session_id(self) -> str:
-        return self._buffer.session_id
-
-    @property
-    def next_seq(self) -> int:
-        return self._buffer.next_seq
-
-    def emit(
-        self, type: str, data: dict[str, Any] | None = None, time: object = None
-    ) -> SessionEvent:
-        """Snapshot and check ``data`` (see :meth:`WriterBuffer.make`), queue the event
-        (seq assigned here) and return it. No I/O.
-
-        ``time`` (int epoch ms or a datetime) is the event's logical time, a backtest's
-        candle time say; it must not be before the time of the event before it in the
-        log, else :class:`EventTimeOrderError` (naming the seq and both times) and nothing
-        is queued. Without it the event gets the wall clock (never going backwards).
-        """
-        self._buffer.check_owner("emit")
-        event, due = self._buffer.make(type, data, time)
-        if due is not None:
-            self._drain.schedule(self, due)
-        return event
+        super().__init__(context, run(flow, backend))
 
     def flush(self) -> None:
         """Return once every event emitted before this call is durable. A failed
@@ -394,11 +415,8 @@ class SessionWriter:
         are refused from now on; after an error, ``flush`` or ``close`` may retry."""
         self._buffer.check_owner("close")
         self._buffer.close()
-        try:
-            self.flush()
-        finally:
-            with self._drain_lock:
-                run(self._buffer.release(), self._context.backend)
+        with self._drain_lock:
+            run(self._buffer.finish(self._context), self._context.backend)
 
     def __enter__(self) -> SessionWriter:
         return self

@@ -1,4 +1,5 @@
-"""The operations of sessionstore.flows as state machines, driven without I/O.
+"""The operations of sessionstore.value_flows and sessionstore.event_flows as state
+machines, driven without I/O.
 
 Each test plays a flow against a script (as h11 tests its state machine): every step
 the flow yields must be the next one scripted, a backend ``Call`` by its contract
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sessionstore import flows
+from sessionstore import event_flows, flows, value_flows
 from sessionstore.backoff import LOST_RACE
 from sessionstore.contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from sessionstore.drive import drive
@@ -233,8 +234,8 @@ def test_the_retry_limits_are_those_the_docs_state():
     update = re.search(r"``update\(\)`` lost ([\d,]+) races in a row", doc)
     load = re.search(r"overtaken by a concurrent append ([\d,]+) times in a row", doc)
     assert update and load, doc
-    assert int(update.group(1).replace(",", "")) == flows.UPDATE_ATTEMPTS == 1000
-    assert int(load.group(1).replace(",", "")) == flows.REPAIR_ATTEMPTS == 50
+    assert int(update.group(1).replace(",", "")) == value_flows.UPDATE_ATTEMPTS == 1000
+    assert int(load.group(1).replace(",", "")) == event_flows.REPAIR_ATTEMPTS == 50
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -259,10 +260,10 @@ def test_both_runners_call_the_contract_method_and_hand_user_code_its_value(asyn
         return bump(value)
 
     if asynchronous:
-        flow = flows.update(state, Lifecycle(), abump, WHEN)
+        flow = value_flows.update(state, Lifecycle(), abump, WHEN)
         assert asyncio.run(flows.arun(flow, backend)) == 5
     else:
-        assert flows.run(flows.update(state, Lifecycle(), bump, WHEN), backend) == 5
+        assert flows.run(value_flows.update(state, Lifecycle(), bump, WHEN), backend) == 5
     assert seen == [1, 4]
     script.check_done()
 
@@ -273,11 +274,11 @@ def test_both_runners_call_the_contract_method_and_hand_user_code_its_value(asyn
 def test_get_data_prepares_once_then_reads():
     state, lifecycle = plain(), Lifecycle()
     first = play(
-        flows.get_data(state, lifecycle, WHEN),
+        value_flows.get_data(state, lifecycle, WHEN),
         call(ValueBackend.prepare, state.key),
         call(ValueBackend.read, state.key, returns=stored({"a": 1})),
     )
-    again = play(flows.get_data(state, lifecycle, WHEN), call(ValueBackend.read, state.key))
+    again = play(value_flows.get_data(state, lifecycle, WHEN), call(ValueBackend.read, state.key))
     assert (first, again) == ({"a": 1}, None)
 
 
@@ -294,17 +295,17 @@ def test_get_data_does_not_look_ahead(found, seen):
     state = plain()
     state.initialised = True
     read = call(ValueBackend.read, state.key, returns=found)
-    assert play(flows.get_data(state, Lifecycle(), WHEN), read) == seen
+    assert play(value_flows.get_data(state, Lifecycle(), WHEN), read) == seen
 
 
 def test_a_cached_record_is_read_as_get_data_reads_it():
     state = plain()
-    assert flows.get_cached(state, Lifecycle(), stored(2, WHEN + 1), WHEN) is None
-    assert flows.get_cached(state, Lifecycle(), stored(2, WHEN), WHEN) == 2
+    assert value_flows.get_cached(state, Lifecycle(), stored(2, WHEN + 1), WHEN) is None
+    assert value_flows.get_cached(state, Lifecycle(), stored(2, WHEN), WHEN) == 2
     # The next update starts from the cached record.
     state.initialised = True
     updated = play(
-        flows.update(state, Lifecycle(), lambda v: v + 1, WHEN),
+        value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN),
         APPLY,
         swap(state, stored(2), state.encode(3), returns=True),
     )
@@ -315,19 +316,19 @@ def test_a_history_handle_reads_as_of_when_and_hides_a_later_version():
     state = plain(history=True)
     state.initialised = True
     steps = call(ValueBackend.read_as_of, state.key, WHEN, returns=stored(3, WHEN + 5))
-    assert play(flows.get_data(state, Lifecycle(), WHEN), steps) is None
+    assert play(value_flows.get_data(state, Lifecycle(), WHEN), steps) is None
     steps = call(ValueBackend.read_as_of, state.key, WHEN, returns=stored(3, WHEN - 5))
-    assert play(flows.get_data(state, Lifecycle(), WHEN), steps) == 3
+    assert play(value_flows.get_data(state, Lifecycle(), WHEN), steps) == 3
 
 
 def test_a_closed_store_or_disposed_handle_does_no_io():
     state, closed = plain(), Lifecycle()
     closed.closed = True
     with pytest.raises(StoreClosedError):
-        play(flows.get_data(state, closed, WHEN))
+        play(value_flows.get_data(state, closed, WHEN))
     state.disposed = True
     with pytest.raises(SessionDisposedError):
-        play(flows.update(state, Lifecycle(), lambda v: v, WHEN))
+        play(value_flows.update(state, Lifecycle(), lambda v: v, WHEN))
 
 
 def test_set_data_writes_plain_or_a_version():
@@ -335,13 +336,13 @@ def test_set_data_writes_plain_or_a_version():
     state.initialised = True
     payload = state.encode({"x": 1})
     play(
-        flows.set_data(state, Lifecycle(), {"x": 1}, WHEN),
+        value_flows.set_data(state, Lifecycle(), {"x": 1}, WHEN),
         call(ValueBackend.write, state.key, payload, WHEN, ttl_ms=5000),
     )
     history = plain(history=True, max_versions=3)
     history.initialised = True
     play(
-        flows.set_data(history, Lifecycle(), {"x": 1}, WHEN),
+        value_flows.set_data(history, Lifecycle(), {"x": 1}, WHEN),
         call(ValueBackend.write_version, history.key, payload, WHEN, 3, ttl_ms=None),
     )
 
@@ -350,17 +351,17 @@ def test_update_starts_from_the_record_a_write_left_and_reads_after_a_failed_wri
     state = plain()
     state.initialised = True
     play(
-        flows.set_data(state, Lifecycle(), 1, WHEN),
+        value_flows.set_data(state, Lifecycle(), 1, WHEN),
         call(ValueBackend.write, state.key, ANY, WHEN, ttl_ms=None),
     )
     script = Script(APPLY, swap(state, stored(1), state.encode(2), returns=True))
-    assert script.play(flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 2
+    assert script.play(value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 2
     assert script.applied == [1]
 
     # A write whose outcome is unknown leaves nothing to start from: the next update reads.
     with pytest.raises(StoreUnavailableError):
         play(
-            flows.set_data(state, Lifecycle(), 5, WHEN),
+            value_flows.set_data(state, Lifecycle(), 5, WHEN),
             call(
                 ValueBackend.write,
                 state.key,
@@ -371,7 +372,7 @@ def test_update_starts_from_the_record_a_write_left_and_reads_after_a_failed_wri
             ),
         )
     updated = play(
-        flows.update(state, Lifecycle(), lambda v: v + 1, WHEN),
+        value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN),
         call(ValueBackend.read, state.key, returns=stored(5)),
         APPLY,
         swap(state, stored(5), state.encode(6), returns=True),
@@ -389,7 +390,7 @@ def test_a_refused_swap_is_retried_at_once_with_the_record_it_returned():
         APPLY,
         swap(state, stored(4), state.encode(5), returns=True),
     )
-    assert script.play(flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 5
+    assert script.play(value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 5
     assert script.applied == [1, 4] and script.slept == []
 
 
@@ -408,21 +409,21 @@ def test_update_gives_up_after_update_attempts_lost_races_pausing_between_them()
     """The real limit: 1000 races lost, a yielded back-off after each but the last."""
     state = plain()
     state.initialised = True
-    races = flows.UPDATE_ATTEMPTS
+    races = value_flows.UPDATE_ATTEMPTS
     read = call(ValueBackend.read, state.key, returns=stored(1))
     steps = [read, *lost_race(state)]
     for _ in range(races - 1):
         steps += [PAUSE, read, *lost_race(state)]
     script = Script(*steps)
     with pytest.raises(ConcurrentModificationError, match=f"lost {races} races in a row"):
-        script.play(flows.update(state, Lifecycle(), lambda v: v + 1, WHEN))
+        script.play(value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN))
     assert len(script.slept) == races - 1
     for lost, seconds in enumerate(script.slept, start=1):
         assert 0 <= seconds <= min(LOST_RACE.cap, LOST_RACE.base * 2**lost)
 
 
 def test_a_race_won_after_losing_some_returns_what_was_stored(monkeypatch):
-    monkeypatch.setattr(flows, "UPDATE_ATTEMPTS", 3)
+    monkeypatch.setattr(value_flows, "UPDATE_ATTEMPTS", 3)
     state = plain()
     state.initialised = True
     read = call(ValueBackend.read, state.key, returns=stored(1))
@@ -433,13 +434,13 @@ def test_a_race_won_after_losing_some_returns_what_was_stored(monkeypatch):
         swap(state, stored(9), state.encode(10), returns=True),
     ]
     script = Script(*steps)
-    assert script.play(flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 10
+    assert script.play(value_flows.update(state, Lifecycle(), lambda v: v + 1, WHEN)) == 10
     assert len(script.slept) == 2
 
 
 def test_a_history_update_that_loses_backs_off_then_reads_as_of_again(monkeypatch):
     """A refused version swap returns no record: each refusal is a lost race."""
-    monkeypatch.setattr(flows, "UPDATE_ATTEMPTS", 2)
+    monkeypatch.setattr(value_flows, "UPDATE_ATTEMPTS", 2)
     state = plain(history=True, max_versions=2)
     state.initialised = True
 
@@ -453,12 +454,12 @@ def test_a_history_update_that_loses_backs_off_then_reads_as_of_again(monkeypatc
         ]
 
     script = Script(*attempt(stored(1), False), PAUSE, *attempt(stored(3), True))
-    assert script.play(flows.update(state, Lifecycle(), lambda v: v * 10, WHEN)) == 30
+    assert script.play(value_flows.update(state, Lifecycle(), lambda v: v * 10, WHEN)) == 30
     assert script.applied == [1, 3]
     # History handles remember nothing: the next update reads first again.
     script = Script(*attempt(stored(1), False), PAUSE, *attempt(stored(1), False))
     with pytest.raises(ConcurrentModificationError, match="lost 2 races"):
-        script.play(flows.update(state, Lifecycle(), lambda v: v, WHEN))
+        script.play(value_flows.update(state, Lifecycle(), lambda v: v, WHEN))
     assert len(script.slept) == 1
 
 
@@ -466,12 +467,13 @@ def test_delete_value_leaves_the_handle_knowing_nothing_is_there():
     state = plain()
     state.initialised = True
     removed = play(
-        flows.delete_value(state, Lifecycle()), call(ValueBackend.forget, state.key, returns=1)
+        value_flows.delete_value(state, Lifecycle()),
+        call(ValueBackend.forget, state.key, returns=1),
     )
     assert removed is True
     # It starts from "nothing there" without reading.
     updated = play(
-        flows.update(state, Lifecycle(), lambda v: [v], WHEN),
+        value_flows.update(state, Lifecycle(), lambda v: [v], WHEN),
         APPLY,
         swap(state, None, state.encode([None]), returns=True),
     )
@@ -485,17 +487,17 @@ def test_create_of_a_stored_id_raises_and_leaves_nothing_pending():
     pending = PendingSessions()
     with pytest.raises(SessionExistsError):
         play(
-            flows.create(pending, Lifecycle(), header(), None),
+            event_flows.create(pending, Lifecycle(), header(), None),
             call(EventBackend.exists, SID, returns=True),
         )
     assert pending.lookup(SID) == (None, None)
     play(
-        flows.create(pending, Lifecycle(), header(), 60_000),
+        event_flows.create(pending, Lifecycle(), header(), 60_000),
         call(EventBackend.exists, SID, returns=False),
     )
     assert pending.lookup(SID) == (header(), 60_000)
     with pytest.raises(SessionExistsError):  # pending here: refused without asking the backend
-        play(flows.create(pending, Lifecycle(), header(), None))
+        play(event_flows.create(pending, Lifecycle(), header(), None))
 
 
 def test_append_materialises_a_pending_session_only_once_written():
@@ -505,12 +507,12 @@ def test_append_materialises_a_pending_session_only_once_written():
     conflict = SeqConflictError(SID, 0, 0, "another store wrote it first")
     with pytest.raises(SeqConflictError):
         play(
-            flows.append(pending, Lifecycle(), SID, events),
+            event_flows.append(pending, Lifecycle(), SID, events),
             call(EventBackend.append, SID, seqs(0, 1), header(), ttl_ms=60_000, raises=conflict),
         )
     with pytest.raises(StoreUnavailableError):  # a lost reply: applied or not, unknown
         play(
-            flows.append(pending, Lifecycle(), SID, events),
+            event_flows.append(pending, Lifecycle(), SID, events),
             call(
                 EventBackend.append,
                 SID,
@@ -523,13 +525,13 @@ def test_append_materialises_a_pending_session_only_once_written():
     assert pending.lookup(SID) == (header(), 60_000)
     # The same batch again: an applied replay is answered with its next seq.
     replayed = play(
-        flows.append(pending, Lifecycle(), SID, events),
+        event_flows.append(pending, Lifecycle(), SID, events),
         call(EventBackend.append, SID, seqs(0, 1), header(), ttl_ms=60_000, returns=2),
     )
     assert replayed == 2 and pending.lookup(SID) == (None, None)
     # Materialised: later appends carry no header.
     later = play(
-        flows.append(pending, Lifecycle(), SID, [event(2)]),
+        event_flows.append(pending, Lifecycle(), SID, [event(2)]),
         call(EventBackend.append, SID, seqs(2), None, ttl_ms=None, returns=3),
     )
     assert later == 3
@@ -538,28 +540,28 @@ def test_append_materialises_a_pending_session_only_once_written():
 def test_an_empty_append_reads_the_next_seq_unless_pending():
     pending = PendingSessions()
     read = call(EventBackend.read, SID, 0, returns=(header(), [event(0)]))
-    assert play(flows.append(pending, Lifecycle(), SID, []), read) == 1
+    assert play(event_flows.append(pending, Lifecycle(), SID, []), read) == 1
     pending.add(header())
-    assert play(flows.append(pending, Lifecycle(), SID, [])) == 0
+    assert play(event_flows.append(pending, Lifecycle(), SID, [])) == 0
 
 
 def test_deleting_a_pending_session_touches_the_backend_only_if_it_was_materialised():
     pending = PendingSessions()
     pending.add(header())
     play(
-        flows.delete_session(pending, Lifecycle(), SID),
+        event_flows.delete_session(pending, Lifecycle(), SID),
         call(EventBackend.exists, SID, returns=False),
     )
     assert pending.lookup(SID) == (None, None)
     pending.add(header())
     play(
-        flows.delete_session(pending, Lifecycle(), SID),
+        event_flows.delete_session(pending, Lifecycle(), SID),
         call(EventBackend.exists, SID, returns=True),
         call(EventBackend.delete, SID),
     )
     with pytest.raises(SessionNotFoundError):
         play(
-            flows.delete_session(pending, Lifecycle(), SID),
+            event_flows.delete_session(pending, Lifecycle(), SID),
             call(EventBackend.delete, SID, raises=SessionNotFoundError(SID)),
         )
 
@@ -569,7 +571,7 @@ def test_deleting_a_pending_session_touches_the_backend_only_if_it_was_materiali
 
 def test_load_of_a_balanced_log_writes_nothing():
     found = play(
-        flows.load(Lifecycle(), SID),
+        event_flows.load(Lifecycle(), SID),
         call(EventBackend.lease_busy, SID, None, returns=False),
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), closed_turn())),
     )
@@ -578,12 +580,15 @@ def test_load_of_a_balanced_log_writes_nothing():
 
 def test_load_of_a_session_a_writer_holds_reads_nothing():
     with pytest.raises(SessionBusyError):
-        play(flows.load(Lifecycle(), SID), call(EventBackend.lease_busy, SID, None, returns=True))
+        play(
+            event_flows.load(Lifecycle(), SID),
+            call(EventBackend.lease_busy, SID, None, returns=True),
+        )
 
 
 def test_load_appends_the_closers_fenced_by_the_owner():
     loaded = play(
-        flows.load(Lifecycle(), SID, OWNER),
+        event_flows.load(Lifecycle(), SID, OWNER),
         call(EventBackend.lease_busy, SID, OWNER, returns=False),
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(2))),
         call(EventBackend.append, SID, types("turn/end"), None, owner=OWNER, returns=3),
@@ -602,10 +607,10 @@ def overtaken(length: int) -> list[Step]:
 
 
 def test_load_re_reads_when_a_concurrent_append_overtakes_its_repair(monkeypatch):
-    monkeypatch.setattr(flows, "REPAIR_ATTEMPTS", 3)
+    monkeypatch.setattr(event_flows, "REPAIR_ATTEMPTS", 3)
     busy = call(EventBackend.lease_busy, SID, None, returns=False)
     loaded = play(
-        flows.load(Lifecycle(), SID),
+        event_flows.load(Lifecycle(), SID),
         busy,
         *overtaken(2),
         *overtaken(3),
@@ -615,7 +620,7 @@ def test_load_re_reads_when_a_concurrent_append_overtakes_its_repair(monkeypatch
     assert [e.seq for e in loaded.events] == [0, 1, 2, 3, 4]
     # The other appender closed the turn itself: nothing left to write.
     assert play(
-        flows.load(Lifecycle(), SID),
+        event_flows.load(Lifecycle(), SID),
         busy,
         *overtaken(2),
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), closed_turn(4))),
@@ -625,16 +630,16 @@ def test_load_re_reads_when_a_concurrent_append_overtakes_its_repair(monkeypatch
 def test_load_gives_up_after_repair_attempts_overtaken_repairs():
     """The real limit: 50 reads, each repair overtaken, then ConcurrentModificationError."""
     steps = [call(EventBackend.lease_busy, SID, None, returns=False)]
-    for attempt in range(flows.REPAIR_ATTEMPTS):
+    for attempt in range(event_flows.REPAIR_ATTEMPTS):
         steps += overtaken(2 + attempt)
     with pytest.raises(ConcurrentModificationError, match="kept changing during load"):
-        play(flows.load(Lifecycle(), SID), *steps)
+        play(event_flows.load(Lifecycle(), SID), *steps)
 
 
 def test_load_raises_what_is_not_a_lost_race():
     with pytest.raises(StoreUnavailableError):
         play(
-            flows.load(Lifecycle(), SID),
+            event_flows.load(Lifecycle(), SID),
             call(EventBackend.lease_busy, SID, None, returns=False),
             call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(2))),
             call(
@@ -650,7 +655,7 @@ def test_load_raises_what_is_not_a_lost_race():
 
 def test_inspect_closes_the_turn_without_writing_or_looking_at_the_lease():
     found = play(
-        flows.inspect_session(Lifecycle(), SID),
+        event_flows.inspect_session(Lifecycle(), SID),
         call(EventBackend.read, SID, 0, returns=(header(), open_turn(2))),
     )
     assert [e.type for e in found.events] == ["turn/start", "note", "turn/end"]
@@ -664,7 +669,7 @@ RELEASE = call(EventBackend.release_lease, SID, OWNER)
 
 def open_writer(pending: PendingSessions | None = None) -> Generator[Any, Any, Any]:
     pending = pending or PendingSessions()
-    return flows.open_writer(pending, Lifecycle(), header(), None, OWNER, 30_000)
+    return event_flows.open_writer(pending, Lifecycle(), header(), None, OWNER, 30_000)
 
 
 def loading(
@@ -783,7 +788,7 @@ def test_a_failed_release_does_not_hide_why_the_writer_could_not_open():
 
 
 def test_open_writer_gives_up_its_lease_when_its_repair_keeps_being_overtaken(monkeypatch):
-    monkeypatch.setattr(flows, "REPAIR_ATTEMPTS", 2)
+    monkeypatch.setattr(event_flows, "REPAIR_ATTEMPTS", 2)
     conflict = SeqConflictError(SID, 3, 2, "a concurrent append")
     overtaken_repair = [
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(2))),
@@ -816,14 +821,14 @@ def test_a_driver_that_leaves_open_writer_early_closes_it():
 
 
 def test_renew_lease_raises_once_taken_over_and_release_swallows_failures():
-    play(flows.renew_lease(SID, OWNER, 30_000), ACQUIRE)
+    play(event_flows.renew_lease(SID, OWNER, 30_000), ACQUIRE)
     with pytest.raises(SessionBusyError, match="took its lease over"):
         play(
-            flows.renew_lease(SID, OWNER, 30_000),
+            event_flows.renew_lease(SID, OWNER, 30_000),
             call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=False),
         )
     play(
-        flows.release_lease(SID, OWNER),
+        event_flows.release_lease(SID, OWNER),
         call(EventBackend.release_lease, SID, OWNER, raises=down()),
     )
 
@@ -976,7 +981,7 @@ def child_header(fork_seq: int) -> Matches:
 def test_fork_copies_the_parent_s_events_in_one_append():
     events = [event(0), event(1)]
     child = play(
-        flows.fork(PendingSessions(), Lifecycle(), SID, "child", None, 5_000),
+        event_flows.fork(PendingSessions(), Lifecycle(), SID, "child", None, 5_000),
         call(EventBackend.read, SID, 0, limit=None, returns=(header(cwd="/w"), events)),
         call(EventBackend.exists, "child", returns=False),
         call(EventBackend.append, "child", seqs(0, 1), child_header(2), ttl_ms=5_000, returns=2),
@@ -987,14 +992,14 @@ def test_fork_copies_the_parent_s_events_in_one_append():
 def test_a_fork_of_no_events_is_created_pending():
     pending = PendingSessions()
     child = play(
-        flows.fork(pending, Lifecycle(), SID, "child", 0, None),
+        event_flows.fork(pending, Lifecycle(), SID, "child", 0, None),
         call(EventBackend.read, SID, 0, limit=0, returns=(header(cwd="/w"), [])),
         call(EventBackend.exists, "child", returns=False),
     )
     assert pending.lookup("child") == (child, None) and child == child_header(0)
     with pytest.raises(SessionExistsError):  # pending: refused before asking the backend
         play(
-            flows.fork(pending, Lifecycle(), SID, "child", 0, None),
+            event_flows.fork(pending, Lifecycle(), SID, "child", 0, None),
             call(EventBackend.read, SID, 0, limit=0, returns=(header(cwd="/w"), [])),
         )
 
@@ -1002,12 +1007,12 @@ def test_a_fork_of_no_events_is_created_pending():
 def test_a_fork_past_the_parent_s_end_or_onto_a_stored_child_writes_nothing():
     with pytest.raises(InvalidArgumentError, match="has only 1 committed events"):
         play(
-            flows.fork(PendingSessions(), Lifecycle(), SID, "child", 3, None),
+            event_flows.fork(PendingSessions(), Lifecycle(), SID, "child", 3, None),
             call(EventBackend.read, SID, 0, limit=3, returns=(header(), [event(0)])),
         )
     with pytest.raises(SessionExistsError):
         play(
-            flows.fork(PendingSessions(), Lifecycle(), SID, "child", 1, None),
+            event_flows.fork(PendingSessions(), Lifecycle(), SID, "child", 1, None),
             call(EventBackend.read, SID, 0, limit=1, returns=(header(), [event(0)])),
             call(EventBackend.exists, "child", returns=True),
         )
@@ -1018,27 +1023,27 @@ def test_a_fork_past_the_parent_s_end_or_onto_a_stored_child_writes_nothing():
 
 def test_read_from_passes_its_range_and_listings_come_sorted():
     assert play(
-        flows.read_from(Lifecycle(), SID, 3, 2),
+        event_flows.read_from(Lifecycle(), SID, 3, 2),
         call(EventBackend.read, SID, 3, limit=2, returns=(header(), [event(3), event(4)])),
     ) == [event(3), event(4)]
     late, early = header("b"), SessionHeader(id="a", created_at=0)
     assert play(
-        flows.list_sessions(Lifecycle()), call(EventBackend.list, returns=[late, early])
+        event_flows.list_sessions(Lifecycle()), call(EventBackend.list, returns=[late, early])
     ) == [early, late]
     infos = [SessionInfo(late, 0, None, None, False), SessionInfo(early, 0, None, None, False)]
-    found = play(flows.list_info(Lifecycle()), call(EventBackend.list_info, returns=infos))
+    found = play(event_flows.list_info(Lifecycle()), call(EventBackend.list_info, returns=infos))
     assert [info.header for info in found] == [early, late]
 
 
 def test_info_retention_size_and_prune_are_one_call_each():
     described = SessionInfo(header(), 3, 10, None, False)
     assert (
-        play(flows.info(Lifecycle(), SID), call(EventBackend.info, SID, returns=described))
+        play(event_flows.info(Lifecycle(), SID), call(EventBackend.info, SID, returns=described))
         is described
     )
     retention = call(EventBackend.set_retention, SID, 2000, returns=99)
-    assert play(flows.set_retention(Lifecycle(), SID, 2), retention) == 99
+    assert play(event_flows.set_retention(Lifecycle(), SID, 2), retention) == 99
     size = call(EventBackend.stored_bytes, SID, returns=12)
-    assert play(flows.stored_bytes(Lifecycle(), SID), size) == 12
+    assert play(event_flows.stored_bytes(Lifecycle(), SID), size) == 12
     now = Matches(lambda ms: abs(ms - time.time() * 1000) < 60_000, "now")
-    assert play(flows.prune(Lifecycle()), call(EventBackend.prune, now, returns=4)) == 4
+    assert play(event_flows.prune(Lifecycle()), call(EventBackend.prune, now, returns=4)) == 4

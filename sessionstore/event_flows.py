@@ -1,0 +1,326 @@
+"""The operations on event logs (:class:`sessionstore.EventLog`, its async twin and the
+writers), each written once as a flow (see :mod:`sessionstore.flows`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .arguments import check_poll, check_ttl
+from .contracts import EventBackend, EventBatch
+from .errors import (
+    ConcurrentModificationError,
+    EventTimeOrderError,
+    InvalidArgumentError,
+    SeqConflictError,
+    SessionBusyError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from .eventlog import (
+    check_batch,
+    check_seq,
+    check_session_id,
+    closers,
+    encode_batch,
+    header_differences,
+)
+from .flows import Call, Flow
+from .leases import taken_over
+from .models import SessionEvent, SessionHeader, SessionInfo
+from .results import LoadedSession, is_probe
+from .store_state import Lifecycle, PendingSessions
+from .when import now_ms
+
+#: How many times in a row ``load`` reads and repairs, its repair overtaken by a
+#: concurrent append each time, before it gives up.
+REPAIR_ATTEMPTS = 50
+
+
+def _open(lifecycle: Lifecycle) -> None:
+    lifecycle.check_open()
+
+
+def check_durable(lifecycle: Lifecycle) -> Flow[None]:
+    _open(lifecycle)
+    yield Call(EventBackend.check_durable)
+
+
+def create(
+    pending: PendingSessions, lifecycle: Lifecycle, header: SessionHeader, ttl_ms: int | None
+) -> Flow[None]:
+    _open(lifecycle)
+    checked = pending.check_new(header)
+    if (yield Call(EventBackend.exists, checked.id)):
+        raise SessionExistsError(checked.id)
+    pending.add(checked, ttl_ms)
+
+
+def append(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    session_id: str,
+    events: Iterable[SessionEvent | Mapping[str, Any]],
+) -> Flow[int]:
+    _open(lifecycle)
+    header, ttl_ms = pending.lookup(session_id)
+    batch = encode_batch(session_id, events)
+    check_times(session_id, batch.events)
+    if not batch:
+        if header is not None:
+            return 0
+        _, stored = yield Call(EventBackend.read, session_id, 0)
+        return len(stored)
+    next_seq: int = yield Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
+    if header is not None:
+        pending.materialised(header)
+    return next_seq
+
+
+def check_times(session_id: str, events: list[SessionEvent]) -> None:
+    """Times never go backwards within a batch: :class:`EventTimeOrderError` naming the
+    first event whose time is before the time of the event before it."""
+    for before, event in zip(events, events[1:], strict=False):
+        if event.time < before.time:
+            raise EventTimeOrderError(session_id, event.seq, event.time, before.time)
+
+
+def append_stored(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    session_id: str,
+    batch: EventBatch,
+    owner: str,
+) -> Flow[int]:
+    """:func:`append` of a batch a writer encoded (and so checked) when it was emitted,
+    fenced by the writer's lease token ``owner``: :class:`SessionBusyError` when another
+    writer took the lease over."""
+    _open(lifecycle)
+    header, ttl_ms = pending.lookup(session_id)
+    call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms, owner=owner)
+    next_seq: int = yield call
+    if header is not None:
+        pending.materialised(header)
+    return next_seq
+
+
+def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flow[LoadedSession]:
+    """Read and repair; a session whose lease a live writer other than ``owner`` holds
+    raises :class:`SessionBusyError` (its open turn is not interrupted). The closers of
+    a writer opening (``owner`` given) are fenced by its lease."""
+    _open(lifecycle)
+    check_session_id(session_id)
+    if (yield Call(EventBackend.lease_busy, session_id, owner)):
+        raise SessionBusyError(session_id)
+    for _ in range(REPAIR_ATTEMPTS):
+        header, events = yield Call(EventBackend.read, session_id, 0, repair=True)
+        extra = closers(events)
+        if not extra:
+            return LoadedSession(header, events)
+        try:
+            closing = encode_batch(session_id, extra)
+            yield Call(EventBackend.append, session_id, closing, None, owner=owner)
+        except SeqConflictError:
+            continue
+        return LoadedSession(header, events + extra)
+    raise ConcurrentModificationError(f"session {session_id!r} kept changing during load")
+
+
+def inspect_session(lifecycle: Lifecycle, session_id: str) -> Flow[LoadedSession]:
+    """What :func:`load` returns, closers included, without writing anything and
+    without looking at the lease."""
+    _open(lifecycle)
+    header, events = yield Call(EventBackend.read, check_session_id(session_id), 0)
+    return LoadedSession(header, events + closers(events))
+
+
+def info(lifecycle: Lifecycle, session_id: str) -> Flow[SessionInfo]:
+    _open(lifecycle)
+    found: SessionInfo = yield Call(EventBackend.info, check_session_id(session_id))
+    return found
+
+
+def set_retention(lifecycle: Lifecycle, session_id: str, ttl: object) -> Flow[int | None]:
+    _open(lifecycle)
+    check_session_id(session_id)
+    ttl_ms = check_ttl(ttl)
+    expires_at: int | None = yield Call(EventBackend.set_retention, session_id, ttl_ms)
+    return expires_at
+
+
+def stored_bytes(lifecycle: Lifecycle, session_id: str) -> Flow[int]:
+    _open(lifecycle)
+    size: int = yield Call(EventBackend.stored_bytes, check_session_id(session_id))
+    return size
+
+
+def list_info(lifecycle: Lifecycle) -> Flow[list[SessionInfo]]:
+    _open(lifecycle)
+    found: list[SessionInfo] = yield Call(EventBackend.list_info)
+    listed = [info for info in found if not is_probe(info.header.id)]
+    return sorted(listed, key=lambda i: (i.header.created_at, i.header.id))
+
+
+def open_writer(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    header: SessionHeader,
+    ttl_ms: int | None,
+    owner: str,
+    lease_ms: int,
+) -> Flow[tuple[int, int]]:
+    """Take the session's lease for ``owner``, then find where a writer continues: (next
+    seq, last time) of the repaired log, creating the session when it does not exist.
+
+    :class:`SessionBusyError` when another live writer holds the lease;
+    :class:`SessionExistsError` naming the differing fields when the stored (or
+    pending) header differs from ``header``. On any error the lease is given up (a flow
+    its driver closes early can call nothing more: its lease then expires)."""
+    _open(lifecycle)
+    session_id = header.id
+    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
+        raise SessionBusyError(session_id)
+    try:
+        try:
+            loaded = yield from load(lifecycle, session_id, owner)
+        except SessionNotFoundError:
+            waiting, _ = pending.lookup(session_id)
+            if waiting is None:
+                yield from create(pending, lifecycle, header, ttl_ms)
+            elif waiting != header:
+                raise SessionExistsError(session_id, header_differences(waiting, header)) from None
+            return 0, 0
+        if loaded.header != header:
+            raise SessionExistsError(session_id, header_differences(loaded.header, header))
+        return next_position(loaded)
+    except BaseException as exc:
+        if not isinstance(exc, GeneratorExit):  # a closed flow can call nothing more
+            yield from release_lease(session_id, owner)
+        raise
+
+
+def renew_lease(session_id: str, owner: str, lease_ms: int) -> Flow[None]:
+    """Renew ``owner``'s lease; :class:`SessionBusyError` when another writer took it over
+    (it expired meanwhile)."""
+    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
+        raise taken_over(session_id)
+
+
+def release_lease(session_id: str, owner: str) -> Flow[None]:
+    """Give the lease up; a failure here is not the caller's: the lease then expires."""
+    with contextlib.suppress(Exception):  # it ends by itself (or with the process)
+        yield Call(EventBackend.release_lease, session_id, owner)
+
+
+def fork(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    parent_id: str,
+    child_id: str,
+    at_seq: int | None,
+    ttl_ms: int | None,
+) -> Flow[SessionHeader]:
+    """Create ``child_id`` from the parent's committed events below ``at_seq`` (all when
+    None), written in one atomic append; a fork of no events is created lazily."""
+    _open(lifecycle)
+    check_session_id(parent_id)
+    check_session_id(child_id)
+    if at_seq is not None:
+        check_seq(at_seq)
+    parent, events = yield Call(EventBackend.read, parent_id, 0, limit=at_seq)
+    if at_seq is not None and len(events) < at_seq:
+        raise InvalidArgumentError(
+            f"fork at seq {at_seq}: session {parent_id!r:.80} has only {len(events)}"
+            " committed events"
+        )
+    child = SessionHeader(id=child_id, cwd=parent.cwd, parent_id=parent_id, fork_seq=len(events))
+    pending.check_new(child)
+    if (yield Call(EventBackend.exists, child_id)):
+        raise SessionExistsError(child_id)
+    if not events:
+        pending.add(child, ttl_ms)
+        return child
+    yield Call(EventBackend.append, child_id, encode_batch(child_id, events), child, ttl_ms=ttl_ms)
+    return child
+
+
+def read_from(
+    lifecycle: Lifecycle, session_id: str, seq: int, limit: int | None = None
+) -> Flow[list[SessionEvent]]:
+    check_seq(seq)
+    _open(lifecycle)
+    _, events = yield Call(EventBackend.read, check_session_id(session_id), seq, limit=limit)
+    return events
+
+
+class EventPages:
+    """Where a stream of one session's committed events is, and what it reads next: the
+    one implementation of ``iter_events`` (:meth:`paged`) and ``follow``
+    (:meth:`following`). A shell runs :meth:`next` and hands out the events it returns
+    until :attr:`done`."""
+
+    def __init__(
+        self, lifecycle: Lifecycle, session_id: str, seq: int, batch: int | None, poll: float
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.session_id = session_id
+        #: The seq the next read starts at.
+        self.seq = seq
+        #: The size of a page; None (follow) reads everything committed from :attr:`seq`.
+        self.batch = batch
+        self.poll = poll
+        #: Set once a page came back short: every committed event was handed out.
+        self.done = False
+
+    @classmethod
+    def paged(cls, lifecycle: Lifecycle, session_id: str, batch: object) -> EventPages:
+        """The events from seq 0, ``batch`` at a time, up to the end of the log: a bad
+        ``batch`` (not an int >= 1) raises :class:`InvalidArgumentError`."""
+        return cls(lifecycle, session_id, 0, check_batch(batch), 0.0)
+
+    @classmethod
+    def following(
+        cls, lifecycle: Lifecycle, session_id: str, from_seq: object, poll: object
+    ) -> EventPages:
+        """The events from ``from_seq`` on, without end: when none is new, :meth:`next`
+        waits for one up to ``poll`` seconds (:meth:`EventBackend.wait_for_events`)."""
+        return cls(lifecycle, session_id, check_seq(from_seq), None, check_poll(poll))
+
+    def next(self) -> Flow[list[SessionEvent]]:
+        """The next page of committed events (none while a follow waits)."""
+        chunk = yield from read_from(self.lifecycle, self.session_id, self.seq, self.batch)
+        if chunk:
+            self.seq = chunk[-1].seq + 1
+        if self.batch is not None:
+            self.done = len(chunk) < self.batch
+        elif not chunk:
+            yield Call(EventBackend.wait_for_events, self.session_id, self.seq, self.poll)
+        return chunk
+
+
+def list_sessions(lifecycle: Lifecycle) -> Flow[list[SessionHeader]]:
+    _open(lifecycle)
+    headers: list[SessionHeader] = yield Call(EventBackend.list)
+    return sorted((h for h in headers if not is_probe(h.id)), key=lambda h: (h.created_at, h.id))
+
+
+def prune(lifecycle: Lifecycle) -> Flow[int]:
+    _open(lifecycle)
+    removed: int = yield Call(EventBackend.prune, now_ms())
+    return removed
+
+
+def delete_session(pending: PendingSessions, lifecycle: Lifecycle, session_id: str) -> Flow[None]:
+    _open(lifecycle)
+    check_session_id(session_id)
+    if pending.discard(session_id) and not (yield Call(EventBackend.exists, session_id)):
+        return
+    yield Call(EventBackend.delete, session_id)
+
+
+def next_position(loaded: LoadedSession) -> tuple[int, int]:
+    """(next seq, last time) of a loaded session: where a writer continues."""
+    last = loaded.events[-1] if loaded.events else None
+    return (last.seq + 1, last.time) if last else (0, 0)
