@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -1461,9 +1462,18 @@ def test_a_long_batch_is_stored_as_entries_of_at_most_a_thousand_events(redis_se
 def test_waiting_for_events_does_not_wake_for_an_entry_already_read(redis_server, ns, open_):
     events = open_(redis_server.url, ns).events
     events.append("w", batch(0, 3), SessionHeader(id="w", created_at=T0))
-    started = time.monotonic()
-    events.wait_for_events("w", 3, 0.3)
-    assert time.monotonic() - started >= 0.25, "woken by the entry holding seqs 0-2"
+    waiter = threading.Thread(target=events.wait_for_events, args=("w", 3, 30))
+    client = raw(redis_server.url)
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while client.info("clients")["blocked_clients"] == 0:  # until the wait blocks
+        assert waiter.is_alive(), "woken by the entry holding seqs 0-2"
+        assert time.monotonic() < deadline, "the wait never blocked"
+        time.sleep(0.01)
+    events.append("w", batch(3, 1), None)
+    waiter.join(30)
+    assert not waiter.is_alive(), "not woken by the event at seq 3"
+    client.close()
 
 
 def test_one_event_appended_after_a_tail_deleted_by_hand_lowers_the_stale_last_id(
