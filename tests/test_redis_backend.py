@@ -880,26 +880,6 @@ def test_header_checks(redis_server, ns, open_):
         events.read("s")
 
 
-def test_a_torn_tail_is_ignored_cut_by_repair_and_overwritten_by_append(redis_server, ns, open_):
-    events = open_(redis_server.url, ns).events
-    started(events, "s", 3)
-    _, stream = keys.log_keys(ns, "s")
-    client = raw(redis_server.url)
-    torn = {"seq": 3, "type": "torn", "time": 1, "data": "{}"}
-    client.xadd(stream, torn, id=keys.stream_id(3))
-    client.xadd(stream, {**torn, "seq": 4}, id=keys.stream_id(4))
-    assert [e.seq for e in events.read("s")[1]] == [0, 1, 2]
-    assert client.xlen(stream) == 5
-    assert [e.seq for e in events.read("s", repair=True)[1]] == [0, 1, 2]
-    assert client.xlen(stream) == 3
-    assert events.append("s", batch(3, 2), None) == 5
-    assert [e.type for e in events.read("s")[1]] == ["note"] * 5
-    client.xadd(stream, {**torn, "seq": 5}, id=keys.stream_id(5))
-    assert events.append("s", batch(5, 1), None) == 6
-    assert [e.type for e in events.read("s")[1]] == ["note"] * 6
-    client.close()
-
-
 def test_an_append_after_a_tail_deleted_by_hand_lowers_the_stale_last_id(redis_server, ns, open_):
     events = open_(redis_server.url, ns).events
     started(events, "s", 3)
