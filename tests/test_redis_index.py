@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ import pytest
 import redis
 from redis.cluster import key_slot
 from support.redis_server import RedisServer
+from test_cli import cli
 
 import sessionstore
 import sessionstore.aio
@@ -231,17 +229,6 @@ def test_rebuild_needs_scan_so_the_least_privilege_user_is_refused(server, ns):
             call(url, ns)
     client.acl_deluser("lp-rebuild")
     client.close()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "sessionstore", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
 
 
 def test_doctor_reports_unindexed_data_and_fix_indexes_it(server, ns):
