@@ -212,6 +212,14 @@ def test_sessions_list_shows_each_sessions_size(any_store, namespace):
     assert "size" in wide.stdout and "KiB" in wide.stdout
 
 
+def wait_expired(store: sessionstore.Store, key: tuple[str, str, str, str]) -> None:
+    """Read the value at ``key`` until it has expired (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while store.session(*key).get_data(5) is not None:
+        assert time.monotonic() < deadline, f"the value at {key} never expired"
+        time.sleep(0.02)
+
+
 def test_values_expire_sets_and_removes_a_values_retention(any_store, namespace):
     with sessionstore.connect(any_store, namespace) as store:
         store.session("BTCUSDT", "s", "e", "1h").set_data(1, 5)
@@ -221,15 +229,14 @@ def test_values_expire_sets_and_removes_a_values_retention(any_store, namespace)
     assert result.exit_code == 0 and json.loads(result.stdout) == {"found": True}
     kept = run("values", "expire", *key, "--persist", *common)
     assert kept.exit_code == 0 and kept.stdout.strip() == "never expires"
-    time.sleep(0.5)  # past the retention that was removed: the value is still there
+    witness = ("WITNESS", "s", "e", "1h")
     with sessionstore.connect(any_store, namespace) as store:
-        assert store.session(*key).get_data(5) == 1
+        store.session(*witness, ttl=0.3).set_data(1, 5)  # the removed retention, given later
+        wait_expired(store, witness)
+        assert store.session(*key).get_data(5) == 1  # past the removed retention: still there
     assert run("values", "expire", *key, "--ttl", "0.05", *common).exit_code == 0
-    gone = time.monotonic() + 10
     with sessionstore.connect(any_store, namespace) as store:
-        while store.session(*key).get_data(5) is not None:
-            assert time.monotonic() < gone, "the value given 0.05 s never expired"
-            time.sleep(0.05)
+        wait_expired(store, key)
     missing = run("values", "expire", *key, "--ttl", "60", *common)
     assert missing.stdout.strip() == "nothing stored"
     for wrong in ((), ("--ttl", "5", "--persist"), ("--ttl", "0")):

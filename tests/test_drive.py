@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 
 import pytest
 
+from sessionstore import drive as drive_module
 from sessionstore.drive import Pause, Steps, adrive, drive
 
 
@@ -101,14 +101,24 @@ def test_an_operation_the_driver_leaves_early_is_closed_at_once():
     assert closed == [True]
 
 
-def test_a_pause_waits_and_returns_nothing_on_both_drivers():
+def test_a_pause_waits_and_returns_nothing_on_both_drivers(monkeypatch):
+    """Each driver hands the whole pause to its clock's sleep (counted, not waited)."""
+    slept: list[tuple[str, float]] = []
+    real_async_sleep = asyncio.sleep
+
+    async def async_sleep(seconds: float) -> None:
+        slept.append(("async", seconds))
+        await real_async_sleep(0)
+
+    monkeypatch.setattr(drive_module.time, "sleep", lambda s: slept.append(("sync", s)))
+    monkeypatch.setattr(drive_module.asyncio, "sleep", async_sleep)
+
     def steps() -> Steps[object]:
         return (yield Pause(0.05))
 
-    started = time.monotonic()
     assert drive(steps()) is None
     assert asyncio.run(adrive(steps())) is None
-    assert time.monotonic() - started >= 0.1
+    assert slept == [("sync", 0.05), ("async", 0.05)]
 
 
 def test_the_async_driver_hands_back_awaited_results_and_errors():

