@@ -216,35 +216,6 @@ def test_read_honours_from_seq_and_limit(tmp_path: Path) -> None:
 # --- torn tails -------------------------------------------------------------------------
 
 
-def test_a_torn_final_batch_is_left_out_and_cut_off_at_every_byte_offset(
-    tmp_path: Path,
-) -> None:
-    with connect(tmp_path) as store:
-        path, sizes = three_batch_log(store)
-        full = path.read_bytes()
-        committed = full[: sizes[1]]
-        expected = events(0, 5)
-        for cut in range(sizes[1], sizes[2]):
-            path.write_bytes(full[:cut])
-            assert store.events.read_from(SID, 0) == expected
-            assert path.read_bytes() == full[:cut], "a read without repair wrote"
-            assert store.events.load(SID).events == expected
-            assert path.read_bytes() == committed, f"not cut back at offset {cut}"
-        assert store.events.append(SID, events(5, 8)) == 8
-        assert path.read_bytes() == full
-
-
-def test_an_append_cuts_a_torn_tail_off_before_writing(tmp_path: Path) -> None:
-    with connect(tmp_path) as store:
-        path, sizes = three_batch_log(store)
-        full = path.read_bytes()
-        path.write_bytes(full[: sizes[2] - 10])
-        with pytest.raises(SeqConflictError):
-            store.events.append(SID, [event(8)])
-        assert store.events.append(SID, events(5, 8)) == 8
-        assert path.read_bytes() == full
-
-
 def test_a_torn_first_append(tmp_path: Path) -> None:
     with connect(tmp_path) as store:
         store.events.create(HEADER)
