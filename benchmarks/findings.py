@@ -202,7 +202,7 @@ cProfile (10 calls on a 10k-item log, the SDK imported): `orjson.loads` of the s
 entries, with the collections its allocations set off, 63% of the time;
 `models.built_events` checking the records and building 10k `SessionEvent`s 15%; the
 adapter's fold of the events into items 10%; its `orjson.dumps` 3%. What remains is the
-backend's read (`sessionstore/redis/logformat.py` `LogRead`), which builds an event for
+backend's read (`sessionstore/redis/logparse.py` `LogRead`), which builds an event for
 every item that the adapter then takes apart: a read of the items alone would need a
 read path that hands the checked records over instead.
 

@@ -240,3 +240,22 @@ def test_models_are_strict_when_built_directly(bad):
         SessionEvent(seq=bad, type="x", time=1)
     with pytest.raises(ValidationError):
         SessionEvent(seq=1, type="x", time=bad)
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("unknown command 'CONFIG', with args beginning with: ", True),
+        ("ERR unknown command 'CONFIG'", True),
+        ("Command # 1 (CONFIG GET appendonly) of pipeline caused error: unknown command", True),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", False),
+        ("NOSCRIPT No matching script", False),
+    ],
+)
+def test_a_refusal_is_recognised_wherever_its_words_stand(reply, expected):
+    from redis.exceptions import NoPermissionError, ResponseError
+
+    from sessionstore.redis.replies import refused
+
+    assert refused(ResponseError(reply)) is expected
+    assert refused(NoPermissionError("this user has no permissions to run the command"))

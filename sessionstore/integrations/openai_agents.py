@@ -49,6 +49,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+from bisect import bisect_left
 from collections.abc import Callable
 from itertools import groupby, islice
 from typing import Any
@@ -315,21 +316,36 @@ class SessionStoreSession:
 
 
 class _Run:
-    """The items one read added: their seqs and, in the same order, their JSON array."""
+    """The items one read added: their seqs and, in the same order, the JSON of each."""
 
-    __slots__ = ("seqs", "text", "live")
+    __slots__ = ("seqs", "pieces", "live", "_joined")
 
-    def __init__(self, seqs: list[int], text: bytes) -> None:
+    def __init__(self, seqs: list[int], pieces: list[bytes]) -> None:
         self.seqs = seqs
-        self.text = text
+        self.pieces = pieces
         #: How many of ``seqs`` are not popped.
         self.live = len(seqs)
+        self._joined: bytes | None = None
 
-    def items(self, seqs: list[int]) -> list[Any]:
-        """The items ``seqs`` (some of this run's, in order), decoded."""
-        decoded = orjson.loads(self.text)
-        place = {seq: index for index, seq in enumerate(self.seqs)}
-        return [decoded[place[seq]] for seq in seqs]
+    def keep(self, seqs: list[int], pieces: list[bytes]) -> None:
+        """Hold only ``seqs`` (the others were popped for good)."""
+        self.seqs, self.pieces = seqs, pieces
+        self._joined = None
+
+    def joined(self) -> bytes:
+        """The items of the whole run, without the brackets of a JSON array."""
+        if self._joined is None:
+            self._joined = b",".join(self.pieces)
+        return self._joined
+
+    def pieces_of(self, seqs: list[int]) -> list[bytes]:
+        """The JSON of the items ``seqs`` (some of this run's, in order; ``self.seqs``
+        ascend)."""
+        start = bisect_left(self.seqs, seqs[0])
+        if self.seqs[start : start + len(seqs)] == seqs:  # the usual case: a newest run
+            return self.pieces[start : start + len(seqs)]
+        mine, pieces = self.seqs, self.pieces
+        return [pieces[bisect_left(mine, seq)] for seq in seqs]
 
 
 class _Folded:
@@ -364,7 +380,7 @@ class _Folded:
                 elif seq in self.live:
                     self.live.pop(seq).live -= 1
         if added:
-            run = _Run(list(added), orjson.dumps(list(added.values())))
+            run = _Run(list(added), list(map(orjson.dumps, added.values())))
             self.live.update(dict.fromkeys(added, run))
         if len(events) > start:
             self.last = _identity(events[-1])
@@ -377,18 +393,18 @@ class _Folded:
         for run, group in groupby(seqs, self.live.__getitem__):
             wanted = list(group)
             if len(wanted) < len(run.seqs):
-                part = orjson.dumps(run.items(wanted))
+                part = run.pieces_of(wanted)
                 if len(wanted) == run.live:  # popped items are gone for good: drop them
-                    run.seqs, run.text = wanted, part
-                pieces.append(part[1:-1])
+                    run.keep(wanted, part)
+                pieces.append(b",".join(part))
             else:
-                pieces.append(run.text[1:-1])
+                pieces.append(run.joined())
         return b"[" + b",".join(pieces) + b"]"
 
     def item(self, seq: int) -> Any:
         """The live item ``seq``, decoded."""
-        [found] = self.live[seq].items([seq])
-        return found
+        [piece] = self.live[seq].pieces_of([seq])
+        return orjson.loads(piece)
 
 
 def _identity(event: SessionEvent) -> tuple[Any, ...]:

@@ -9,7 +9,7 @@ enumerate the keyspace (no ``SCAN``, ``KEYS``, ``RANDOMKEY``: listings read the
 namespace's index), read or change the configuration (no ``CONFIG``, ``ACL``), watch
 others (no ``MONITOR``, ``CLIENT``, pub/sub) or run Lua of its own: it may call functions
 (``FCALL``, ``FCALL_RO``: the library's, which an admin installs with ``sessionstore
-doctor --fix``, see :mod:`.scripts`) but not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or
+doctor --fix``, see :mod:`.library`) but not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or
 ``FUNCTION`` (so no ``FUNCTION LIST``, which would show every library's code). A
 function's own calls are held to the user's commands and key pattern. ``INFO`` is
 granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
