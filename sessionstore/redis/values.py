@@ -30,15 +30,17 @@ a history alike); without one, a write leaves the keys' expiry as it was, which 
 ``HSET`` does. Redis removes an expired key by itself, so an expired value is simply
 absent.
 
-Every write is applied at most once: each call sends a fresh random token (made once per
-call, so redis-py's resend of the same command after a lost reply or a timeout carries
-it too) and the resend window of this client's timeout
-(:func:`~.options.resend_window_ms`). The script remembers the token in the value's
-``ops`` zset for that long, whatever windows the other clients writing the value send
-(a token's score is its own deadline); a resend finds it and returns the first send's
-outcome without writing, however many other writes, deletes or expiries landed in
-between (see :mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and a
-resent ``set_data`` or delete never undoes a newer write.
+Every write is applied at most once: each call takes a writer slot of this backend's
+pool (:class:`WriterSlots`) and the slot's next number, once per call, so redis-py's
+resend of the same command after a lost reply or a timeout carries them too, and sends
+the resend window of this client's timeout (:func:`~.options.resend_window_ms`). The
+script keeps the slot's latest number in the value's ``seq`` hash for at least that
+long, whatever windows the other clients writing the value send (a record carries its
+own deadline); a resend finds a number at or above its own and returns the first
+send's outcome without writing, however many other writes, deletes or expiries landed
+in between (see :mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and
+a resent ``set_data`` or delete never undoes a newer write; and a value remembers one
+record per slot that wrote it, not one per write.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import keys
+from .. import forksafe, keys
 from ..contracts import AsyncValueBackend, Refused, Stored, ValueBackend
 from ..drive import Steps
 from ..errors import CorruptDataError
@@ -73,19 +75,67 @@ CLEARED = b""
 # Pure build / decode ---------------------------------------------------------------------
 
 
-def new_token() -> str:
-    """A write call's token: 16 random bytes as hex (no ``:``, never empty)."""
-    return secrets.token_hex(16)
+#: A write call's writer slot and its number in it (see :class:`WriterSlots`).
+Mark = tuple[str, int]
+
+
+class WriterSlots:
+    """The writer slots of one value backend (see :mod:`sessionstore.keys`): each a random
+    id and a counter that only grows. ``with slots.take() as mark:`` takes a free slot
+    (or makes one) and counts it up; the slot goes back to the pool only when the block
+    ended without an exception, so a slot serves one call at a time (threads and
+    coroutines never share one in flight) and one whose call's outcome is unknown is
+    never used again. A forked child starts with an empty pool: it never numbers a
+    slot of its parent's."""
+
+    __slots__ = ("free", "__weakref__")
+
+    def __init__(self) -> None:
+        self.free: list[list[Any]] = []
+        forksafe.at_fork(self, "reset")
+
+    def reset(self) -> None:
+        """Forget every slot (in a forked child)."""
+        self.free = []
+
+    def take(self) -> _Slot:
+        try:
+            slot = self.free.pop()
+        except IndexError:
+            slot = [secrets.token_hex(8), 0]
+        slot[1] += 1
+        return _Slot(self, slot)
+
+
+class _Slot:
+    __slots__ = ("slots", "slot")
+
+    def __init__(self, slots: WriterSlots, slot: list[Any]) -> None:
+        self.slots = slots
+        self.slot = slot
+
+    def __enter__(self) -> Mark:
+        return self.slot[0], self.slot[1]
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if exc is None:
+            self.slots.free.append(self.slot)
+
+
+def _mark_args(mark: Mark, window_ms: int) -> list[str]:
+    """The ARGV every writing value script starts with (see ``lua/_seq.lua``): the slot,
+    its number, the call's resend window and :data:`sessionstore.keys.SEQ_FIELDS`."""
+    return [mark[0], str(mark[1]), str(window_ms), str(keys.SEQ_FIELDS)]
 
 
 def plain_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_swap.lua``: the hash, the ops zset."""
-    return [keys.value_key(key), keys.ops_key(key)]
+    """KEYS of ``value_swap.lua``: the hash, the seq hash."""
+    return [keys.value_key(key), keys.seq_key(key)]
 
 
 def history_set_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``history_set.lua``: the versions zset, the values hash, the ops zset."""
-    return [*keys.history_keys(key), keys.ops_key(key)]
+    """KEYS of ``history_set.lua``: the versions zset, the values hash, the seq hash."""
+    return [*keys.history_keys(key), keys.seq_key(key)]
 
 
 #: How long (s) a process trusts an index entry it added itself, and skips adding it again.
@@ -172,22 +222,20 @@ def swap_args(
     expected: Stored | None | object,
     payload: bytes | None,
     when: int,
-    token: str,
+    mark: Mark,
     window_ms: int,
     ttl_ms: int | None = None,
 ) -> list[Any]:
     """ARGV of ``value_swap.lua``: write ``payload`` if the record is ``expected``
-    (None: no record; :data:`ANY`: whatever it is); ``token`` from :func:`new_token`,
-    one per call."""
-    wanted: list[Any]
+    (None: no record; :data:`ANY`: whatever it is); ``mark`` from
+    :meth:`WriterSlots.take`, one per call."""
+    head = [*_mark_args(mark, window_ms), _ttl_arg(ttl_ms)]
+    new = [CLEARED, ""] if payload is None else [payload, str(when)]
     if expected is ANY:
-        wanted = ["-", b"", ""]
-    elif isinstance(expected, Stored):
-        wanted = ["1", expected.payload, str(expected.when)]
-    else:
-        wanted = ["0", b"", ""]
-    new = ["0", b"", ""] if payload is None else ["1", payload, str(when)]
-    return [*wanted, *new, token, str(window_ms), _ttl_arg(ttl_ms)]
+        return [*head, "-", *new]
+    if isinstance(expected, Stored):
+        return [*head, "1", *new, expected.payload, str(expected.when)]
+    return [*head, "0", *new]
 
 
 def decode_status(reply: Any) -> bool:
@@ -224,34 +272,38 @@ def history_set_args(
     max_versions: int | None,
     expected: Stored | None,
     compare: bool | Literal["put"],
-    token: str,
+    mark: Mark,
     window_ms: int,
     ttl_ms: int | None = None,
 ) -> list[Any]:
-    """ARGV of ``history_set.lua``; ``token`` from :func:`new_token`, one per call.
+    """ARGV of ``history_set.lua``; ``mark`` from :meth:`WriterSlots.take`, one per call.
     ``compare="put"`` records the version at exactly ``when`` and keeps the later ones
     (``expected`` is not looked at)."""
-    args: list[Any] = [str(when), CLEARED if payload is None else payload, str(max_versions or 0)]
+    args: list[Any] = [
+        *_mark_args(mark, window_ms),
+        _ttl_arg(ttl_ms),
+        str(when),
+        CLEARED if payload is None else payload,
+        str(max_versions or 0),
+    ]
     if compare == "put":
-        args += ["put", "0", "", b""]
-    elif not compare:
-        args += ["0", "0", "", b""]
-    elif expected is None:
-        args += ["1", "0", "", b""]
-    else:
-        old = CLEARED if expected.payload is None else expected.payload
-        args += ["1", "1", str(expected.when), old]
-    return [*args, token, str(window_ms), _ttl_arg(ttl_ms)]
+        return [*args, "put"]
+    if not compare:
+        return [*args, "0"]
+    if expected is None:
+        return [*args, "1", "0"]
+    old = CLEARED if expected.payload is None else expected.payload
+    return [*args, "1", "1", str(expected.when), old]
 
 
 def forget_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the ops zset."""
-    return [keys.value_key(key), *keys.history_keys(key), keys.ops_key(key)]
+    """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the seq hash."""
+    return [keys.value_key(key), *keys.history_keys(key), keys.seq_key(key)]
 
 
-def forget_args(token: str, window_ms: int) -> list[Any]:
-    """ARGV of ``value_forget.lua``; ``token`` from :func:`new_token`, one per call."""
-    return [token, str(window_ms)]
+def forget_args(mark: Mark, window_ms: int) -> list[Any]:
+    """ARGV of ``value_forget.lua``; ``mark`` from :meth:`WriterSlots.take`, one per call."""
+    return _mark_args(mark, window_ms)
 
 
 def scan_queue(namespace: str) -> Queue:
@@ -310,6 +362,7 @@ class ValueOps:
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
+        self._slots = WriterSlots()
         self._durability = durability
         self._wait_ms = wait_ms(boundary.timeout)
         self._forget = forget
@@ -342,9 +395,9 @@ class ValueOps:
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
         names = plain_keys(key)
-        args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
-        with entry as first, self._guard("value_swap.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+            args = swap_args(ANY, payload, when, mark, self._window, ttl_ms)
             yield from self._script(client, "value_swap", names, args, first)
 
     def swap(
@@ -359,9 +412,9 @@ class ValueOps:
         if not _plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
         names = plain_keys(key)
-        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
-        with entry as first, self._guard("value_swap.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+            args = swap_args(expected, payload, when, mark, self._window, ttl_ms)
             reply = yield from self._script(client, "value_swap", names, args, first)
         return decode_swap(names[0], reply)
 
@@ -410,12 +463,11 @@ class ValueOps:
         compare: bool,
     ) -> Steps[bool]:
         names = history_set_keys(key)
-        token = new_token()
-        args = history_set_args(
-            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
-        )
         entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_set.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+            args = history_set_args(
+                payload, when, max_versions, expected, compare, mark, self._window, ttl_ms
+            )
             reply = yield from self._script(client, "history_set", names, args, first)
         return decode_status(reply)
 
@@ -429,11 +481,11 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[None]:
         names = history_set_keys(key)
-        args = history_set_args(
-            payload, when, max_versions, None, "put", new_token(), self._window, ttl_ms
-        )
         entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_set.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+            args = history_set_args(
+                payload, when, max_versions, None, "put", mark, self._window, ttl_ms
+            )
             yield from self._script(client, "history_set", names, args, first)
 
     def acquire_compute_lease(
@@ -466,8 +518,8 @@ class ValueOps:
 
     def forget(self, client: Any, key: ValueKey) -> Steps[bool]:
         names = forget_keys(key)
-        args = forget_args(new_token(), self._window)
-        with self._guard("value_forget.lua", names[0]):
+        with self._slots.take() as mark, self._guard("value_forget.lua", names[0]):
+            args = forget_args(mark, self._window)
             return bool(int((yield from self._script(client, "value_forget", names, args))))
 
 
