@@ -38,7 +38,7 @@ from sessionstore import keys  # noqa: E402
 from sessionstore.contracts import Stored  # noqa: E402
 from sessionstore.keys import ValueKey  # noqa: E402
 from sessionstore.redis import scripts  # noqa: E402
-from sessionstore.redis import values as layout  # noqa: E402
+from sessionstore.redis import valueformat as layout  # noqa: E402
 
 #: A small msgpack map, as ``set_data({"signal": "buy", "score": 0.8})`` stores it.
 PAYLOAD = b"\x82\xa6signal\xa3buy\xa5score\xcb?\xe9\x99\x99\x99\x99\x99\x9a"

@@ -508,7 +508,7 @@ def test_history_trims_and_drops_later_versions_with_their_values(redis_server, 
 
 def test_a_swap_sent_again_with_its_slot_and_number_is_applied_once(redis_server, ns):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import Mark, plain_keys, swap_args
+    from sessionstore.redis.valueformat import Mark, plain_keys, swap_args
 
     client = raw(redis_server.url)
     names = plain_keys(vkey(ns))
@@ -551,7 +551,7 @@ def test_records_past_their_deadline_are_dropped_once_the_hash_passes_its_bound(
     redis_server, ns, monkeypatch
 ):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import ANY, plain_keys, swap_args
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
 
     monkeypatch.setattr(keys, "SEQ_FIELDS", 3)
     client = raw(redis_server.url)
@@ -589,7 +589,7 @@ def test_a_hot_value_remembers_one_record_per_writer_slot_not_per_write(redis_se
     """10,000 writes of one value from 4 slots (as 4 threads of one process would send
     them) keep 4 records; the first write of each slot is still recognised after them."""
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import ANY, plain_keys, swap_args
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
 
     client = raw(redis_server.url)
     names = plain_keys(vkey(ns))
@@ -615,7 +615,7 @@ def test_a_resend_is_recognised_after_many_other_clients_wrote(redis_server, ns,
     """200 other backends (each its own slots) write the value after a call whose reply
     was lost: its resend is still recognised, and writes nothing over theirs."""
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import ANY, plain_keys, swap_args
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
 
     client = raw(redis_server.url)
     key = vkey(ns)
@@ -645,7 +645,7 @@ def test_a_record_is_kept_for_its_own_window_whatever_the_windows_of_later_write
     window drop only records past their deadline, and never shorten the expiry of the
     seq hash."""
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import (
+    from sessionstore.redis.valueformat import (
         ANY,
         forget_args,
         forget_keys,
@@ -709,7 +709,7 @@ def test_a_history_write_sent_again_with_its_slot_and_number_is_applied_once(
     redis_server, ns, open_
 ):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import Mark, history_set_args, history_set_keys
+    from sessionstore.redis.valueformat import Mark, history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)
@@ -745,7 +745,7 @@ def test_a_history_write_sent_again_with_its_slot_and_number_is_applied_once(
 
 def test_a_history_put_sent_again_with_its_slot_and_number_is_applied_once(redis_server, ns, open_):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import history_set_args, history_set_keys
+    from sessionstore.redis.valueformat import history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)

@@ -30,7 +30,7 @@ from sessionstore import (
 from sessionstore.redis.acl import setuser_args, setuser_line
 from sessionstore.redis.scripts import install, library
 from sessionstore.redis.tracking import BOUND
-from sessionstore.redis.values import ANY, swap_args
+from sessionstore.redis.valueformat import ANY, swap_args
 
 T0 = 1_718_000_000_000
 PASSWORD = "pa55-w0rd-Secret"

@@ -1,4 +1,4 @@
-"""The writer slots of a Redis value backend (sessionstore.redis.values.WriterSlots): a
+"""The writer slots of a Redis value backend (sessionstore.redis.writerslots): a
 slot serves one call at a time, numbers its calls upwards, goes back to the pool only
 after a call with a known outcome, and is never shared with a forked child."""
 
@@ -14,7 +14,7 @@ import redis
 from sessionstore import keys
 from sessionstore.keys import ValueKey
 from sessionstore.redis import open_redis
-from sessionstore.redis.values import WriterSlots
+from sessionstore.redis.writerslots import WriterSlots
 
 
 def test_a_slot_numbers_its_calls_upwards_and_serves_one_call_at_a_time():

@@ -1,8 +1,9 @@
 """Session values on Redis: one hash per plain value, a zset and a hash per history value.
 
-Every method but ``scan`` is one round trip: build the command, call, decode. Each is
-written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`RedisValues`
-(sync) and :class:`AsyncRedisValues` run the same operations on their client.
+Every method but ``scan`` is one round trip: build the command, call, decode (the pure
+format: :mod:`.valueformat`). Each is written once, in :class:`ValueOps` (see
+:mod:`sessionstore.drive`); :class:`RedisValues` (sync) and :class:`AsyncRedisValues` run
+the same operations on their client.
 
 * ``read``: ``HMGET key v w`` (from memory with ``?cache=yes``: see :mod:`.tracking`);
   ``write`` and ``swap``: ``value_swap.lua`` (without and
@@ -17,7 +18,8 @@ written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`Redi
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
 
 Every write that stores a value adds its index entry first, in the same round trip on a
-single server (see :mod:`.scripts`); a clear adds none.
+single server (see :mod:`.scripts`), at most once per :data:`~.recent.TRUST_S` per value
+and backend (:mod:`.recent`); a clear adds none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
@@ -31,7 +33,7 @@ a history alike); without one, a write leaves the keys' expiry as it was, which 
 absent.
 
 Every write is applied at most once: each call takes a writer slot of this backend's
-pool (:class:`WriterSlots`) and the slot's next number, once per call, so redis-py's
+pool (:class:`~.writerslots.WriterSlots`) and the slot's next number, once per call, so redis-py's
 resend of the same command after a lost reply or a timeout carries them too, and sends
 the resend window of this client's timeout (:func:`~.options.resend_window_ms`). The
 script keeps the slot's latest number in the value's ``seq`` hash for at least that
@@ -46,304 +48,39 @@ record per slot that wrote it, not one per write.
 from __future__ import annotations
 
 import functools
-import logging
-import secrets
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import forksafe, keys
+from .. import keys
 from ..contracts import AsyncValueBackend, Refused, Stored, ValueBackend
 from ..drive import Steps
-from ..errors import CorruptDataError
 from ..keys import ValueKey
 from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice, check_value_acks, wait_ms
-from .index import Listing, Queue, list_steps, value_entry
+from .index import list_steps
 from .options import resend_window_ms
-
-log = logging.getLogger("sessionstore")
-
-FIELD_VALUE = b"v"
-FIELD_WHEN = b"w"
-#: How the history hash stores a recorded clear (msgpack never packs to zero bytes).
-CLEARED = b""
-
-
-# Pure build / decode ---------------------------------------------------------------------
-
-
-#: A write call's writer slot and its number in it (see :class:`WriterSlots`).
-Mark = tuple[str, int]
-
-
-class WriterSlots:
-    """The writer slots of one value backend (see :mod:`sessionstore.keys`): each a random
-    id and a counter that only grows. ``with slots.take() as mark:`` takes a free slot
-    (or makes one) and counts it up; the slot goes back to the pool only when the block
-    ended without an exception, so a slot serves one call at a time (threads and
-    coroutines never share one in flight) and one whose call's outcome is unknown is
-    never used again. A forked child starts with an empty pool: it never numbers a
-    slot of its parent's."""
-
-    __slots__ = ("free", "__weakref__")
-
-    def __init__(self) -> None:
-        self.free: list[list[Any]] = []
-        forksafe.at_fork(self, "reset")
-
-    def reset(self) -> None:
-        """Forget every slot (in a forked child)."""
-        self.free = []
-
-    def take(self) -> _Slot:
-        try:
-            slot = self.free.pop()
-        except IndexError:
-            slot = [secrets.token_hex(8), 0]
-        slot[1] += 1
-        return _Slot(self, slot)
-
-
-class _Slot:
-    __slots__ = ("slots", "slot")
-
-    def __init__(self, slots: WriterSlots, slot: list[Any]) -> None:
-        self.slots = slots
-        self.slot = slot
-
-    def __enter__(self) -> Mark:
-        return self.slot[0], self.slot[1]
-
-    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if exc is None:
-            self.slots.free.append(self.slot)
-
-
-def _mark_args(mark: Mark, window_ms: int) -> list[str]:
-    """The ARGV every writing value script starts with (see ``lua/_seq.lua``): the slot,
-    its number, the call's resend window and :data:`sessionstore.keys.SEQ_FIELDS`."""
-    return [mark[0], str(mark[1]), str(window_ms), str(keys.SEQ_FIELDS)]
-
-
-def plain_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_swap.lua``: the hash, the seq hash."""
-    return [keys.value_key(key), keys.seq_key(key)]
-
-
-def history_set_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``history_set.lua``: the versions zset, the values hash, the seq hash."""
-    return [*keys.history_keys(key), keys.seq_key(key)]
-
-
-#: How long (s) a process trusts an index entry it added itself, and skips adding it again.
-#: Half of ``GRACE_MS``: a listing removes an entry only when its score (the time it was
-#: added) is older than ``GRACE_MS`` and its data is gone, so a write that skipped the entry
-#: lands (within this half plus the call's timeout) long before the entry can be removed;
-#: clocks of clients must agree within the other half, less that timeout.
-TRUST_S = keys.GRACE_MS / 1000 / 2
-#: Entries remembered per backend before the memory is cleared.
-RECENT_MAX = 65536
-
-
-class RecentEntries:
-    """The index entries this backend added lately: a hot value's writes send its
-    ``ZADD`` once per :data:`TRUST_S`, not on every write. An entry is remembered only
-    once the write that carried it succeeded."""
-
-    __slots__ = ("added",)
-
-    def __init__(self) -> None:
-        self.added: dict[str, float] = {}
-
-    def entry(self, key: ValueKey, payload: bytes | None, *, history: bool) -> _Entry:
-        """``with recent.entry(...) as first:`` -- ``first`` is the index entry the write
-        adds before its data, or None (a plain clear creates nothing; a trusted entry)."""
-        if payload is None and not history:
-            return _Entry(self, None)
-        command = value_entry(key, history)
-        seen = self.added.get(str(command[3]))
-        if seen is not None and time.monotonic() - seen < TRUST_S:
-            return _Entry(self, None)
-        return _Entry(self, command)
-
-
-class _Entry:
-    __slots__ = ("recent", "command", "started")
-
-    def __init__(self, recent: RecentEntries, command: scripts.Command | None) -> None:
-        self.recent = recent
-        self.command = command
-        self.started = time.monotonic()
-
-    def __enter__(self) -> scripts.Command | None:
-        return self.command
-
-    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if exc is None and self.command is not None:
-            added = self.recent.added
-            if len(added) >= RECENT_MAX:
-                added.clear()
-            added[str(self.command[3])] = self.started
-
-
-def parse_when(name: str, raw: Any) -> int:
-    """The when (epoch ms) stored as ``raw`` in ``name``: a 64-bit integer, else
-    :class:`CorruptDataError` naming the key."""
-    try:
-        when = int(raw)
-    except (TypeError, ValueError):
-        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}") from None
-    if not -(2**63) <= when < 2**63:
-        raise CorruptDataError(name, f"it holds a when out of range {raw!r:.40}")
-    return when
-
-
-def decode_plain(name: str, reply: list[Any]) -> Stored | None:
-    """``HMGET key v w`` -> the stored record (None when there is no ``v``)."""
-    payload, when = reply
-    if payload is None:
-        return None
-    return Stored(bytes(payload), parse_when(name, when))
-
-
-def _ttl_arg(ttl_ms: int | None) -> str:
-    """A script's retention argument: ``"0"`` for none."""
-    return "0" if ttl_ms is None else str(ttl_ms)
-
-
-#: What :func:`swap_args` takes as ``expected`` for a write that compares nothing.
-ANY = object()
-
-
-def swap_args(
-    expected: Stored | None | object,
-    payload: bytes | None,
-    when: int,
-    mark: Mark,
-    window_ms: int,
-    ttl_ms: int | None = None,
-) -> list[Any]:
-    """ARGV of ``value_swap.lua``: write ``payload`` if the record is ``expected``
-    (None: no record; :data:`ANY`: whatever it is); ``mark`` from
-    :meth:`WriterSlots.take`, one per call."""
-    head = [*_mark_args(mark, window_ms), _ttl_arg(ttl_ms)]
-    new = [CLEARED, ""] if payload is None else [payload, str(when)]
-    if expected is ANY:
-        return [*head, "-", *new]
-    if isinstance(expected, Stored):
-        return [*head, "1", *new, expected.payload, str(expected.when)]
-    return [*head, "0", *new]
-
-
-def decode_status(reply: Any) -> bool:
-    """``"OK"`` -> True, ``"CONFLICT"`` -> False."""
-    return bytes(reply) == b"OK"
-
-
-def decode_swap(name: str, reply: Any) -> Literal[True] | Refused:
-    """``value_swap.lua``'s reply: ``"OK"`` -> True, ``{"CONFLICT", v, w}`` -> the record
-    found."""
-    if isinstance(reply, list):
-        return Refused(decode_plain(name, reply[1:]))
-    return True
-
-
-def decode_version(name: str, reply: list[Any], asked: int) -> Stored | None:
-    """``history_get.lua``'s reply to a read as of ``asked`` -> the version in force
-    (payload None for a clear). A version whose member (its when) is later than
-    ``asked`` (a member that differs from its score) raises :class:`CorruptDataError`."""
-    if not reply:
-        return None
-    if len(reply) != 2:
-        raise CorruptDataError(name, f"it lacks the value of its version at {reply[0]!r:.40}")
-    payload = bytes(reply[1])
-    when = parse_when(name, reply[0])
-    if when > asked:
-        raise CorruptDataError(name, f"its version {when} is filed at or before {asked}")
-    return Stored(payload if payload != CLEARED else None, when)
-
-
-def history_set_args(
-    payload: bytes | None,
-    when: int,
-    max_versions: int | None,
-    expected: Stored | None,
-    compare: bool | Literal["put"],
-    mark: Mark,
-    window_ms: int,
-    ttl_ms: int | None = None,
-) -> list[Any]:
-    """ARGV of ``history_set.lua``; ``mark`` from :meth:`WriterSlots.take`, one per call.
-    ``compare="put"`` records the version at exactly ``when`` and keeps the later ones
-    (``expected`` is not looked at)."""
-    args: list[Any] = [
-        *_mark_args(mark, window_ms),
-        _ttl_arg(ttl_ms),
-        str(when),
-        CLEARED if payload is None else payload,
-        str(max_versions or 0),
-    ]
-    if compare == "put":
-        return [*args, "put"]
-    if not compare:
-        return [*args, "0"]
-    if expected is None:
-        return [*args, "1", "0"]
-    old = CLEARED if expected.payload is None else expected.payload
-    return [*args, "1", "1", str(expected.when), old]
-
-
-def forget_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the seq hash."""
-    return [keys.value_key(key), *keys.history_keys(key), keys.seq_key(key)]
-
-
-def forget_args(mark: Mark, window_ms: int) -> list[Any]:
-    """ARGV of ``value_forget.lua``; ``mark`` from :meth:`WriterSlots.take`, one per call."""
-    return _mark_args(mark, window_ms)
-
-
-def scan_queue(namespace: str) -> Queue:
-    """How ``scan`` checks a values index entry: ``HGET key w`` of a plain value (None
-    for a hash left without a value), ``EXISTS`` of a history's versions zset or of a
-    name that is not a value's."""
-    prefix = keys.namespace_prefix(namespace)
-
-    def queue(pipe: Any, member: str) -> None:
-        parsed = keys.value_of_member(member, namespace)
-        if parsed is not None and not parsed[1]:
-            pipe.hget(prefix + member, FIELD_WHEN)
-        else:
-            pipe.exists(prefix + member)
-
-    return queue
-
-
-def decode_scan(namespace: str, listing: Listing) -> list[tuple[ValueKey, bool]]:
-    """``scan``'s result from a listing of the values index; entries that are not a
-    value's, or whose key holds the wrong type, are skipped and logged."""
-    found: list[tuple[ValueKey, bool]] = []
-    for member, reply in listing.found:
-        parsed = keys.value_of_member(member, namespace)
-        if parsed is None or isinstance(reply, Exception):
-            log.warning(
-                "list_values skipped the index entry %r of namespace %r: %s",
-                member,
-                namespace,
-                reply if isinstance(reply, Exception) else "not the name of a value",
-            )
-            continue
-        found.append(parsed)
-    return found
-
-
-def _plain_expected_is_possible(expected: Stored | None) -> bool:
-    # A plain record never stores a clear, so such an expectation can never match.
-    return expected is None or expected.payload is not None
-
+from .recent import RecentEntries
+from .valueformat import (
+    ANY,
+    FIELD_VALUE,
+    FIELD_WHEN,
+    decode_plain,
+    decode_scan,
+    decode_status,
+    decode_swap,
+    decode_version,
+    forget_args,
+    forget_keys,
+    history_set_args,
+    history_set_keys,
+    plain_expected_is_possible,
+    plain_keys,
+    scan_queue,
+    swap_args,
+)
+from .writerslots import WriterSlots
 
 # The operations, written once --------------------------------------------------------------
 
@@ -409,7 +146,7 @@ class ValueOps:
         when: int,
         ttl_ms: int | None,
     ) -> Steps[Literal[True] | Refused]:
-        if not _plain_expected_is_possible(expected):
+        if not plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
         names = plain_keys(key)
         entry = self._recent.entry(key, payload, history=False)

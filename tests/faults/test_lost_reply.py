@@ -451,7 +451,7 @@ def test_a_swap_sent_twice_with_its_slot_and_number_on_a_cluster_is_applied_once
     resend is made by hand: the same swap, same writer slot and number, same arguments,
     sent again after 20 other swaps and a delete, through the cluster client."""
     from sessionstore.contracts import Stored
-    from sessionstore.redis import open_redis, values
+    from sessionstore.redis import open_redis, writerslots
 
     namespace = f"lost-{uuid.uuid4().hex[:10]}"
     key = ValueKey(namespace, *KEY, "backtest")
@@ -459,7 +459,7 @@ def test_a_swap_sent_twice_with_its_slot_and_number_on_a_cluster_is_applied_once
     others = open_redis(redis_cluster.url, namespace, timeout=5)
 
     def send(slot: str, call: Callable[[], Any]) -> Any:
-        same = values.WriterSlots()
+        same = writerslots.WriterSlots()
         same.free.append([slot, 0])  # the next call takes it as number 1, as its resend
         monkeypatch.setattr(mine.values._ops, "_slots", same)
         try:
