@@ -1,35 +1,30 @@
 -- Record a version of a history value, optionally only if the version in force is
 -- the expected one: drop every version at or after its time, record it, trim; or (a
 -- put) record it at exactly its time, replacing only a version there, and trim. At most
--- once per call: a call whose token is remembered was applied before (its reply was
--- lost and redis-py sent it again) and returns OK without writing, whatever landed
--- meanwhile.
+-- once per call: a call found applied in the seq hash (see _seq.lua: its reply was lost
+-- and redis-py sent it again) returns OK without writing, whatever landed meanwhile.
 --
 -- KEYS[1] - the versions zset (member = score = when, integer text)
 -- KEYS[2] - the values hash (when -> msgpack bytes, "" for a recorded clear)
--- KEYS[3] - the value's ops zset: member = token of an applied write, score = its
---           deadline: the server time (ms) it was applied plus its own call's window
--- ARGV[1] - when of the new version (integer text)
--- ARGV[2] - the new value ("" records a clear)
--- ARGV[3] - how many versions to keep, "0" for all
--- ARGV[4] - "1" to compare the version in force at ARGV[1] first, "0" not to, "put"
---           not to compare and to keep the versions after ARGV[1] (whoever wrote them,
+-- KEYS[3] - the value's seq hash (see _seq.lua)
+-- ARGV[1] to ARGV[4] - this call's writer slot, its number, its resend window (ms) and
+--           the seq hash's bound (see _seq.lua)
+-- ARGV[5] - a retention in ms, after which both keys expire together ("0": they keep
+--           whatever expiry they had)
+-- ARGV[6] - when of the new version (integer text)
+-- ARGV[7] - the new value ("" records a clear)
+-- ARGV[8] - how many versions to keep, "0" for all
+-- ARGV[9] - "1" to compare the version in force at ARGV[6] first, "0" not to, "put"
+--           not to compare and to keep the versions after ARGV[6] (whoever wrote them,
 --           in whatever order)
--- ARGV[5] - "1" when a version is expected, "0" when none is
--- ARGV[6] - the expected version's when (integer text)
--- ARGV[7] - the expected version's value ("" for a clear)
--- ARGV[8] - this call's token: non-empty, without ":", unique per call
--- ARGV[9] - this call's resend window (ms): how long its token is remembered, whatever
---           the windows of other callers (the zset drops only tokens past their
---           deadline, and its expiry is never shortened)
--- ARGV[10] - optional: a retention in ms, after which both keys expire together ("0"
---            or absent: they keep whatever expiry they had)
--- returns "OK" when written or when the token is remembered (nothing written),
+-- ARGV[10] - "1" when a version is expected, "0" when none is (only when ARGV[9] is "1")
+-- ARGV[11] - the expected version's when (integer text; only when ARGV[10] is "1")
+-- ARGV[12] - the expected version's value ("" for a clear; only when ARGV[10] is "1")
+-- returns "OK" when written or when this call was applied before (nothing written),
 --         "CONFLICT" when the comparison failed (nothing written)
 
-local at, values, ops = KEYS[1], KEYS[2], KEYS[3]
-local when = ARGV[1]
-local token, window = ARGV[8], tonumber(ARGV[9])
+local at, values = KEYS[1], KEYS[2]
+local when = ARGV[6]
 
 local function hdel_all(names)
   -- unpack() is bounded by the Lua stack: delete in slices
@@ -38,29 +33,26 @@ local function hdel_all(names)
   end
 end
 
-if redis.call('ZSCORE', ops, token) then
+if seq_applied(KEYS[3], ARGV) then
   return 'OK'
 end
-if ARGV[4] == '1' then
+if ARGV[9] == '1' then
   local found = redis.call('ZREVRANGEBYSCORE', at, when, '-inf', 'LIMIT', 0, 1)
-  if ARGV[5] == '0' then
+  if ARGV[10] == '0' then
     if #found > 0 then
       return 'CONFLICT'
     end
-  elseif #found == 0 or found[1] ~= ARGV[6]
-      or redis.call('HGET', values, found[1]) ~= ARGV[7] then
+  elseif #found == 0 or found[1] ~= ARGV[11]
+      or redis.call('HGET', values, found[1]) ~= ARGV[12] then
     return 'CONFLICT'
   end
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
 -- script here, before anything has changed.
-redis.call('HSET', values, when, ARGV[2])
+redis.call('HSET', values, when, ARGV[7])
 redis.call('ZADD', at, when, when)
 
-if ARGV[4] ~= 'put' then
+if ARGV[9] ~= 'put' then
   local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
   if #later > 0 then
     redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
@@ -68,7 +60,7 @@ if ARGV[4] ~= 'put' then
   end
 end
 
-local keep = tonumber(ARGV[3])
+local keep = tonumber(ARGV[8])
 if keep > 0 then
   local extra = redis.call('ZCARD', at) - keep
   if extra > 0 then
@@ -78,13 +70,10 @@ if keep > 0 then
   end
 end
 
-if ARGV[10] and ARGV[10] ~= '0' then
-  redis.call('PEXPIRE', at, ARGV[10])
-  redis.call('PEXPIRE', values, ARGV[10])
+if ARGV[5] ~= '0' then
+  redis.call('PEXPIRE', at, ARGV[5])
+  redis.call('PEXPIRE', values, ARGV[5])
 end
-redis.call('ZADD', ops, ms + window, token)
-redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. ms)
-if redis.call('PTTL', ops) < window then
-  redis.call('PEXPIRE', ops, window)
-end
+
+seq_remember(KEYS[3], ARGV)
 return 'OK'

@@ -1,58 +1,47 @@
 -- Write one plain session value (the hash of keys.value_key), optionally only if the
--- record is the expected one (compare-and-set), at most once per call: a call whose
--- token is remembered was applied before (its reply was lost and redis-py sent it
--- again) and returns OK without writing, whatever landed meanwhile.
+-- record is the expected one (compare-and-set), at most once per call: a call found
+-- applied in the seq hash (see _seq.lua: its reply was lost and redis-py sent it again)
+-- returns OK without writing, whatever landed meanwhile.
 --
 -- KEYS[1] - the value hash: fields v (msgpack bytes) and w (when, integer text)
--- KEYS[2] - the value's ops zset: member = token of an applied write, score = its
---           deadline: the server time (ms) it was applied plus its own call's window
--- ARGV[1] - "1" when a record is expected, "0" when none is, "-" to write whatever
---           the record is (ARGV[2] and ARGV[3] ignored)
--- ARGV[2] - the expected v (ignored unless ARGV[1] is "1")
--- ARGV[3] - the expected w (ignored unless ARGV[1] is "1")
--- ARGV[4] - "1" to store ARGV[5] and ARGV[6] as v and w, "0" to delete the record
--- ARGV[5] - the new v
--- ARGV[6] - the new w
--- ARGV[7] - this call's token: non-empty, without ":", unique per call
--- ARGV[8] - this call's resend window (ms): how long its token is remembered, whatever
---           the windows of other callers (the zset drops only tokens past their
---           deadline, and its expiry is never shortened)
--- ARGV[9] - optional: a retention in ms, after which the hash expires ("0" or absent:
---           the hash keeps whatever expiry it had)
+-- KEYS[2] - the value's seq hash (see _seq.lua)
+-- ARGV[1] to ARGV[4] - this call's writer slot, its number, its resend window (ms) and
+--           the seq hash's bound (see _seq.lua)
+-- ARGV[5] - a retention in ms, after which the hash expires ("0": the hash keeps
+--           whatever expiry it had)
+-- ARGV[6] - "1" when a record is expected, "0" when none is, "-" to write whatever
+--           the record is
+-- ARGV[7] - the new v, "" to delete the record (msgpack never packs to zero bytes)
+-- ARGV[8] - the new w
+-- ARGV[9] - the expected v (only when ARGV[6] is "1")
+-- ARGV[10] - the expected w (only when ARGV[6] is "1")
 -- returns "OK" when the record was written (it equalled the expected one, or none was
---         expected), or when this call's token is remembered (nothing written);
+--         expected), or when this call was applied before (nothing written);
 --         {"CONFLICT", v, w} when it did not: the record found, nil v and w when there
 --         is none (nothing written)
 
-local ops, token, window = KEYS[2], ARGV[7], tonumber(ARGV[8])
-if redis.call('ZSCORE', ops, token) then
+if seq_applied(KEYS[2], ARGV) then
   return 'OK'
 end
 
-if ARGV[1] ~= '-' then
+if ARGV[6] ~= '-' then
   local current = redis.call('HMGET', KEYS[1], 'v', 'w')
-  if (ARGV[1] == '0' and current[1])
-      or (ARGV[1] == '1' and (current[1] ~= ARGV[2] or current[2] ~= ARGV[3])) then
+  if (ARGV[6] == '0' and current[1])
+      or (ARGV[6] == '1' and (current[1] ~= ARGV[9] or current[2] ~= ARGV[10])) then
     return {'CONFLICT', current[1], current[2]}
   end
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
 -- script here, before anything has changed. A clear also drops the field t of the
 -- older layout, so that no hash is left without a value.
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[1], 'v', ARGV[5], 'w', ARGV[6])
-  if ARGV[9] and ARGV[9] ~= '0' then
-    redis.call('PEXPIRE', KEYS[1], ARGV[9])
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[1], 'v', ARGV[7], 'w', ARGV[8])
+  if ARGV[5] ~= '0' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[5])
   end
 else
   redis.call('HDEL', KEYS[1], 'v', 'w', 't')
 end
-redis.call('ZADD', ops, ms + window, token)
-redis.call('ZREMRANGEBYSCORE', ops, '-inf', '(' .. ms)
-if redis.call('PTTL', ops) < window then
-  redis.call('PEXPIRE', ops, window)
-end
+seq_remember(KEYS[2], ARGV)
 return 'OK'

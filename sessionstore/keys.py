@@ -18,11 +18,12 @@ key                                                     type    fields / members
                                                                                                       value_forget.lua same as ``:v``
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
                                                                  for a clear                          value_forget.lua same as ``:at``
-``ss:<ns>:ops:{<sym>:...:<mode>}``                       zset    member = the token of an applied     value_*.lua,    at least until
-                                                                 write (``<token>:<0|1>`` for a       history_*.lua   its latest
-                                                                 delete: what it returned), score =                   token's deadline
-                                                                 its deadline: the server time (ms)                   (a write never
-                                                                 it was applied + its own window                      shortens it)
+``ss:<ns>:seq:{<sym>:...:<mode>}``                       hash    field = a writer slot (random id),   value_*.lua,    at least until
+                                                                 value = ``<n>:<s>:<window>``         history_*.lua   its latest
+                                                                 (``...:<0|1>`` for a delete: what                    record's deadline
+                                                                 it returned): the slot's latest                      (a write never
+                                                                 applied call, the server time (s)                    shortens it)
+                                                                 it was applied, its window (ms)
 ``ss:<ns>:cmp:{<sym>:...:<mode>}:<when>``                string  the token of the caller computing    compute_lease   the lease (5 s),
                                                                  the version at ``<when>``            .lua            renewed while fn
                                                                  (``get_or_compute``)                                 runs
@@ -59,22 +60,33 @@ writes ends with ``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the 
 always carry the same expiry and vanish together.
 
 Exactly once: every value write (set, clear, compare-and-set, delete; plain and history)
-carries a random token, made once per call, so redis-py's automatic resend of the call
-after a lost reply or a timeout carries the same one, and the resend window of its own
-client: at least twice as long as one call of that client can keep resending
-(``sessionstore.redis.options.resend_window_ms`` of its timeout). Its script first looks
-for the token in the value's ``ops`` zset: found, the call was applied before and it
-returns that outcome without writing; else it writes and adds its token with its
-deadline as score (the server's ``TIME`` plus the call's window). A write drops only the
-tokens whose deadline has passed, and raises the zset's expiry to its own window but
-never lowers it: each token is remembered for its own client's window, whatever the
-timeouts of the other clients writing the value. Deletes and ttl expiry of the data
-leave the ``ops`` zset alone, so a resend is recognised however many other writes,
-deletes or expiries landed in between. Tokens written by earlier versions are scored
-with the time they were applied, which a write of this version takes for a passed
-deadline and drops: while clients of both versions write a value (a rolling upgrade), an
-older client's resend is recognised only until a newer client writes it. The zset's
-name is of its own kind (``ops``), so no pattern of a value or a history matches it.
+carries a writer slot and a number: each value backend keeps a pool of slots (a random
+id and a counter that only grows); a call takes a free slot, numbers itself with the
+slot's next count, and gives the slot back only when it ended with a known outcome, so a
+slot is used by one call at a time and one whose call's outcome is unknown is never used
+again. redis-py's automatic resend of the call after a lost reply or a timeout carries
+the same slot and number, and the resend window of its own client: at least twice as
+long as one call of that client can keep resending
+(``sessionstore.redis.options.resend_window_ms`` of its timeout). Its script first reads
+its slot's field of the value's ``seq`` hash: a number at or above its own means the
+call was applied before (it, or a later call of the same slot, which starts only once it
+ended) and it returns that outcome without writing; else it writes and sets the field to
+its number, the server's ``TIME`` (s) and the call's window (ms): the record's deadline
+is ``(<s> + 1) * 1000 + <window>``. The shared Lua of ``lua/_seq.lua`` does both. So a
+value
+remembers one field per slot that wrote it, however often each slot writes: a hot key
+written by one process from one thread holds one field. When a write adds a field and
+the hash holds more than ``SEQ_FIELDS``, it drops the fields past their deadline (only
+then: the hash holds at most ``SEQ_FIELDS`` fields plus one per slot that wrote the
+value within its window). The hash's expiry is raised to twice the writing call's window whenever
+it is below that window, never lowered: each record is kept for its own client's window,
+whatever the timeouts of the other clients writing the value. Deletes and ttl expiry of
+the data leave the ``seq`` hash alone, so a resend is recognised however many other
+writes, deletes or expiries landed in between. Versions before this layout kept one
+token per write in an ``ss:<ns>:ops:{...}`` zset (scored with its deadline); the two
+layouts never share a key, so during a rolling upgrade each client recognises its own
+resends, and the old zsets expire by themselves within their windows. Neither name is
+of a value's or a history's kind, so no pattern of a value or a history matches them.
 ``value_forget.lua`` removes the three data keys of one value, plain and history. Hashes
 written by older versions may hold a field ``t`` (the tokens of that time): reads and
 writes ignore it, and a clear removes it.
@@ -110,7 +122,10 @@ VALUE_KIND = "val"
 HISTORY_KIND = "hist"
 LOG_KIND = "log"
 INDEX_KIND = "idx"
-OPS_KIND = "ops"
+SEQ_KIND = "seq"
+#: How many fields a value's ``seq`` hash holds before a write drops those past their
+#: deadline (see the module doc); the value scripts get it as an argument.
+SEQ_FIELDS = 64
 COMPUTE_KIND = "cmp"
 #: How old (ms, by the writer's clock) an index entry whose data is gone must be before a
 #: listing removes it: far above any call's retry window, so an entry whose writer has
@@ -178,10 +193,11 @@ def history_keys(key: ValueKey) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def ops_key(key: ValueKey) -> str:
-    """The zset of the tokens of the writes applied to one value, plain and history,
-    each until its own client's resend window has passed (see the module doc)."""
-    return f"{namespace_prefix(key.namespace)}{OPS_KIND}:{_tag(key)}"
+def seq_key(key: ValueKey) -> str:
+    """The hash of the latest applied write of each writer slot that wrote one value,
+    plain and history, each kept until its own client's resend window has passed (see
+    the module doc)."""
+    return f"{namespace_prefix(key.namespace)}{SEQ_KIND}:{_tag(key)}"
 
 
 def compute_lease_key(key: ValueKey, when: int) -> str:

@@ -63,9 +63,9 @@ def test_runs_on_redis_leave_nothing_of_the_namespace_once_the_index_grace_has_p
         left = {key: admin.type(key) for key in admin.scan_iter(pattern)}
         # The entries of its two values (each run re-adds the same two), nothing else.
         assert admin.zcard(entries) == 2
-        ops = [key for key in left if key.startswith(f"ss:{NAMESPACE}:ops:")]
+        ops = [key for key in left if key.startswith(f"ss:{NAMESPACE}:seq:")]
         assert sorted(left) == sorted([entries, *ops]), left
-        # The tokens of the last writes, kept for their resend window only.
+        # The writer records of the last writes, kept for their resend window only.
         assert all(admin.pttl(key) > 0 for key in ops)
         # A listing once the grace has passed (its clock 10 minutes on) removes the entries.
         clock = index.now_ms

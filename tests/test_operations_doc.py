@@ -82,7 +82,7 @@ def test_the_layout_table_lists_every_kind_of_key_the_library_builds():
         "ss:<ns>:log:{<session id>}:events",
         "ss:<ns>:idx:{<ns>}:sessions",
         "ss:<ns>:idx:{<ns>}:values",
-        "ss:<ns>:ops:{",
+        "ss:<ns>:seq:{",
         "ss:<ns>:log:{<session id>}:lease",
     ):
         assert pattern in text

@@ -280,7 +280,8 @@ def test_redis_errors_map_to_the_sessionstore_hierarchy():
 
 
 def test_every_lua_script_documents_its_keys_args_and_reply():
-    scripts = sorted(p for p in Path(str(lua_dir())).iterdir() if p.suffix == ".lua")
+    lua = sorted(p for p in Path(str(lua_dir())).iterdir() if p.suffix == ".lua")
+    scripts = [p for p in lua if not p.name.startswith("_")]  # "_*.lua": shared Lua
     assert {p.stem for p in scripts} >= {"value_swap", "history_get", "history_set", "log_append"}
     for path in scripts:
         head = path.read_text().split("\n\n")[0] + path.read_text().split("\n\n")[1]
@@ -306,7 +307,7 @@ def test_the_library_registers_every_script_as_a_function_of_its_version(redis_s
     assert found.name == f"sessionstore_{found.version}"
     assert found.version.startswith(sessionstore.__version__.replace(".", "_") + "_")
     expected = {found.version_function: ["no-writes"]}
-    for name in (p.stem for p in Path(str(lua_dir())).iterdir() if p.suffix == ".lua"):
+    for name in (p.stem for p in Path(str(lua_dir())).glob("[!_]*.lua")):
         flags = ["no-writes"] if name in READ_ONLY else ["allow-oom"] if name in FREEING else []
         expected[f"ss_{found.version}_{name}"] = flags
     assert _functions(client, found.name) == expected
@@ -392,8 +393,8 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
     assert found == [
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:at",
         f"{prefix}hist:{{BTCUSDT:llm:binance:4h:backtest}}:v",
-        f"{prefix}ops:{{BTCUSDT:llm:binance:1h:backtest}}",
-        f"{prefix}ops:{{BTCUSDT:llm:binance:4h:backtest}}",
+        f"{prefix}seq:{{BTCUSDT:llm:binance:1h:backtest}}",
+        f"{prefix}seq:{{BTCUSDT:llm:binance:4h:backtest}}",
         f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}",
     ]
     meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
@@ -433,7 +434,7 @@ def test_key_parts_cannot_collide_or_escape_the_namespace(redis_server, ns, open
         assert name.count("{") == 1 and name.count("}") == 1 and "*" not in name
     client = raw(redis_server.url)
     found = {n.decode() for n in client.scan_iter(match=keys.namespace_pattern(ns))}
-    assert found == {*names, *(keys.ops_key(k) for k in tricky), keys.index_keys(ns)[1]}
+    assert found == {*names, *(keys.seq_key(k) for k in tricky), keys.index_keys(ns)[1]}
     client.close()
 
 
@@ -447,7 +448,7 @@ def test_a_glob_namespace_matches_only_itself(redis_server, open_):
     mine = vkey(f"{base}*")
     assert matched == {
         keys.value_key(mine).encode(),
-        keys.ops_key(mine).encode(),
+        keys.seq_key(mine).encode(),
         values_index.encode(),
     }
     client.close()
@@ -506,59 +507,127 @@ def test_history_trims_and_drops_later_versions_with_their_values(redis_server, 
     client.close()
 
 
-def test_a_swap_sent_again_with_its_token_is_applied_once(redis_server, ns):
+def test_a_swap_sent_again_with_its_slot_and_number_is_applied_once(redis_server, ns):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import plain_keys, swap_args
+    from sessionstore.redis.valueformat import Mark, plain_keys, swap_args
 
     client = raw(redis_server.url)
     names = plain_keys(vkey(ns))
 
-    def swap(expected: Stored | None, payload: bytes | None, token: str) -> Any:
-        args = swap_args(expected, payload, T0, token, 60_000)
+    def swap(expected: Stored | None, payload: bytes | None, mark: Mark) -> Any:
+        args = swap_args(expected, payload, T0, mark, 60_000)
         return scripts.run(client, "value_swap", names, args)
 
-    assert swap(None, b"\x01", "a1") == b"OK"
+    def number(slot: str) -> bytes:
+        return client.hget(names[1], slot).split(b":")[0]
+
+    assert swap(None, b"\x01", ("a", 1)) == b"OK"
     first = snapshot(redis_server.url, ns)
-    assert swap(None, b"\x01", "a1") == b"OK"  # redis-py resends after a lost reply
+    assert swap(None, b"\x01", ("a", 1)) == b"OK"  # redis-py resends after a lost reply
     assert snapshot(redis_server.url, ns) == first
-    # a conflict reports the record found, and remembers no token
-    assert swap(None, b"\x01", "a2") == [b"CONFLICT", b"\x01", str(T0).encode()]
-    assert client.zscore(names[1], "a2") is None
-    assert swap(Stored(b"\x01", T0), b"\x02", "b1") == b"OK"
-    assert swap(Stored(b"\x02", T0), None, "c1") == b"OK"
+    # a conflict reports the record found, and records nothing
+    assert swap(None, b"\x01", ("a", 2)) == [b"CONFLICT", b"\x01", str(T0).encode()]
+    assert number("a") == b"1"
+    assert swap(Stored(b"\x01", T0), b"\x02", ("b", 1)) == b"OK"
+    assert swap(Stored(b"\x02", T0), None, ("c", 1)) == b"OK"
     assert client.exists(names[0]) == 0  # a clear leaves no hash behind
-    # 30 swaps and a delete later, every earlier token is still recognised
+    # 30 swaps of one slot and a delete later, every earlier call is still recognised
     assert open_redis(redis_server.url, ns).values.forget(vkey(ns)) is False
     current: Stored | None = None
     for step in range(30):
-        assert swap(current, bytes([step + 10]), f"e{step}") == b"OK"
+        assert swap(current, bytes([step + 10]), ("e", step + 1)) == b"OK"
         current = Stored(bytes([step + 10]), T0)
-    for token in ("a1", "b1", "c1", "e0"):
-        assert swap(None, b"\x01", token) == b"OK"
+    for mark in (("a", 1), ("b", 1), ("c", 1), ("e", 1), ("e", 30)):
+        assert swap(None, b"\x01", mark) == b"OK"
     assert client.hgetall(names[0]) == {b"v": bytes([39]), b"w": str(T0).encode()}
-    assert client.zcard(names[1]) == 3 + 1 + 30  # a1 b1 c1, the delete, e0..e29
-    # The zset lives as long as its longest-lived token: the delete's (default timeout).
-    assert 60_000 < client.pttl(names[1]) <= resend_window_ms(DEFAULT_TIMEOUT)
+    # One record per slot, however many calls it made: a b c, the delete's, e.
+    assert client.hlen(names[1]) == 5 and number("e") == b"30"
+    # The hash lives as long as its longest-lived record: the delete's (default timeout).
+    longest = max(60_000, resend_window_ms(DEFAULT_TIMEOUT))
+    assert longest <= client.pttl(names[1]) <= 2 * longest
     client.close()
 
 
-def test_tokens_older_than_the_resend_window_are_dropped(redis_server, ns):
+def test_records_past_their_deadline_are_dropped_once_the_hash_passes_its_bound(
+    redis_server, ns, monkeypatch
+):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import ANY, plain_keys, swap_args
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
 
+    monkeypatch.setattr(keys, "SEQ_FIELDS", 3)
     client = raw(redis_server.url)
     names = plain_keys(vkey(ns))
 
-    def write(payload: bytes, token: str) -> Any:
-        return scripts.run(client, "value_swap", names, swap_args(ANY, payload, T0, token, 50))
+    def write(payload: bytes, slot: str, window: int, number: int = 1) -> Any:
+        args = swap_args(ANY, payload, T0, (slot, number), window)
+        return scripts.run(client, "value_swap", names, args)
 
-    assert write(b"\x01", "old") == b"OK"
-    wait_past(client, server_ms(client) + 50)  # the window of "old" is over
-    assert write(b"\x02", "new") == b"OK"
-    assert client.zrange(names[1], 0, -1) == [b"new"]
-    wait_past(client, server_ms(client) + 50)
-    assert client.exists(names[1]) == 0  # the zset expires with the window
-    assert client.hgetall(names[0]) == {b"v": b"\x02", b"w": str(T0).encode()}
+    assert write(b"\x01", "long", 60_000) == b"OK"
+    for n in range(4):  # past the bound, but no record has passed its deadline
+        assert write(b"\x02", f"short{n}", 50) == b"OK"
+    assert client.hlen(names[1]) == 5
+    # A record's deadline: the next second after it was applied, plus its window.
+    wait_past(client, (server_ms(client) // 1000 + 1) * 1000 + 50)
+    assert write(b"\x03", "short0", 50, 2) == b"OK"  # adds no field: nothing dropped
+    assert client.hlen(names[1]) == 5
+    assert write(b"\x04", "new", 50) == b"OK"
+    assert set(client.hkeys(names[1])) == {b"long", b"short0", b"new"}
+    assert write(b"\x05", "long", 60_000) == b"OK"  # the long call's resend: recognised
+    assert client.hgetall(names[0]) == {b"v": b"\x04", b"w": str(T0).encode()}
+    # A hash of short records only expires soon after their windows.
+    other = plain_keys(vkey(ns, "other"))
+    assert scripts.run(client, "value_swap", other, swap_args(ANY, b"\x01", T0, ("s", 1), 50))
+    assert 0 < client.pttl(other[1]) <= 100
+    wait_past(client, server_ms(client) + client.pttl(other[1]))
+    assert client.exists(other[1]) == 0
+    assert client.hgetall(other[0]) == {b"v": b"\x01", b"w": str(T0).encode()}
+    client.close()
+
+
+def test_a_hot_value_remembers_one_record_per_writer_slot_not_per_write(redis_server, ns):
+    """10,000 writes of one value from 4 slots (as 4 threads of one process would send
+    them) keep 4 records; the first write of each slot is still recognised after them."""
+    from sessionstore.redis import scripts
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
+
+    client = raw(redis_server.url)
+    names = plain_keys(vkey(ns))
+    function = scripts.script("value_swap").function
+    scripts.run(client, "value_swap", names, swap_args(ANY, b"\x00", T0, ("warm", 1), 60_000))
+    pipe = client.pipeline(transaction=False)
+    for n in range(10_000):
+        mark = (f"slot{n % 4}", n // 4 + 1)
+        args = swap_args(ANY, n.to_bytes(2, "big"), T0 + n, mark, 60_000)
+        pipe.execute_command("FCALL", function, 2, *names, *args)
+    assert pipe.execute() == [b"OK"] * 10_000
+    assert client.hlen(names[1]) == 5
+    assert client.memory_usage(names[1]) < 1024
+    for slot in range(4):
+        resend = swap_args(ANY, b"\x01", T0, (f"slot{slot}", 1), 60_000)
+        assert scripts.run(client, "value_swap", names, resend) == b"OK"
+    last = {b"v": (9_999).to_bytes(2, "big"), b"w": b"%d" % (T0 + 9_999)}
+    assert client.hgetall(names[0]) == last
+    client.close()
+
+
+def test_a_resend_is_recognised_after_many_other_clients_wrote(redis_server, ns, open_):
+    """200 other backends (each its own slots) write the value after a call whose reply
+    was lost: its resend is still recognised, and writes nothing over theirs."""
+    from sessionstore.redis import scripts
+    from sessionstore.redis.valueformat import ANY, plain_keys, swap_args
+
+    client = raw(redis_server.url)
+    key = vkey(ns)
+    names = plain_keys(key)
+    first = swap_args(ANY, b"\x01", T0, ("lost", 1), 60_000)
+    assert scripts.run(client, "value_swap", names, first) == b"OK"
+    for n in range(200):
+        open_(redis_server.url, ns).values.write(key, b"\x02", T0 + n)
+    before = snapshot(redis_server.url, ns)
+    resend = swap_args(ANY, b"\x01", T0, ("lost", 1), 60_000)
+    assert scripts.run(client, "value_swap", names, resend) == b"OK"
+    assert snapshot(redis_server.url, ns) == before
+    assert open_(redis_server.url, ns).values.read(key) == Stored(b"\x02", T0 + 199)
     client.close()
 
 
@@ -574,14 +643,14 @@ def wait_past(client: redis.Redis, ms: int) -> None:
 
 
 @pytest.mark.parametrize("first", ["value_swap", "history_set", "value_forget"])
-def test_a_token_is_kept_for_its_own_window_whatever_the_windows_of_later_writes(
-    redis_server, ns, first
+def test_a_record_is_kept_for_its_own_window_whatever_the_windows_of_later_writes(
+    redis_server, ns, monkeypatch, first
 ):
-    """A token's score is its deadline (applied + its own window): writes and deletes
-    sent later with a shorter window drop only tokens past their deadline, and never
-    shorten the expiry of the ops zset."""
+    """A record carries its own window: writes and deletes sent later with a shorter
+    window drop only records past their deadline, and never shorten the expiry of the
+    seq hash."""
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import (
+    from sessionstore.redis.valueformat import (
         ANY,
         forget_args,
         forget_keys,
@@ -591,33 +660,38 @@ def test_a_token_is_kept_for_its_own_window_whatever_the_windows_of_later_writes
         swap_args,
     )
 
+    monkeypatch.setattr(keys, "SEQ_FIELDS", 3)
     client = raw(redis_server.url)
     key = vkey(ns)
-    ops = keys.ops_key(key)
+    seq = keys.seq_key(key)
 
-    def send(name: str, token: str, window: int) -> Any:
+    def send(name: str, slot: str, window: int) -> Any:
+        mark = (slot, 1)
         if name == "value_swap":
-            args = swap_args(ANY, token.encode(), T0, token, window)
+            args = swap_args(ANY, slot.encode(), T0, mark, window)
             return scripts.run(client, name, plain_keys(key), args)
         if name == "history_set":
-            args = history_set_args(token.encode(), T0, None, None, False, token, window)
+            args = history_set_args(slot.encode(), T0, None, None, False, mark, window)
             return scripts.run(client, name, history_set_keys(key), args)
-        return scripts.run(client, name, forget_keys(key), forget_args(token, window))
+        return scripts.run(client, name, forget_keys(key), forget_args(mark, window))
 
-    before = server_ms(client)
+    before = server_ms(client) // 1000
     send(first, "long", 60_000)
-    [(kept, deadline)] = client.zrange(ops, 0, -1, withscores=True)
-    assert before + 60_000 <= deadline <= server_ms(client) + 60_000
+    [(kept, record)] = client.hgetall(seq).items()
+    number, applied, window = record.split(b":")[:3]
+    assert number == b"1" and window == b"60000"
+    assert before <= int(applied) <= server_ms(client) // 1000
     for name in ("value_swap", "history_set", "value_forget"):
         send(name, f"short-{name}", 50)
-    assert client.pttl(ops) > 50_000  # not shortened to the later writes' window
-    wait_past(client, server_ms(client) + 50)  # every "short-" token is past its deadline
+    assert client.pttl(seq) > 50_000  # not shortened to the later writes' window
+    # every "short-" record is past its deadline
+    wait_past(client, (server_ms(client) // 1000 + 1) * 1000 + 50)
     for name in ("value_swap", "history_set", "value_forget"):
         send(name, f"later-{name}", 50)
-    members = {m.decode().partition(":")[0] for m in client.zrange(ops, 0, -1)}
-    assert members == {"long", "later-value_swap", "later-history_set", "later-value_forget"}
-    assert client.zscore(ops, kept) == deadline
-    assert client.pttl(ops) > 50_000
+    slots = {m.decode() for m in client.hkeys(seq)}
+    assert slots == {"long", "later-value_swap", "later-history_set", "later-value_forget"}
+    assert client.hget(seq, kept) == record
+    assert client.pttl(seq) > 50_000
     # The long call's resend is recognised: it writes nothing over the later calls.
     snapshot_before = snapshot(redis_server.url, ns)
     send(first, "long", 60_000)
@@ -635,9 +709,11 @@ def test_the_resend_window_covers_every_retry_of_a_call():
         assert resend_window_ms(timeout) >= 2 * longest_call_ms
 
 
-def test_a_history_write_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+def test_a_history_write_sent_again_with_its_slot_and_number_is_applied_once(
+    redis_server, ns, open_
+):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import history_set_args, history_set_keys
+    from sessionstore.redis.valueformat import Mark, history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)
@@ -645,43 +721,43 @@ def test_a_history_write_sent_again_with_its_token_is_applied_once(redis_server,
     names = history_set_keys(key)
     client = raw(redis_server.url)
 
-    def swap(expected: Stored | None, payload: bytes | None, when: int, token: str) -> Any:
-        args = history_set_args(payload, when, 3, expected, True, token, 60_000)
+    def swap(expected: Stored | None, payload: bytes | None, when: int, mark: Mark) -> Any:
+        args = history_set_args(payload, when, 3, expected, True, mark, 60_000)
         return scripts.run(client, "history_set", names, args)
 
-    def write(payload: bytes, when: int, token: str) -> Any:
-        args = history_set_args(payload, when, 3, None, False, token, 60_000)
+    def write(payload: bytes, when: int, mark: Mark) -> Any:
+        args = history_set_args(payload, when, 3, None, False, mark, 60_000)
         return scripts.run(client, "history_set", names, args)
 
-    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, ("h", 1)) == b"OK"
     first = snapshot(redis_server.url, ns)
-    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, ("h", 1)) == b"OK"
     assert snapshot(redis_server.url, ns) == first
-    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h2") == b"CONFLICT"
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, ("h", 2)) == b"CONFLICT"
     assert sorted(client.hkeys(names[1])) == [str(T0).encode(), str(T0 + 1).encode()]
-    assert write(b"\x03", T0 + 1, "w1") == b"OK"
+    assert write(b"\x03", T0 + 1, ("w", 1)) == b"OK"
     values.write_version(key, b"\x04", T0 + 1, 3)
     values.forget(key)
     values.write_version(key, b"\x05", T0 + 1, 3)
     # resends of the compared and of the uncompared write: applied, nothing written
-    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, "h1") == b"OK"
-    assert write(b"\x03", T0 + 1, "w1") == b"OK"
+    assert swap(Stored(b"\x01", T0), b"\x02", T0 + 1, ("h", 1)) == b"OK"
+    assert write(b"\x03", T0 + 1, ("w", 1)) == b"OK"
     assert values.read_as_of(key, T0 + 5) == Stored(b"\x05", T0 + 1)
     assert values.read_as_of(key, T0) is None
     client.close()
 
 
-def test_a_history_put_sent_again_with_its_token_is_applied_once(redis_server, ns, open_):
+def test_a_history_put_sent_again_with_its_slot_and_number_is_applied_once(redis_server, ns, open_):
     from sessionstore.redis import scripts
-    from sessionstore.redis.values import history_set_args, history_set_keys
+    from sessionstore.redis.valueformat import history_set_args, history_set_keys
 
     values = open_(redis_server.url, ns).values
     key = vkey(ns)
     names = history_set_keys(key)
     client = raw(redis_server.url)
 
-    def put(payload: bytes, when: int, token: str) -> Any:
-        args = history_set_args(payload, when, 3, None, "put", token, 60_000)
+    def put(payload: bytes, when: int, slot: str) -> Any:
+        args = history_set_args(payload, when, 3, None, "put", (slot, 1), 60_000)
         return scripts.run(client, "history_set", names, args)
 
     assert put(b"\x01", T0 + 10, "p1") == b"OK"
@@ -761,7 +837,7 @@ def test_a_value_cleared_by_a_swap_is_neither_listed_nor_found(redis_server, ns)
         assert session.get_data(T0) is None and store.list_values() == []
         assert session.delete() is False
         # the tokens stay for resends, within the resend window
-        assert set(snapshot(redis_server.url, ns)) == {keys.ops_key(key).encode()}
+        assert set(snapshot(redis_server.url, ns)) == {keys.seq_key(key).encode()}
 
 
 @pytest.fixture

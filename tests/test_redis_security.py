@@ -30,6 +30,7 @@ from sessionstore import (
 from sessionstore.redis.acl import setuser_args, setuser_line
 from sessionstore.redis.library import install, library
 from sessionstore.redis.tracking import BOUND
+from sessionstore.redis.valueformat import ANY, swap_args
 
 T0 = 1_718_000_000_000
 PASSWORD = "pa55-w0rd-Secret"
@@ -330,8 +331,8 @@ def test_two_versions_of_the_library_are_installed_and_called_side_by_side(serve
     with sessionstore.connect(url, "both") as store:
         exercise(store)
         assert user.execute_command(
-            "FCALL", f"ss_{old_version}_value_swap", 2, "ss:both:val:{x}", "ss:both:ops:{x}",
-            "-", "", "", "1", "v", "1", "token", "1000",
+            "FCALL", f"ss_{old_version}_value_swap", 2, "ss:both:val:{x}", "ss:both:seq:{x}",
+            *swap_args(ANY, b"v", 1, ("slot", 1), 1000),
         ) == b"OK"  # fmt: skip
         root.function_delete(current.name)
         with pytest.raises(LibraryMissingError, match="sessionstore doctor --fix"):

@@ -42,13 +42,13 @@ COMMANDS = (
     "ping", "info|persistence", "info|cluster", "wait",
     # cluster topology (RedisCluster asks any node for it, and its command table)
     "cluster|slots", "cluster|shards", "readonly", "command",
-    # the library's functions (never loaded by this user); TIME stamps a value write's token
+    # the library's functions (never loaded by this user); TIME stamps a value write's record
     "fcall", "fcall_ro", "time",
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
     "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage", "get", "set",
-    "hget", "hmget", "hgetall", "hset", "hdel", "hexists",
+    "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
     "xadd", "xdel", "xlen", "xrange", "xread", "xsetid",

@@ -4,7 +4,9 @@
 On Redis 7 every script is a function of one library, :func:`library`, built from the
 ``lua/*.lua`` files when it is first needed: each file's text becomes the body of
 ``local function <name>(KEYS, ARGV) ... end``, registered as ``ss_<version>_<name>``
-in the library ``sessionstore_<version>``. The version is the package version and a
+in the library ``sessionstore_<version>``. A file whose name starts with ``_`` holds
+Lua shared by several scripts (local functions): its text comes first, once in the
+library and before each script sent by ``EVALSHA``. The version is the package version and a
 hash of the library text, so it changes whenever any script does; the function names
 carry it too (function names are global across a server's libraries), so two versions
 are installed side by side during a rolling upgrade, each client calling its own. A
@@ -89,13 +91,19 @@ def lua_dir() -> Traversable:
     return Path(__file__).resolve().parents[2] / "lua"
 
 
+def _shared() -> bytes:
+    """The Lua shared by the scripts: the text of every ``_*.lua`` file of the lua folder."""
+    entries = sorted(lua_dir().iterdir(), key=lambda entry: entry.name)
+    return b"".join(e.read_bytes() for e in entries if e.name[0] == "_" and e.name[-4:] == ".lua")
+
+
 @functools.cache
 def _sources() -> dict[str, bytes]:
     """The text of every script of the lua folder, by name, checked to be a valid body
     of a function."""
     found: dict[str, bytes] = {}
     for entry in sorted(lua_dir().iterdir(), key=lambda entry: entry.name):
-        if entry.name.endswith(".lua"):
+        if entry.name.endswith(".lua") and not entry.name.startswith("_"):
             name, source = entry.name[: -len(".lua")], entry.read_bytes()
             used = _SCRIPT_ONLY.search(source.decode("utf-8", "replace"))
             if not _NAME.fullmatch(name) or used is not None:
@@ -114,7 +122,7 @@ def _flags(name: str) -> str:
 
 
 def _library_text(sources: dict[str, bytes], version: str) -> bytes:
-    lines = [f"#!lua name={LIBRARY_PREFIX}{version}".encode()]
+    lines = [f"#!lua name={LIBRARY_PREFIX}{version}".encode(), _shared().rstrip(b"\n")]
     for name, source in sources.items():
         lines += [
             f"local function {name}(KEYS, ARGV)".encode(),
@@ -152,8 +160,8 @@ def scripts() -> dict[str, Script]:
     return {
         name: Script(
             name,
-            source,
-            hashlib.sha1(source).hexdigest(),
+            _shared() + source,
+            hashlib.sha1(_shared() + source).hexdigest(),
             f"ss_{version}_{name}",
             name in READ_ONLY,
         )

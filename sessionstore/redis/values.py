@@ -1,8 +1,9 @@
 """Session values on Redis: one hash per plain value, a zset and a hash per history value.
 
-Every method but ``scan`` is one round trip: build the command, call, decode. Each is
-written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`RedisValues`
-(sync) and :class:`AsyncRedisValues` run the same operations on their client.
+Every method but ``scan`` is one round trip: build the command, call, decode (the pure
+format: :mod:`.valueformat`). Each is written once, in :class:`ValueOps` (see
+:mod:`sessionstore.drive`); :class:`RedisValues` (sync) and :class:`AsyncRedisValues` run
+the same operations on their client.
 
 * ``read``: ``HMGET key v w`` (from memory with ``?cache=yes``: see :mod:`.tracking`);
   ``write`` and ``swap``: ``value_swap.lua`` (without and
@@ -17,7 +18,8 @@ written once, in :class:`ValueOps` (see :mod:`sessionstore.drive`); :class:`Redi
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
 
 Every write that stores a value adds its index entry first, in the same round trip on a
-single server (see :mod:`.scripts`); a clear adds none.
+single server (see :mod:`.scripts`), at most once per :data:`~.recent.TRUST_S` per value
+and backend (:mod:`.recent`); a clear adds none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
@@ -30,268 +32,55 @@ a history alike); without one, a write leaves the keys' expiry as it was, which 
 ``HSET`` does. Redis removes an expired key by itself, so an expired value is simply
 absent.
 
-Every write is applied at most once: each call sends a fresh random token (made once per
-call, so redis-py's resend of the same command after a lost reply or a timeout carries
-it too) and the resend window of this client's timeout
-(:func:`~.options.resend_window_ms`). The script remembers the token in the value's
-``ops`` zset for that long, whatever windows the other clients writing the value send
-(a token's score is its own deadline); a resend finds it and returns the first send's
-outcome without writing, however many other writes, deletes or expiries landed in
-between (see :mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and a
-resent ``set_data`` or delete never undoes a newer write.
+Every write is applied at most once: each call takes a writer slot of this backend's
+pool (:class:`~.writerslots.WriterSlots`) and the slot's next number, once per call, so redis-py's
+resend of the same command after a lost reply or a timeout carries them too, and sends
+the resend window of this client's timeout (:func:`~.options.resend_window_ms`). The
+script keeps the slot's latest number in the value's ``seq`` hash for at least that
+long, whatever windows the other clients writing the value send (a record carries its
+own deadline); a resend finds a number at or above its own and returns the first
+send's outcome without writing, however many other writes, deletes or expiries landed
+in between (see :mod:`sessionstore.keys`). So ``update`` never applies ``fn`` twice, and
+a resent ``set_data`` or delete never undoes a newer write; and a value remembers one
+record per slot that wrote it, not one per write.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import secrets
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import keys
 from ..contracts import AsyncValueBackend, Refused, Stored, ValueBackend
 from ..drive import Steps
-from ..errors import CorruptDataError
 from ..keys import ValueKey
 from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice, check_value_acks, wait_ms
-from .index import Listing, Queue, list_steps, value_entry
+from .index import list_steps
 from .options import resend_window_ms
-
-log = logging.getLogger("sessionstore")
-
-FIELD_VALUE = b"v"
-FIELD_WHEN = b"w"
-#: How the history hash stores a recorded clear (msgpack never packs to zero bytes).
-CLEARED = b""
-
-
-# Pure build / decode ---------------------------------------------------------------------
-
-
-def new_token() -> str:
-    """A write call's token: 16 random bytes as hex (no ``:``, never empty)."""
-    return secrets.token_hex(16)
-
-
-def plain_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_swap.lua``: the hash, the ops zset."""
-    return [keys.value_key(key), keys.ops_key(key)]
-
-
-def history_set_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``history_set.lua``: the versions zset, the values hash, the ops zset."""
-    return [*keys.history_keys(key), keys.ops_key(key)]
-
-
-#: How long (s) a process trusts an index entry it added itself, and skips adding it again.
-#: Half of ``GRACE_MS``: a listing removes an entry only when its score (the time it was
-#: added) is older than ``GRACE_MS`` and its data is gone, so a write that skipped the entry
-#: lands (within this half plus the call's timeout) long before the entry can be removed;
-#: clocks of clients must agree within the other half, less that timeout.
-TRUST_S = keys.GRACE_MS / 1000 / 2
-#: Entries remembered per backend before the memory is cleared.
-RECENT_MAX = 65536
-
-
-class RecentEntries:
-    """The index entries this backend added lately: a hot value's writes send its
-    ``ZADD`` once per :data:`TRUST_S`, not on every write. An entry is remembered only
-    once the write that carried it succeeded."""
-
-    __slots__ = ("added",)
-
-    def __init__(self) -> None:
-        self.added: dict[str, float] = {}
-
-    def entry(self, key: ValueKey, payload: bytes | None, *, history: bool) -> _Entry:
-        """``with recent.entry(...) as first:`` -- ``first`` is the index entry the write
-        adds before its data, or None (a plain clear creates nothing; a trusted entry)."""
-        if payload is None and not history:
-            return _Entry(self, None)
-        command = value_entry(key, history)
-        seen = self.added.get(str(command[3]))
-        if seen is not None and time.monotonic() - seen < TRUST_S:
-            return _Entry(self, None)
-        return _Entry(self, command)
-
-
-class _Entry:
-    __slots__ = ("recent", "command", "started")
-
-    def __init__(self, recent: RecentEntries, command: scripts.Command | None) -> None:
-        self.recent = recent
-        self.command = command
-        self.started = time.monotonic()
-
-    def __enter__(self) -> scripts.Command | None:
-        return self.command
-
-    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
-        if exc is None and self.command is not None:
-            added = self.recent.added
-            if len(added) >= RECENT_MAX:
-                added.clear()
-            added[str(self.command[3])] = self.started
-
-
-def parse_when(name: str, raw: Any) -> int:
-    """The when (epoch ms) stored as ``raw`` in ``name``: a 64-bit integer, else
-    :class:`CorruptDataError` naming the key."""
-    try:
-        when = int(raw)
-    except (TypeError, ValueError):
-        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}") from None
-    if not -(2**63) <= when < 2**63:
-        raise CorruptDataError(name, f"it holds a when out of range {raw!r:.40}")
-    return when
-
-
-def decode_plain(name: str, reply: list[Any]) -> Stored | None:
-    """``HMGET key v w`` -> the stored record (None when there is no ``v``)."""
-    payload, when = reply
-    if payload is None:
-        return None
-    return Stored(bytes(payload), parse_when(name, when))
-
-
-def _ttl_arg(ttl_ms: int | None) -> str:
-    """A script's retention argument: ``"0"`` for none."""
-    return "0" if ttl_ms is None else str(ttl_ms)
-
-
-#: What :func:`swap_args` takes as ``expected`` for a write that compares nothing.
-ANY = object()
-
-
-def swap_args(
-    expected: Stored | None | object,
-    payload: bytes | None,
-    when: int,
-    token: str,
-    window_ms: int,
-    ttl_ms: int | None = None,
-) -> list[Any]:
-    """ARGV of ``value_swap.lua``: write ``payload`` if the record is ``expected``
-    (None: no record; :data:`ANY`: whatever it is); ``token`` from :func:`new_token`,
-    one per call."""
-    wanted: list[Any]
-    if expected is ANY:
-        wanted = ["-", b"", ""]
-    elif isinstance(expected, Stored):
-        wanted = ["1", expected.payload, str(expected.when)]
-    else:
-        wanted = ["0", b"", ""]
-    new = ["0", b"", ""] if payload is None else ["1", payload, str(when)]
-    return [*wanted, *new, token, str(window_ms), _ttl_arg(ttl_ms)]
-
-
-def decode_status(reply: Any) -> bool:
-    """``"OK"`` -> True, ``"CONFLICT"`` -> False."""
-    return bytes(reply) == b"OK"
-
-
-def decode_swap(name: str, reply: Any) -> Literal[True] | Refused:
-    """``value_swap.lua``'s reply: ``"OK"`` -> True, ``{"CONFLICT", v, w}`` -> the record
-    found."""
-    if isinstance(reply, list):
-        return Refused(decode_plain(name, reply[1:]))
-    return True
-
-
-def decode_version(name: str, reply: list[Any], asked: int) -> Stored | None:
-    """``history_get.lua``'s reply to a read as of ``asked`` -> the version in force
-    (payload None for a clear). A version whose member (its when) is later than
-    ``asked`` (a member that differs from its score) raises :class:`CorruptDataError`."""
-    if not reply:
-        return None
-    if len(reply) != 2:
-        raise CorruptDataError(name, f"it lacks the value of its version at {reply[0]!r:.40}")
-    payload = bytes(reply[1])
-    when = parse_when(name, reply[0])
-    if when > asked:
-        raise CorruptDataError(name, f"its version {when} is filed at or before {asked}")
-    return Stored(payload if payload != CLEARED else None, when)
-
-
-def history_set_args(
-    payload: bytes | None,
-    when: int,
-    max_versions: int | None,
-    expected: Stored | None,
-    compare: bool | Literal["put"],
-    token: str,
-    window_ms: int,
-    ttl_ms: int | None = None,
-) -> list[Any]:
-    """ARGV of ``history_set.lua``; ``token`` from :func:`new_token`, one per call.
-    ``compare="put"`` records the version at exactly ``when`` and keeps the later ones
-    (``expected`` is not looked at)."""
-    args: list[Any] = [str(when), CLEARED if payload is None else payload, str(max_versions or 0)]
-    if compare == "put":
-        args += ["put", "0", "", b""]
-    elif not compare:
-        args += ["0", "0", "", b""]
-    elif expected is None:
-        args += ["1", "0", "", b""]
-    else:
-        old = CLEARED if expected.payload is None else expected.payload
-        args += ["1", "1", str(expected.when), old]
-    return [*args, token, str(window_ms), _ttl_arg(ttl_ms)]
-
-
-def forget_keys(key: ValueKey) -> list[str]:
-    """KEYS of ``value_forget.lua``: the plain hash, the two history keys, the ops zset."""
-    return [keys.value_key(key), *keys.history_keys(key), keys.ops_key(key)]
-
-
-def forget_args(token: str, window_ms: int) -> list[Any]:
-    """ARGV of ``value_forget.lua``; ``token`` from :func:`new_token`, one per call."""
-    return [token, str(window_ms)]
-
-
-def scan_queue(namespace: str) -> Queue:
-    """How ``scan`` checks a values index entry: ``HGET key w`` of a plain value (None
-    for a hash left without a value), ``EXISTS`` of a history's versions zset or of a
-    name that is not a value's."""
-    prefix = keys.namespace_prefix(namespace)
-
-    def queue(pipe: Any, member: str) -> None:
-        parsed = keys.value_of_member(member, namespace)
-        if parsed is not None and not parsed[1]:
-            pipe.hget(prefix + member, FIELD_WHEN)
-        else:
-            pipe.exists(prefix + member)
-
-    return queue
-
-
-def decode_scan(namespace: str, listing: Listing) -> list[tuple[ValueKey, bool]]:
-    """``scan``'s result from a listing of the values index; entries that are not a
-    value's, or whose key holds the wrong type, are skipped and logged."""
-    found: list[tuple[ValueKey, bool]] = []
-    for member, reply in listing.found:
-        parsed = keys.value_of_member(member, namespace)
-        if parsed is None or isinstance(reply, Exception):
-            log.warning(
-                "list_values skipped the index entry %r of namespace %r: %s",
-                member,
-                namespace,
-                reply if isinstance(reply, Exception) else "not the name of a value",
-            )
-            continue
-        found.append(parsed)
-    return found
-
-
-def _plain_expected_is_possible(expected: Stored | None) -> bool:
-    # A plain record never stores a clear, so such an expectation can never match.
-    return expected is None or expected.payload is not None
-
+from .recent import RecentEntries
+from .valueformat import (
+    ANY,
+    FIELD_VALUE,
+    FIELD_WHEN,
+    decode_plain,
+    decode_scan,
+    decode_status,
+    decode_swap,
+    decode_version,
+    forget_args,
+    forget_keys,
+    history_set_args,
+    history_set_keys,
+    plain_expected_is_possible,
+    plain_keys,
+    scan_queue,
+    swap_args,
+)
+from .writerslots import WriterSlots
 
 # The operations, written once --------------------------------------------------------------
 
@@ -310,6 +99,7 @@ class ValueOps:
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
         self._recent = RecentEntries()
+        self._slots = WriterSlots()
         self._durability = durability
         self._wait_ms = wait_ms(boundary.timeout)
         self._forget = forget
@@ -342,9 +132,9 @@ class ValueOps:
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
         names = plain_keys(key)
-        args = swap_args(ANY, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
-        with entry as first, self._guard("value_swap.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+            args = swap_args(ANY, payload, when, mark, self._window, ttl_ms)
             yield from self._script(client, "value_swap", names, args, first)
 
     def swap(
@@ -356,12 +146,12 @@ class ValueOps:
         when: int,
         ttl_ms: int | None,
     ) -> Steps[Literal[True] | Refused]:
-        if not _plain_expected_is_possible(expected):
+        if not plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
         names = plain_keys(key)
-        args = swap_args(expected, payload, when, new_token(), self._window, ttl_ms)
         entry = self._recent.entry(key, payload, history=False)
-        with entry as first, self._guard("value_swap.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+            args = swap_args(expected, payload, when, mark, self._window, ttl_ms)
             reply = yield from self._script(client, "value_swap", names, args, first)
         return decode_swap(names[0], reply)
 
@@ -410,12 +200,11 @@ class ValueOps:
         compare: bool,
     ) -> Steps[bool]:
         names = history_set_keys(key)
-        token = new_token()
-        args = history_set_args(
-            payload, when, max_versions, expected, compare, token, self._window, ttl_ms
-        )
         entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_set.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+            args = history_set_args(
+                payload, when, max_versions, expected, compare, mark, self._window, ttl_ms
+            )
             reply = yield from self._script(client, "history_set", names, args, first)
         return decode_status(reply)
 
@@ -429,11 +218,11 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[None]:
         names = history_set_keys(key)
-        args = history_set_args(
-            payload, when, max_versions, None, "put", new_token(), self._window, ttl_ms
-        )
         entry = self._recent.entry(key, payload, history=True)
-        with entry as first, self._guard("history_set.lua", names[0]):
+        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+            args = history_set_args(
+                payload, when, max_versions, None, "put", mark, self._window, ttl_ms
+            )
             yield from self._script(client, "history_set", names, args, first)
 
     def acquire_compute_lease(
@@ -466,8 +255,8 @@ class ValueOps:
 
     def forget(self, client: Any, key: ValueKey) -> Steps[bool]:
         names = forget_keys(key)
-        args = forget_args(new_token(), self._window)
-        with self._guard("value_forget.lua", names[0]):
+        with self._slots.take() as mark, self._guard("value_forget.lua", names[0]):
+            args = forget_args(mark, self._window)
             return bool(int((yield from self._script(client, "value_forget", names, args))))
 
 

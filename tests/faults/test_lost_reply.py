@@ -444,20 +444,24 @@ def test_resends_through_the_async_api_are_applied_once(proxy, namespace, direct
     assert deleted is True and other.get_data(T0) == "C"
 
 
-def test_a_swap_sent_twice_with_its_token_on_a_cluster_is_applied_once(redis_cluster, monkeypatch):
+def test_a_swap_sent_twice_with_its_slot_and_number_on_a_cluster_is_applied_once(
+    redis_cluster, monkeypatch
+):
     """The proxy cannot front a cluster (its nodes announce their own addresses), so the
-    resend is made by hand: the same swap, same token, same arguments, sent again after
-    20 other swaps and a delete, through the cluster client."""
+    resend is made by hand: the same swap, same writer slot and number, same arguments,
+    sent again after 20 other swaps and a delete, through the cluster client."""
     from sessionstore.contracts import Stored
-    from sessionstore.redis import open_redis, values
+    from sessionstore.redis import open_redis, writerslots
 
     namespace = f"lost-{uuid.uuid4().hex[:10]}"
     key = ValueKey(namespace, *KEY, "backtest")
     mine = open_redis(redis_cluster.url, namespace, timeout=5)
     others = open_redis(redis_cluster.url, namespace, timeout=5)
 
-    def send(token: str, call: Callable[[], Any]) -> Any:
-        monkeypatch.setattr(values, "new_token", lambda: token)
+    def send(slot: str, call: Callable[[], Any]) -> Any:
+        same = writerslots.WriterSlots()
+        same.free.append([slot, 0])  # the next call takes it as number 1, as its resend
+        monkeypatch.setattr(mine.values._ops, "_slots", same)
         try:
             return call()
         finally:

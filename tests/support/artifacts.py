@@ -60,9 +60,9 @@ def footprint(backend: str, url: str, namespace: str) -> list[str]:
     if backend in REDIS:
         client = _redis(backend, url)
         # The namespace index keeps entries of deleted data on purpose (cleaned lazily),
-        # and a value's write tokens outlive it for the resend window (then expire).
+        # and a value's writer records outlive it for the resend window (then expire).
         index = set(keys.index_keys(namespace))
-        tokens = f"{keys.namespace_prefix(namespace)}{keys.OPS_KIND}:"
+        tokens = f"{keys.namespace_prefix(namespace)}{keys.SEQ_KIND}:"
         try:
             return sorted(
                 name

@@ -1,0 +1,46 @@
+-- Shared by the value writes (value_swap.lua, history_set.lua, value_forget.lua): a
+-- value's seq hash (see sessionstore/keys.py). Its field per writer slot holds
+-- "<n>:<s>:<window>" (":<reply>" added by value_forget.lua): the number of the slot's
+-- latest applied call, the server time (s) it was applied and that call's resend window
+-- (ms); the record's deadline is (<s> + 1) * 1000 + <window>. A slot serves one call at
+-- a time and numbers its calls upwards, so a number at or above a call's own means the
+-- call was applied (it, or a later call of the slot, which started only once it ended).
+-- Each write script takes the same four arguments first: ARGV[1] the call's writer slot
+-- (non-empty), ARGV[2] its number (integer text), ARGV[3] its resend window (ms): how
+-- long its record is kept at least, whatever the windows of other callers, ARGV[4] how
+-- many fields the hash holds before a write that adds one drops those past their
+-- deadline.
+
+-- nil when the call of ARGV[1] and ARGV[2] was not applied, else the reply it recorded
+-- ("" when none)
+local function seq_applied(seq, ARGV)
+  local record = redis.call('HGET', seq, ARGV[1]) or ''
+  local last, said = string.match(record, '^(%d+):%d+:%d+:?(%d?)')
+  if last and tonumber(last) >= tonumber(ARGV[2]) then
+    return said
+  end
+  return nil
+end
+
+-- Record the call as applied (with its reply, if any); when that adds a field past the
+-- bound, drop the records past their deadline; keep the hash at least for the call's
+-- window (raised to twice it when below, never lowered).
+local function seq_remember(seq, ARGV, reply)
+  local now = redis.call('TIME')
+  local record = ARGV[2] .. ':' .. now[1] .. ':' .. ARGV[3] .. (reply or '')
+  if redis.call('HSET', seq, ARGV[1], record) == 1
+      and redis.call('HLEN', seq) > tonumber(ARGV[4]) then
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local records = redis.call('HGETALL', seq)
+    for i = 1, #records, 2 do
+      local s, w = string.match(records[i + 1], '^%d+:(%d+):(%d+)')
+      if not s or (tonumber(s) + 1) * 1000 + tonumber(w) < ms then
+        redis.call('HDEL', seq, records[i])
+      end
+    end
+  end
+  local window = tonumber(ARGV[3])
+  if redis.call('PTTL', seq) < window then
+    redis.call('PEXPIRE', seq, 2 * window)
+  end
+end
