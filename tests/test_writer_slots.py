@@ -12,6 +12,12 @@ import pytest
 import redis
 
 from sessionstore import keys
+from sessionstore.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    NotReplicatedError,
+    StoreUnavailableError,
+)
 from sessionstore.keys import ValueKey
 from sessionstore.redis import open_redis
 from sessionstore.redis.writerslots import WriterSlots
@@ -37,6 +43,37 @@ def test_a_slot_whose_call_raised_is_never_used_again():
     assert slots.free == []
     with slots.take() as fresh:
         assert fresh[0] != used[0] and fresh[1] == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [
+        (StoreUnavailableError("the reply was lost"), False),
+        (NotReplicatedError("applied, one replica of two confirmed"), True),
+        (CorruptDataError("ss:ns:val:{k}", "not msgpack"), True),
+        (InvalidArgumentError("refused before anything was sent"), True),
+        (KeyboardInterrupt(), False),
+    ],
+    ids=["unavailable", "not-replicated", "corrupt", "invalid", "interrupted"],
+)
+def test_a_slot_goes_back_exactly_when_its_calls_outcome_is_known(error, kept):
+    slots = WriterSlots()
+    with pytest.raises(type(error)), slots.take() as mark:
+        raise error
+    assert slots.free == ([[mark[0], 1]] if kept else [])
+
+
+def test_a_process_whose_fork_hooks_did_not_run_starts_a_pool_of_its_own(monkeypatch):
+    slots = WriterSlots()
+    with slots.take() as inherited:
+        pass
+    outer = slots.take()  # in flight when the process "forks"
+    outer_mark = outer.__enter__()
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as a child whose hooks never ran
+    with slots.take() as mine:
+        assert mine[0] not in (inherited[0], outer_mark[0]) and mine[1] == 1
+    outer.__exit__(None, None, None)  # the parent's call ends in the child
+    assert [slot[0] for slot in slots.free] == [mine[0]]
 
 
 def test_threads_never_share_a_slot_in_flight():
