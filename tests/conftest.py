@@ -30,6 +30,15 @@ CONFORMANCE_BACKENDS = [*BACKENDS, "acl"]
 ACL_USER, ACL_PASSWORD = "conformance", "conformance-secret"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: three workers for every two CPUs. Most tests wait on the servers and
+    processes they start, so a third worker keeps two cores busy (on two cores: 5:46
+    with two workers, 5:11 with three)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, (cpus or 1) * 3 // 2)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """``tmp_path`` and its kin go on the RAM disk when there is one (see
     :mod:`support.ramdisk`), unless ``--basetemp`` or ``PYTEST_DEBUG_TEMPROOT`` chose a

@@ -32,7 +32,7 @@ def test_the_demo_runs_on_an_existing_dask_cluster_by_address(tmp_path, redis_se
         n_workers=2,
         processes=True,
         threads_per_worker=1,
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: clusters of parallel runs never collide
         silence_logs=40,
     ) as cluster:
         address = cluster.scheduler_address

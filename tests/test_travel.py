@@ -119,7 +119,7 @@ def _dask() -> Iterator[Runner]:
             n_workers=WORKERS,
             processes=True,
             threads_per_worker=1,
-            dashboard_address=None,
+            dashboard_address=":0",  # a free port: clusters of parallel runs never collide
             silence_logs=40,
         ) as cluster,
         Client(cluster) as client,

@@ -355,8 +355,9 @@ MIN_RESEND_WINDOW_MS = 10_000
 
 def resend_window_ms(timeout: float) -> int:
     """How long (ms) the server remembers a value write's slot record (the ``seq`` hash
-    of :mod:`sessionstore.keys`), so that a resend of the write is recognised: twice the longest time one call may keep sending the same
-    command (``RETRIES`` + 1 attempts, each a connect and a reply of up to ``timeout``
-    and the longest back-off), and at least :data:`MIN_RESEND_WINDOW_MS`."""
+    of :mod:`sessionstore.keys`), so that a resend of the write is recognised: twice the
+    longest time one call may keep sending the same command (``RETRIES`` + 1 attempts,
+    each a connect and a reply of up to ``timeout`` and the longest back-off), and at
+    least :data:`MIN_RESEND_WINDOW_MS`."""
     attempt = 2 * timeout + BACKOFF.cap
     return max(MIN_RESEND_WINDOW_MS, math.ceil(2 * (RETRIES + 1) * attempt * 1000))

@@ -40,7 +40,7 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
                     n_workers=workers,
                     processes=True,
                     threads_per_worker=1,
-                    dashboard_address=None,
+                    dashboard_address=":0",  # a free port: clusters of parallel runs never collide
                     silence_logs=logging.ERROR,
                 )
             )
