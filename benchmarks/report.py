@@ -166,8 +166,7 @@ def _scale(growths: Sequence[Growth]) -> str:
     largest = "; ".join(growth.largest for growth in growths)
     tables = "\n\n".join(growth_table(growth) for growth in growths)
     return f"""How each cost grows with the size of what it works on (how each is measured: "Cost
-at scale" under "What each scenario measures"). Redis Cluster shards are not measured:
-the benchmark starts one standalone server.
+at scale" under "What each scenario measures").
 
 The largest configuration run: {largest}.
 

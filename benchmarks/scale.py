@@ -11,12 +11,14 @@ measures at every step; no baseline and no target, the figures are the points:
   ``get_data`` of each once per pass (time per read), and the memory held per value
   added (its handle and what the store keeps for it, by tracemalloc);
 * workers per server: 1, 2, 4 and 8 forked processes each appending 1 event per call to
-  a session of its own (total and per-worker events per second).
-
-Cluster shards are not measured: the benchmark's server helper starts one standalone
-``redis-server`` (see :mod:`benchmarks.servers`), and a cluster takes a set of them and
-a ``redis-cli --cluster create`` more; the test suite's cluster runs on the same
-machine, so its figures would measure the two cores shared, not the shards.
+  a session of its own (total and per-worker events per second);
+* cluster shards: the same 4 processes, each appending 1 event per call in turn to 6
+  sessions of its own, against a Redis Cluster of 1, 2 and 3 primaries (one
+  :class:`~benchmarks.servers.RedisCluster` each, reached by a plain URL of one node);
+  each process has one session in every sixth of the slot space, so every primary
+  serves an equal share (total and per-primary events per second, and the busiest
+  primary's share of the ``FCALL`` commands, read from each node's statistics). The
+  clients and every primary share the machine's cores.
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import sessionstore
-from sessionstore import SessionEvent, SessionHeader
+import redis
 
+import sessionstore
+from sessionstore import SessionEvent, SessionHeader, keys
+
+from . import workload
 from .harness import Growth, Sizes, Timed, parallel
-from .redis_log import SETTINGS, OurLog, connect, traced
+from .redis_log import NAMESPACE, SETTINGS, OurLog, connect, traced
+from .servers import RedisCluster
 
 MIB = 1024 * 1024
 
@@ -206,6 +212,107 @@ def workers_per_server(url: str, sizes: Sizes) -> Growth:
     )
 
 
+#: The cluster sizes measured, and the fixed workload run against each.
+SHARDS = (1, 2, 3)
+SHARD_PROCESSES = 4
+SHARD_SPLIT = 6  # sessions per process, one in each sixth of the slots: even for 1, 2, 3
+
+
+def _spread_ids(prefix: str) -> list[str]:
+    """New session ids starting with ``prefix``, the n-th in the n-th of ``SHARD_SPLIT``
+    equal slot ranges (the primaries of :data:`SHARDS` split the slots at their
+    boundaries)."""
+    ids = []
+    for part in range(SHARD_SPLIT):
+        low = part * RedisCluster.SLOTS // SHARD_SPLIT
+        high = (part + 1) * RedisCluster.SLOTS // SHARD_SPLIT
+        candidate = 0
+        while True:
+            session_id = f"{prefix}-{part}-{candidate}"
+            meta, _ = keys.log_keys(NAMESPACE, session_id)
+            if low <= redis.cluster.key_slot(meta.encode()) < high:
+                ids.append(session_id)
+                break
+            candidate += 1
+    return ids
+
+
+def _fcalls(client: redis.Redis) -> int:
+    """``FCALL`` commands the node of ``client`` has served since its statistics were
+    last reset."""
+    return int(client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
+
+
+def cluster_shards(sizes: Sizes) -> Growth:
+    calls = sizes.calls * sizes.blocks // 2 // SHARD_SPLIT * SHARD_SPLIT
+
+    def job_on(url: str) -> Callable[[int], Timed]:
+        def job(index: int) -> Timed:
+            store = connect(url)
+            logs = [
+                OurLog(store, session_id)
+                for session_id in _spread_ids(f"shard-{index}-{uuid.uuid4().hex[:8]}")
+            ]
+            for log in logs:
+                log.side(1, 1)()  # materialise the session and warm the connection
+            per_session = [workload.batches(log.next_seq, calls // SHARD_SPLIT, 1) for log in logs]
+            turns = [
+                (log.id, batch)
+                for batches in zip(*per_session, strict=True)
+                for log, batch in zip(logs, batches, strict=True)
+            ]
+            append = store.events.append
+
+            def run() -> int:
+                for session_id, batch in turns:
+                    append(session_id, batch)
+                return len(turns)
+
+            return run
+
+        return job
+
+    points: list[tuple[str, ...]] = []
+    rates: list[float] = []
+    for primaries in SHARDS:
+        with RedisCluster(primaries) as cluster:
+            samples, shares = [], []
+            for _ in range(sizes.large_reps):
+                cluster.on_each(lambda client: client.config_resetstat())
+                samples.append(parallel(job_on(cluster.url), SHARD_PROCESSES))
+                served = cluster.on_each(_fcalls)
+                shares.append(max(served) / sum(served))
+        rate = statistics.median(samples)
+        rates.append(rate)
+        points.append(
+            (
+                f"{primaries}",
+                f"{rate:,.0f}",
+                f"{rate / primaries:,.0f}",
+                f"{statistics.median(shares):.0%}",
+                f"{rate / rates[0]:.2f}",
+            )
+        )
+    return Growth(
+        "Cluster shards",
+        f"{SHARD_PROCESSES} forked processes, each appending {calls:,} events, 1 per call, "
+        f"in turn to {SHARD_SPLIT} sessions of its own spread evenly over the slots; "
+        f"{SETTINGS}; a Redis Cluster of N primaries, no replicas; median of "
+        f"{sizes.large_reps} runs; the clients and every primary share the machine's cores",
+        (
+            "primaries",
+            "events/s in all",
+            "events/s per primary",
+            "busiest primary's share of FCALLs",
+            "total vs 1 primary",
+        ),
+        points,
+        f"a cluster of {max(SHARDS)} primaries",
+        f"total events/s with {SHARDS[-1]} primaries / with {SHARDS[0]}: "
+        f"{rates[-1] / rates[0]:.2f}x",
+    )
+
+
 def scale_results(url: str, sizes: Sizes) -> list[Growth]:
     """Every dimension of the module docstring, in its order."""
     return [
@@ -213,4 +320,5 @@ def scale_results(url: str, sizes: Sizes) -> list[Growth]:
         sessions_per_namespace(url, sizes),
         values_per_worker(url, sizes),
         workers_per_server(url, sizes),
+        cluster_shards(sizes),
     ]
