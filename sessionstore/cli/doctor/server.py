@@ -16,6 +16,7 @@ from ...redis.firstuse import Topology
 from ...redis.library import INSTALL_COMMAND, install, installed, library
 from ...redis.options import RedisOptions, parse_options
 from ...redis.pools import is_cluster
+from ...redis.replies import refused
 from ...store import Store
 from ..common import DURABILITY_HINT
 from .check import Check, Unreached
@@ -283,7 +284,7 @@ def functions_check(client: Any, servers: list[tuple[str, Any]], fix: bool) -> C
         except redis.exceptions.NoPermissionError as exc:
             return Check("functions", "FAIL", f"this user may not call functions: {exc}")
         except redis.exceptions.ResponseError as exc:
-            if "unknown command" not in str(exc).lower():
+            if not refused(exc):
                 raise
             return Check(
                 "functions",
