@@ -28,9 +28,9 @@ from .models import (
     INT64_MAX,
     SessionEvent,
     SessionHeader,
-    built_events,
     describe_invalid,
     events_from_json,
+    stored_events,
 )
 
 
@@ -291,16 +291,13 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
 
 def events_of_texts(texts: list[bytes], first: int) -> list[SessionEvent]:
     """Stored texts (see :func:`event_text`) of the events from seq ``first`` back to
-    :class:`SessionEvent`, parsed once and built by :func:`built_events`; texts it
-    refuses are validated by pydantic: ``ValidationError`` for one that is not a valid
-    event."""
+    :class:`SessionEvent`, parsed, checked and built in one pass by
+    :func:`stored_events`; texts it refuses are validated by pydantic:
+    ``ValidationError`` for one that is not a valid event."""
     if not texts:
         return []
     joined = b"[" + b",".join(texts) + b"]"
-    try:
-        events = built_events(orjson.loads(joined), first)
-    except orjson.JSONDecodeError:
-        events = None
+    events = stored_events(joined, first, len(texts))
     return events if events is not None else events_from_json(joined)
 
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 import sessionstore
 from sessionstore import CorruptLogError, SessionEvent, SessionHeader, aio, keys, models
 from sessionstore.eventlog import events_of_texts
-from sessionstore.models import INT64_MAX, built_events, events_from_records
+from sessionstore.models import INT64_MAX, built_events, events_from_records, stored_events
 
 SID = "fast-read"
 EXAMPLES = settings(
@@ -188,6 +188,39 @@ def test_built_events_take_what_the_full_validation_takes(case):
         assert expected is None or nulls
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(0, INT64_MAX - 10).flatmap(lambda first: st.tuples(st.just(first), stored(first))),
+    st.data(),
+)
+def test_stored_events_take_exactly_what_the_full_validation_takes(case, data):
+    """The one-pass parse of a stored array: the same verdict as the full validation on
+    every generated damage (an explicit ``"id": null`` included), and equal events for
+    any slice of it that is asked for."""
+    first, (_, texts) = case
+    expected = reference(texts, first)
+    count = len(texts)
+    skip = data.draw(st.integers(0, count), label="skip")
+    stop = data.draw(st.integers(skip, count), label="stop")
+    found = stored_events(b"[" + b",".join(texts) + b"]", first, count, skip, stop)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        same(found, expected[skip:stop])
+
+
+def test_stored_events_leave_nesting_msgspec_cannot_follow_to_the_full_validation():
+    """Appends refuse data nested deeper than 250 levels; a foreign record nested past
+    what msgspec follows is judged by the full validation, and refused by it too."""
+    deep = b'{"seq":0,"type":"t","time":1,"data":{"a":' + b"[" * 1000 + b"]" * 1000 + b"}}"
+    assert stored_events(b"[" + deep + b"]", 0, 1) is None
+    with pytest.raises(ValidationError):
+        events_of_texts([deep], 0)
+    shallow = deep.replace(b"[" * 1000, b"[" * 250).replace(b"]" * 1000, b"]" * 250)
+    assert stored_events(b"[" + shallow + b"]", 0, 1) == events_of_texts([shallow], 0)
+
+
 @pytest.mark.parametrize("field", [*FIELDS, "extra"])
 @pytest.mark.parametrize("value", [*ODD, "missing"], ids=repr)
 def test_every_odd_value_of_every_field_gets_the_full_validations_verdict(field, value):
@@ -202,7 +235,12 @@ def test_every_odd_value_of_every_field_gets_the_full_validations_verdict(field,
             record[field] = value
         texts = [orjson.dumps(one) for one in records_]
         expected = reference(texts, 4)
-        found = built_events(orjson.loads(b"[" + b",".join(texts) + b"]"), 4)
+        joined = b"[" + b",".join(texts) + b"]"
+        one_pass = stored_events(joined, 4, 2)
+        assert (one_pass is None) == (expected is None)
+        if one_pass is not None and expected is not None:
+            same(one_pass, expected)
+        found = built_events(orjson.loads(joined), 4)
         if found is None:
             assert expected is None or (field == "id" and value is None)
         else:

@@ -257,7 +257,7 @@ class FailoverWatch:
             raise
         # The client lives as long as the pub/sub: closing it (or collecting it) would
         # close the pub/sub's connection too.
-        pubsub.owner = client
+        pubsub.owner = client  # type: ignore[attr-defined]
         with self._lock:
             limit = state.get("failover-timeout")
             if isinstance(limit, int) and limit > 0:

@@ -14,10 +14,10 @@ from ..errors import CorruptLogError, InvalidArgumentError, SessionNotFoundError
 from ..models import (
     SessionEvent,
     SessionHeader,
-    built_events,
     describe_invalid,
     events_from_json,
     events_from_records,
+    stored_events,
 )
 from .logformat import (
     ENTRY_EVENTS,
@@ -51,11 +51,10 @@ class LogRead:
     which Redis refuses under maxmemory): entries below ``next_seq`` never change, and
     what a concurrent append adds lies past the ``next_seq`` read first.
 
-    Each reply is parsed once: the ``events`` fields of its entries are joined into one
-    JSON document for ``orjson.loads``, whose event objects are checked field by field
-    and built into :class:`SessionEvent` objects without pydantic
-    (:func:`~sessionstore.models.built_events`; pydantic judges an entry that fails
-    the check), and entries of the first layout are decoded from their
+    Each entry's ``events`` value is parsed once: msgspec checks its event objects field
+    by field as it parses them, and they are built into :class:`SessionEvent` objects
+    without pydantic (:func:`~sessionstore.models.stored_events`; pydantic judges an
+    entry that fails the check), and entries of the first layout are decoded from their
     fields. Entries whose first event is at or
     past ``next_seq`` are the torn tail (:attr:`tail` True when seen, False when known
     absent, None when not looked at); a missing, repeated or malformed event before it
@@ -176,25 +175,15 @@ class LogRead:
         self, entry_id: str, first: int, count: int, value: bytes, skip: int, stop: int
     ) -> list[Any]:
         """The events ``skip`` to ``stop`` of the ``count`` events, from seq ``first``, of
-        an entry's ``events`` value: one ``orjson.loads`` and one
-        :func:`~sessionstore.models.built_events` checking and building the events
-        wanted (and the seqs and data of the parsed records left out). An entry that
+        an entry's ``events`` value, parsed, checked and built in one pass by
+        :func:`~sessionstore.models.stored_events` (the events left out are checked
+        too). An entry that
         fails any of it is judged by :meth:`_judge_entry`, which names the first damage.
         (Entry by entry, the parsed records die young: the garbage collector never moves
         them to its oldest generation.)"""
-        try:
-            records = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            records = None
-        partial = skip > 0 or stop < count
-        if (
-            type(records) is list
-            and len(records) == count
-            and (not partial or _in_place(records, first))
-        ):
-            events = built_events(records[skip:stop] if partial else records, first + skip)
-            if events is not None:
-                return events
+        events = stored_events(value, first, count, skip, stop)
+        if events is not None:
+            return events
         return self._judge_entry(entry_id, first, count, value)[skip:stop]
 
     def _judge_entry(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
@@ -302,16 +291,6 @@ class LogRead:
     def result(self) -> tuple[SessionHeader, list[SessionEvent]]:
         assert self.header is not None
         return self.header, self.events
-
-
-def _in_place(records: list[Any], first: int) -> bool:
-    """Whether parsed records are objects with data objects, holding seqs ``first``
-    onwards in order."""
-    if [type(record) for record in records].count(dict) != len(records):
-        return False
-    seqs = [record.get("seq") for record in records]
-    objects = [type(record.get("data")) for record in records].count(dict)
-    return seqs == list(range(first, first + len(records))) and objects == len(records)
 
 
 def _events_value(fields: Any) -> bytes | None:
