@@ -41,6 +41,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
+from .records import StoredRecord
 from .results import LoadedSession, NamespaceUsage, ValueRecords, ValueRef
 from .store import EventLog, Session, Store, connect
 from .version import __version__ as __version__
@@ -79,6 +80,7 @@ __all__ = [
     "StoreClosedError",
     "StoreUnavailableError",
     "Stored",
+    "StoredRecord",
     "UnsafePathError",
     "UnsupportedVersionError",
     "ValueRecords",

@@ -45,6 +45,7 @@ from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import AsyncDrain
 from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .records import StoredRecord
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
@@ -213,6 +214,14 @@ class AsyncEventLog(EventLogBase[AsyncEventBackend]):
     async def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
         return await arun(event_flows.read_from(self._lifecycle, session_id, seq), self._backend)
+
+    async def read_records_from(self, session_id: str, seq: int) -> list[StoredRecord]:
+        """:meth:`read_from` as :class:`~sessionstore.records.StoredRecord` objects:
+        the same checks, but each value of an event's ``data`` is kept as its JSON text
+        (``msgspec.Raw``), for a reader that parses only what it uses (and must parse
+        it to find damage within it: :func:`~sessionstore.records.parsed_values`)."""
+        flow = event_flows.read_records_from(self._lifecycle, session_id, seq)
+        return await arun(flow, self._backend)
 
     async def iter_events(self, session_id: str, batch: int = 1000) -> AsyncIterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair (a bad

@@ -37,6 +37,7 @@ from typing import ClassVar, Literal, Protocol
 from .keys import ValueKey
 from .leases import ProcessLeases
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .records import StoredRecord, records_of_events
 
 
 @dataclass(slots=True)
@@ -273,6 +274,18 @@ class EventBackend(ABC):
         ``from_seq`` (see :mod:`sessionstore.backends.jsonl`).
         """
 
+    def read_records(
+        self, session_id: str, from_seq: int = 0
+    ) -> tuple[SessionHeader, list[StoredRecord]]:
+        """:meth:`read` (without ``repair`` or ``limit``) as
+        :class:`~sessionstore.records.StoredRecord` objects, for a reader that parses
+        only the data it uses: the same damage raises, but within a data value, which
+        the caller parses (:func:`~sessionstore.records.parsed_values`). This default
+        reads events and serialises their data again; a backend that can keep its
+        stored text does (Redis)."""
+        header, events = self.read(session_id, from_seq)
+        return header, records_of_events(events)
+
     @abstractmethod
     def list(self) -> list[SessionHeader]:
         """Headers of every materialised session, from metadata only (unsorted).
@@ -489,6 +502,11 @@ class AsyncEventBackend(Protocol):
         limit: int | None = None,
     ) -> tuple[SessionHeader, builtins.list[SessionEvent]]:
         """:meth:`EventBackend.read`."""
+
+    async def read_records(
+        self, session_id: str, from_seq: int = 0
+    ) -> tuple[SessionHeader, builtins.list[StoredRecord]]:
+        """:meth:`EventBackend.read_records`."""
 
     async def list(self) -> builtins.list[SessionHeader]:
         """:meth:`EventBackend.list`."""

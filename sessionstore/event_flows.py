@@ -30,6 +30,7 @@ from .eventlog import (
 from .flows import Call, Flow
 from .leases import taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .records import StoredRecord
 from .results import LoadedSession, is_probe
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms
@@ -253,6 +254,13 @@ def read_from(
     _open(lifecycle)
     _, events = yield Call(EventBackend.read, check_session_id(session_id), seq, limit=limit)
     return events
+
+
+def read_records_from(lifecycle: Lifecycle, session_id: str, seq: int) -> Flow[list[StoredRecord]]:
+    check_seq(seq)
+    _open(lifecycle)
+    _, records = yield Call(EventBackend.read_records, check_session_id(session_id), seq)
+    return records
 
 
 class EventPages:

@@ -298,14 +298,9 @@ def stored_events(
     an object, nesting msgspec does not follow): the caller then has the full
     validation name the damage. (An integer in ``data`` past 64 bits, which no writer
     of this library stores, stays an exact int here, where ``orjson`` makes a float.)"""
-    try:
-        found = _STORED.decode(text)
-    except (msgspec.DecodeError, RecursionError):
+    found = decoded_in_place(_STORED, text, first, count, skip, stop)
+    if found is None:
         return None
-    if len(found) != count or list(map(_SEQ, found)) != list(range(first, first + count)):
-        return None
-    if skip or (stop is not None and stop < count):
-        found = found[skip:stop]
     return list(
         map(
             _build,
@@ -316,6 +311,26 @@ def stored_events(
             map(_ID, found),
         )
     )
+
+
+def decoded_in_place(
+    decoder: msgspec.json.Decoder[list[Any]],
+    text: bytes,
+    first: int,
+    count: int,
+    skip: int = 0,
+    stop: int | None = None,
+) -> list[Any] | None:
+    """Items ``skip`` to ``stop`` of ``text`` decoded by ``decoder`` into ``count`` objects
+    with a ``seq`` each, when it decodes and their seqs are ``first``, ``first + 1``,
+    ...; else None."""
+    try:
+        found = decoder.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if len(found) != count or list(map(_SEQ, found)) != list(range(first, first + count)):
+        return None
+    return found[skip:stop] if skip or (stop is not None and stop < count) else found
 
 
 def describe_invalid(exc: ValidationError, most: int = 3) -> str:

@@ -21,6 +21,7 @@ from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import Drain
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
+from .records import StoredRecord
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
 from .session_state import SessionState
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
@@ -266,6 +267,14 @@ class EventLog(EventLogBase[EventBackend]):
     def read_from(self, session_id: str, seq: int) -> list[SessionEvent]:
         """Committed events with seq >= ``seq``; no repair, no writes."""
         return run(event_flows.read_from(self._lifecycle, session_id, seq), self._backend)
+
+    def read_records_from(self, session_id: str, seq: int) -> list[StoredRecord]:
+        """:meth:`read_from` as :class:`~sessionstore.records.StoredRecord` objects:
+        the same checks, but each value of an event's ``data`` is kept as its JSON text
+        (``msgspec.Raw``), for a reader that parses only what it uses (and must parse
+        it to find damage within it: :func:`~sessionstore.records.parsed_values`)."""
+        flow = event_flows.read_records_from(self._lifecycle, session_id, seq)
+        return run(flow, self._backend)
 
     def iter_events(self, session_id: str, batch: int = 1000) -> Iterator[SessionEvent]:
         """Stream the committed events ``batch`` at a time, without repair. A bad

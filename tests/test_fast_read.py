@@ -34,6 +34,7 @@ import sessionstore
 from sessionstore import CorruptLogError, SessionEvent, SessionHeader, aio, keys, models
 from sessionstore.eventlog import events_of_texts
 from sessionstore.models import INT64_MAX, built_events, events_from_records, stored_events
+from sessionstore.records import parsed_values, stored_records
 
 SID = "fast-read"
 EXAMPLES = settings(
@@ -188,26 +189,55 @@ def test_built_events_take_what_the_full_validation_takes(case):
         assert expected is None or nulls
 
 
+@st.composite
+def sliced(draw: Any) -> tuple[int, list[bytes], int, int]:
+    """Stored texts from a seq ``first`` (:func:`stored`) and a slice (skip, stop) of them."""
+    first = draw(st.integers(0, INT64_MAX - 10))
+    _, texts = draw(stored(first))
+    skip = draw(st.integers(0, len(texts)), label="skip")
+    return first, texts, skip, draw(st.integers(skip, len(texts)), label="stop")
+
+
 @settings(max_examples=400, deadline=None)
-@given(
-    st.integers(0, INT64_MAX - 10).flatmap(lambda first: st.tuples(st.just(first), stored(first))),
-    st.data(),
-)
-def test_stored_events_take_exactly_what_the_full_validation_takes(case, data):
+@given(sliced())
+def test_stored_events_take_exactly_what_the_full_validation_takes(case):
     """The one-pass parse of a stored array: the same verdict as the full validation on
     every generated damage (an explicit ``"id": null`` included), and equal events for
     any slice of it that is asked for."""
-    first, (_, texts) = case
+    first, texts, skip, stop = case
     expected = reference(texts, first)
     count = len(texts)
-    skip = data.draw(st.integers(0, count), label="skip")
-    stop = data.draw(st.integers(skip, count), label="stop")
     found = stored_events(b"[" + b",".join(texts) + b"]", first, count, skip, stop)
     if expected is None:
         assert found is None
     else:
         assert found is not None
         same(found, expected[skip:stop])
+
+
+@settings(max_examples=400, deadline=None)
+@given(sliced())
+def test_stored_records_and_their_parsed_values_take_what_the_full_validation_takes(case):
+    """Records keep data values as text: with those values parsed, the verdict is the
+    full validation's on every generated damage, and the fields and values equal its
+    events'."""
+    first, texts, skip, stop = case
+    expected = reference(texts, first)
+    count = len(texts)
+    found = stored_records(b"[" + b",".join(texts) + b"]", first, count, skip, stop)
+    try:
+        values = None if found is None else parsed_values(found)
+    except orjson.JSONDecodeError:
+        values = None
+    if expected is None:
+        # A slice's values are parsed, not the others: damage in those shows whole.
+        assert values is None or (skip, stop) != (0, count)
+        return
+    assert found is not None and values is not None
+    wanted = expected[skip:stop]
+    fields = [(r.seq, r.type, r.time, r.id, list(r.data)) for r in found]
+    assert fields == [(e.seq, e.type, e.time, e.id, list(e.data)) for e in wanted]
+    assert values == [value for event in wanted for value in event.data.values()]
 
 
 def test_stored_events_leave_nesting_msgspec_cannot_follow_to_the_full_validation():

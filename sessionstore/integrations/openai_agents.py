@@ -66,6 +66,7 @@ from .. import aio
 from ..backoff import LOST_RACE
 from ..errors import (
     ConcurrentModificationError,
+    CorruptLogError,
     InvalidArgumentError,
     NotJSONSerializableError,
     SeqConflictError,
@@ -75,6 +76,7 @@ from ..errors import (
 from ..eventlog import check_session_id
 from ..fairwait import AnyLoopLock
 from ..models import SessionEvent, SessionHeader
+from ..records import StoredRecord, parsed_values
 from ..when import now_ms
 
 #: Event type of one conversation item; ``data = {"item": item}``.
@@ -301,18 +303,30 @@ class SessionStoreSession:
         added: dict[int, Any] = {}
         try:
             if log.last is None:
-                added = log.fold(await self.store.events.read_from(self.session_id, 0))
+                added = log.fold(*await self._read(0))
             else:
-                read = await self.store.events.read_from(self.session_id, log.last[0])
+                read, values = await self._read(log.last[0])
                 if read and _identity(read[0]) == log.last:
-                    added = log.fold(read, 1)
+                    added = log.fold(read, values, 1)
                 else:  # deleted and written again since the last read
                     self._log = log = _Folded()
-                    added = log.fold(await self.store.events.read_from(self.session_id, 0))
+                    added = log.fold(*await self._read(0))
         except SessionNotFoundError:
             self._log = _Folded()
         self._append_at = max(self._append_at, self._log.next_seq)
         return added
+
+    async def _read(self, seq: int) -> tuple[list[StoredRecord], list[Any]]:
+        """The stored records from ``seq`` and every value of their data, parsed (which
+        finds damage within them as an event read does)."""
+        records = await self.store.events.read_records_from(self.session_id, seq)
+        try:
+            return records, parsed_values(records)
+        except orjson.JSONDecodeError:
+            await self.store.events.read_from(self.session_id, seq)  # names the damage
+            raise CorruptLogError(
+                self.session_id, "a stored event's data is not valid JSON", seq=seq
+            ) from None
 
 
 class _Run:
@@ -364,27 +378,37 @@ class _Folded:
         #: :func:`_identity` of the last event read.
         self.last: tuple[Any, ...] | None = None
 
-    def fold(self, events: list[SessionEvent], start: int = 0) -> dict[int, Any]:
-        """Take in ``events[start:]``; return the items they added and did not pop
-        (seq -> item, as decoded)."""
+    def fold(
+        self, records: list[StoredRecord], values: list[Any], start: int = 0
+    ) -> dict[int, Any]:
+        """Take in ``records[start:]`` (``values``: every data value of ``records``, as
+        :func:`~sessionstore.records.parsed_values` gives them); return the items they
+        added and did not pop (seq -> item, as decoded). The text kept of each item is
+        the text stored."""
         added: dict[int, Any] = {}
-        for index in range(start, len(events)):
-            event = events[index]
-            kind, data = event.type, event.data
-            if kind == ITEM and type(data) is dict and "item" in data:
-                added[event.seq] = data["item"]
-            elif kind == POP and type(data) is dict and type(data.get("seq")) is int:
-                seq = data["seq"]
-                if seq in added:
-                    del added[seq]
-                elif seq in self.live:
-                    self.live.pop(seq).live -= 1
+        texts: dict[int, Any] = {}
+        at = 0  # where the values of the next record start
+        for index, record in enumerate(records):
+            data = record.data
+            if index >= start and (record.type == ITEM or record.type == POP):
+                name = "item" if record.type == ITEM else "seq"
+                if name in data:
+                    value = values[at if len(data) == 1 else at + list(data).index(name)]
+                    if name == "item":
+                        added[record.seq] = value
+                        texts[record.seq] = data[name]
+                    elif type(value) is int:
+                        if value in added:
+                            del added[value]
+                        elif value in self.live:
+                            self.live.pop(value).live -= 1
+            at += len(data)
         if added:
-            run = _Run(list(added), list(map(orjson.dumps, added.values())))
+            run = _Run(list(added), [bytes(texts[seq]) for seq in added])
             self.live.update(dict.fromkeys(added, run))
-        if len(events) > start:
-            self.last = _identity(events[-1])
-            self.next_seq = events[-1].seq + 1
+        if len(records) > start:
+            self.last = _identity(records[-1])
+            self.next_seq = records[-1].seq + 1
         return added
 
     def text(self, seqs: list[int]) -> bytes:
@@ -407,10 +431,11 @@ class _Folded:
         return orjson.loads(piece)
 
 
-def _identity(event: SessionEvent) -> tuple[Any, ...]:
+def _identity(record: StoredRecord) -> tuple[Any, ...]:
     """What tells an event from another written at the same seq: (seq, type, time, id,
     the JSON of its data)."""
-    return (event.seq, event.type, event.time, event.id, orjson.dumps(event.data))
+    data = tuple((name, bytes(value)) for name, value in record.data.items())
+    return (record.seq, record.type, record.time, record.id, data)
 
 
 def _batch_id() -> str:

@@ -62,6 +62,9 @@ class _Log:
     ) -> Any:
         return self._handle.run(self._ops.read, session_id, from_seq, repair, limit)
 
+    def read_records(self, session_id: str, from_seq: int = 0) -> Any:
+        return self._handle.run(self._ops.read, session_id, from_seq, False, None, True)
+
     def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> Any:
         return self._handle.run(self._ops.acquire_lease, session_id, owner, ttl_ms)
 

@@ -41,7 +41,7 @@ from .. import keys
 from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
-from ..models import SessionEvent, SessionHeader, SessionInfo
+from ..models import SessionHeader, SessionInfo
 from . import scripts
 from .boundary import ErrorBoundary
 from .durability import (
@@ -260,11 +260,19 @@ class LogOps:
         return next_seq
 
     def read(
-        self, client: Any, session_id: str, from_seq: int, repair: bool, limit: int | None
-    ) -> Steps[tuple[SessionHeader, list[SessionEvent]]]:
+        self,
+        client: Any,
+        session_id: str,
+        from_seq: int,
+        repair: bool,
+        limit: int | None,
+        records: bool = False,
+    ) -> Steps[tuple[SessionHeader, list[Any]]]:
+        """:meth:`~sessionstore.contracts.EventBackend.read`, or with ``records``
+        :meth:`~sessionstore.contracts.EventBackend.read_records`."""
         meta, stream = self._keys(session_id)
         for attempt in range(READ_ATTEMPTS):
-            plan = LogRead(session_id, from_seq, limit)
+            plan = LogRead(session_id, from_seq, limit, records)
             try:
                 yield from self._fetch(client, plan, meta, stream)
             except CorruptLogError:

@@ -19,6 +19,7 @@ from ..models import (
     events_from_records,
     stored_events,
 )
+from ..records import records_of_events, stored_records
 from .logformat import (
     ENTRY_EVENTS,
     EVENTS_FIELD,
@@ -61,14 +62,18 @@ class LogRead:
     raises :class:`CorruptLogError`.
     """
 
-    def __init__(self, session_id: str, from_seq: int, limit: int | None) -> None:
+    def __init__(
+        self, session_id: str, from_seq: int, limit: int | None, records: bool = False
+    ) -> None:
         if limit is not None and limit < 0:
             raise InvalidArgumentError(f"limit must be >= 0, not {limit!r}")
         self.session_id = session_id
         self.from_seq = from_seq
         self.limit = limit
         self._bound = 0
-        self.events: list[SessionEvent] = []
+        #: The events read, or with ``records`` their :class:`StoredRecord` objects.
+        self.events: list[Any] = []
+        self.records = records
         self.header: SessionHeader | None = None
         self.next_seq = 0
         self.tail: bool | None = None
@@ -134,7 +139,8 @@ class LogRead:
             elif count != 1:
                 self._corrupt(f"entry {entry_id} has no events field", first)
             else:
-                self.events.append(self._decode_first_layout(entry_id, first, fields))
+                event = self._decode_first_layout(entry_id, first, fields)
+                self.events += records_of_events([event]) if self.records else [event]
             self._expect = first + stop
         else:
             self._after(len(entries))
@@ -175,16 +181,17 @@ class LogRead:
         self, entry_id: str, first: int, count: int, value: bytes, skip: int, stop: int
     ) -> list[Any]:
         """The events ``skip`` to ``stop`` of the ``count`` events, from seq ``first``, of
-        an entry's ``events`` value, parsed, checked and built in one pass by
-        :func:`~sessionstore.models.stored_events` (the events left out are checked
-        too). An entry that
-        fails any of it is judged by :meth:`_judge_entry`, which names the first damage.
-        (Entry by entry, the parsed records die young: the garbage collector never moves
-        them to its oldest generation.)"""
-        events = stored_events(value, first, count, skip, stop)
-        if events is not None:
-            return events
-        return self._judge_entry(entry_id, first, count, value)[skip:stop]
+        an entry's ``events`` value (or their records), parsed, checked and built in one
+        pass by :func:`~sessionstore.models.stored_events` (or
+        :func:`~sessionstore.records.stored_records`); the events left out are checked
+        too. An entry that fails any of it is judged by :meth:`_judge_entry`, which
+        names the first damage."""
+        parse = stored_records if self.records else stored_events
+        found = parse(value, first, count, skip, stop)
+        if found is not None:
+            return found
+        events = self._judge_entry(entry_id, first, count, value)[skip:stop]
+        return records_of_events(events) if self.records else events
 
     def _judge_entry(self, entry_id: str, first: int, count: int, value: bytes) -> list[Any]:
         """The events of an entry, checked step by step: :class:`CorruptLogError` for the
@@ -288,7 +295,7 @@ class LogRead:
         """ARGV of ``log_cut_tail.lua`` for the next_seq this read saw."""
         return [str(self.next_seq), restore_id(self.next_seq)]
 
-    def result(self) -> tuple[SessionHeader, list[SessionEvent]]:
+    def result(self) -> tuple[SessionHeader, list[Any]]:
         assert self.header is not None
         return self.header, self.events
 

@@ -20,9 +20,11 @@ from sessionstore import (
     SessionHeader,
     SessionNotFoundError,
     SessionStoreError,
+    StoredRecord,
     UnsupportedVersionError,
 )
 from sessionstore.errors import HarnessFieldError
+from sessionstore.records import parsed_values
 
 T = 1_718_000_000_000
 
@@ -488,6 +490,7 @@ def test_a_torn_final_batch_is_dropped_and_cut_off(store, backend, store_url, na
     torn = _picture(store, backend, store_url, namespace)
     assert torn != committed
     assert seqs(store.events.read_from("s-1", 0)) == [0, 1, 2]
+    assert seqs(store.events.read_records_from("s-1", 0)) == [0, 1, 2]
     assert _picture(store, backend, store_url, namespace) == torn, "a read wrote"
     assert seqs(store.events.load("s-1").events) == [0, 1, 2]
     assert _picture(store, backend, store_url, namespace) == committed, "the tail was not cut"
@@ -528,6 +531,8 @@ def test_damage_before_the_end_is_refused_and_nothing_rewritten(
     assert "s-1" in str(caught.value)
     with pytest.raises(CorruptLogError):
         store.events.read_from("s-1", 0)
+    with pytest.raises(CorruptLogError):
+        store.events.read_records_from("s-1", 0)
     assert artifacts.snapshot(backend, store_url, namespace, "s-1", path) == before
 
 
@@ -556,11 +561,33 @@ def test_read_from_returns_events_from_seq(store):
     assert store.events.read_from("s-1", 9) == []
 
 
+@pytest.mark.parametrize("start", [0, 2, 5, 9])
+def test_read_records_from_reads_what_read_from_reads(store, start):
+    """The same events as records: the same fields, each data value as JSON text that
+    parses to the value read_from gives."""
+    store.events.create(header("s-1"))
+    data = [{}, {"item": {"role": "user", "content": "hé"}}, {"seq": 1}, {"a": [1, 2.5], "b": None}]
+    store.events.append("s-1", [ev(i, "item", data[i % 4], id=f"e{i}") for i in range(6)])
+    events = store.events.read_from("s-1", start)
+    records = store.events.read_records_from("s-1", start)
+    assert all(type(record) is StoredRecord for record in records)
+    fields = [(r.seq, r.type, r.time, r.id, list(r.data)) for r in records]
+    assert fields == [(e.seq, e.type, e.time, e.id, list(e.data)) for e in events]
+    assert parsed_values(records) == [value for e in events for value in e.data.values()]
+
+
+def test_read_records_from_a_missing_session_raises_not_found(store):
+    with pytest.raises(SessionNotFoundError):
+        store.events.read_records_from("nobody", 0)
+
+
 @pytest.mark.parametrize("seq", [-1, "3", True, 1.0, None, 2**63, [[[]]]])
 def test_read_from_and_follow_reject_a_bad_seq(store, seq):
     started(store, "s-1", 1)
     with pytest.raises(InvalidArgumentError):
         store.events.read_from("s-1", seq)
+    with pytest.raises(InvalidArgumentError):
+        store.events.read_records_from("s-1", seq)
     with pytest.raises(InvalidArgumentError):
         next(iter(store.events.follow("s-1", seq, poll=0.01)))
 
@@ -576,11 +603,14 @@ BAD_IDS = [5, None, "", "a\x00b", b"s-1", ["s-1"], "\ud800"]
 
 
 @pytest.mark.parametrize("session_id", BAD_IDS, ids=repr)
-@pytest.mark.parametrize("call", ["load", "read_from", "append", "delete", "locate", "iter"])
+@pytest.mark.parametrize(
+    "call", ["load", "read_from", "read_records_from", "append", "delete", "locate", "iter"]
+)
 def test_a_bad_session_id_raises_invalid_argument(store, session_id, call):
     calls = {
         "load": lambda: store.events.load(session_id),
         "read_from": lambda: store.events.read_from(session_id, 0),
+        "read_records_from": lambda: store.events.read_records_from(session_id, 0),
         "append": lambda: store.events.append(session_id, [ev(0)]),
         "delete": lambda: store.events.delete(session_id),
         "locate": lambda: store.events.locate(session_id),
