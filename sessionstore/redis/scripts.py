@@ -116,15 +116,36 @@ Batch = Callable[[Sequence[Command]], Any]
 
 
 def client_batch(client: Any) -> Batch:
-    """A :data:`Batch` on a single server's client (sync or async): one pipeline."""
+    """A :data:`Batch` on a single server's client (sync or async): one pipeline, or for
+    a single command the command alone (a pipeline of one costs a call more client time
+    than the call itself)."""
+    alone = _async_alone if isinstance(client, redis.asyncio.Redis) else _alone
 
     def send(commands: Sequence[Command]) -> Any:
+        if len(commands) == 1:
+            return alone(client, commands[0])
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         return pipe.execute(raise_on_error=False)
 
     return send
+
+
+def _alone(client: Any, command: Command) -> list[Any]:
+    """The reply of one command, as a pipeline gives it: an error reply in its place."""
+    try:
+        return [client.execute_command(*command)]
+    except ResponseError as error:
+        return [error]
+
+
+async def _async_alone(client: Any, command: Command) -> list[Any]:
+    """:func:`_alone` on a ``redis.asyncio`` client."""
+    try:
+        return [await client.execute_command(*command)]
+    except ResponseError as error:
+        return [error]
 
 
 def _async_node_batch(node: Any) -> Batch:
