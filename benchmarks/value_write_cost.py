@@ -37,7 +37,7 @@ from benchmarks.servers import RedisServer  # noqa: E402
 from sessionstore import keys  # noqa: E402
 from sessionstore.contracts import Stored  # noqa: E402
 from sessionstore.keys import ValueKey  # noqa: E402
-from sessionstore.redis import scripts  # noqa: E402
+from sessionstore.redis import library  # noqa: E402
 from sessionstore.redis import valueformat as layout  # noqa: E402
 
 #: A small msgpack map, as ``set_data({"signal": "buy", "score": 0.8})`` stores it.
@@ -63,7 +63,7 @@ def cases(numbers: list[int]) -> dict[str, tuple[str, Queue]]:
         layout.forget_keys(KEY),
     )
     swap, history_set, value_forget = (
-        scripts.script(name).function for name in ("value_swap", "history_set", "value_forget")
+        library.script(name).function for name in ("value_swap", "history_set", "value_forget")
     )
 
     def mark() -> layout.Mark:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     options = parser.parse_args(argv)
     with RedisServer() as server:
         client = redis.Redis(port=server.port)
-        scripts.install(client)
+        library.install(client)
         client.function_load(FLOOR)
         found = measure(client, options.rounds, options.calls)
         base = min(found["HSET v w"])
