@@ -28,6 +28,7 @@ from .models import (
     INT64_MAX,
     SessionEvent,
     SessionHeader,
+    built_events,
     describe_invalid,
     events_from_json,
     stored_events,
@@ -292,12 +293,18 @@ def _as_event(session_id: str, raw: object, index: int) -> SessionEvent:
 def events_of_texts(texts: list[bytes], first: int) -> list[SessionEvent]:
     """Stored texts (see :func:`event_text`) of the events from seq ``first`` back to
     :class:`SessionEvent`, parsed, checked and built in one pass by
-    :func:`stored_events`; texts it refuses are validated by pydantic:
-    ``ValidationError`` for one that is not a valid event."""
+    :func:`stored_events`, else parsed by ``orjson`` and built by :func:`built_events`;
+    texts both refuse are validated by pydantic: ``ValidationError`` for one that is not
+    a valid event."""
     if not texts:
         return []
     joined = b"[" + b",".join(texts) + b"]"
     events = stored_events(joined, first, len(texts))
+    if events is None:
+        try:
+            events = built_events(orjson.loads(joined), first)
+        except orjson.JSONDecodeError:
+            events = None
     return events if events is not None else events_from_json(joined)
 
 

@@ -9,6 +9,7 @@ Both are strict: a field takes only its own type (``seq="5"``, ``seq=True`` and
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, fields
 from itertools import repeat
@@ -295,9 +296,8 @@ def stored_events(
     msgspec (:class:`_StoredEvent`), then built without pydantic; equal to what
     :func:`events_from_json` gives. None for anything else (not JSON, not ``count``
     objects, a missing, extra or mistyped field, a seq out of place, data that is not
-    an object, nesting msgspec does not follow): the caller then has the full
-    validation name the damage. (An integer in ``data`` past 64 bits, which no writer
-    of this library stores, stays an exact int here, where ``orjson`` makes a float.)"""
+    an object, text msgspec would not decode as orjson does: see
+    :func:`decodes_alike`): the caller then has the full validation name the damage."""
     found = decoded_in_place(_STORED, text, first, count, skip, stop)
     if found is None:
         return None
@@ -320,10 +320,15 @@ def decoded_in_place(
     count: int,
     skip: int = 0,
     stop: int | None = None,
+    *,
+    numbers: bool = True,
 ) -> list[Any] | None:
     """Items ``skip`` to ``stop`` of ``text`` decoded by ``decoder`` into ``count`` objects
-    with a ``seq`` each, when it decodes and their seqs are ``first``, ``first + 1``,
-    ...; else None."""
+    with a ``seq`` each, when it decodes as ``orjson`` would parse it (see
+    :func:`decodes_alike`; ``numbers``: the decoder parses the numbers inside data) and
+    their seqs are ``first``, ``first + 1``, ...; else None."""
+    if not decodes_alike(text, numbers):
+        return None
     try:
         found = decoder.decode(text)
     except (msgspec.DecodeError, RecursionError):
@@ -331,6 +336,31 @@ def decoded_in_place(
     if len(found) != count or list(map(_SEQ, found)) != list(range(first, first + count)):
         return None
     return found[skip:stop] if skip or (stop is not None and stop < count) else found
+
+
+def holds_stored_events(text: bytes, first: int, count: int) -> bool:
+    """Whether :func:`stored_events` takes ``text`` (``count`` events from seq ``first``),
+    without building the events."""
+    return decoded_in_place(_STORED, text, first, count) is not None
+
+
+#: orjson parses 1023 levels of nesting; msgspec as many as the recursion limit lets it,
+#: which an application (or a test runner) may raise, and far past it can overflow the C
+#: stack. Above this limit the msgspec paths step aside for orjson's.
+MSGSPEC_RECURSION_LIMIT = 1024
+#: Digits to "0", everything else to a space: a run of 19 "0"s is a long integer.
+_DIGITS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
+def decodes_alike(text: bytes, numbers: bool = True) -> bool:
+    """Whether msgspec decodes ``text`` into what ``orjson.loads`` makes of it: the
+    recursion limit keeps it within orjson's nesting, and (with ``numbers``) no run of 19
+    digits could be an integer past 64 bits, which msgspec keeps exact where orjson
+    makes a float (a run inside a string is let through to orjson too)."""
+    if sys.getrecursionlimit() > MSGSPEC_RECURSION_LIMIT:
+        return False
+    return not numbers or text.translate(_DIGITS).find(_LONG_NUMBER) < 0
 
 
 def describe_invalid(exc: ValidationError, most: int = 3) -> str:

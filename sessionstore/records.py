@@ -11,13 +11,14 @@ what an event read refuses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Annotated, Any
 
 import msgspec
 import orjson
 
-from .models import INT64_MAX, SessionEvent, decoded_in_place
+from .models import INT64_MAX, SessionEvent, decoded_in_place, holds_stored_events
 
 
 class StoredRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -39,27 +40,73 @@ def stored_records(
 ) -> list[StoredRecord] | None:
     """Records ``skip`` to ``stop`` of a JSON array of ``count`` stored event objects
     whose seqs are ``first``, ``first + 1``, ...; None for anything
-    :func:`~sessionstore.models.stored_events` refuses but the contents of data values
-    (which :func:`parsed_values` judges)."""
-    return decoded_in_place(_RECORDS, text, first, count, skip, stop)
+    :func:`~sessionstore.models.stored_events` refuses but the contents of the data values
+    of the records returned (which :func:`parsed_values` judges): the records left out
+    are checked in full, as a read of events would."""
+    partial = skip > 0 or (stop is not None and stop < count)
+    if partial and not holds_stored_events(text, first, count):
+        return None
+    return decoded_in_place(_RECORDS, text, first, count, skip, stop, numbers=False)
 
 
 def records_of_events(events: Iterable[SessionEvent]) -> list[StoredRecord]:
     """The records of events already read (a backend without a record read of its own):
     each data value serialised again; data that is not an object reads as empty."""
-    dumps, raw = orjson.dumps, msgspec.Raw
+    raw = msgspec.Raw
     return [
         StoredRecord(
             event.seq,
             event.type,
             event.time,
-            {key: raw(dumps(value)) for key, value in event.data.items()}
+            {key: raw(json_text(value)) for key, value in event.data.items()}
             if type(event.data) is dict
             else {},
             event.id,
         )
         for event in events
     ]
+
+
+def json_text(value: Any) -> bytes:
+    """The JSON text of a parsed JSON value, however deeply nested (a read takes up to
+    1023 levels; ``orjson.dumps`` writes 254)."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _nested_text(value).encode()
+
+
+class _Text(str):
+    """A piece of JSON syntax queued by :func:`_nested_text` (a plain ``str`` is a value)."""
+
+
+def _nested_text(value: Any) -> str:
+    """The JSON text of a parsed JSON value, written without recursion."""
+    out: list[str] = []
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if type(item) is _Text:
+            out.append(item)
+        elif type(item) is dict:
+            todo.append(_Text("}"))
+            pairs = list(item.items())
+            for index in range(len(pairs) - 1, -1, -1):
+                key, inner = pairs[index]
+                todo.append(inner)
+                comma = "," if index else ""
+                todo.append(_Text(comma + json.dumps(key, ensure_ascii=False) + ":"))
+            todo.append(_Text("{"))
+        elif type(item) is list:
+            todo.append(_Text("]"))
+            for index in range(len(item) - 1, -1, -1):
+                todo.append(item[index])
+                if index:
+                    todo.append(_Text(","))
+            todo.append(_Text("["))
+        else:
+            out.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
+    return "".join(out)
 
 
 def parsed_values(records: list[StoredRecord]) -> list[Any]:

@@ -15,7 +15,9 @@ Longer than most test modules: every read path is held to the one reference
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -33,10 +35,32 @@ from pydantic import ValidationError
 import sessionstore
 from sessionstore import CorruptLogError, SessionEvent, SessionHeader, aio, keys, models
 from sessionstore.eventlog import events_of_texts
-from sessionstore.models import INT64_MAX, built_events, events_from_records, stored_events
-from sessionstore.records import parsed_values, stored_records
+from sessionstore.models import (
+    INT64_MAX,
+    built_events,
+    decodes_alike,
+    events_from_records,
+    stored_events,
+)
+from sessionstore.records import json_text, parsed_values, records_of_events, stored_records
 
 SID = "fast-read"
+
+
+@contextmanager
+def msgspec_reads() -> Iterator[None]:
+    """The recursion limit of a plain process while the block runs: Hypothesis raises
+    it around each example, and above :data:`~sessionstore.models.MSGSPEC_RECURSION_LIMIT`
+    the msgspec paths step aside for orjson's (which the tests below also hold to the
+    reference, without this)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
+
+
 EXAMPLES = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -207,10 +231,13 @@ def test_stored_events_take_exactly_what_the_full_validation_takes(case):
     first, texts, skip, stop = case
     expected = reference(texts, first)
     count = len(texts)
-    found = stored_events(b"[" + b",".join(texts) + b"]", first, count, skip, stop)
+    joined = b"[" + b",".join(texts) + b"]"
+    with msgspec_reads():
+        found = stored_events(joined, first, count, skip, stop)
+        alike = decodes_alike(joined)
     if expected is None:
         assert found is None
-    else:
+    elif alike:  # else it steps aside for orjson
         assert found is not None
         same(found, expected[skip:stop])
 
@@ -224,14 +251,18 @@ def test_stored_records_and_their_parsed_values_take_what_the_full_validation_ta
     first, texts, skip, stop = case
     expected = reference(texts, first)
     count = len(texts)
-    found = stored_records(b"[" + b",".join(texts) + b"]", first, count, skip, stop)
+    joined = b"[" + b",".join(texts) + b"]"
+    with msgspec_reads():
+        found = stored_records(joined, first, count, skip, stop)
+        alike = decodes_alike(joined, numbers=(skip, stop) != (0, count))
     try:
         values = None if found is None else parsed_values(found)
     except orjson.JSONDecodeError:
         values = None
     if expected is None:
-        # A slice's values are parsed, not the others: damage in those shows whole.
-        assert values is None or (skip, stop) != (0, count)
+        assert values is None
+        return
+    if not alike:  # it steps aside for orjson
         return
     assert found is not None and values is not None
     wanted = expected[skip:stop]
@@ -240,15 +271,83 @@ def test_stored_records_and_their_parsed_values_take_what_the_full_validation_ta
     assert values == [value for event in wanted for value in event.data.values()]
 
 
-def test_stored_events_leave_nesting_msgspec_cannot_follow_to_the_full_validation():
+def test_stored_events_leave_nesting_msgspec_cannot_follow_to_orjson():
     """Appends refuse data nested deeper than 250 levels; a foreign record nested past
-    what msgspec follows is judged by the full validation, and refused by it too."""
+    what msgspec follows is parsed by orjson, as the full validation parses it."""
     deep = b'{"seq":0,"type":"t","time":1,"data":{"a":' + b"[" * 1000 + b"]" * 1000 + b"}}"
     assert stored_events(b"[" + deep + b"]", 0, 1) is None
-    with pytest.raises(ValidationError):
-        events_of_texts([deep], 0)
+    [event] = events_of_texts([deep], 0)
+    assert event.seq == 0 and type(event.data["a"]) is list
     shallow = deep.replace(b"[" * 1000, b"[" * 250).replace(b"]" * 1000, b"]" * 250)
     assert stored_events(b"[" + shallow + b"]", 0, 1) == events_of_texts([shallow], 0)
+
+
+@pytest.mark.parametrize(
+    "number", [2**64, 2**64 - 1, -(2**63) - 1, -(2**63), 10**30, -(10**30)], ids=str
+)
+def test_integers_past_64_bits_in_data_read_as_orjson_reads_them(number):
+    """orjson makes a float of an integer outside [-2**63, 2**64): msgspec, which keeps
+    it exact, steps aside for such text, so every backend returns the same value."""
+    text = orjson.dumps({"seq": 0, "type": "t", "time": 1, "data": {"n": 0}})
+    text = text.replace(b'"n":0', b'"n":' + str(number).encode())
+    [expected] = reference([text], 0)
+    [event] = events_of_texts([text], 0)
+    assert event == expected and type(event.data["n"]) is type(expected.data["n"])
+    if -(2**63) <= number < 2**64:
+        assert type(event.data["n"]) is int
+    else:
+        assert type(event.data["n"]) is float
+
+
+def test_above_a_raised_recursion_limit_reads_nest_as_deep_as_orjson_and_no_deeper():
+    """msgspec nests as deep as the recursion limit lets it (and past the C stack far
+    above it): with a raised limit the reads take orjson's 1023 levels instead."""
+
+    def text(depth: int) -> bytes:
+        opened, closed = b"[" * depth, b"]" * depth
+        return b'{"seq":0,"type":"t","time":1,"data":{"a":' + opened + closed + b"}}"
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(5000)
+    try:
+        assert stored_events(b"[" + text(1100) + b"]", 0, 1) is None
+        assert stored_records(b"[" + text(1100) + b"]", 0, 1) is None
+        with pytest.raises(ValidationError):
+            events_of_texts([text(1100)], 0)
+        [event] = events_of_texts([text(1000)], 0)
+        [record] = records_of_events([event])
+        assert parsed_values([record]) == [event.data["a"]]
+    finally:
+        sys.setrecursionlimit(before)
+
+
+def test_records_of_events_write_data_nested_deeper_than_orjson_writes():
+    nested: Any = {"x": [1.5, None, True, 'é"\\']}
+    for _ in range(400):
+        nested = {"k": [nested, -(2**63)]}
+    event = SessionEvent(seq=3, type="note", time=1, data={"deep": nested, "n": 1})
+    [record] = records_of_events([event])
+    assert list(record.data) == ["deep", "n"]
+    assert parsed_values([record]) == [nested, 1]
+    assert json_text({"a": [1.5, "é"]}) == orjson.dumps({"a": [1.5, "é"]})
+
+
+@pytest.mark.parametrize(
+    "damage", [b'"x":"\xff"', b'"x":1e400', b'"x":18446744073709551616'], ids=repr
+)
+def test_stored_records_of_a_slice_check_the_records_left_out(damage):
+    """A record before the slice asked for is checked as an event read checks it: text
+    that is not UTF-8 or a number out of range refuses the whole entry (a long integer
+    only sends it to orjson, which takes it)."""
+    texts = [orjson.dumps({"seq": seq, "type": "t", "time": 1, "data": {}}) for seq in range(3)]
+    texts[0] = texts[0].replace(b'"data":{}', b'"data":{' + damage + b"}")
+    joined = b"[" + b",".join(texts) + b"]"
+    with msgspec_reads():
+        found = stored_records(joined, 0, 3, 2, 3)
+        whole = stored_events(joined, 0, 3)
+    assert found is None and whole is None
+    with msgspec_reads():
+        assert stored_records(joined.replace(damage, b'"x":1'), 0, 3, 2, 3) is not None
 
 
 @pytest.mark.parametrize("field", [*FIELDS, "extra"])
@@ -401,22 +500,30 @@ def redis_log(url: str, found: list[Any], texts: list[bytes]) -> Iterator[str]:
         client.close()
 
 
+@pytest.mark.parametrize("parser", ["msgspec", "orjson"])
 @EXAMPLES
-@given(stored())
-def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server, case):
+@given(case=stored())
+def test_redis_reads_refuse_and_take_what_the_full_validation_does(redis_server, case, parser):
     found, texts = case
     with (
         redis_log(redis_server.url, found, texts) as namespace,
         sessionstore.connect(redis_server.url, namespace) as store,
+        msgspec_reads() if parser == "msgspec" else contextlib.nullcontext(),
     ):
         check(store, texts, [])
 
 
+@pytest.mark.parametrize("parser", ["msgspec", "orjson"])
 @EXAMPLES
-@given(stored(kinds=SESSION_KINDS, data=session_data))
-def test_redis_session_items_refuse_and_take_what_the_full_validation_does(redis_server, case):
+@given(case=stored(kinds=SESSION_KINDS, data=session_data))
+def test_redis_session_items_refuse_and_take_what_the_full_validation_does(
+    redis_server, case, parser
+):
     found, texts = case
-    with redis_log(redis_server.url, found, texts) as namespace:
+    with (
+        redis_log(redis_server.url, found, texts) as namespace,
+        msgspec_reads() if parser == "msgspec" else contextlib.nullcontext(),
+    ):
         check_session(redis_server.url, namespace, texts, [])
 
 
