@@ -23,7 +23,9 @@ from .models import INT64_MAX, SessionEvent, decoded_in_place, holds_stored_even
 
 class StoredRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """One stored event: the fields of :class:`~sessionstore.models.SessionEvent`, the
-    values of its ``data`` object as JSON text (well formed, not yet parsed)."""
+    values of its ``data`` object as JSON text (well formed, not yet parsed). Not
+    tracked by the garbage collector: a record must not be put inside its own ``data``
+    (a cycle no collection would free)."""
 
     seq: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
     type: str
