@@ -5,8 +5,18 @@ A writer asks to be served at a time (``schedule(writer, due)``, ``due`` on the
 monotonic clock); when it is due, the drain calls ``writer._serve()`` (the async drain
 awaits it), which appends what is pending or renews the lease and returns when it wants
 to be served next (None: not until it asks again). A writer is in the queue at most
-once at a time: it asks again only once ``_serve`` has returned (see
-:class:`sessionstore.writer.WriterBuffer`).
+once: asked for a time later than the one it is queued for, the drain keeps the sooner
+one (``_serve`` then returns the writer's next time, which covers the later need);
+asked for a sooner one, the entry is moved there (the old one is skipped when it comes
+up). So the queue holds one entry per writer however often it is asked.
+
+The drain renews the leases that come due together (``writer._renewal_due(now)``) in
+one call, ``type(writer)._serve_together(writers)`` (awaited by the async drain), at
+most :data:`RENEWALS` at a time, which returns when each writer is to be served next (at
+once for one with events to append): on Redis one round trip renews them all. One
+round trip each would cost every writer open a share of the drain that grows with the
+number of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why
+they come due together).
 """
 
 from __future__ import annotations
@@ -17,20 +27,78 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
 
 #: The most threads one sync drain runs (started as they are needed).
 DRAIN_THREADS = 4
+#: The most lease renewals a drain makes in one call.
+RENEWALS = 500
 
 
 class Served(Protocol):
     def _serve(self) -> float | None: ...
 
+    def _renewal_due(self, now: float) -> bool: ...
+
+    @staticmethod
+    def _serve_together(writers: list[Any]) -> list[float | None]: ...
+
 
 class AsyncServed(Protocol):
     async def _serve(self) -> float | None: ...
+
+    def _renewal_due(self, now: float) -> bool: ...
+
+    @staticmethod
+    async def _serve_together(writers: list[Any]) -> list[float | None]: ...
+
+
+_W = TypeVar("_W")
+
+
+class DueQueue(Generic[_W]):
+    """The writers waiting for a drain, soonest due first, each at most once (see the
+    module doc); not thread-safe (the sync drain holds its lock around it)."""
+
+    def __init__(self) -> None:
+        self._order = itertools.count()
+        self._heap: list[tuple[float, int, _W]] = []
+        #: The entry of the heap that stands for each writer queued (due, order).
+        self._entries: dict[_W, tuple[float, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def put(self, writer: _W, due: float) -> bool:
+        """Queue ``writer`` for ``due``; False when it is queued for that time or sooner
+        already (nothing changes)."""
+        queued = self._entries.get(writer)
+        if queued is not None and queued[0] <= due:
+            return False
+        entry = (due, next(self._order))
+        self._entries[writer] = entry
+        heapq.heappush(self._heap, (*entry, writer))
+        return True
+
+    def pop(self, now: float) -> _W | None:
+        """The writer of the head entry when it is due at ``now`` (taken out of the
+        queue), else None; moved entries are dropped on the way."""
+        while self._heap and self._heap[0][0] <= now:
+            due, order, writer = heapq.heappop(self._heap)
+            if self._entries.get(writer) == (due, order):
+                del self._entries[writer]
+                return writer
+        return None
+
+    def head(self) -> float | None:
+        """When the head entry is due (None when empty): no writer is due sooner."""
+        return self._heap[0][0] if self._heap else None
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._entries.clear()
 
 
 class Drain:
@@ -38,7 +106,6 @@ class Drain:
 
     def __init__(self, threads: int = DRAIN_THREADS) -> None:
         self._most = threads
-        self._order = itertools.count()
         self._reset()
         forksafe.at_fork(self, "_reset")
 
@@ -46,7 +113,7 @@ class Drain:
         # In a forked child the threads do not exist, and the writers queued are the
         # parent's (they refuse to work there): start empty.
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[tuple[float, int, Served]] = []
+        self._queue: DueQueue[Served] = DueQueue()
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
@@ -60,7 +127,8 @@ class Drain:
         with self._cond:
             if self._closed:
                 return
-            heapq.heappush(self._queue, (due, next(self._order), writer))
+            if not self._queue.put(writer, due):
+                return
             if self._idle == 0 and len(self._threads) < self._most:
                 thread = threading.Thread(
                     target=self._run, name=f"sessionstore-drain-{len(self._threads)}", daemon=True
@@ -77,24 +145,46 @@ class Drain:
             self._queue.clear()
             self._cond.notify_all()
 
-    def _next(self) -> Served | None:
+    def _next(self) -> list[Served]:
+        """The writers to serve next: the first one due, with, when its lease is due for
+        renewal, every other one due whose lease is too (up to :data:`RENEWALS`); none
+        once closed."""
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                if self._queue and self._queue[0][0] <= now:
-                    return heapq.heappop(self._queue)[2]
+                first = self._queue.pop(now)
+                if first is not None:
+                    return self._renewing_with(first, now)
+                head = self._queue.head()
                 self._idle += 1
                 try:
-                    self._cond.wait(self._queue[0][0] - now if self._queue else None)
+                    self._cond.wait(None if head is None else head - now)
                 finally:
                     self._idle -= 1
-            return None
+            return []
+
+    def _renewing_with(self, first: Served, now: float) -> list[Served]:
+        if not first._renewal_due(now):
+            return [first]
+        found: list[Served] = [first]
+        others: list[Served] = []
+        while len(found) < RENEWALS and (writer := self._queue.pop(now)) is not None:
+            (found if writer._renewal_due(now) else others).append(writer)
+        for writer in others:  # put back, due now, for the other threads
+            self._queue.put(writer, now)
+        if others:
+            self._cond.notify(len(others))
+        return found
 
     def _run(self) -> None:
-        while (writer := self._next()) is not None:
-            due = writer._serve()
-            if due is not None:
-                self.schedule(writer, due)
+        while writers := self._next():
+            if len(writers) == 1:
+                dues = [writers[0]._serve()]
+            else:
+                dues = type(writers[0])._serve_together(writers)
+            for writer, due in zip(writers, dues, strict=True):
+                if due is not None:
+                    self.schedule(writer, due)
 
 
 class AsyncDrain:
@@ -102,17 +192,15 @@ class AsyncDrain:
     append runs as a task of its own, so one slow session never holds the others up."""
 
     def __init__(self) -> None:
-        self._order = itertools.count()
-        self._queue: list[tuple[float, int, AsyncServed]] = []
+        self._queue: DueQueue[AsyncServed] = DueQueue()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._serving: set[asyncio.Task[None]] = set()
         self._closed = False
 
     def schedule(self, writer: AsyncServed, due: float) -> None:
-        if self._closed:
+        if self._closed or not self._queue.put(writer, due):
             return
-        heapq.heappush(self._queue, (due, next(self._order), writer))
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -131,22 +219,40 @@ class AsyncDrain:
                 with contextlib.suppress(BaseException):  # cancelled on purpose
                     await task
 
-    async def _serve(self, writer: AsyncServed) -> None:
-        due = await writer._serve()
-        if due is not None:
-            self.schedule(writer, due)
+    async def _serve(self, writers: list[AsyncServed]) -> None:
+        if len(writers) == 1:
+            dues = [await writers[0]._serve()]
+        else:
+            dues = await type(writers[0])._serve_together(writers)
+        for writer, due in zip(writers, dues, strict=True):
+            if due is not None:
+                self.schedule(writer, due)
+
+    def _due(self, now: float) -> list[list[AsyncServed]]:
+        """The writers due at ``now`` (taken out of the queue, moved entries dropped):
+        those whose leases are due for renewal in groups of at most :data:`RENEWALS`,
+        each other one alone."""
+        alone: list[list[AsyncServed]] = []
+        renewing: list[AsyncServed] = []
+        while (writer := self._queue.pop(now)) is not None:
+            if writer._renewal_due(now):
+                renewing.append(writer)
+            else:
+                alone.append([writer])
+        groups = [renewing[at : at + RENEWALS] for at in range(0, len(renewing), RENEWALS)]
+        return [*groups, *alone]
 
     async def _run(self) -> None:
         wake = self._wake
         assert wake is not None
         while not self._closed:
             now = time.monotonic()
-            while self._queue and self._queue[0][0] <= now:
-                writer = heapq.heappop(self._queue)[2]
-                task = asyncio.get_running_loop().create_task(self._serve(writer))
+            for writers in self._due(now):
+                task = asyncio.get_running_loop().create_task(self._serve(writers))
                 self._serving.add(task)
                 task.add_done_callback(self._serving.discard)
             wake.clear()
-            timeout = self._queue[0][0] - now if self._queue else None
+            head = self._queue.head()
+            timeout = None if head is None else head - now
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout)

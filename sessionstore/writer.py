@@ -13,6 +13,8 @@ run the flows it gives them, by :func:`~sessionstore.flows.run` and
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
 import threading
 import time
@@ -21,6 +23,7 @@ from typing import Any, NamedTuple
 
 from . import event_flows
 from .contracts import EventBackend, EventBatch
+from .drive import Steps, drive
 from .errors import (
     EventTimeOrderError,
     InvalidArgumentError,
@@ -219,9 +222,27 @@ class WriterBuffer:
         with self._lock:
             return self.next_seq
 
+    def renewal_at(self) -> float:
+        """When the lease is renewed next: a third of it after the last renewal, brought
+        forward to the last multiple of a thirtieth of it on the monotonic clock, so the
+        writers with the same lease come due together, and the drain renews them in one
+        round trip (see :meth:`SessionWriter._serve_together`); never later than a third
+        of the lease, never sooner than three tenths of it."""
+        step = self.lease_ms / 30000
+        return math.floor((self.renewed_at + self.lease_ms / 3000) / step) * step
+
     def renewal_due(self, now: float) -> bool:
         lease_held = self.renews and not self.released and not self.fenced
-        return lease_held and now >= self.renewed_at + self.lease_ms / 3000
+        return lease_held and now >= self.renewal_at()
+
+    def renewed(self, held: bool, at: float) -> None:
+        """The outcome of a renewal asked for at ``at`` by the drain for several writers
+        at once: as :meth:`write` notes its own renewal's."""
+        if held:
+            self.renewed_at = at
+        else:
+            self.fenced = True
+            self.failed(taken_over(self.session_id))
 
     def next_due(self) -> float | None:
         """When the writer wants the drain next: the oldest pending event's window (not
@@ -233,7 +254,7 @@ class WriterBuffer:
             if self.pending and not self.paused:
                 due.append(self.emitted[0] + (0.0 if self.hurry else self.window))
             if self.renews:
-                due.append(self.renewed_at + self.lease_ms / 3000)
+                due.append(self.renewal_at())
             return min(due) if due else None
 
     def write(self, context: WriterContext, target: int | None) -> Flow[None]:
@@ -335,6 +356,54 @@ def open_buffer(
     )
 
 
+class Renewals:
+    """The leases a drain renews together (``_serve_together`` of the sync and async
+    writers): of the writers ``held`` (their drain locks taken), those due for renewal
+    at ``at``; ``requests`` is what ``backend.acquire_leases`` takes, :meth:`note` notes
+    its answer."""
+
+    __slots__ = ("at", "due", "backend", "requests")
+
+    def __init__(self, held: list[Any], at: float) -> None:
+        self.at = at
+        self.due = [writer._buffer for writer in held if writer._buffer.renewal_due(at)]
+        self.backend: Any = held[0]._context.backend if held else None
+        self.requests = [(buffer.session_id, buffer.token, buffer.lease_ms) for buffer in self.due]
+
+    def note(self, taken: list[bool]) -> None:
+        for buffer, held in zip(self.due, taken, strict=True):
+            buffer.renewed(bool(held), self.at)
+
+    @staticmethod
+    def together(held: list[Any], alone: list[Any]) -> Steps[set[int]]:
+        """Renew the leases due of the writers ``held`` in one ``acquire_leases`` call
+        (:func:`~sessionstore.drive.drive` or :func:`~sessionstore.drive.adrive` runs it),
+        then give their drain locks back; returns the ids of the writers to be served
+        alone: ``alone``, and every writer held when the call failed (each then renews
+        alone, its failure noted as usual)."""
+        try:
+            renewals = Renewals(held, time.monotonic())
+            if renewals.requests:
+                asked = functools.partial(renewals.backend.acquire_leases, renewals.requests)
+                renewals.note((yield asked))
+        except Exception:  # noqa: BLE001 - each renews alone, its failure noted there
+            alone = [*alone, *held]
+        finally:
+            for writer in held:
+                writer._drain_lock.release()
+        return {id(writer) for writer in alone}
+
+    @staticmethod
+    def mine(writer: Any) -> bool:
+        """Whether ``writer`` belongs to this process (see :meth:`WriterBuffer.check_owner`)."""
+        return os.getpid() == writer._buffer.owner
+
+    @staticmethod
+    def next_due(writer: Any) -> float | None:
+        """When ``writer`` wants the drain next (see :meth:`WriterBuffer.next_due`)."""
+        return writer._buffer.next_due()
+
+
 class WriterShell:
     """What the sync and async writers share: their buffer, their log's drain, which
     serves them when due, and :meth:`emit`, which does no I/O in either."""
@@ -345,6 +414,12 @@ class WriterShell:
         due = buffer.next_due()
         if due is not None:
             context.drain.schedule(self, due)
+
+    def _renewal_due(self, now: float) -> bool:
+        """Whether the writer's lease is due for renewal, on a backend that renews several
+        leases in one call (``acquire_leases``): the drain then renews it together with
+        the others due (``_serve_together`` of the sync and async writers)."""
+        return self._buffer.renewal_due(now) and hasattr(self._context.backend, "acquire_leases")
 
     @property
     def session_id(self) -> str:
@@ -433,6 +508,25 @@ class SessionWriter(WriterShell):
         with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
             self._write(None)
         return buffer.next_due()
+
+    @staticmethod
+    def _serve_together(writers: list[SessionWriter]) -> list[float | None]:
+        """Run by the drain for writers whose leases are due together: one
+        ``acquire_leases`` call renews them all, each under its drain lock; returns when
+        each is to be served next (at once for one with events to append, so that any
+        drain thread appends them). A writer whose lock is busy (a flush running) is
+        served as by the drain alone (:meth:`_serve`); so is every writer when the call
+        fails: each renews alone there, its failure noted as usual."""
+        held: list[SessionWriter] = []
+        alone: list[SessionWriter] = []
+        for writer in writers:
+            mine = Renewals.mine(writer)
+            (held if mine and writer._drain_lock.acquire(blocking=False) else alone).append(writer)
+        served = drive(Renewals.together(held, alone))
+        return [
+            writer._serve() if id(writer) in served else Renewals.next_due(writer)
+            for writer in writers
+        ]
 
     def _write(self, target: int | None) -> None:
         with self._drain_lock:

@@ -68,6 +68,12 @@ class _Log:
     def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> Any:
         return self._handle.run(self._ops.acquire_lease, session_id, owner, ttl_ms)
 
+    def acquire_leases(self, leases: list[tuple[str, str, int]]) -> Any:
+        """:meth:`acquire_lease` of each (session id, owner, ttl ms), in one round trip on
+        a single server: a list of bools, in order (see
+        :meth:`sessionstore.redis.logops.LogOps.acquire_leases`)."""
+        return self._handle.run(self._ops.acquire_leases, leases)
+
     def release_lease(self, session_id: str, owner: str) -> Any:
         return self._handle.run(self._ops.release_lease, session_id, owner)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -42,7 +43,7 @@ from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionHeader, SessionInfo
-from . import scripts
+from . import library, scripts
 from .boundary import ErrorBoundary
 from .durability import (
     CONFIG_PATTERN,
@@ -318,6 +319,34 @@ class LogOps:
             return bool(
                 (yield from scripts.run_steps(client, "lease_acquire", [lease], [owner, ttl_ms]))
             )
+
+    def acquire_leases(
+        self, client: Any, leases: Sequence[tuple[str, str, int]]
+    ) -> Steps[list[bool]]:
+        """:meth:`acquire_lease` of each (session id, owner, ttl ms), in one pipeline on a
+        single server (one round trip for them all); a lease whose call met an error
+        reply (the library not loaded yet, say) is asked for again alone, by
+        :meth:`acquire_lease`, which deals with it. On a cluster, where the leases live
+        on several nodes, each is asked for alone."""
+        if is_cluster(client) or len(leases) < 2:
+            found = []
+            for session_id, owner, ttl_ms in leases:
+                found.append((yield from self.acquire_lease(client, session_id, owner, ttl_ms)))
+            return found
+        renew = library.script("lease_acquire")
+        evalsha = scripts.uses_evalsha(client)
+        call: list[scripts.Arg] = ["EVALSHA", renew.sha] if evalsha else ["FCALL", renew.function]
+        commands: list[scripts.Command] = [
+            [*call, 1, self._lease(sid), owner, ttl] for sid, owner, ttl in leases
+        ]
+        with self._guard("lease_acquire.lua", self._lease(leases[0][0])):
+            replies = yield functools.partial(scripts.client_batch(client), commands)
+        taken = []
+        for (session_id, owner, ttl_ms), reply in zip(leases, replies, strict=True):
+            if isinstance(reply, Exception):
+                reply = yield from self.acquire_lease(client, session_id, owner, ttl_ms)
+            taken.append(bool(reply))
+        return taken
 
     def release_lease(self, client: Any, session_id: str, owner: str) -> Steps[None]:
         lease = self._lease(session_id)

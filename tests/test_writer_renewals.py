@@ -1,0 +1,281 @@
+"""Lease renewals of many open writers: the drain queues each writer once however often
+it asks, the writers with the same lease come due together, and the sync drain renews
+the leases due together in one call (on Redis one round trip), fencing off a writer
+whose lease was taken over as its own renewal would."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from support.redis_server import RedisServer
+
+import sessionstore
+from sessionstore import SessionBusyError, SessionHeader, aio, keys
+from sessionstore.drain import AsyncDrain, Drain
+from sessionstore.writer import WriterBuffer
+
+#: Seconds to wait for something that must happen.
+PATIENCE = 30.0
+#: A short lease (seconds): renewed about every 0.15 s.
+LEASE = 0.6
+
+
+class Fake:
+    """A writer the drain serves: it counts its serves and wants nothing more."""
+
+    batches: list[list[Fake]] = []
+
+    def __init__(self, renewal_due: bool = False) -> None:
+        self.served = 0
+        self.renewal = renewal_due
+        self.done = threading.Event()
+
+    def _serve(self) -> float | None:
+        self.served += 1
+        self.done.set()
+        return None
+
+    def _renewal_due(self, now: float) -> bool:
+        return self.renewal
+
+    @staticmethod
+    def _serve_together(writers: list[Fake]) -> list[float | None]:
+        Fake.batches.append(list(writers))
+        return [writer._serve() for writer in writers]
+
+
+def test_a_writer_is_queued_once_however_often_it_asks():
+    drain = Drain()
+    writer = Fake()
+    later = time.monotonic() + 3600
+    for n in range(100):  # later each time: the sooner entry stands
+        drain.schedule(writer, later + n)
+    assert len(drain._queue) == 1 and drain._queue.head() == later
+    drain.schedule(writer, time.monotonic())  # sooner: moved there
+    assert writer.done.wait(PATIENCE)
+    assert writer.served == 1
+    with drain._cond:
+        assert drain._queue.pop(later + 3600) is None, "the entry it moved from is dropped"
+    drain.close()
+
+
+def test_the_leases_due_together_are_renewed_in_one_call_and_the_rest_served_alone():
+    Fake.batches = []
+    drain = Drain()
+    renewing = [Fake(renewal_due=True) for _ in range(50)]
+    appending = Fake()
+    due = time.monotonic() + 0.5
+    for writer in [*renewing[:25], appending, *renewing[25:]]:
+        drain.schedule(writer, due)
+    for writer in [*renewing, appending]:
+        assert writer.done.wait(PATIENCE)
+    assert [len(batch) for batch in Fake.batches] == [50]
+    assert set(map(id, Fake.batches[0])) == set(map(id, renewing))
+    assert [writer.served for writer in [*renewing, appending]] == [1] * 51
+    drain.close()
+
+
+class AsyncFake(Fake):
+    """:class:`Fake` for the async drain."""
+
+    async def _serve(self) -> float | None:  # type: ignore[override]
+        return Fake._serve(self)
+
+    @staticmethod
+    async def _serve_together(writers: list[Fake]) -> list[float | None]:  # type: ignore[override]
+        Fake.batches.append(list(writers))
+        return [Fake._serve(writer) for writer in writers]
+
+
+def test_the_async_drain_queues_a_writer_once_and_renews_leases_due_together():
+    async def scenario() -> None:
+        Fake.batches = []
+        drain = AsyncDrain()
+        once = AsyncFake()
+        later = time.monotonic() + 3600
+        for n in range(100):
+            drain.schedule(once, later + n)
+        assert len(drain._queue) == 1
+        renewing = [AsyncFake(renewal_due=True) for _ in range(30)]
+        appending = AsyncFake()
+        due = time.monotonic() + 0.2
+        for writer in [*renewing[:10], appending, *renewing[10:], once]:
+            drain.schedule(writer, due)  # ``once`` moved sooner
+        deadline = time.monotonic() + PATIENCE
+        while not all(w.done.is_set() for w in [*renewing, appending, once]):
+            assert time.monotonic() < deadline, "not every writer was served"
+            await asyncio.sleep(0.01)
+        assert [len(batch) for batch in Fake.batches] == [30]
+        assert [w.served for w in [*renewing, appending, once]] == [1] * 32
+        assert drain._due(later + 3600) == [], "the entry it moved from is dropped"
+        await drain.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_writers_with_one_lease_come_due_together():
+    lease_ms = 30_000
+    buffers = [WriterBuffer("s", 0, 0, lease_ms=lease_ms, renews=True) for _ in range(20)]
+    for n, buffer in enumerate(buffers):
+        buffer.renewed_at = 1000.0 + n * lease_ms / 30000 / 40  # within one thirtieth
+    dues = {buffer.next_due() for buffer in buffers}
+    assert len(dues) <= 2
+    for buffer in buffers:
+        due = buffer.next_due()
+        assert due is not None
+        assert buffer.renewed_at + lease_ms * 0.3 / 1000 <= due
+        assert due <= buffer.renewed_at + lease_ms / 3000
+        assert not buffer.renewal_due(due - 0.001) and buffer.renewal_due(due)
+
+
+def _writers(store: Any, count: int, prefix: str) -> list[Any]:
+    return [
+        store.events.writer(SessionHeader(id=f"{prefix}{n}"), lease=LEASE) for n in range(count)
+    ]
+
+
+def _spy(backend: Any) -> list[int]:
+    """The number of leases of each ``acquire_leases`` call of ``backend`` from now on."""
+    sizes: list[int] = []
+    renew = backend.acquire_leases
+
+    def spied(leases: list[tuple[str, str, int]]) -> list[bool]:
+        sizes.append(len(leases))
+        return renew(leases)
+
+    backend.acquire_leases = spied
+    return sizes
+
+
+def _wait_for(check: Any, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_redis_writers_keep_their_leases_renewed_together(redis_server, namespace):
+    with (
+        sessionstore.connect(redis_server.url, namespace) as store,
+        sessionstore.connect(redis_server.url, namespace) as other,
+    ):
+        sizes = _spy(store.events._backend)
+        writers = _writers(store, 30, "r")
+        _wait_for(lambda: any(size > 1 for size in sizes), "no leases renewed together")
+        time.sleep(LEASE * 2)  # every lease would have expired but for its renewals
+        for n in range(30):
+            with pytest.raises(SessionBusyError):
+                other.events.writer(SessionHeader(id=f"r{n}"), lease=LEASE)
+        for n, writer in enumerate(writers):
+            writer.emit("note", {"n": n})
+        for writer in writers:
+            writer.close()
+        assert [store.events.read_from(f"r{n}", 0)[0].data for n in range(30)] == [
+            {"n": n} for n in range(30)
+        ]
+
+
+def test_a_lease_taken_over_is_found_by_a_renewal_together(redis_server, namespace):
+    admin = redis.Redis(port=redis_server.port)
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        sizes = _spy(store.events._backend)
+        writers = _writers(store, 5, "f")
+        admin.hset(keys.log_lease_key(namespace, "f2"), "owner", "another-writer")
+        _wait_for(lambda: writers[2]._buffer.fenced, "the lease taken over was not found")
+        _wait_for(lambda: any(size > 1 for size in sizes), "no leases renewed together")
+        assert [writer._buffer.fenced for writer in writers] == [False, False, True, False, False]
+        for writer in writers:
+            writer.emit("note")
+        with pytest.raises(SessionBusyError):
+            writers[2].flush()
+        for n in (0, 1, 3, 4):
+            writers[n].close()
+            assert len(store.events.read_from(f"f{n}", 0)) == 1
+    admin.close()
+
+
+def test_async_redis_writers_keep_their_leases_renewed_together(redis_server, namespace):
+    async def scenario(other: Any) -> None:
+        async with aio.connect(redis_server.url, namespace) as store:
+            sizes = _spy_async(store.events._backend)
+            writers = [
+                await store.events.writer(SessionHeader(id=f"a{n}"), lease=LEASE) for n in range(30)
+            ]
+            deadline = time.monotonic() + PATIENCE
+            while not any(size > 1 for size in sizes):
+                assert time.monotonic() < deadline, "no leases renewed together"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(LEASE * 2)  # every lease would have expired but for renewals
+            for n in range(30):
+                with pytest.raises(SessionBusyError):
+                    await asyncio.to_thread(
+                        other.events.writer, SessionHeader(id=f"a{n}"), lease=LEASE
+                    )
+            for n, writer in enumerate(writers):
+                writer.emit("note", {"n": n})
+            for writer in writers:
+                await writer.close()
+            assert [(await store.events.read_from(f"a{n}", 0))[0].data for n in range(30)] == [
+                {"n": n} for n in range(30)
+            ]
+
+    with sessionstore.connect(redis_server.url, namespace) as other:
+        asyncio.run(scenario(other))
+
+
+def _spy_async(backend: Any) -> list[int]:
+    """:func:`_spy` of an async backend."""
+    sizes: list[int] = []
+    renew = backend.acquire_leases
+
+    async def spied(leases: list[tuple[str, str, int]]) -> list[bool]:
+        sizes.append(len(leases))
+        return await renew(leases)
+
+    backend.acquire_leases = spied
+    return sizes
+
+
+def test_renewing_leases_together_loads_the_library_when_the_server_lacks_it():
+    owners = [uuid.uuid4().hex for _ in range(3)]
+    with (
+        RedisServer() as own,
+        sessionstore.connect(own.url, "ns") as store,
+    ):
+        backend = store.events._backend
+        admin = redis.Redis(port=own.port)
+        admin.function_flush()
+        leases = [(f"s{n}", owner, 5000) for n, owner in enumerate(owners)]
+        assert backend.acquire_leases(leases) == [True, True, True]
+        admin.function_flush()
+        leases[1] = ("s1", "another-writer", 5000)
+        assert backend.acquire_leases(leases) == [True, False, True]
+        assert admin.hget(keys.log_lease_key("ns", "s1"), "owner") == owners[1].encode()
+        assert 0 < admin.pttl(keys.log_lease_key("ns", "s0")) <= 5000
+        admin.close()
+
+
+@pytest.mark.parametrize("where", ["redis_server", "redis_cluster"])
+def test_leases_renewed_together_are_each_the_asker_s_unless_another_holds_it(
+    where, namespace, request
+):
+    url = request.getfixturevalue(where).url
+    with (
+        sessionstore.connect(url, namespace) as store,
+        sessionstore.connect(url, namespace) as rival,
+    ):
+        backend = store.events._backend
+        assert rival.events._backend.acquire_lease("s1", "rival", 60_000)
+        leases = [(f"s{n}", f"owner-{n}", 60_000) for n in range(6)]
+        assert backend.acquire_leases(leases) == [True, False, True, True, True, True]
+        assert backend.acquire_leases(leases) == [True, False, True, True, True, True]
+        assert [backend.lease_busy(f"s{n}", "rival") for n in range(6)] == [
+            True, False, True, True, True, True
+        ]  # fmt: skip
+        assert backend.acquire_leases([]) == []
