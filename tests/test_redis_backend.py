@@ -167,7 +167,7 @@ def test_a_write_too_few_replicas_confirmed_is_unavailable_and_applied(server, n
     applied) and a DurabilityError; the same calls again are an applied replay."""
     url = f"{server.url}?durability=replicas:1"
     event = SessionEvent(seq=0, type="t", time=T0)
-    with sessionstore.connect(url, ns, timeout=0.25) as store:
+    with sessionstore.connect(url, ns, timeout=1.0) as store:
         store.events.create(SessionHeader(id="s"))
         for call in (
             lambda: store.events.append("s", [event]),
