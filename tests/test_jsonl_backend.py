@@ -922,3 +922,24 @@ def test_every_range_read_matches_the_whole_log(tmp_path: Path, size: int) -> No
             for limit in (None, 1, 64, 100):
                 stop = None if limit is None else first + limit
                 assert reader.read(SID, first, limit=limit)[1] == whole[first:stop], (name, first)
+
+
+@pytest.mark.parametrize(
+    "sizes", [[1] * 130, [7, 57, 1, 64, 100, 3], [63, 2, 128, 200], [64, 64, 65]]
+)
+def test_the_index_an_append_keeps_is_the_one_a_whole_parse_finds(
+    tmp_path: Path, sizes: list[int]
+) -> None:
+    backend = JsonlEvents(tmp_path, "ns")
+    first = 0
+    for size in sizes:
+        backend.append(SID, batch(first, first + size), HEADER if first == 0 else None)
+        first += size
+    raw = Path(backend.locate(SID) or "").read_bytes()
+    whole = jsonl_format.parse_log(SID, raw)
+    kept = backend._states.get(SID)
+    assert kept is not None
+    assert len(whole.offsets) == -(-first // jsonl_format.INDEX_EVERY)
+    assert tuple(kept.offsets) == tuple(whole.offsets)
+    for number, offset in enumerate(whole.offsets):
+        assert raw.startswith(b'{"seq":%d,' % (number * jsonl_format.INDEX_EVERY), offset)

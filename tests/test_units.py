@@ -162,6 +162,58 @@ def test_one_lossy_item_sends_the_batch_to_the_item_by_item_check(bad):
     assert (caught.value.seq, caught.value.path) == (6, "$.v")
 
 
+class _Str(str):
+    pass
+
+
+class _Dict(dict):
+    pass
+
+
+#: Leaves JSON keeps and leaves it does not (or keeps as another type).
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**65), max_value=2**65),
+    st.floats(),
+    st.text(max_size=8),
+    st.sampled_from(
+        [(1, 2), {1, 2}, b"x", _Str("s"), _Dict(a=1), datetime(2024, 1, 1, tzinfo=UTC), 2**64]
+    ),
+)
+_DATA = st.dictionaries(
+    st.text(max_size=4),
+    st.recursive(
+        _LEAVES,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=8,
+    ),
+    max_size=4,
+)
+
+
+@given(st.lists(_DATA, min_size=2, max_size=6))
+def test_a_batch_is_refused_exactly_when_the_data_of_one_of_its_events_is(datas):
+    """The one parse of a whole batch gives the verdict of checking each event's data
+    on its own (:func:`dump_lossless`), and names the first event that fails it."""
+    batch = [SessionEvent(seq=s, type="note", time=1, data=d) for s, d in enumerate(datas)]
+    verdicts = []
+    for data in datas:
+        try:
+            dump_lossless(data)
+            verdicts.append(None)
+        except JSONLossError as exc:
+            verdicts.append(exc.path)
+    refused = [(seq, path) for seq, path in enumerate(verdicts) if path is not None]
+    if refused:
+        with pytest.raises(NotJSONSerializableError) as caught:
+            encode_batch("s", batch)
+        assert (caught.value.seq, caught.value.path) == refused[0]
+    else:
+        texts = encode_batch("s", batch).texts
+        assert texts == [event_text(event) for event in batch]
+
+
 def event(seq, type, **data):
     return SessionEvent(seq=seq, type=type, time=100 + seq, data=data)
 

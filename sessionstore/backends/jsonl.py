@@ -258,7 +258,6 @@ class JsonlEvents(EventBackend):
 
         if not plan_append(session_id, seen.next_seq, batch, stored_texts):
             return seen.next_seq
-        events = batch.events
         data = event_lines(batch) if new_header is None else new_header + event_lines(batch)
         if seen.torn:
             os.ftruncate(fd, seen.end)
@@ -267,11 +266,11 @@ class JsonlEvents(EventBackend):
         if seen.header is None:
             fsync_dir(self._dir)
         header_len = 0 if new_header is None else len(new_header)
-        seqs = range(events[0].seq, events[-1].seq + 1)
+        first = batch.events[0].seq
         st = os.fstat(fd)
-        written = seen.appended(st, header, data, header_len, seqs)
+        written = seen.appended(st, header, data, header_len, first, batch.texts)
         self._states.remember(session_id, written, st)
-        return seqs.stop
+        return first + len(batch)
 
     def _own(self) -> None:
         """In a forked child, forget the parent's states and close the copies of the

@@ -94,13 +94,14 @@ class LogState:
         header: SessionHeader | None,
         data: bytes,
         header_len: int,
-        seqs: range,
+        first: int,
+        texts: Sequence[bytes],
     ) -> LogState:
         """The state once ``data`` was written at the committed end (the torn tail cut
         off), the file now described by ``st``: a header line of ``header_len`` bytes
         for ``header`` when the log had none (else 0 bytes, ``header`` unused), then the
-        lines of the events of ``seqs``."""
-        first, next_seq = seqs.start, seqs.stop
+        lines of the events from seq ``first`` whose canonical texts are ``texts``."""
+        next_seq = first + len(texts)
         end = self.end + len(data)
         if self.header is not None:
             header, head = self.header, self.head
@@ -108,7 +109,7 @@ class LogState:
             head = data[:PROBE]
         offsets = self.offsets
         if -(-first // INDEX_EVERY) * INDEX_EVERY < next_seq:  # a multiple in the batch
-            offsets += tuple(batch_offsets(data[header_len:], first, self.end + header_len))
+            offsets += tuple(batch_offsets(texts, first, self.end + header_len))
         tail = (self.tail + data[-PROBE:])[-PROBE:]
         return LogState(
             st.st_dev, st.st_ino, end, st.st_mtime_ns, header, next_seq, end, head, tail, offsets

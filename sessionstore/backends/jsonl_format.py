@@ -54,8 +54,13 @@ def event_lines(batch: EventBatch) -> bytes:
     event's canonical text (see :func:`~sessionstore.eventlog.event_text`) with
     ``"batch_end"`` added as its last key, which is what ``orjson.dumps`` writes for the
     record ``{"seq", "type", "time", "data", "id"?, "batch_end"}``."""
-    end = b',"batch_end":%d}\n' % batch.events[-1].seq
+    end = _line_end(batch.events[-1].seq)
     return end.join([text[:-1] for text in batch.texts]) + end
+
+
+def _line_end(batch_end: int) -> bytes:
+    """What follows an event's text, less its closing brace, on its line."""
+    return b',"batch_end":%d}\n' % batch_end
 
 
 class MalformedLine(Exception):
@@ -253,18 +258,17 @@ def parse_batches(
     return Events(session_id, events), end, offsets[:kept]
 
 
-def batch_offsets(data: bytes, first_seq: int, base: int) -> list[int]:
-    """The offset index entries of a batch's lines ``data`` (its first event has seq
-    ``first_seq``), once written at offset ``base``."""
-    wanted = -first_seq % INDEX_EVERY  # the line of the first multiple
+def batch_offsets(texts: Sequence[bytes], first_seq: int, base: int) -> list[int]:
+    """The offset index entries of a batch of events with the canonical ``texts`` (its
+    first event has seq ``first_seq``) once its :func:`event_lines` are written at offset
+    ``base``: each line is a text less its closing brace, then the same end."""
+    extra = len(_line_end(first_seq + len(texts) - 1)) - 1
     found: list[int] = []
-    pos, number = 0, 0
-    while pos < len(data):
-        if number == wanted:
-            found.append(base + pos)
-            wanted += INDEX_EVERY
-        pos = data.index(b"\n", pos) + 1
-        number += 1
+    pos, done = base, 0
+    for line in range(-first_seq % INDEX_EVERY, len(texts), INDEX_EVERY):
+        pos += sum(map(len, texts[done:line])) + (line - done) * extra
+        found.append(pos)
+        done = line
     return found
 
 
