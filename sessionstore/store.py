@@ -326,7 +326,8 @@ class EventLog(EventLogBase[EventBackend]):
         to every process using the same store: ``load`` and another ``writer`` of the
         session raise ``SessionBusyError`` meanwhile. Redis and SQLite leases expire
         ``lease`` seconds after the writer's last renewal (it renews between three
-        tenths and a third of it); a file lock ends with the process; memory leases within the process.
+        tenths and a third of it); a file lock ends with the process; memory leases
+        within the process.
         """
         context, ttl_ms, lease_ms = self._writer_args(header, window, ttl, lease)
         return SessionWriter(context, header, window=window, ttl_ms=ttl_ms, lease_ms=lease_ms)
