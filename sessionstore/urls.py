@@ -40,6 +40,7 @@ SHOWN_PARAMS = frozenset(
     | {"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path"}
     | {"ssl_ca_data", "ssl_ciphers", "ssl_check_hostname", "ssl_min_version"}
     | {"ssl_include_verify_flags", "ssl_exclude_verify_flags"}
+    | {"ssl_validate_ocsp", "ssl_validate_ocsp_stapled"}
 )
 #: ``scheme:`` at the start of a string (RFC 3986 scheme characters).
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
