@@ -13,13 +13,17 @@ from __future__ import annotations
 
 _ENCODE = """\
 `sessionstore/eventlog.py` `encode_batch` validates every event and checks that its data
-survives a JSON round trip unchanged (the contract: NaN, tuples, sets, datetimes and the
-like are refused, not silently changed). For a batch that is one `orjson.dumps` and one
-`orjson.loads` of the whole list and one comparison (about 0.45 us per event), then each
-event's own text; with the rest of the validation it costs 0.8 us per event for 100
-events and 1.3 us for one on an idle machine. The baselines only serialise (0.1-0.3 us
-per event). What the round trip guards against cannot be seen in orjson's output (a tuple
-and a list, or NaN and None, write the same text), so the check stays."""
+survives a JSON round trip unchanged (the contract: NaN, tuples, sets, datetimes, UUIDs,
+plain enums and the like are refused, not silently changed). For a batch that is one
+`orjson.dumps` per event, one msgspec parse of the whole batch reading only each event's
+`data` (the other fields were checked to be exact ints and strings, which JSON keeps)
+and one comparison. Measured per 100-event batch with the network left out: 124 us in
+all (139 before the data-only parse): the validation loop with the harness-field checks
+and the records built about 45 us, the dumps 18 us, the parse and comparison 42 us;
+one event costs 2.7 us. The baselines only serialise (about 0.18 us per event). What the
+round trip guards against cannot be seen in orjson's output (a tuple and a list, an
+enum and its value, NaN and None write the same text), and no orjson option refuses
+them all, so the check stays."""
 
 _FACADE = """\
 Every API call goes through the flow driver (`sessionstore/flows.py` `run`, 0.8 us: one
@@ -28,20 +32,18 @@ the key-name cache; in a hot loop with the network stubbed out that is 2-5 us pe
 over raw redis-py, and 5-10 us in the real ping-pong."""
 
 _MODEL = """\
-`load` returns validated `SessionEvent` objects. An event is a pydantic dataclass with
-slots (`sessionstore/models.py`): pydantic builds it from the parsed record in one
-`TypeAdapter(list[SessionEvent]).validate_python` call per stream entry, and it is one
-object for the garbage collector where the `BaseModel` it replaced was three (instance,
-`__dict__`, fields-set); its validation, errors, schema and `model_*` methods are those
-of the model (`tests/test_event_model.py` compares the two over generated input). Each
-entry is decoded on its own (`orjson.loads`, then pydantic, then the seqs and data checked
-on the events built), so its parsed records die young. Measured per event on a
-10k-event log with the network and the collector left out: `orjson.loads` into dicts
-(all the baseline does) about 1.0 us; building and validating the events 1.4 us in all
-for the entry (the model took 2.7); `validate_json` of the entry (parse and build in one
-pass) 1.9 us, so it is not used. A 10k-event load costs 24 ms of CPU against the raw
-read's 12 ms (40 ms at the start of this round); what remains is the validation, the
-price of returning checked, typed events."""
+`load` returns checked `SessionEvent` objects (a pydantic dataclass with slots, one
+object for the garbage collector). A stream entry's JSON array is parsed and checked in
+one pass by msgspec into a strict struct of the event's exact shape (types, 64-bit
+ranges, no missing or extra field, `data` an object; `sessionstore/models.py`
+`stored_events`), the seqs compared with their places, then the events built without
+pydantic; text msgspec might read otherwise than orjson (a run of 19 digits, a raised
+recursion limit) goes to orjson. Measured per event on a 10k-event log with the network
+and the collector left out: `orjson.loads` into dicts (all the baseline does) 0.9-1.0
+us; msgspec's checked parse 0.55-0.6 us, building the events 0.45 us, the digit scan
+0.17 us: about 1.2 us in all, against 1.8 us for the orjson parse and column checks it
+replaced and 2.4 us for pydantic's `validate_json`. What remains over the baseline is
+one Python object built per event, the price of returning typed events."""
 
 _GC = """\
 Each event is an object the collector tracks. After a 10k-event load the oldest
@@ -62,6 +64,13 @@ application with a large heap that loads long logs gains the same by calling
 #: Shown above the entries: what has landed, and what the entries describe.
 LANDED = """\
 Landed since the first measurements (each row's entry below describes what remains):
+stored events parsed and checked in one msgspec pass into the event's exact shape (Redis
+load 10k 0.64 -> 0.78, 100k 0.71 -> 0.87); the OpenAI Agents adapter reads records whose
+data values stay JSON text (get_items through a new session object 0.40 -> 1.42, the same
+object again 0.92 -> 6.5); a single script call sent alone instead of in a pipeline of
+one; open writers renew their leases due together in one round trip (Redis, 10k open
+writers against 1k: 1.95 -> 0.98 per writer); the lossless-JSON check of a batch parses
+only the data;
 one event type through the stack (`SessionEvent`, with the canonical JSON of each event
 beside it in the batch a backend receives; no private pydantic attribute is written), each
 stored event parsed once on every backend; the Redis stream holds one entry per append (at
@@ -150,6 +159,14 @@ For `get_data` that is 3.2 us per call in a hot loop against 0.8 us for HMGET
 plus `msgpack.unpackb` (network stubbed out): the flow driver, `to_epoch_ms`, the
 look-ahead check and the handle remembering the record for the next `update`.""",
     "Redis values: set_data": f"""\
+Most of the gap is the exactly-once write on the server: `FCALL` of `value_swap` costs
+9.4 us per call by `INFO commandstats` in this scenario against 0.45 us for the
+baseline's `HSET` (five commands in the function: the writer slot's record read and
+written, `TIME`, `PTTL`, the value; see "What exactly once costs" in
+`docs/operations.md`, and `python -m benchmarks.value_write_cost`: a function doing
+nothing but that `HSET` already costs several times the `HSET`). On the client the call
+carries 13 arguments that redis-py encodes one by one, and:
+
 {_FACADE}
 
 For `set_data` that is 4.5 us per call in a hot loop: besides the flow driver,
@@ -172,9 +189,12 @@ the server costs are now alike, and what separates the two is the client side.
 
 {_ENCODE}""",
     "vs openai-agents: load 10k events": f"""\
-The peer's `get_items` is one `LRANGE` and a stdlib `json.loads` per item. Without the
-garbage collector ours reads 10k events in 30-50 ms, as fast as the peer or faster; the
-gap is the collector:
+The peer's `get_items` is one `LRANGE` and a stdlib `json.loads` per item; ours returns
+10k checked `SessionEvent` objects, which the collector tracks, where the peer's plain
+dicts of scalars are not tracked. The same protocol on both sides, our
+`SessionStoreSession.get_items`, which reads records instead of events, is 1.4x the
+peer (row "get_items of 10k items, a new session object"); the gap here is the
+collector:
 
 {_GC}
 
@@ -192,30 +212,26 @@ per call"), and the client builds 100 `SessionEvent` objects (1.2 us each, valid
 before `encode_batch`:
 
 {_ENCODE}""",
-    "openai-agents Session: get_items of 10k items, a new session object": f"""\
-A new session object reads the whole log (as "vs openai-agents: load 10k events", with
-the same garbage-collector passes over the SDK's heap) and returns the items of the
-events it read as they were decoded: it keeps their JSON text (one `orjson.dumps` of the
-read's items, about 1 ms for 10k), so it no longer copies them (an `orjson` dumps and
-loads of the list, 20-40 ms and 16k more objects for the collector). Profiled with
-cProfile (10 calls on a 10k-item log, the SDK imported): `orjson.loads` of the stream
-entries, with the collections its allocations set off, 63% of the time;
-`models.built_events` checking the records and building 10k `SessionEvent`s 15%; the
-adapter's fold of the events into items 10%; its `orjson.dumps` 3%. What remains is the
-backend's read (`sessionstore/redis/logparse.py` `LogRead`), which builds an event for
-every item that the adapter then takes apart: a read of the items alone would need a
-read path that hands the checked records over instead.
-
-{_GC}""",
+    "openai-agents Session: get_items of 10k items, a new session object": """\
+A new session object reads the log as records (`EventLog.read_records_from`,
+`sessionstore/records.py`): msgspec parses and checks each stored event's fields as a
+read of events does but keeps each value of its data as its JSON text, in structs the
+garbage collector does not track; the adapter parses every value once (one
+`orjson.loads` of them all, which finds damage inside them as an event read does),
+keeps each item's stored text for later reads and returns the items it parsed. No
+`SessionEvent` is built and nothing is serialised again. Before, it built 10k events,
+the collector's passes over them and the SDK's heap came with them, and it dumped each
+item to keep its text: 0.40x the peer, now 1.4x.""",
     "openai-agents Session: get_items of 10k items, the same object again": """\
 The object keeps the items it has read as JSON text: a `get_items` reads from the last
 event it knows (one XRANGE, checking that event is still there) and decodes the items it
 returns from that text (one `orjson.loads` of the texts joined).""",
     "SQLite event log: append 1 event per call": """\
 The time is the COMMIT (fsync of the WAL). Ours writes one page more per commit than the
-raw insert: `next_seq` in the session row, which is how a lost last row is detected. An
-append to a session this backend has seen is one guarded `UPDATE`, the torn-tail `DELETE`
-and the `INSERT` in one transaction.""",
+raw insert (3.1 WAL pages per commit against 2.1): `next_seq` in the session row, which
+is how a lost last row is detected. An append to a session this backend has seen is one
+guarded `UPDATE`, the torn-tail `DELETE` and the `INSERT` in one transaction; the SQL
+statements take about 27 us of a commit of 230-330 us.""",
     "SQLite event log: append 100 events per call": f"""\
 Multi-row `INSERT`s of up to 64 rows replace `executemany`; what is left is the commit and
 `encode_batch`. This row passed (0.88-0.92) when the one-core issue was filed; the drop
@@ -234,6 +250,16 @@ writers cost 1.0-1.4x per writer what 1k do, against 3.3x before (open 4.6 ms pe
 at 10k, now 0.3-0.5 ms). What grows is the flush, which waits for the one drain thread's
 appends, each its own durable commit (an fsync), so the single repetition of the full
 run moves with whatever else uses the disk.""",
+    "Open writers (Redis): open 10,000 writers, emit 1 event to each, flush all (per writer)": """\
+A writer renews its lease between three tenths and a third of it, on a grid of a
+thirtieth of the lease, so the writers of a process come due together, and the drain
+renews up to 500 of them in one pipeline of `lease_acquire.lua` calls. Each renewing
+in a round trip of its own made the total grow with the square of the writers open: a
+10k run outlasts the renewal interval where a 1k run does not, and 14-25k extra calls
+cost 254-295 us of drain CPU per writer (1.95x per writer at 10k, now about 1x; the
+run with leases too long to renew was 0.95-1.07x either way). What still grows is the
+collector's few full passes over a larger heap and the renewals that fall due within
+the longer run (31 us of CPU per writer).""",
     "JSONL event log: iter_events(batch=1000) of 100k events": """\
 A fresh store validates the log once whichever way it reads; `iter_events` then reads
 each batch of 1000 from the nearest indexed line, parsing each line once.""",
@@ -243,13 +269,17 @@ backend parses only the bytes appended since its last look (the log's state is
 remembered), so a poll costs the same on a 100k-event log as on a 1k-event one.""",
     "JSONL event log: append 1 event per call": """\
 An append to a log this backend keeps open is lock, `stat` of the path (to notice a
-replaced file), write, fsync, `fstat`, unlock: two system calls more than the baseline's
-write and fsync, and the `encode_batch` of one event (1.3 us).""",
+replaced file), write, fsync, `fstat`, unlock: the lock, `stat`, `fstat` and unlock add
+about 10 us to the baseline's write and fsync (each is how a moved, replaced or
+rewritten log is noticed), and the `encode_batch` of one event 2.7 us; the CPU ours
+spends in all is about 17 us a call more than the baseline's.""",
     "JSONL event log: append 100 events per call": f"""\
 With the fsync stubbed out, one 100-event call costs ours about 4x the baseline's CPU,
-which only serialises and writes: the lines themselves are now the events' canonical
-texts with `batch_end` spliced in (no second serialisation), so what remains is the
-backend's lock and checks (about 40 us) and `encode_batch`:
+which only serialises and writes: the lines themselves are the events' canonical texts
+with `batch_end` spliced in (no second serialisation), and the offset index kept for
+reads is worked out from the texts' lengths (2.4 us a batch, 14 us when every line
+written was searched for), so what remains is the backend's lock and checks and
+`encode_batch`:
 
 {_ENCODE}""",
 }
