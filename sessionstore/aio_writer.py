@@ -15,10 +15,9 @@ import os
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
-from .drive import adrive
 from .flows import arun
 from .models import SessionHeader
-from .writer import Renewals, WriterBuffer, WriterContext, WriterShell, open_buffer
+from .writer import WriterBuffer, WriterContext, WriterShell, open_buffer
 
 
 class OpeningWriter:
@@ -79,25 +78,6 @@ class AsyncSessionWriter(WriterShell):
         with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
             await self._write(None)
         return buffer.next_due()
-
-    @staticmethod
-    async def _serve_together(writers: list[AsyncSessionWriter]) -> list[float | None]:
-        """Run by the drain for writers whose leases are due together (see
-        :meth:`sessionstore.SessionWriter._serve_together`): one ``acquire_leases`` call
-        renews them all, each under its drain lock; a writer whose lock is busy, or
-        every writer when the call fails, is served as by :meth:`_serve`."""
-        held: list[AsyncSessionWriter] = []
-        alone: list[AsyncSessionWriter] = []
-        for writer in writers:
-            free = Renewals.mine(writer) and not writer._drain_lock.locked()
-            if free:
-                await writer._drain_lock.acquire()  # free: taken at once
-            (held if free else alone).append(writer)
-        served = await adrive(Renewals.together(held, alone))
-        return [
-            (await writer._serve()) if id(writer) in served else Renewals.next_due(writer)
-            for writer in writers
-        ]
 
     async def _write(self, target: int | None) -> None:
         async with self._drain_lock:

@@ -10,13 +10,14 @@ one (``_serve`` then returns the writer's next time, which covers the later need
 asked for a sooner one, the entry is moved there (the old one is skipped when it comes
 up). So the queue holds one entry per writer however often it is asked.
 
-The drain renews the leases that come due together (``writer._renewal_due(now)``) in
-one call, ``type(writer)._serve_together(writers)`` (awaited by the async drain), at
-most :data:`RENEWALS` at a time, which returns when each writer is to be served next (at
-once for one with events to append): on Redis one round trip renews them all. One
-round trip each would cost every writer open a share of the drain that grows with the
-number of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why
-they come due together).
+The sync drain renews the leases that come due together (``writer._renewal_due(now)``)
+in one call, ``type(writer)._serve_together(writers)``, at most :data:`RENEWALS` at a
+time, which returns when each writer is to be served next (at once for one to be served
+alone, which any thread then does): on Redis one round trip renews them all. One round
+trip each would cost every writer open a share of the drain that grows with the number
+of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why they
+come due together). The async drain serves each writer in a task of its own, renewals
+too, so that no writer waits for another.
 """
 
 from __future__ import annotations
@@ -48,11 +49,6 @@ class Served(Protocol):
 
 class AsyncServed(Protocol):
     async def _serve(self) -> float | None: ...
-
-    def _renewal_due(self, now: float) -> bool: ...
-
-    @staticmethod
-    async def _serve_together(writers: list[Any]) -> list[float | None]: ...
 
 
 _W = TypeVar("_W")
@@ -129,14 +125,20 @@ class Drain:
                 return
             if not self._queue.put(writer, due):
                 return
-            if self._idle == 0 and len(self._threads) < self._most:
-                thread = threading.Thread(
-                    target=self._run, name=f"sessionstore-drain-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(thread)
-                thread.start()
-            else:
+            if not self._spare_thread():
                 self._cond.notify()
+
+    def _spare_thread(self) -> bool:
+        """With the lock held: start a thread when none is idle and the most allowed
+        are not running yet; whether it did."""
+        if self._idle > 0 or len(self._threads) >= self._most:
+            return False
+        thread = threading.Thread(
+            target=self._run, name=f"sessionstore-drain-{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+        return True
 
     def close(self) -> None:
         """Stop the threads (what is still queued is left to the writers' ``flush``)."""
@@ -154,7 +156,10 @@ class Drain:
                 now = time.monotonic()
                 first = self._queue.pop(now)
                 if first is not None:
-                    return self._renewing_with(first, now)
+                    found = self._renewing_with(first, now)
+                    if self._queue:  # this thread may wait on a writer's flush: leave one
+                        self._spare_thread()
+                    return found
                 head = self._queue.head()
                 self._idle += 1
                 try:
@@ -219,36 +224,18 @@ class AsyncDrain:
                 with contextlib.suppress(BaseException):  # cancelled on purpose
                     await task
 
-    async def _serve(self, writers: list[AsyncServed]) -> None:
-        if len(writers) == 1:
-            dues = [await writers[0]._serve()]
-        else:
-            dues = await type(writers[0])._serve_together(writers)
-        for writer, due in zip(writers, dues, strict=True):
-            if due is not None:
-                self.schedule(writer, due)
-
-    def _due(self, now: float) -> list[list[AsyncServed]]:
-        """The writers due at ``now`` (taken out of the queue, moved entries dropped):
-        those whose leases are due for renewal in groups of at most :data:`RENEWALS`,
-        each other one alone."""
-        alone: list[list[AsyncServed]] = []
-        renewing: list[AsyncServed] = []
-        while (writer := self._queue.pop(now)) is not None:
-            if writer._renewal_due(now):
-                renewing.append(writer)
-            else:
-                alone.append([writer])
-        groups = [renewing[at : at + RENEWALS] for at in range(0, len(renewing), RENEWALS)]
-        return [*groups, *alone]
+    async def _serve(self, writer: AsyncServed) -> None:
+        due = await writer._serve()
+        if due is not None:
+            self.schedule(writer, due)
 
     async def _run(self) -> None:
         wake = self._wake
         assert wake is not None
         while not self._closed:
             now = time.monotonic()
-            for writers in self._due(now):
-                task = asyncio.get_running_loop().create_task(self._serve(writers))
+            while (writer := self._queue.pop(now)) is not None:
+                task = asyncio.get_running_loop().create_task(self._serve(writer))
                 self._serving.add(task)
                 task.add_done_callback(self._serving.discard)
             wake.clear()

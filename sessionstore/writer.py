@@ -13,7 +13,6 @@ run the flows it gives them, by :func:`~sessionstore.flows.run` and
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import threading
@@ -23,7 +22,6 @@ from typing import Any, NamedTuple
 
 from . import event_flows
 from .contracts import EventBackend, EventBatch
-from .drive import Steps, drive
 from .errors import (
     EventTimeOrderError,
     InvalidArgumentError,
@@ -110,6 +108,9 @@ class WriterBuffer:
         self.lease_ms = lease_ms
         self.renews = renews
         self.renewed_at = time.monotonic()
+        #: A renewal together with others failed: renew alone next (see
+        #: :meth:`SessionWriter._serve_together`).
+        self.renew_alone = False
         #: The process that opened the writer: the only one it writes for.
         self.owner = os.getpid()
 
@@ -357,8 +358,8 @@ def open_buffer(
 
 
 class Renewals:
-    """The leases a drain renews together (``_serve_together`` of the sync and async
-    writers): of the writers ``held`` (their drain locks taken), those due for renewal
+    """The leases a drain renews together (:meth:`SessionWriter._serve_together`): of
+    the writers ``held`` (their drain locks taken), those due for renewal
     at ``at``; ``requests`` is what ``backend.acquire_leases`` takes, :meth:`note` notes
     its answer."""
 
@@ -375,23 +376,19 @@ class Renewals:
             buffer.renewed(bool(held), self.at)
 
     @staticmethod
-    def together(held: list[Any], alone: list[Any]) -> Steps[set[int]]:
-        """Renew the leases due of the writers ``held`` in one ``acquire_leases`` call
-        (:func:`~sessionstore.drive.drive` or :func:`~sessionstore.drive.adrive` runs it),
-        then give their drain locks back; returns the ids of the writers to be served
-        alone: ``alone``, and every writer held when the call failed (each then renews
-        alone, its failure noted as usual)."""
+    def renew(held: list[Any]) -> bool:
+        """Renew the leases due of the writers ``held`` (their drain locks taken) in one
+        ``acquire_leases`` call and note each answer; False when the call failed
+        (nothing noted: each then renews alone, its failure noted there)."""
+        renewals = Renewals(held, time.monotonic())
+        if not renewals.requests:
+            return True
         try:
-            renewals = Renewals(held, time.monotonic())
-            if renewals.requests:
-                asked = functools.partial(renewals.backend.acquire_leases, renewals.requests)
-                renewals.note((yield asked))
+            taken = renewals.backend.acquire_leases(renewals.requests)
         except Exception:  # noqa: BLE001 - each renews alone, its failure noted there
-            alone = [*alone, *held]
-        finally:
-            for writer in held:
-                writer._drain_lock.release()
-        return {id(writer) for writer in alone}
+            return False
+        renewals.note(taken)
+        return True
 
     @staticmethod
     def mine(writer: Any) -> bool:
@@ -414,12 +411,6 @@ class WriterShell:
         due = buffer.next_due()
         if due is not None:
             context.drain.schedule(self, due)
-
-    def _renewal_due(self, now: float) -> bool:
-        """Whether the writer's lease is due for renewal, on a backend that renews several
-        leases in one call (``acquire_leases``): the drain then renews it together with
-        the others due (``_serve_together`` of the sync and async writers)."""
-        return self._buffer.renewal_due(now) and hasattr(self._context.backend, "acquire_leases")
 
     @property
     def session_id(self) -> str:
@@ -507,26 +498,53 @@ class SessionWriter(WriterShell):
             return None
         with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
             self._write(None)
+        buffer.renew_alone = False
         return buffer.next_due()
+
+    def _renewal_due(self, now: float) -> bool:
+        """Whether the drain may renew this writer's lease together with others' (see
+        :meth:`_serve_together`): it is due, the backend renews several leases in one
+        call (``acquire_leases``), the writer's drain lock is free (a flush under way is
+        waited for by the drain alone, as :meth:`_serve` does) and its last renewal
+        together did not fail."""
+        buffer = self._buffer
+        return (
+            buffer.renewal_due(now)
+            and not buffer.renew_alone
+            and not self._drain_lock.locked()
+            and hasattr(self._context.backend, "acquire_leases")
+        )
 
     @staticmethod
     def _serve_together(writers: list[SessionWriter]) -> list[float | None]:
         """Run by the drain for writers whose leases are due together: one
-        ``acquire_leases`` call renews them all, each under its drain lock; returns when
-        each is to be served next (at once for one with events to append, so that any
-        drain thread appends them). A writer whose lock is busy (a flush running) is
-        served as by the drain alone (:meth:`_serve`); so is every writer when the call
-        fails: each renews alone there, its failure noted as usual."""
+        ``acquire_leases`` call renews them all, each under its drain lock taken without
+        waiting; returns when each is to be served next. A writer whose lock turned out
+        busy, every writer when the call failed, and one with events to append are due
+        at once: the drain then serves each alone (:meth:`_serve`, on any of its
+        threads), so no writer waits here for another's flush."""
+        now = time.monotonic()
         held: list[SessionWriter] = []
-        alone: list[SessionWriter] = []
         for writer in writers:
-            mine = Renewals.mine(writer)
-            (held if mine and writer._drain_lock.acquire(blocking=False) else alone).append(writer)
-        served = drive(Renewals.together(held, alone))
-        return [
-            writer._serve() if id(writer) in served else Renewals.next_due(writer)
-            for writer in writers
-        ]
+            if Renewals.mine(writer) and writer._drain_lock.acquire(blocking=False):
+                held.append(writer)
+        try:
+            if not Renewals.renew(held):
+                for writer in held:
+                    writer._buffer.renew_alone = True
+        finally:
+            for writer in held:
+                writer._drain_lock.release()
+        taken = set(map(id, held))
+        dues: list[float | None] = []
+        for writer in writers:
+            if not Renewals.mine(writer):
+                dues.append(None)  # a forked child's copy: the parent serves it
+            elif id(writer) not in taken or writer._buffer.renew_alone:
+                dues.append(now)
+            else:
+                dues.append(Renewals.next_due(writer))
+        return dues
 
     def _write(self, target: int | None) -> None:
         with self._drain_lock:

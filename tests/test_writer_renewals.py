@@ -87,13 +87,8 @@ class AsyncFake(Fake):
     async def _serve(self) -> float | None:  # type: ignore[override]
         return Fake._serve(self)
 
-    @staticmethod
-    async def _serve_together(writers: list[Fake]) -> list[float | None]:  # type: ignore[override]
-        Fake.batches.append(list(writers))
-        return [Fake._serve(writer) for writer in writers]
 
-
-def test_the_async_drain_queues_a_writer_once_and_renews_leases_due_together():
+def test_the_async_drain_queues_a_writer_once_and_serves_each_in_a_task_of_its_own():
     async def scenario() -> None:
         Fake.batches = []
         drain = AsyncDrain()
@@ -111,9 +106,9 @@ def test_the_async_drain_queues_a_writer_once_and_renews_leases_due_together():
         while not all(w.done.is_set() for w in [*renewing, appending, once]):
             assert time.monotonic() < deadline, "not every writer was served"
             await asyncio.sleep(0.01)
-        assert [len(batch) for batch in Fake.batches] == [30]
+        assert Fake.batches == [], "the async drain serves every writer alone"
         assert [w.served for w in [*renewing, appending, once]] == [1] * 32
-        assert drain._due(later + 3600) == [], "the entry it moved from is dropped"
+        assert drain._queue.pop(later + 3600) is None, "the entry it moved from is dropped"
         await drain.close()
 
     asyncio.run(scenario())
@@ -200,17 +195,12 @@ def test_a_lease_taken_over_is_found_by_a_renewal_together(redis_server, namespa
     admin.close()
 
 
-def test_async_redis_writers_keep_their_leases_renewed_together(redis_server, namespace):
+def test_async_redis_writers_keep_their_leases(redis_server, namespace):
     async def scenario(other: Any) -> None:
         async with aio.connect(redis_server.url, namespace) as store:
-            sizes = _spy_async(store.events._backend)
             writers = [
                 await store.events.writer(SessionHeader(id=f"a{n}"), lease=LEASE) for n in range(30)
             ]
-            deadline = time.monotonic() + PATIENCE
-            while not any(size > 1 for size in sizes):
-                assert time.monotonic() < deadline, "no leases renewed together"
-                await asyncio.sleep(0.02)
             await asyncio.sleep(LEASE * 2)  # every lease would have expired but for renewals
             for n in range(30):
                 with pytest.raises(SessionBusyError):
@@ -229,17 +219,50 @@ def test_async_redis_writers_keep_their_leases_renewed_together(redis_server, na
         asyncio.run(scenario(other))
 
 
-def _spy_async(backend: Any) -> list[int]:
-    """:func:`_spy` of an async backend."""
-    sizes: list[int] = []
-    renew = backend.acquire_leases
+def test_a_writer_busy_flushing_holds_no_other_writer_s_renewal_up(redis_server, namespace):
+    """A writer whose drain lock is held (a long flush) is left to be served alone: the
+    leases due with it are renewed meanwhile."""
+    with (
+        sessionstore.connect(redis_server.url, namespace) as store,
+        sessionstore.connect(redis_server.url, namespace) as other,
+    ):
+        sizes = _spy(store.events._backend)
+        writers = _writers(store, 20, "b")
+        busy = writers[0]._drain_lock
+        busy.acquire()
+        try:
+            _wait_for(lambda: any(size > 1 for size in sizes), "no leases renewed together")
+            time.sleep(LEASE * 2)  # every lease would have expired but for its renewals
+            for n in range(1, 20):
+                with pytest.raises(SessionBusyError):
+                    other.events.writer(SessionHeader(id=f"b{n}"), lease=LEASE)
+        finally:
+            busy.release()
+        for writer in writers[1:]:
+            writer.close()
 
-    async def spied(leases: list[tuple[str, str, int]]) -> list[bool]:
-        sizes.append(len(leases))
-        return await renew(leases)
 
-    backend.acquire_leases = spied
-    return sizes
+def test_when_renewing_together_fails_each_writer_renews_alone(redis_server, namespace):
+    with (
+        sessionstore.connect(redis_server.url, namespace) as store,
+        sessionstore.connect(redis_server.url, namespace) as other,
+    ):
+        calls: list[int] = []
+
+        def failing(leases: list[tuple[str, str, int]]) -> list[bool]:
+            calls.append(len(leases))
+            raise ConnectionError("the renewal together is lost")
+
+        store.events._backend.acquire_leases = failing
+        writers = _writers(store, 20, "x")
+        _wait_for(lambda: len(calls) > 1, "no renewal together was tried")
+        time.sleep(LEASE * 2)  # every lease would have expired but for its renewals
+        for n in range(20):
+            with pytest.raises(SessionBusyError):
+                other.events.writer(SessionHeader(id=f"x{n}"), lease=LEASE)
+        assert not any(writer._buffer.fenced for writer in writers)
+        for writer in writers:
+            writer.close()
 
 
 def test_renewing_leases_together_loads_the_library_when_the_server_lacks_it():
