@@ -293,8 +293,9 @@ def stored_events(
 ) -> list[SessionEvent] | None:
     """Events ``skip`` to ``stop`` of a JSON array of ``count`` stored event objects
     whose seqs are ``first``, ``first + 1``, ...: parsed and checked in one pass by
-    msgspec (:class:`_StoredEvent`), then built without pydantic; equal to what
-    :func:`events_from_json` gives. None for anything else (not JSON, not ``count``
+    msgspec (:class:`_StoredEvent`), then built without pydantic; equal to what the full
+    validation (``orjson.loads``, then :func:`events_from_records`) gives. None for
+    anything else (not JSON, not ``count``
     objects, a missing, extra or mistyped field, a seq out of place, data that is not
     an object, text msgspec would not decode as orjson does: see
     :func:`decodes_alike`): the caller then has the full validation name the damage."""
