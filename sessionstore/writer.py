@@ -524,9 +524,14 @@ class SessionWriter(WriterShell):
         at once: the drain then serves each alone (:meth:`_serve`, on any of its
         threads), so no writer waits here for another's flush."""
         now = time.monotonic()
+        backend = writers[0]._context.backend  # a store's writers share it (and its drain)
         held: list[SessionWriter] = []
         for writer in writers:
-            if Renewals.mine(writer) and writer._drain_lock.acquire(blocking=False):
+            if (
+                Renewals.mine(writer)
+                and writer._context.backend is backend
+                and writer._drain_lock.acquire(blocking=False)
+            ):
                 held.append(writer)
         try:
             if not Renewals.renew(held):
