@@ -65,12 +65,12 @@ application with a large heap that loads long logs gains the same by calling
 LANDED = """\
 Landed since the first measurements (each row's entry below describes what remains):
 stored events parsed and checked in one msgspec pass into the event's exact shape (Redis
-load 10k 0.64 -> 0.78, 100k 0.71 -> 0.87); the OpenAI Agents adapter reads records whose
-data values stay JSON text (get_items through a new session object 0.40 -> 1.42, the same
-object again 0.92 -> 6.5); a single script call sent alone instead of in a pipeline of
-one; open writers renew their leases due together in one round trip (Redis, 10k open
-writers against 1k: 1.95 -> 0.98 per writer); the lossless-JSON check of a batch parses
-only the data;
+load 10k 0.64 -> 0.73-0.78, 100k 0.71 -> 0.83-0.87 in three full runs); the OpenAI Agents
+adapter reads records whose data values stay JSON text (get_items through a new session
+object 0.40 -> 1.40-1.48, the same object again 0.92 -> 6.1-6.5); a single script call
+sent alone instead of in a pipeline of one; open writers renew their leases due together
+in one round trip (Redis, 10k open writers against 1k: 1.95 -> 0.98-1.28 per writer); the
+lossless-JSON check of a batch parses only the data;
 one event type through the stack (`SessionEvent`, with the canonical JSON of each event
 beside it in the batch a backend receives; no private pydantic attribute is written), each
 stored event parsed once on every backend; the Redis stream holds one entry per append (at
@@ -257,7 +257,7 @@ drain renews up to 500 of them in one pipeline of `lease_acquire.lua` calls (a w
 busy flushing, or all of them when that call fails, is served alone). Each renewing
 in a round trip of its own made the total grow with the square of the writers open: a
 10k run outlasts the renewal interval where a 1k run does not, and 14-25k extra calls
-cost 254-295 us of drain CPU per writer (1.95x per writer at 10k, now about 1x; the
+cost 254-295 us of drain CPU per writer (1.95x per writer at 10k, now 0.98-1.28x; the
 run with leases too long to renew was 0.95-1.07x either way). What still grows is the
 collector's few full passes over a larger heap and the renewals that fall due within
 the longer run (31 us of CPU per writer).""",
