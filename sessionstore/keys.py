@@ -41,7 +41,8 @@ key                                                     type    fields / members
                                                                  data id``)
 ``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's token  lease_*.lua     the writer's lease
                                                                                                                        (10 s), renewed
-                                                                                                                       every third of it
+                                                                                                                       between 3/10 and
+                                                                                                                       1/3 of it
 ``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         ZADD before the  none
                                                                  score = writer's clock (ms) at its   creating append;
                                                                  latest creating append               index_forget.lua

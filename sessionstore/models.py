@@ -272,14 +272,20 @@ def built_events(records: list[Any], first: int) -> list[SessionEvent] | None:
     return list(map(_build, seqs, kinds, times, datas, ids))
 
 
+#: A stored seq and time, as msgspec checks them while it parses (the ranges of
+#: :class:`SessionEvent`'s fields).
+StoredSeq = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+StoredTime = Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
+
+
 class _StoredEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The exact shape of a stored event object, checked by msgspec while it parses:
     the fields and strictness of :class:`SessionEvent` (no bool for an int, no float
     for an int, 64-bit ranges, no other field) and a ``data`` object."""
 
-    seq: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    seq: StoredSeq
     type: str
-    time: Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
+    time: StoredTime
     data: dict[str, Any]
     id: str | None = None
 

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import orjson
 
-from .models import INT64_MAX, SessionEvent, decoded_in_place, holds_stored_events
+from .models import (
+    SessionEvent,
+    StoredSeq,
+    StoredTime,
+    decoded_in_place,
+    holds_stored_events,
+)
 
 
 class StoredRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -27,9 +33,9 @@ class StoredRecord(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     tracked by the garbage collector: a record must not be put inside its own ``data``
     (a cycle no collection would free)."""
 
-    seq: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    seq: StoredSeq
     type: str
-    time: Annotated[int, msgspec.Meta(ge=-INT64_MAX, le=INT64_MAX)]
+    time: StoredTime
     data: dict[str, msgspec.Raw]
     id: str | None = None
 

@@ -390,16 +390,6 @@ class Renewals:
         renewals.note(taken)
         return True
 
-    @staticmethod
-    def mine(writer: Any) -> bool:
-        """Whether ``writer`` belongs to this process (see :meth:`WriterBuffer.check_owner`)."""
-        return os.getpid() == writer._buffer.owner
-
-    @staticmethod
-    def next_due(writer: Any) -> float | None:
-        """When ``writer`` wants the drain next (see :meth:`WriterBuffer.next_due`)."""
-        return writer._buffer.next_due()
-
 
 class WriterShell:
     """What the sync and async writers share: their buffer, their log's drain, which
@@ -523,12 +513,12 @@ class SessionWriter(WriterShell):
         busy, every writer when the call failed, and one with events to append are due
         at once: the drain then serves each alone (:meth:`_serve`, on any of its
         threads), so no writer waits here for another's flush."""
-        now = time.monotonic()
+        now, pid = time.monotonic(), os.getpid()
         backend = writers[0]._context.backend  # a store's writers share it (and its drain)
         held: list[SessionWriter] = []
         for writer in writers:
             if (
-                Renewals.mine(writer)
+                writer._buffer.owner == pid
                 and writer._context.backend is backend
                 and writer._drain_lock.acquire(blocking=False)
             ):
@@ -543,12 +533,12 @@ class SessionWriter(WriterShell):
         taken = set(map(id, held))
         dues: list[float | None] = []
         for writer in writers:
-            if not Renewals.mine(writer):
+            if writer._buffer.owner != pid:
                 dues.append(None)  # a forked child's copy: the parent serves it
             elif id(writer) not in taken or writer._buffer.renew_alone:
                 dues.append(now)
             else:
-                dues.append(Renewals.next_due(writer))
+                dues.append(writer._buffer.next_due())
         return dues
 
     def _write(self, target: int | None) -> None:

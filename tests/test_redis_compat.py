@@ -220,12 +220,6 @@ def test_a_sentinel_pool_mixed_into_a_blocking_pool_waits_and_asks_for_the_prima
     assert asked == [1, 2]
 
 
-def _redis_before(major: int, minor: int) -> bool:
-    """Whether the installed redis-py is older than ``major.minor``."""
-    found = tuple(int(part) for part in redis.__version__.split(".")[:2])
-    return found < (major, minor)
-
-
 class _CountingPool(redis.BlockingConnectionPool):
     releases: collections.Counter[int]
 
@@ -283,7 +277,9 @@ def test_an_ask_to_an_unknown_node_fails_inside_redis_py_and_releases_twice(
     finally:
         client.close()
     assert compat.driver_defect(caught.value)
-    assert max(_CountingPool.releases.values()) == (2 if _redis_before(8, 2) else 1)
+    assert max(_CountingPool.releases.values()) == (
+        2 if compat._version_tuple(redis.__version__) < (8, 2) else 1
+    )
     assert not compat.driver_defect(AttributeError("elsewhere", obj=None))
 
     survivor = compat.ClusterClient.from_url(

@@ -43,7 +43,7 @@ from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
 from ..models import SessionHeader, SessionInfo
-from . import library, scripts
+from . import scripts
 from .boundary import ErrorBoundary
 from .durability import (
     CONFIG_PATTERN,
@@ -333,11 +333,9 @@ class LogOps:
             for session_id, owner, ttl_ms in leases:
                 found.append((yield from self.acquire_lease(client, session_id, owner, ttl_ms)))
             return found
-        renew = library.script("lease_acquire")
-        evalsha = scripts.uses_evalsha(client)
-        call: list[scripts.Arg] = ["EVALSHA", renew.sha] if evalsha else ["FCALL", renew.function]
         commands: list[scripts.Command] = [
-            [*call, 1, self._lease(sid), owner, ttl] for sid, owner, ttl in leases
+            scripts.call_command(client, "lease_acquire", [self._lease(sid)], [owner, ttl])
+            for sid, owner, ttl in leases
         ]
         with self._guard("lease_acquire.lua", self._lease(leases[0][0])):
             replies = yield functools.partial(scripts.client_batch(client), commands)

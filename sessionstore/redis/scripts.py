@@ -83,6 +83,13 @@ def uses_evalsha(client: Any) -> bool:
     return client in _EVALSHA_CLIENTS
 
 
+def call_command(client: Any, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
+    """The command calling script ``name`` on ``client`` as :func:`run_steps` first sends
+    it (its function, or by ``EVALSHA`` on a server without Functions), for a caller
+    that batches several calls itself."""
+    return _call(script(name), keys, args, uses_evalsha(client))
+
+
 def _call(found: Script, keys: Sequence[str], args: Sequence[Arg], evalsha: bool) -> list[Arg]:
     if evalsha:
         return ["EVALSHA", found.sha, len(keys), *keys, *args]
