@@ -210,8 +210,9 @@ class EventLog(EventLogBase[EventBackend]):
     def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
-        replay and writes nothing; anything else raises ``SeqConflictError``. Times must
-        not go backwards within the batch (``EventTimeOrderError``, nothing written)."""
+        replay and writes nothing; anything else raises ``SeqConflictError``. Each event
+        keeps the ``time`` it carries, in any order (only a writer's ``emit`` refuses a
+        time before the event before it)."""
         flow = event_flows.append(self._pending, self._lifecycle, session_id, events)
         return run(flow, self._backend)
 
