@@ -191,7 +191,8 @@ def update(
     ttl_ms = state.ttl_ms
     # A plain handle starts from the record it saw last, if any: a refused swap returns
     # the record found, so a stale guess costs no extra round trip and is no lost race.
-    found = state.remembered() if state.remembers() else (yield _read(state, ms))
+    recalled = state.recall()
+    found = recalled[0] if recalled is not None else (yield _read(state, ms))
     lost = 0
     at_once = False
     while True:
