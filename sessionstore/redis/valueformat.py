@@ -19,6 +19,7 @@ from ..contracts import Refused, Stored
 from ..errors import CorruptDataError
 from ..keys import ValueKey
 from .index import Listing, Queue
+from .stored_numbers import stored_int
 from .writerslots import Mark
 
 log = logging.getLogger("sessionstore")
@@ -48,12 +49,12 @@ def history_set_keys(key: ValueKey) -> list[str]:
 def parse_when(name: str, raw: Any) -> int:
     """The when (epoch ms) stored as ``raw`` in ``name``: a 64-bit integer, else
     :class:`CorruptDataError` naming the key."""
-    try:
-        when = int(raw)
-    except (TypeError, ValueError):
-        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}") from None
-    if not -(2**63) <= when < 2**63:
-        raise CorruptDataError(name, f"it holds a when out of range {raw!r:.40}")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        when: int | None = raw if -(2**63) <= raw < 2**63 else None
+    else:
+        when = stored_int(raw)
+    if when is None:
+        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}")
     return when
 
 
