@@ -24,6 +24,15 @@ def acl(
         ),
     ] = None,
     namespace: Namespace = "default",
+    upgrade: Annotated[
+        bool,
+        typer.Option(
+            "--upgrade",
+            help="Print only the line that adds this version's functions to the existing "
+            "user, changing nothing else: run it before a rolling upgrade's new clients "
+            "start, and the full line once no older client is left.",
+        ),
+    ] = False,
     json: Json = False,
 ) -> None:
     """Print the redis-cli line that creates a user confined to the namespace's keys and
@@ -31,8 +40,15 @@ def acl(
     generated password (stderr says so: keep it, it is shown only this once). --json: one
     object {"user", "namespace", "command", "generated_password"}."""
     # Imported here: importing the CLI (as every demo worker process does) loads no Redis driver.
-    from ..redis.acl import setuser_line
+    from ..redis.acl import grant_functions_line, setuser_line
 
+    if upgrade:
+        line = grant_functions_line(user)
+        if json:
+            emit_json({"user": user, "namespace": namespace, "command": line})
+        else:
+            console.print(plain(line), soft_wrap=True)
+        return
     generated = password is None
     if password is None:
         password = secrets.token_urlsafe(PASSWORD_BYTES)
