@@ -157,7 +157,6 @@ def test_a_copy_reaching_the_server_after_its_record_is_gone_is_applied(
         while clock.exists(seq) and time.monotonic() < limit:
             time.sleep(0.02)
         assert not clock.exists(seq), "the seq hash outlived twice every window"
-        assert server_ms(clock) > acknowledged + window
 
     final, seen, returned, reply = run_held(server, monkeypatch, PAST_SCALE, history, op, past)
     applied_again = {"set_data": "late", "update": 1, "delete": None}[op]
