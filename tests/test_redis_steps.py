@@ -15,12 +15,15 @@ wiring; these reach every edge in microseconds.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import (
     AskError,
@@ -36,7 +39,7 @@ from test_flows import ANY, Matches
 
 from sessionstore import keys
 from sessionstore.contracts import Refused, Stored
-from sessionstore.drive import Pause, drive
+from sessionstore.drive import Pause, adrive, drive
 from sessionstore.errors import (
     LibraryMissingError,
     NotReplicatedError,
@@ -148,10 +151,11 @@ def shown(step: Any) -> str:
     return repr(step)
 
 
-def play(steps: Generator[Any, Any, Any], script_: list[Expect]) -> Any:
-    """Drive ``steps`` through ``script_`` (see the module doc) with the one driver of
-    every operation, each step answered as scripted; returns what the operation
-    returned, or raises what it raised, once the whole script was played."""
+def play(steps: Generator[Any, Any, Any], script_: list[Expect], asynchronous: bool = False) -> Any:
+    """Drive ``steps`` through ``script_`` (see the module doc) with the drivers of every
+    operation (:func:`~sessionstore.drive.drive`, or ``adrive`` on an event loop), each
+    step answered as scripted; returns what the operation returned, or raises what it
+    raised, once the whole script was played."""
     played: list[Expect] = []
 
     def answer(step: Any) -> Callable[[], Any]:
@@ -165,10 +169,13 @@ def play(steps: Generator[Any, Any, Any], script_: list[Expect]) -> Any:
                 raise expected.error
             return expected.reply
 
-        return outcome
+        async def awaited() -> Any:
+            return outcome()
+
+        return awaited if asynchronous else outcome
 
     try:
-        result = drive(steps, answer)
+        result = asyncio.run(adrive(steps, answer)) if asynchronous else drive(steps, answer)
     except AssertionError:
         raise
     except BaseException:
@@ -178,18 +185,25 @@ def play(steps: Generator[Any, Any, Any], script_: list[Expect]) -> Any:
     return result
 
 
+#: The tests that run on both drivers.
+DRIVERS = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+
+
 # The clients ------------------------------------------------------------------------------
 
 
-def plain_client() -> redis.Redis:
-    """A redis-py client of a server that does not exist: never used, so never connects."""
-    return redis.Redis(port=1)
+def plain_client(asynchronous: bool = False) -> Any:
+    """A redis-py client (``redis.asyncio`` with ``asynchronous``) of a server that does
+    not exist: never used, so never connects."""
+    return redis.asyncio.Redis(port=1) if asynchronous else redis.Redis(port=1)
 
 
 class FakeNodes:
     """What the scripts use of a cluster client's ``nodes_manager``."""
 
-    def __init__(self, cluster: FakeCluster) -> None:
+    default_node = None
+
+    def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
 
     def initialize(self) -> None:
@@ -201,20 +215,21 @@ class FakeNodes:
             self.cluster.made[(node.host, node.port)] = node.redis_connection
 
 
-class FakeCluster(redis.cluster.RedisCluster):
-    """A ``RedisCluster`` (as :func:`~sessionstore.redis.pools.is_cluster` asks) that
-    knows ``nodes`` and serves every key from ``owner``; built without I/O."""
+class _Cluster:
+    """What the scripts use of a cluster client: a client that knows ``nodes`` and
+    serves every key from ``owner``, built without I/O."""
 
     def __init__(self, nodes: list[tuple[str, int]], owner: tuple[str, int]) -> None:
-        self.known = {
-            address: redis.cluster.ClusterNode(*address, redis.cluster.PRIMARY) for address in nodes
-        }
-        for node in self.known.values():
-            node.redis_connection = plain_client()
+        self.known = {address: self.new_node(address) for address in nodes}
         self.owner = owner
-        self.nodes_manager = FakeNodes(self)  # type: ignore[assignment]
+        self.nodes_manager = FakeNodes(self)
         #: The connections of its own a step made for a node the map lacks.
         self.made: dict[tuple[str, int], Any] = {}
+
+    def new_node(self, address: tuple[str, int]) -> Any:
+        node = redis.cluster.ClusterNode(*address, redis.cluster.PRIMARY)
+        node.redis_connection = plain_client()
+        return node
 
     def get_node_from_key(self, key: Any, replica: bool = False) -> Any:
         return self.known[self.owner]
@@ -227,6 +242,23 @@ class FakeCluster(redis.cluster.RedisCluster):
 
     def close(self) -> None:
         return None
+
+
+class FakeCluster(_Cluster, redis.cluster.RedisCluster):  # type: ignore[misc]
+    """A sync ``RedisCluster`` (as :func:`~sessionstore.redis.pools.is_cluster` asks)."""
+
+
+class FakeAsyncCluster(_Cluster, redis.asyncio.cluster.RedisCluster):  # type: ignore[misc]
+    """A ``redis.asyncio`` ``RedisCluster``: its nodes are sent batches directly."""
+
+    def new_node(self, address: tuple[str, int]) -> Any:
+        return redis.asyncio.cluster.ClusterNode(*address, redis.cluster.PRIMARY)
+
+
+def fake_cluster(
+    nodes: list[tuple[str, int]], owner: tuple[str, int], asynchronous: bool = False
+) -> Any:
+    return (FakeAsyncCluster if asynchronous else FakeCluster)(nodes, owner)
 
 
 # What the calls look like -----------------------------------------------------------------
@@ -297,8 +329,9 @@ def test_a_script_is_called_as_its_function_read_only_ones_with_fcall_ro():
     [library().name.encode(), ResponseError("Library 'x' already exists")],
     ids=["loaded", "loaded-meanwhile"],
 )
-def test_a_missing_library_is_loaded_there_and_the_call_sent_once_more(loaded):
-    client = plain_client()
+@DRIVERS
+def test_a_missing_library_is_loaded_there_and_the_call_sent_once_more(loaded, asynchronous):
+    client = plain_client(asynchronous)
     call = fcall("history_get", keys.history_keys(KEY), history_args())
     steps = scripts.run_steps(client, "history_get", keys.history_keys(KEY), history_args())
     reply = play(
@@ -308,6 +341,7 @@ def test_a_missing_library_is_loaded_there_and_the_call_sent_once_more(loaded):
             send(FUNCTION_LOAD, reply=[loaded]),
             send(call, reply=[b"OK"]),
         ],
+        asynchronous,
     )
     assert reply == b"OK"
 
@@ -420,12 +454,15 @@ def test_a_refused_swap_decodes_the_record_the_script_found():
 # One writer slot and number per call, on every send of it ------------------------------
 
 
-def test_every_send_of_one_write_carries_its_slot_and_number_and_the_next_call_counts_up():
+@DRIVERS
+def test_every_send_of_one_write_carries_its_slot_and_number_and_the_next_call_counts_up(
+    asynchronous,
+):
     """A lost reply on a cluster node (the connection dropped after the send): a pause,
     a refresh of the slot map, then the same call again, token included; a library
     missing there: loaded, then the same call again. The call's outcome is known, so its
     slot serves the next call, numbered one up."""
-    cluster = FakeCluster([NODE_A], NODE_A)
+    cluster = fake_cluster([NODE_A], NODE_A, asynchronous)
     mine = ops()
     slot = a_slot()
     call = swap_call(slot, 1)
@@ -441,11 +478,13 @@ def test_every_send_of_one_write_carries_its_slot_and_number_and_the_next_call_c
             send(FUNCTION_LOAD, where=where, reply=[b"loaded"]),
             send(call, where=where, reply=[b"OK"]),
         ],
+        asynchronous,
     )
     assert len(set(slot.seen)) == 1
     play(
         mine.write(cluster, KEY, b"\x02", WHEN, None),
         [send(swap_call(slot.seen[0], 2, b"\x02"), where=where, reply=[b"OK"])],
+        asynchronous,
     )
 
 
@@ -484,7 +523,7 @@ def test_a_delete_carries_its_token_and_answers_what_the_script_found():
 
 
 def test_moved_sends_the_call_to_the_named_node_and_the_slot_map_learns_it():
-    cluster = FakeCluster([NODE_A, NODE_B], NODE_A)
+    cluster = fake_cluster([NODE_A, NODE_B], NODE_A)
     call = fcall("history_get", keys.history_keys(KEY), history_args())
     steps = scripts.run_steps(cluster, "history_get", keys.history_keys(KEY), history_args())
     reply = play(
@@ -502,7 +541,7 @@ def test_ask_to_a_node_the_map_lacks_uses_a_connection_of_its_own_closed_after()
     """An ``ASK`` to a primary just added: a connection of its own, ``ASKING`` first, the
     connection closed after the call (and after a failed one too); the slot map does not
     learn an ``ASK``."""
-    cluster = FakeCluster([NODE_A], NODE_A)
+    cluster = fake_cluster([NODE_A], NODE_A)
     call = fcall("history_get", keys.history_keys(KEY), history_args())
     steps = scripts.run_steps(cluster, "history_get", keys.history_keys(KEY), history_args())
     moving = on_node(NEW_NODE)
@@ -533,7 +572,7 @@ def test_tryagain_pauses_refreshes_and_resends_until_the_retries_run_out():
     time a back-off, a refresh of the slot map (one that fails is left to the next
     attempt) and the same call again; after ``RETRIES`` resends the last error is
     raised, and the boundary says the call may or may not have been applied."""
-    cluster = FakeCluster([NODE_A], NODE_A)
+    cluster = fake_cluster([NODE_A], NODE_A)
     call = fcall("history_get", keys.history_keys(KEY), history_args())
     where = on_node(NODE_A)
     busy = TryAgainError("Multiple keys request during rehashing of slot")
@@ -557,27 +596,31 @@ def test_tryagain_pauses_refreshes_and_resends_until_the_retries_run_out():
 # WAIT for replicas:N ---------------------------------------------------------------------
 
 
-def test_replicas_n_waits_in_the_same_batch_and_too_few_acks_raise_applied():
+@DRIVERS
+def test_replicas_n_waits_in_the_same_batch_and_too_few_acks_raise_applied(asynchronous):
     """``WAIT N`` follows the script on its connection. Fewer acknowledgements raise
     ``NotReplicatedError`` (applied on the primary: the outcome is known, so the slot
     serves the next call); N of them, none."""
     mine = ops(replicas=2)
     slot = a_slot()
     wait = ["WAIT", 2, ANY]
+    client = plain_client(asynchronous)
     with pytest.raises(NotReplicatedError, match="only 1 of 2 replica"):
         play(
-            mine.write(plain_client(), KEY, b"\x01", WHEN, None),
+            mine.write(client, KEY, b"\x01", WHEN, None),
             [send(INDEX_ENTRY, swap_call(slot, 1), wait, reply=[1, b"OK", 1])],
+            asynchronous,
         )
     assert [entry[0] for entry in mine._slots.free] == [slot.seen[0]]
     play(
-        mine.write(plain_client(), KEY, b"\x01", WHEN, None),
+        mine.write(client, KEY, b"\x01", WHEN, None),
         [send(INDEX_ENTRY, swap_call(slot.seen[0], 2), wait, reply=[1, b"OK", 2])],
+        asynchronous,
     )
 
 
 def test_on_a_cluster_the_index_entry_waits_on_its_node_before_the_data_is_written():
-    cluster = FakeCluster([NODE_A], NODE_A)
+    cluster = fake_cluster([NODE_A], NODE_A)
     where = on_node(NODE_A)
     wait = ["WAIT", 1, ANY]
     mine = ops(replicas=1)
