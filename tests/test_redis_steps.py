@@ -38,14 +38,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from test_flows import ANY, Matches
 
 from sessionstore import keys
-from sessionstore.contracts import Refused, Stored
+from sessionstore.contracts import EventBatch, Refused, Stored
 from sessionstore.drive import Pause, adrive, drive
 from sessionstore.errors import (
     LibraryMissingError,
     NotReplicatedError,
     StoreUnavailableError,
 )
+from sessionstore.eventlog import event_text
 from sessionstore.keys import ValueKey
+from sessionstore.models import SessionEvent
 from sessionstore.redis import failover, scripts
 from sessionstore.redis.boundary import ErrorBoundary, demoted
 from sessionstore.redis.compat import learn_moved_slot
@@ -58,6 +60,7 @@ from sessionstore.redis.durability import (
 )
 from sessionstore.redis.failover import FailoverWatch
 from sessionstore.redis.library import library, script
+from sessionstore.redis.logops import LogOps
 from sessionstore.redis.retry import RETRIES, retry_delay
 from sessionstore.redis.values import ValueOps
 
@@ -656,6 +659,39 @@ def test_a_wait_refused_or_ended_by_a_failover_is_maybe_applied():
                     )
                 ],
             )
+
+
+def appended(replicas: int, reply: list[Any]) -> Expect:
+    """The ``log_append.lua`` call of session ``s-1`` then its ``WAIT replicas``."""
+
+    def check(step: Any) -> bool:
+        commands = [list(command) for command in step.commands]
+        return (
+            isinstance(step, scripts.Send)
+            and len(commands) == 2
+            and commands[0][:2] == ["FCALL", script("log_append").function]
+            and commands[1][:2] == ["WAIT", replicas]
+        )
+
+    return Expect(f"log_append then WAIT {replicas}", check, reply)
+
+
+@pytest.mark.parametrize("code", [b"OK", b"REPLAY"])
+def test_an_append_waits_for_its_replicas_an_applied_replay_too(code):
+    """``replicas:N``: an append (or its applied replay, sent again after an error) is
+    followed by ``WAIT N``; too few acknowledgements raise ``NotReplicatedError`` naming
+    the batch, which is applied; enough return the next seq."""
+    durability = DurabilityChoice(Durability(REPLICAS, 1), sentinel=False)
+    log = LogOps("ns", ErrorBoundary(URL, 0.5), durability)
+    event = SessionEvent(seq=0, type="note", time=WHEN, data={})
+    batch = EventBatch([event], [event_text(event)])
+    with pytest.raises(NotReplicatedError, match="ending before seq 1 is applied .* only 0 of 1"):
+        play(
+            log.append(plain_client(), "s-1", batch, None, None, None),
+            [appended(1, [[code, 1], 0])],
+        )
+    steps = log.append(plain_client(), "s-1", batch, None, None, None)
+    assert play(steps, [appended(1, [[code, 1], 1])]) == 1
 
 
 def test_an_append_s_acks_name_the_primary_that_waited():
