@@ -122,6 +122,27 @@ _SLOT_MOVING = (RedisConnectionError, RedisTimeoutError, AskError, ClusterDownEr
 Batch = Callable[[Sequence[Command]], Any]
 
 
+class Send:
+    """The step of an operation that sends ``commands`` on one connection, in order, to
+    the server ``where`` names (as errors name it): calling it sends them by ``batch``
+    and returns their replies, an error reply in its place (an awaitable of them on a
+    ``redis.asyncio`` client). What a test of the steps reads, and answers with scripted
+    replies."""
+
+    __slots__ = ("batch", "commands", "where")
+
+    def __init__(self, batch: Batch, commands: Sequence[Command], where: str) -> None:
+        self.batch = batch
+        self.commands = commands
+        self.where = where
+
+    def __call__(self) -> Any:
+        return self.batch(self.commands)
+
+    def __repr__(self) -> str:
+        return f"Send({self.where}: {[command[0] for command in self.commands]})"
+
+
 def client_batch(client: Any) -> Batch:
     """A :data:`Batch` on a single server's client (sync or async): one pipeline, or for
     a single command the command alone (a pipeline of one costs a call more client time
@@ -206,17 +227,17 @@ def _pipeline_steps(
     evalsha = uses_evalsha(client)
     head: list[Command] = [] if first is None else [first]
     at = len(head)
-    replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
+    replies = yield Send(send, [*head, _call(found, keys, args, evalsha), *then], where)
     if not evalsha and unknown_command(replies[at]):
         _EVALSHA_CLIENTS.add(client)
         evalsha = True
-        replies = yield functools.partial(send, [*head, _call(found, keys, args, True), *then])
+        replies = yield Send(send, [*head, _call(found, keys, args, True), *then], where)
     if _missing(replies[at]):
         load: Command = (
             ["SCRIPT", "LOAD", found.source] if evalsha else ["FUNCTION", "LOAD", library().source]
         )
-        check_loaded((yield functools.partial(send, [load]))[0], where, evalsha)
-        replies = yield functools.partial(send, [*head, _call(found, keys, args, evalsha), *then])
+        check_loaded((yield Send(send, [load], where))[0], where, evalsha)
+        replies = yield Send(send, [*head, _call(found, keys, args, evalsha), *then], where)
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
 
@@ -349,6 +370,6 @@ def _entry_steps(
 ) -> Steps[int]:
     """An index entry and its ``WAIT`` on one node: how many replicas acknowledged it."""
     commands = [*([] if asking is None else [asking]), first, *wait]
-    replies = yield functools.partial(send, commands)
+    replies = yield Send(send, commands, where)
     _raise_first_error(replies)
     return int(replies[-1])
