@@ -282,24 +282,6 @@ def test_the_least_privilege_user_cannot_run_a_busy_loop_in_any_way(locked):
     root.close()
 
 
-def test_the_least_privilege_user_cannot_block_the_server_measuring_a_big_key(locked):
-    """MEMORY USAGE with SAMPLES 0 walks every element of a key (a 1,000,000-field hash:
-    seconds, the server answering nobody meanwhile): the user is not granted it, and
-    the size of a session comes from a function sampling a fixed few elements."""
-    root = redis.Redis(port=locked.port, password=ADMIN_PASSWORD)
-    root.execute_command(*_shell_words(setuser_line("lp", PASSWORD, "mine")))
-    user = redis.Redis(port=locked.port, username="lp", password=PASSWORD, socket_timeout=5)
-    root.hset("ss:mine:big", mapping={str(i): "x" for i in range(1000)})
-    for command in (
-        ("MEMORY", "USAGE", "ss:mine:big", "SAMPLES", "0"),
-        ("MEMORY", "USAGE", "ss:mine:big"),
-    ):
-        with pytest.raises(redis.exceptions.NoPermissionError):
-            user.execute_command(*command)
-    user.close()
-    root.close()
-
-
 def libraries(client: redis.Redis) -> list[str]:
     """The names of the function libraries installed on the server."""
     return sorted(

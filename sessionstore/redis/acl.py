@@ -15,9 +15,10 @@ and not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or ``FUNCTION`` (so no ``FUNCTION LIST
 would show every library's code). A function's own calls are held to the user's commands
 and key pattern. The function names carry the library's version, so a new version is
 granted before its clients start (:func:`grant_functions_args`, additive, for a rolling
-upgrade) and the whole line is run again once no older client is left. ``MEMORY USAGE`` is
-not granted (its ``SAMPLES 0`` walks a whole key, blocking the server on a big one): sizes
-come from the library's ``key_sizes`` function, which samples a fixed few. ``INFO`` is
+upgrade) and the whole line is run again once no older client is left. ``MEMORY USAGE``
+is granted for session sizes (a function's own calls need the grant too); its arguments
+cannot be limited by a rule, so the user can ask for ``SAMPLES 0``, which walks a whole
+key of its namespace (see docs/operations.md). ``INFO`` is
 granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
 section (finding out whether the server is a cluster node). Redis checks only the first
 argument of such a rule: ``INFO persistence clients`` passes, and so any INFO section may
@@ -49,14 +50,15 @@ from .library import library, scripts
 COMMANDS = (
     # connection and checks
     "ping", "info|persistence", "info|cluster", "wait",
-    # cluster topology (RedisCluster asks any node for it, and its command table)
-    "cluster|slots", "cluster|shards", "readonly", "command",
+    # cluster topology (RedisCluster asks any node for it, and its command table; doctor
+    # lists every node)
+    "cluster|slots", "cluster|shards", "cluster|nodes", "readonly", "command",
     # TIME stamps a value write's record (the library's functions: function_rules)
     "time",
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "get", "set",
+    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage", "get", "set",
     "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
@@ -87,16 +89,21 @@ def function_rules() -> list[str]:
     return rules
 
 
-def setuser_args(user: str, password: str, namespace: str) -> list[str]:
+def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[str]:
     """``ACL SETUSER`` arguments for a user confined to ``namespace``'s keys, to
     :data:`COMMANDS` and to this version's functions (:func:`function_rules`; no pub/sub
-    channels); :func:`check_acl_text` checks each part."""
+    channels); :func:`check_acl_text` checks each part. A ``db`` other than 0 (the
+    database a URL names, which the client selects on connecting) is granted by
+    ``+select|<db>``, and no other."""
     for name, value in (("user", user), ("password", password), ("namespace", namespace)):
         check_acl_text(name, value)
+    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+        raise InvalidArgumentError(f"the database must be a whole number from 0, not {db!r:.20}")
+    select = [f"+select|{db}"] if db else []
     return [
         "ACL", "SETUSER", user, "reset", "on", f">{password}",
         f"~{namespace_pattern(namespace)}", "resetchannels", "-@all",
-        *(f"+{command}" for command in COMMANDS), *function_rules(),
+        *(f"+{command}" for command in COMMANDS), *select, *function_rules(),
     ]  # fmt: skip
 
 
@@ -108,11 +115,21 @@ def grant_functions_args(user: str) -> list[str]:
     return ["ACL", "SETUSER", user, *function_rules()]
 
 
-def setuser_line(user: str, password: str, namespace: str) -> str:
-    """:func:`setuser_args` as one ``redis-cli`` command line."""
-    return "redis-cli " + shlex.join(setuser_args(user, password, namespace))
+def setuser_line(
+    user: str, password: str, namespace: str, db: int = 0, at: tuple[str, int] | None = None
+) -> str:
+    """:func:`setuser_args` as one ``redis-cli`` command line, sent to the server ``at``
+    ``(host, port)`` when given (else redis-cli's default, localhost:6379)."""
+    return _cli(at) + shlex.join(setuser_args(user, password, namespace, db))
 
 
-def grant_functions_line(user: str) -> str:
-    """:func:`grant_functions_args` as one ``redis-cli`` command line."""
-    return "redis-cli " + shlex.join(grant_functions_args(user))
+def grant_functions_line(user: str, at: tuple[str, int] | None = None) -> str:
+    """:func:`grant_functions_args` as one ``redis-cli`` command line (``at`` as for
+    :func:`setuser_line`)."""
+    return _cli(at) + shlex.join(grant_functions_args(user))
+
+
+def _cli(at: tuple[str, int] | None) -> str:
+    if at is None:
+        return "redis-cli "
+    return f"redis-cli -h {shlex.quote(at[0])} -p {int(at[1])} "

@@ -397,8 +397,11 @@ class LogOps:
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
         names = self._keys(session_id)
-        with self._guard("key_sizes.lua", names[0]):
-            sizes = yield from scripts.run_steps(client, "key_sizes", names, [])
+        with self._guard("MEMORY USAGE", names[0]):
+            pipe = client.pipeline(transaction=False)
+            for name in names:
+                pipe.memory_usage(name)
+            sizes = yield pipe.execute
         if sizes[0] is None:
             raise SessionNotFoundError(session_id)
         return sum(int(size or 0) for size in sizes)
