@@ -9,7 +9,8 @@ Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
                                           "expires_at": int (only with a ttl)}
         .lock             flock'ed around every write and read-compare-write
         .compute.<when>   the lease of get_or_compute on the version at <when>: created
-                          exclusively, flock'ed by its holder until released or dead
+                          exclusively, flock'ed by its holder until released or dead,
+                          its modification time its expiry (renewed by its holder)
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
 
