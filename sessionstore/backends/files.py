@@ -284,13 +284,17 @@ class FileValues(ValueBackend):
             return True
 
     def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """Moves the expiry of the lease file this store holds, while it is still the file
+        at its path and live. Without the key's ``.lock`` (a renewing process stopped
+        while holding it would hold up every write of the key): a holder taking the
+        lease over replaces the file, so a renewal racing it only moves the expiry of a
+        file nobody looks at any more."""
         held = self._held.get((key, when, token))
         if held is None:
             return False
         directory = self._checked_dir(key)
-        path = self._lease_path(directory, when)
-        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
-            if self._lease(path, held, now_ms()) != "ours":
+        with os_errors(directory):
+            if self._lease(self._lease_path(directory, when), held, now_ms()) != "ours":
                 return False
             _set_expiry(held, now_ms() + ttl_ms)
             return True
