@@ -117,19 +117,19 @@ def test_a_renewal_of_a_lapsed_lease_returns_false_and_does_not_take_it_back(val
 
 
 def test_a_renewal_keeps_the_lease_past_its_first_term(values):
-    assert values.acquire_compute_lease(values.key, T0, "a", 150) is True
-    for _ in range(4):
-        time.sleep(0.05)
-        assert values.renew_compute_lease(values.key, T0, "a", 150) is True
-    assert values.acquire_compute_lease(values.key, T0, "b", 150) is False
+    assert values.acquire_compute_lease(values.key, T0, "a", 400) is True
+    for _ in range(3):
+        time.sleep(0.15)
+        assert values.renew_compute_lease(values.key, T0, "a", 400) is True
+    assert values.acquire_compute_lease(values.key, T0, "b", 400) is False
 
 
 # --- the async API: a plain fn runs off the event loop ---------------------------------------
 
 
 def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, namespace, shared):
-    """An async caller's plain ``fn`` sleeps (blocking) five leases long while a caller of
-    another store asks for the same version: the first caller's lease is renewed all
+    """An async caller's plain ``fn`` sleeps (blocking) three leases long while a caller
+    of another store asks for the same version: the first caller's lease is renewed all
     along, so the second waits for its result and both return it."""
     stores = Stores("async")
     try:
@@ -150,12 +150,12 @@ def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, nam
 
         results: list[Any] = []
         thread = threading.Thread(
-            target=lambda: results.append(computer.get_or_compute(T0, slow, lease=0.3))
+            target=lambda: results.append(computer.get_or_compute(T0, slow, lease=0.5))
         )
         thread.start()
         assert started.wait(30)
-        time.sleep(0.6)  # two leases: without renewals the lease has lapsed
-        results.append(other.session(*KEY, history=True).get_or_compute(T0, fast, lease=0.3))
+        time.sleep(1.0)  # two leases: without renewals the lease has lapsed
+        results.append(other.session(*KEY, history=True).get_or_compute(T0, fast, lease=0.5))
         thread.join(30)
         other.close()
         assert calls == ["a"]
