@@ -88,29 +88,20 @@ def counted(result: Any) -> tuple[Callable[[], Any], list[int]]:
     return fn, calls
 
 
+def computes(state: SessionState, reply: Any) -> list[Step]:
+    """A caller that finds nothing, takes the lease, runs ``fn`` (giving ``{"by": "A"}``)
+    and puts it, the put answering ``reply``."""
+    return [read(state), take(state, True), read(state), HOLD, put(state, {"by": "A"}, reply)]
+
+
 def refused_put(state: SessionState) -> list[Step]:
-    """A computer of ``{"by": "A"}`` whose put finds another holding the lease, up to its
-    next look."""
-    return [
-        read(state),
-        take(state, True),
-        read(state),
-        HOLD,
-        put(state, {"by": "A"}, False),
-        PAUSE,
-        read(state),
-    ]
+    """:func:`computes`, the put finding another holding the lease, up to the next look."""
+    return [*computes(state, False), PAUSE, read(state)]
 
 
 def test_the_result_is_put_fenced_by_the_lease_which_the_put_gives_up():
     state = history()
-    script = ComputeScript(
-        read(state),
-        take(state, True),
-        read(state),
-        HOLD,
-        put(state, {"by": "A"}, True),
-    )
+    script = ComputeScript(*computes(state, True))
     assert script.play(flow(state, lambda: {"by": "A"})) == {"by": "A"}
     [renewal] = script.renewals
     assert renewal.name == "renew_compute_lease"
@@ -119,14 +110,7 @@ def test_the_result_is_put_fenced_by_the_lease_which_the_put_gives_up():
 
 def test_a_lapsed_computer_returns_the_version_another_stored_and_lets_go():
     state = history()
-    script = ComputeScript(
-        read(state),
-        take(state, True),
-        read(state),
-        HOLD,
-        put(state, {"by": "A"}, stored({"by": "B"})),
-        release(state),
-    )
+    script = ComputeScript(*computes(state, stored({"by": "B"})), release(state))
     assert script.play(flow(state, lambda: {"by": "A"})) == {"by": "B"}
 
 
