@@ -1,5 +1,6 @@
 """LangGraph's own checkpointer conformance suite (``langgraph-checkpoint-conformance``,
-installed from PyPI with the ``[test]`` extra) on SessionStoreSaver, on every backend.
+installed from PyPI with the ``[test]`` extra) on SessionStoreSaver, on every backend
+(memory, files, SQLite, Redis, Redis Cluster) and behind Redis Sentinel.
 
 The suite detects which capabilities a saver implements (the base five: put, put_writes,
 get_tuple, list, delete_thread; the extended three: delete_for_runs, copy_thread,
@@ -25,6 +26,7 @@ from conftest import BACKENDS, url_for  # noqa: E402
 from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
 from langgraph.checkpoint.conformance.report import CapabilityReport  # noqa: E402
+from support.redis_sentinel import SentinelSetup  # noqa: E402
 
 from sessionstore.integrations.langgraph import SessionStoreSaver  # noqa: E402
 
@@ -87,16 +89,28 @@ def assert_full(report: CapabilityReport) -> None:
     assert report.conformance_level() == "FULL"
 
 
+#: Every backend, and a primary with two replicas behind three Redis Sentinels.
+SAVER_BACKENDS = [*BACKENDS, "sentinel"]
+
+
+@pytest.fixture(scope="module")
+def sentinel() -> Iterator[SentinelSetup]:
+    with SentinelSetup() as started:
+        yield started
+
+
 @pytest.fixture
-def url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    yield url_for(request.param, request, tmp_path)
+def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    if request.param == "sentinel":
+        return request.getfixturevalue("sentinel").url
+    return url_for(request.param, request, tmp_path)
 
 
-@pytest.mark.parametrize("url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("url", SAVER_BACKENDS, indirect=True)
 def test_the_conformance_suite_reports_full_on_the_async_methods(url: str) -> None:
     assert_full(conformance(SessionStoreSaver, url))
 
 
-@pytest.mark.parametrize("url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("url", SAVER_BACKENDS, indirect=True)
 def test_the_conformance_suite_reports_full_on_the_sync_methods(url: str) -> None:
     assert_full(conformance(SyncDriven, url))
