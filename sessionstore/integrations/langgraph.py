@@ -22,26 +22,49 @@ seq-checked, all-or-nothing append. Its events:
 * ``writes``: ``data = {"ns", "checkpoint", "task", "path", "writes"}``, one
   ``put_writes``: ``writes`` is ``[[idx, channel, value], ...]``;
 * ``remove``: ``data = {"checkpoints": [[ns, id], ...]}``, appended by ``prune`` and
-  ``delete_for_runs``: those checkpoints and their writes are gone from then on.
+  ``delete_for_runs``: those checkpoints and their writes are gone from then on;
+* ``deleted``: ``data = {"before": id}``, the first event of a log written anew by
+  ``delete_thread``: nothing of the thread before it, and every checkpoint made before
+  ``id`` (a checkpoint id made at the deletion) belongs to the deleted thread.
 
-Every value, checkpoint and metadata is what the saver's ``serde`` made of it,
-``[type, base64 of the bytes]``: stored as made, bytes included, whatever the serde.
+Every event's data also names (``"after"``) the last event that counted when it was
+written; an event naming another counts for nothing (see :data:`AFTER`). Every value,
+checkpoint and metadata is what the saver's ``serde`` made of it, ``[type, base64 of
+the bytes]``: stored as made, bytes included, whatever the serde.
 
 Reading a thread folds its log: a checkpoint put again replaces the one of the same id
 (as in ``InMemorySaver``); a write of a task at a given index is kept once (the first),
 except the special channels (errors, interrupts), whose last write counts. The latest
 checkpoint of a namespace is the one with the greatest id (LangGraph's ids grow with
-time), so a checkpoint put late never replaces a newer one as the latest.
+time), so a checkpoint put late never replaces a newer one as the latest. A saver keeps
+the last 64 threads it read, as folded, and reads only the events appended since.
 
-``delete_thread`` deletes the log; ``copy_thread`` forks it (atomically: the target
-gets every event of the source at once) and raises ``SessionExistsError`` when the
-target thread exists; ``prune`` and ``delete_for_runs`` append a ``remove`` event (the
-space is given back when the thread is deleted). ``delete_for_runs`` and ``list(None)``
-read every thread of the namespace.
+Ownership of a thread (LangGraph leaves it open; this saver chooses): a thread has one
+chain of checkpoints per namespace, written by one runner at a time. Every write is
+checked against the thread as stored at the seq it is appended at (a write that lost
+the race to another reads what landed first and is checked again), so:
 
-Concurrency: appends name the seq they continue from; a write that lost the race to
-another is retried at the stored next seq, so concurrent writers, in this process or
-others, all land once each.
+* a ``put`` whose parent is no longer the latest checkpoint of its namespace raises
+  :class:`ThreadConflictError`: another runner, in this process or another, continued
+  the thread since this one read it. Nothing is written; the runner that wrote first
+  goes on. A branch made on purpose is kept: LangGraph marks a replay from an earlier
+  checkpoint ``source="fork"`` and ``update_state`` ``"update"`` (:data:`BRANCHING`). A
+  ``put`` without a parent (a new thread's first checkpoint) is checked only against a
+  deletion: two runners starting one new thread at once each put one, and the one that
+  continues from the older finds it is not the latest at its next ``put``;
+* ``delete_thread`` deletes the log and writes it anew with a ``deleted`` event; a
+  ``put`` whose parent is not stored, and a ``put`` without a parent or a
+  ``put_writes`` of a checkpoint made before the deletion, raise
+  :class:`ThreadDeletedError`: a graph still running never brings the thread back.
+  A write that took seq 0 of the new log before the ``deleted`` event is deleted again.
+  ``put_writes`` of a checkpoint not stored yet is accepted otherwise (LangGraph does
+  not wait for the ``put`` of a checkpoint before writing for it).
+
+``copy_thread`` appends what counts of the source (since its last deletion) to the
+target, as one batch: the target gets it all at once, after what it holds.
+``prune`` and ``delete_for_runs`` append a ``remove`` event (the space is given back
+when the thread is deleted); neither creates a thread. ``delete_for_runs`` and
+``list(None)`` read every thread of the namespace.
 """
 
 from __future__ import annotations
@@ -51,8 +74,10 @@ import base64
 import contextlib
 import os
 import random
+import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -71,6 +96,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.base.id import uuid6
 
 import sessionstore
 from sessionstore import (
@@ -93,6 +119,13 @@ PREFIX = "langgraph:"
 CHECKPOINT = "checkpoint"
 WRITES = "writes"
 REMOVE = "remove"
+DELETED = "deleted"
+#: The field of every event's data naming the id of the last event that counted when it
+#: was written (None for the first). Only an event naming the last event that counts
+#: before it counts: one written by a writer that read a log since deleted (and landed on
+#: the log written anew, at the seq it expected) counts for nothing, nor does any event
+#: written after it by that writer.
+AFTER = "after"
 #: How often a write retries after losing the race to another writer.
 WRITE_ATTEMPTS = 1000
 #: Losses in a row before the retries start to wait a little (jittered).
@@ -105,9 +138,47 @@ Packed = list[str]
 Names = list[str]
 Doomed = list[list[str]]
 Tuples = list[CheckpointTuple]
+#: Events to append, as (type, data) pairs.
+Entries = list[tuple[str, dict[str, Any]]]
 #: What an operation yields: the name of an event-log method and its arguments.
 Call = tuple[Any, ...]
 Flow = Generator[Call, Any, _T]
+
+
+class ThreadConflictError(SessionStoreError):
+    """A checkpoint was refused because its parent is no longer the latest checkpoint
+    of its thread and namespace: another runner of the thread (in this process or
+    another) wrote a newer one since this one read the thread. Nothing was written; the
+    thread keeps one chain. ``parent`` is the checkpoint this write continued from,
+    ``latest`` the newer one stored."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, parent: str, latest: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.parent = parent
+        self.latest = latest
+        super().__init__(
+            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): another runner wrote "
+            f"checkpoint {latest} after {parent}, which this checkpoint continues from; "
+            "nothing was written"
+        )
+
+
+class ThreadDeletedError(SessionStoreError):
+    """A write was refused because the checkpoint it belongs to or continues from
+    (``checkpoint_id``) is gone: the thread was deleted after it was made (or the
+    checkpoint was removed by ``prune`` or ``delete_for_runs``). Nothing was written:
+    a late write of a graph still running never brings a deleted thread back."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): checkpoint "
+            f"{checkpoint_id} is gone (the thread was deleted after it was made); "
+            "nothing was written"
+        )
 
 
 def session_id(thread_id: Any) -> str:
@@ -156,9 +227,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             memory = str(url_or_store or "").startswith("memory:")
             self._async = None if memory else aio.connect(url_or_store, ns, **connect_options)
             self._owns = True
-        #: Per thread log: (next seq, time of the last event) as last seen; a hint only.
-        self._tails: dict[str, tuple[int, int]] = {}
-        self._tails_lock = threading.Lock()
+        #: The threads read last, as folded (log id -> thread), the least recent first.
+        self._known: OrderedDict[str, _Thread] = OrderedDict()
+        self._known_lock = threading.Lock()
 
     # --- the sync API ---------------------------------------------------------------
 
@@ -190,11 +261,14 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store ``checkpoint`` (its parent is ``config``'s ``checkpoint_id``) with the
-        channel values of ``new_versions``, durably; return its config."""
+        channel values of ``new_versions``, durably; return its config.
+        :class:`ThreadConflictError` when the parent is no longer the latest checkpoint
+        (another runner went on), :class:`ThreadDeletedError` when it is gone; nothing
+        is written then."""
         config_out, thread_id, data = self._checkpoint_event(
             config, checkpoint, metadata, new_versions
         )
-        self._run(self._append(thread_id, CHECKPOINT, data))
+        self._run(self._put(thread_id, data, metadata.get("source")))
         return config_out
 
     def put_writes(
@@ -205,13 +279,16 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store the pending ``writes`` of task ``task_id`` on ``config``'s checkpoint,
-        durably and all at once."""
+        durably and all at once; :class:`ThreadDeletedError` (nothing written) when that
+        checkpoint was made before the thread was deleted."""
         thread_id, data = self._writes_event(config, writes, task_id, task_path)
         if data is not None:
-            self._run(self._append(thread_id, WRITES, data))
+            self._run(self._put_writes(thread_id, data))
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint and write of the thread (nothing when there is none)."""
+        """Delete every checkpoint and write of the thread. From then on a write of a
+        checkpoint made before raises :class:`ThreadDeletedError`; a new run of the
+        thread starts it afresh."""
         self._run(self._delete(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -220,9 +297,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         self._run(self._delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of the source thread to the target thread,
-        atomically; nothing when the source has none. ``SessionExistsError`` when the
-        target thread exists."""
+        """Add every checkpoint and write of the source thread to the target thread,
+        all at once, after what the target holds; nothing when the source has none."""
         self._run(self._copy(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -285,7 +361,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         config_out, thread_id, data = self._checkpoint_event(
             config, checkpoint, metadata, new_versions
         )
-        await self._arun(self._append(thread_id, CHECKPOINT, data))
+        await self._arun(self._put(thread_id, data, metadata.get("source")))
         return config_out
 
     async def aput_writes(
@@ -298,7 +374,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         """:meth:`put_writes`, awaited."""
         thread_id, data = self._writes_event(config, writes, task_id, task_path)
         if data is not None:
-            await self._arun(self._append(thread_id, WRITES, data))
+            await self._arun(self._put_writes(thread_id, data))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread`, awaited."""
@@ -339,8 +415,21 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     def _run(self, flow: Flow[_T]) -> _T:
         if self._sync is None:
             return _in_own_loop(self._arun(flow))
-        events = self._sync.events
-        return _drive(flow, lambda call: getattr(events, call[0])(*call[1:]))
+        run = _Driving(flow)
+        while (step := run.next_call()) is not None:
+            try:
+                run.reply, run.error = self._call(step), None
+            except SessionStoreError as exc:
+                run.reply, run.error = None, exc
+        return run.result  # type: ignore[return-value]
+
+    def _call(self, step: Call) -> Any:
+        assert self._sync is not None
+        name = step[0]
+        if name == _SLEEP:
+            time.sleep(step[1])
+            return None
+        return getattr(self._sync.events, name)(*step[1:])
 
     async def _arun(self, flow: Flow[_T]) -> _T:
         run = _Driving(flow)
@@ -352,26 +441,32 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         return run.result  # type: ignore[return-value]
 
     async def _acall(self, step: Call) -> Any:
-        if step[0] == _SLEEP:
+        name = step[0]
+        if name == _SLEEP:
             await asyncio.sleep(step[1])
             return None
-        if self._async is not None:
-            return await getattr(self._async.events, step[0])(*step[1:])
-        assert self._sync is not None
-        return await asyncio.to_thread(getattr(self._sync.events, step[0]), *step[1:])
+        if self._async is None:
+            return await asyncio.to_thread(self._call, step)
+        return await getattr(self._async.events, name)(*step[1:])
 
     # --- operations (no I/O: each yields the event-log calls it makes) ----------------
 
     def _read(self, thread_id: str) -> Flow[_Thread]:
+        """The thread as stored now. A thread read before is brought up to date with
+        the events appended since, once its last known event is found where it was (the
+        log was not deleted and written again meanwhile); else it is read whole."""
         sid = session_id(thread_id)
+        with self._known_lock:
+            known = self._known.get(sid)
         try:
+            if known is not None and known.next_seq > 0:
+                events = yield ("read_from", sid, known.next_seq - 1)
+                if events and known.continued_by(events[0]):
+                    return self._keep(sid, known.extended(events[1:]))
             events = yield ("read_from", sid, 0)
         except SessionNotFoundError:
-            return _Thread()
-        thread = _Thread.fold(events)
-        if events:
-            self._note_tail(sid, events[-1].seq + 1, events[-1].time)
-        return thread
+            events = []
+        return self._keep(sid, _Thread().extended(events))
 
     def _threads(self, config: RunnableConfig | None) -> Flow[Names]:
         if config is not None:
@@ -407,26 +502,37 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             found.extend(self._listed(thread_id, thread, config, filter, before))
         return found if limit is None else found[:limit]
 
-    def _append(self, thread_id: str, kind: str, data: dict[str, Any]) -> Flow[None]:
-        """Append one event at the stored next seq, creating the log if need be and
-        retrying at the stored next seq after a lost race."""
+    def _append(
+        self,
+        thread_id: str,
+        entries: Callable[[_Thread], Entries],
+        *,
+        create: bool = True,
+    ) -> Flow[None]:
+        """Append the events ``entries(thread)`` ((type, data) pairs, made from the
+        thread as stored; it raises to refuse the write) where the log ends, as one
+        batch; after a lost race, read what landed first and make them again. A log
+        that does not exist is created when ``create``, else nothing is written."""
         sid = session_id(thread_id)
-        at, last = self._tails.get(sid, (0, 0))
         for attempt in range(1, WRITE_ATTEMPTS + 1):
-            stamp = max(_now_ms(), last)
-            event = SessionEvent(seq=at, type=kind, time=stamp, data=data)
+            thread = yield from self._read(thread_id)
+            made = entries(thread)
+            if not made:
+                return
+            stamp = max(_now_ms(), thread.last_time)
+            batch = _chained(made, thread.next_seq, thread.valid_id, stamp)
             try:
-                next_seq = yield ("append", sid, [event])
-            except SeqConflictError as exc:
-                at = exc.expected
-            except EventTimeOrderError as exc:
-                last = exc.previous
+                yield ("append", sid, batch)
+            except (SeqConflictError, EventTimeOrderError):
+                pass
             except SessionNotFoundError:
+                if not create:
+                    return
                 with contextlib.suppress(SessionExistsError):
                     yield ("create", SessionHeader(id=sid, created_at=0))
-                at, last = 0, 0
             else:
-                self._note_tail(sid, next_seq, stamp)
+                # What is kept is the thread as read: the next read starts from the
+                # last event read, so it finds the log deleted meanwhile, if it was.
                 return
             if attempt > _EAGER_RETRIES:
                 yield (_SLEEP, random.uniform(0, min(0.001 * 2**attempt, 0.05)))
@@ -434,19 +540,76 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             f"a write to thread {thread_id!r} lost {WRITE_ATTEMPTS} races in a row"
         )
 
+    def _put(self, thread_id: str, data: dict[str, Any], source: object) -> Flow[None]:
+        ns, checkpoint_id, parent = data["ns"], data["id"], data["parent"]
+
+        def entries(thread: _Thread) -> Entries:
+            saved = thread.checkpoints.get(ns, {})
+            if checkpoint_id in saved:  # put again: it replaces itself
+                pass
+            elif parent is None:
+                thread.check_not_deleted(thread_id, ns, checkpoint_id)
+            elif parent not in saved:
+                raise ThreadDeletedError(thread_id, ns, parent)
+            elif (latest := max(saved)) != parent and source not in BRANCHING:
+                raise ThreadConflictError(thread_id, ns, parent, latest)
+            return [(CHECKPOINT, data)]
+
+        yield from self._append(thread_id, entries)
+
+    def _put_writes(self, thread_id: str, data: dict[str, Any]) -> Flow[None]:
+        ns, checkpoint_id = data["ns"], data["checkpoint"]
+
+        def entries(thread: _Thread) -> Entries:
+            # Writes may land before the put of their checkpoint (LangGraph does not
+            # wait for it): only a checkpoint of a deleted thread is refused.
+            if checkpoint_id not in thread.checkpoints.get(ns, {}):
+                thread.check_not_deleted(thread_id, ns, checkpoint_id)
+            return [(WRITES, data)]
+
+        yield from self._append(thread_id, entries)
+
     def _delete(self, thread_id: str) -> Flow[None]:
+        """Delete the log, then start it again with a ``deleted`` event at seq 0, which
+        refuses every write of a checkpoint made before it. A write that took seq 0
+        first (a late one, or one as concurrent as this call) is deleted again."""
         sid = session_id(thread_id)
-        with contextlib.suppress(SessionNotFoundError):
-            yield ("delete", sid)
-        self._forget_tail(sid)
+        mark = {"before": str(uuid6())}
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            with contextlib.suppress(SessionNotFoundError):
+                yield ("delete", sid)
+            with contextlib.suppress(SessionExistsError):
+                yield ("create", SessionHeader(id=sid, created_at=0))
+            [tombstone] = _chained([(DELETED, mark)], 0, None, _now_ms())
+            try:
+                yield ("append", sid, [tombstone])
+            except (SeqConflictError, SessionNotFoundError):
+                if attempt > _EAGER_RETRIES:
+                    yield (_SLEEP, random.uniform(0, min(0.001 * 2**attempt, 0.05)))
+                continue
+            self._keep(sid, _Thread().extended([tombstone]))
+            return
+        raise ConcurrentModificationError(
+            f"delete_thread of {thread_id!r} lost {WRITE_ATTEMPTS} races in a row"
+        )
 
     def _copy(self, source: str, target: str) -> Flow[None]:
-        with contextlib.suppress(SessionNotFoundError):
-            yield ("fork", session_id(source), session_id(target))
+        try:
+            events = yield ("read_from", session_id(source), 0)
+        except SessionNotFoundError:
+            return
+        valid = _valid(events)
+        starts = [i + 1 for i, event in enumerate(valid) if event.type == DELETED]
+        copied = [
+            (e.type, {k: v for k, v in e.data.items() if k != AFTER})
+            for e in valid[starts[-1] if starts else 0 :]
+        ]
+        yield from self._append(target, lambda thread: copied)
 
     def _remove(self, thread_id: str, doomed: Doomed) -> Flow[None]:
         if doomed:
-            yield from self._append(thread_id, REMOVE, {"checkpoints": doomed})
+            data = {"checkpoints": doomed}
+            yield from self._append(thread_id, lambda thread: [(REMOVE, data)], create=False)
 
     def _prune(self, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
         if strategy not in ("keep_latest", "delete"):
@@ -617,22 +780,22 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     def _unpack(self, packed: Packed) -> Any:
         return self.serde.loads_typed((packed[0], base64.b64decode(packed[1])))
 
-    def _note_tail(self, sid: str, next_seq: int, last_time: int) -> None:
-        with self._tails_lock:
-            if len(self._tails) >= _TAILS_KEPT:
-                self._tails.clear()
-            known = self._tails.get(sid, (0, 0))
-            self._tails[sid] = (max(known[0], next_seq), max(known[1], last_time))
-
-    def _forget_tail(self, sid: str) -> None:
-        with self._tails_lock:
-            self._tails.pop(sid, None)
+    def _keep(self, sid: str, thread: _Thread) -> _Thread:
+        with self._known_lock:
+            self._known[sid] = thread
+            self._known.move_to_end(sid)
+            while len(self._known) > _THREADS_KEPT:
+                self._known.popitem(last=False)
+        return thread
 
 
 #: The pseudo call that makes a flow wait (seconds), between retries.
 _SLEEP = "_sleep"
-#: How many threads' tails a saver keeps as hints before it starts afresh.
-_TAILS_KEPT = 10_000
+#: How many threads a saver keeps as last read (each read then reads only what is new).
+_THREADS_KEPT = 64
+#: Sources of checkpoints that branch off on purpose: LangGraph's replay from an
+#: earlier checkpoint ("fork") and ``update_state`` ("update").
+BRANCHING = ("fork", "update")
 
 
 @dataclass
@@ -646,40 +809,80 @@ class _Saved:
 
 @dataclass
 class _Thread:
-    """A thread as its log folds: checkpoints by namespace and id, channel values by
-    (namespace, channel, version), writes by (namespace, checkpoint id) then (task, idx)
-    as (channel, value, task path)."""
+    """A thread as its log folds, up to ``next_seq``: checkpoints by namespace and id,
+    channel values by (namespace, channel, version), writes by (namespace, checkpoint
+    id) then (task, idx) as (channel, value, task path). ``last`` tells the last event
+    folded from any other (its seq and random id)."""
 
     checkpoints: dict[str, dict[str, _Saved]] = field(default_factory=dict)
     blobs: dict[tuple[str, str, Any], Packed | None] = field(default_factory=dict)
     writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, Packed, str]]] = field(
         default_factory=dict
     )
+    next_seq: int = 0
+    last_time: int = 0
+    last: tuple[int, str | None] | None = None
+    #: The id of the last event that counts (see :data:`AFTER`).
+    valid_id: str | None = None
+    #: The mark of the last deletion: checkpoints made before it are of the deleted thread.
+    deleted_before: str | None = None
 
-    @classmethod
-    def fold(cls, events: list[SessionEvent]) -> _Thread:
-        thread = cls()
+    def check_not_deleted(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was made before the
+        thread was last deleted."""
+        if self.deleted_before is not None and checkpoint_id <= self.deleted_before:
+            raise ThreadDeletedError(thread_id, ns, checkpoint_id)
+
+    def continued_by(self, event: SessionEvent) -> bool:
+        """Whether ``event`` is the last event folded here (so the log read on from it
+        is the one folded)."""
+        return event.id is not None and (event.seq, event.id) == self.last
+
+    def extended(self, events: list[SessionEvent]) -> _Thread:
+        """This thread with ``events`` (the next ones of its log) folded in; this one
+        stays as it was (other readers may hold it)."""
+        if not events:
+            return self
+        thread = _Thread(
+            {ns: dict(saved) for ns, saved in self.checkpoints.items()},
+            dict(self.blobs),
+            {key: dict(stored) for key, stored in self.writes.items()},
+            deleted_before=self.deleted_before,
+        )
+        thread.valid_id = self.valid_id
         for event in events:
-            data = event.data
-            if event.type == CHECKPOINT:
-                ns = data["ns"]
-                for channel, version, value in data["blobs"]:
-                    thread.blobs[(ns, channel, version)] = value
-                saved = _Saved(data["checkpoint"], data["metadata"], data["parent"])
-                thread.checkpoints.setdefault(ns, {})[data["id"]] = saved
-            elif event.type == WRITES:
-                key = (data["ns"], data["checkpoint"])
-                stored = thread.writes.setdefault(key, {})
-                task, path = data["task"], data["path"]
-                for idx, channel, value in data["writes"]:
-                    if idx >= 0 and (task, idx) in stored:
-                        continue
-                    stored[(task, idx)] = (channel, value, path)
-            elif event.type == REMOVE:
-                for ns, checkpoint_id in data["checkpoints"]:
-                    thread.checkpoints.get(ns, {}).pop(checkpoint_id, None)
-                    thread.writes.pop((ns, checkpoint_id), None)
+            if event.data.get(AFTER) == thread.valid_id:
+                thread._fold(event)
+                thread.valid_id = event.id
+        last = events[-1]
+        thread.next_seq, thread.last_time, thread.last = (
+            last.seq + 1,
+            last.time,
+            (last.seq, last.id),
+        )
         return thread
+
+    def _fold(self, event: SessionEvent) -> None:
+        data = event.data
+        if event.type == CHECKPOINT:
+            ns = data["ns"]
+            for channel, version, value in data["blobs"]:
+                self.blobs[(ns, channel, version)] = value
+            saved = _Saved(data["checkpoint"], data["metadata"], data["parent"])
+            self.checkpoints.setdefault(ns, {})[data["id"]] = saved
+        elif event.type == WRITES:
+            stored = self.writes.setdefault((data["ns"], data["checkpoint"]), {})
+            task, path = data["task"], data["path"]
+            for idx, channel, value in data["writes"]:
+                if idx < 0 or (task, idx) not in stored:
+                    stored[(task, idx)] = (channel, value, path)
+        elif event.type == REMOVE:
+            for ns, checkpoint_id in data["checkpoints"]:
+                self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+                self.writes.pop((ns, checkpoint_id), None)
+        elif event.type == DELETED:
+            self.checkpoints, self.blobs, self.writes = {}, {}, {}
+            self.deleted_before = max(self.deleted_before or "", data["before"])
 
 
 class _Driving(Generic[_T]):
@@ -703,23 +906,6 @@ class _Driving(Generic[_T]):
             return None
 
 
-def _drive(flow: Flow[_T], call: Callable[[Call], Any]) -> _T:
-    """Run ``flow`` to its end, making each call it yields with ``call`` (a store
-    error goes back into the flow)."""
-    run = _Driving(flow)
-    while (step := run.next_call()) is not None:
-        try:
-            run.reply, run.error = _pause(step[1]) if step[0] == _SLEEP else call(step), None
-        except SessionStoreError as exc:
-            run.reply, run.error = None, exc
-    return run.result  # type: ignore[return-value]
-
-
-def _pause(seconds: float) -> Any:
-    time.sleep(seconds)
-    return None
-
-
 def _in_own_loop(coro: Any) -> Any:
     """Run ``coro`` to its end on an event loop of its own, in a thread of its own (the
     caller may be running a loop)."""
@@ -727,8 +913,41 @@ def _in_own_loop(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def _chained(made: Entries, first: int, after: str | None, stamp: int) -> list[SessionEvent]:
+    """The events of ``made`` from seq ``first``, each naming in ``data["after"]`` the
+    id of the event before it (``after`` for the first)."""
+    batch = []
+    for i, (kind, data) in enumerate(made):
+        event = SessionEvent(
+            seq=first + i, type=kind, time=stamp, data={**data, AFTER: after}, id=_event_id()
+        )
+        batch.append(event)
+        after = event.id
+    return batch
+
+
+def _valid(events: list[SessionEvent]) -> list[SessionEvent]:
+    """The events of a whole log that count (see :data:`AFTER`)."""
+    counted: list[SessionEvent] = []
+    for event in events:
+        if event.data.get(AFTER) == (counted[-1].id if counted else None):
+            counted.append(event)
+    return counted
+
+
+def _event_id() -> str:
+    """A random id for each event: an event read again is known by it."""
+    return secrets.token_hex(8)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["PREFIX", "SessionStoreSaver", "session_id"]
+__all__ = [
+    "PREFIX",
+    "SessionStoreSaver",
+    "ThreadConflictError",
+    "ThreadDeletedError",
+    "session_id",
+]
