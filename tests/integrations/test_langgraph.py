@@ -169,6 +169,48 @@ def test_an_interrupt_is_resumed_and_a_replay_branches_off(saver: SessionStoreSa
     assert done["log"] == ["first", "patched", "answer:again"]
 
 
+def interrupting_subgraph_run(saver: Any) -> list[Any]:
+    """A graph whose subgraph asks a question, run, resumed, run again, replayed from
+    an earlier checkpoint and deleted, sync and async: what each call returned and the
+    history's (source, step, next) after each."""
+
+    def ask(state: Steps) -> dict[str, Any]:
+        return {"log": ["sub:" + interrupt("q")]}
+
+    inner = StateGraph(Steps)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    graph = steps_graph(second=inner.compile()).compile(checkpointer=saver)
+    config = thread("t")
+    seen: list[Any] = []
+
+    def note(returned: Any) -> None:
+        if isinstance(returned, dict) and "__interrupt__" in returned:
+            returned = {**returned, "__interrupt__": [i.value for i in returned["__interrupt__"]]}
+        history = [
+            (s.metadata["source"], s.metadata["step"], s.next)
+            for s in graph.get_state_history(config)
+        ]
+        seen.append((returned, history))
+
+    note(graph.invoke({"log": ["in"]}, config))
+    note(graph.invoke(Command(resume="A"), config))
+    note(graph.invoke({"log": ["again"]}, config))
+    before = next(s for s in graph.get_state_history(config) if s.next == ("second",))
+    note(graph.invoke(None, before.config))
+    note(asyncio.run(graph.ainvoke(Command(resume="B"), config)))
+    saver.delete_thread("t")
+    note(asyncio.run(graph.ainvoke({"log": ["afresh"]}, config)))
+    return seen
+
+
+def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    assert interrupting_subgraph_run(saver) == interrupting_subgraph_run(InMemorySaver())
+
+
 # --- values and stores ------------------------------------------------------------------
 
 
