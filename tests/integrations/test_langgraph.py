@@ -25,7 +25,7 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 
 import sessionstore  # noqa: E402
-from sessionstore import InvalidArgumentError, SessionStoreError, aio  # noqa: E402
+from sessionstore import InvalidArgumentError, SeqConflictError, SessionStoreError, aio  # noqa: E402
 from sessionstore.integrations.langgraph import (  # noqa: E402
     SessionStoreSaver,
     ThreadConflictError,
@@ -325,6 +325,29 @@ def test_a_second_runner_of_a_thread_is_refused_and_the_chain_stays_one(
     assert_one_chain(two, "t")
 
 
+def test_a_put_that_lost_the_race_is_checked_again_and_refused(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The put is driven step by step: the other runner goes on between its read and
+    its append, which the store refuses at that seq; the put reads what landed and is
+    refused."""
+    one, two = savers
+    root = put(one, "t", None)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}}
+    made, md, versions = checkpoint()
+    _, _, data = two._checkpoint_event(config, made, md, versions)
+    flow = two._put("t", data, "loop")
+    append = flow.send(two._call(next(flow)))
+    put(one, "t", root)
+    with pytest.raises(SeqConflictError) as lost:
+        two._call(append)
+    read = flow.throw(lost.value)
+    assert read[0] == "read_from"
+    with pytest.raises(ThreadConflictError):
+        flow.send(two._call(read))
+    assert_one_chain(two, "t")
+
+
 def test_a_branch_on_purpose_is_accepted(saver: SessionStoreSaver) -> None:
     root = put(saver, "t", None)
     put(saver, "t", root)
@@ -355,6 +378,31 @@ def test_late_writes_never_bring_a_deleted_thread_back(
     fresh = put(running, "t", None)
     found = admin.get_tuple(thread("t"))
     assert found is not None and found.checkpoint["id"] == fresh
+
+
+def test_a_write_that_read_a_log_since_deleted_counts_for_nothing(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The put is driven step by step (its flow yields each call it makes): the thread
+    is deleted between its read and its append, which lands on the log written anew at
+    the seq it expected."""
+    running, admin = savers
+    root = put(running, "t", None)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}}
+    made, md, versions = checkpoint()
+    _, _, data = running._checkpoint_event(config, made, md, versions)
+    flow = running._put("t", data, "loop")
+    read = next(flow)
+    append = flow.send(running._call(read))
+    assert (append[0], append[2][0].seq) == ("append", 1)
+    admin.delete_thread("t")  # the log anew: one "deleted" event, next seq 1
+    running._call(append)
+    with pytest.raises(StopIteration):
+        flow.send(None)
+    assert admin.get_tuple(thread("t")) is None
+    with pytest.raises(ThreadDeletedError):  # and its next write is refused
+        put(running, "t", made["id"])
+    assert admin.get_tuple(thread("t")) is None
 
 
 def test_a_graph_whose_thread_is_deleted_mid_run_stops_with_the_typed_error(
