@@ -86,6 +86,15 @@ def put(saver: SessionStoreSaver, thread_id: str, parent: str | None, **metadata
     return saver.put(config, made, md, versions)["configurable"]["checkpoint_id"]
 
 
+def stepped_put(saver: SessionStoreSaver, parent: str) -> tuple[Any, dict[str, Any]]:
+    """The flow of a put on thread "t" continuing from ``parent``, to be driven step by
+    step (each step the call it makes: ``saver._call`` makes it), and its checkpoint."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent}}
+    made, md, versions = checkpoint()
+    _, _, data = saver._checkpoint_event(config, made, md, versions)
+    return saver._put("t", data, "loop"), made
+
+
 def assert_one_chain(saver: SessionStoreSaver, thread_id: str) -> None:
     """No two checkpoints of the thread continue from the same one."""
     parents = [
@@ -333,10 +342,7 @@ def test_a_put_that_lost_the_race_is_checked_again_and_refused(
     refused."""
     one, two = savers
     root = put(one, "t", None)
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}}
-    made, md, versions = checkpoint()
-    _, _, data = two._checkpoint_event(config, made, md, versions)
-    flow = two._put("t", data, "loop")
+    flow, _ = stepped_put(two, root)
     append = flow.send(two._call(next(flow)))
     put(one, "t", root)
     with pytest.raises(SeqConflictError) as lost:
@@ -388,10 +394,7 @@ def test_a_write_that_read_a_log_since_deleted_counts_for_nothing(
     the seq it expected."""
     running, admin = savers
     root = put(running, "t", None)
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}}
-    made, md, versions = checkpoint()
-    _, _, data = running._checkpoint_event(config, made, md, versions)
-    flow = running._put("t", data, "loop")
+    flow, made = stepped_put(running, root)
     read = next(flow)
     append = flow.send(running._call(read))
     assert (append[0], append[2][0].seq) == ("append", 1)
