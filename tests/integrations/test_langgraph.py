@@ -62,8 +62,9 @@ def thread(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
-def checkpoint(parent_config: dict[str, Any] | None = None, **metadata: Any) -> tuple:
-    """A put's (checkpoint, metadata, new_versions) and the config naming its parent."""
+def checkpoint(**metadata: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A new checkpoint, its metadata (``metadata`` added) and its new versions, as
+    ``put`` takes them."""
     made = {
         "v": 1,
         "id": str(uuid6(clock_seq=-1)),
