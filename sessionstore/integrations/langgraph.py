@@ -223,8 +223,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         else:
             ns = sessionstore.DEFAULT_NAMESPACE if namespace is None else namespace
             self._sync = sessionstore.connect(url_or_store, ns, **connect_options)
-            # A memory store is private to its connect: the async methods share the sync one.
-            memory = str(url_or_store or "").startswith("memory:")
+            # A memory store is private to its connect: the async methods share the sync
+            # one (its URL is the one resolved, $SESSIONSTORE_URL included).
+            memory = self._sync.url.startswith("memory:")
             self._async = None if memory else aio.connect(url_or_store, ns, **connect_options)
             self._owns = True
         #: The threads read last, as folded (log id -> thread), the least recent first.

@@ -261,6 +261,17 @@ def test_a_saver_on_an_async_store_serves_the_sync_methods_too(url: str) -> None
     asyncio.run(store.close())
 
 
+def test_a_saver_on_the_memory_store_of_the_environment_shares_it_sync_and_async(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SESSIONSTORE_URL", "memory://")
+    with SessionStoreSaver() as saver:
+        graph = steps_graph().compile(checkpointer=saver)
+        graph.invoke({"log": ["sync"]}, thread("t"))
+        done = asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t")))
+    assert done["log"] == ["sync", "first", "second", "async", "first", "second"]
+
+
 def test_a_saver_takes_connect_options_with_a_url_only(url: str) -> None:
     with (
         sessionstore.connect(url, "t-lg-x") as store,
