@@ -1,8 +1,9 @@
 """SessionStoreSaver (sessionstore.integrations.langgraph) beyond LangGraph's conformance
-suite (``test_langgraph_conformance.py``): real graphs, values kept as the serde made
-them, the stores it is built on, and the ownership of a thread (one chain: a second
-runner is refused; a deleted thread stays deleted), on every backend and across
-processes.
+suite (``test_langgraph_conformance.py``): real graphs (against LangGraph's InMemorySaver
+as the control), values kept as the serde made them, the stores it is built on, and the
+ownership of a thread (one chain: a second runner is refused; a deleted thread stays
+deleted), on every backend and across processes (two runners at once, a runner killed
+mid-run and resumed by another).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import operator
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -497,3 +499,36 @@ def test_two_processes_running_one_thread_at_once_leave_one_chain(
             ["first", "second", "run", "first", "second"],
             ["first", "second", "run", "run", "first", "second"],
         )
+
+
+def crashing_runner(url: str, namespace: str) -> None:
+    """Run the steps graph on thread "t" and die (no clean-up at all) in its second
+    node, once the checkpoint after the first is stored."""
+
+    def crash(state: Steps) -> dict[str, Any]:
+        os._exit(3)
+
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        graph = steps_graph(second=crash).compile(checkpointer=saver)
+        graph.invoke({"log": ["run"]}, thread("t"), durability="sync")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
+def test_a_run_whose_process_died_is_resumed_by_another(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    url = url_for(backend, request, tmp_path)
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    runner = multiprocessing.get_context("spawn").Process(
+        target=crashing_runner, args=(url, namespace)
+    )
+    runner.start()
+    runner.join(60)
+    assert runner.exitcode == 3
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        graph = steps_graph().compile(checkpointer=saver)
+        assert graph.get_state(thread("t")).next == ("second",)
+        done = graph.invoke(None, thread("t"))
+        assert done["log"] == ["run", "first", "second"]
+        assert_one_chain(saver, "t")
