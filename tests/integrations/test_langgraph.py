@@ -466,13 +466,17 @@ def slow_runner(url: str, namespace: str, ready: Any, start: Any, results: Any) 
             results.put("refused")
 
 
+@pytest.fixture(params=["file", "sqlite", "redis"])
+def shared(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, str]:
+    """A URL that processes share (every backend but memory's), and a namespace."""
+    return url_for(request.param, request, tmp_path), f"t-lg-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
 def test_two_processes_running_one_thread_at_once_leave_one_chain(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Any
+    shared: tuple[str, str],
 ) -> None:
-    url = url_for(backend, request, tmp_path)
-    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    url, namespace = shared
     with SessionStoreSaver(url, namespace=namespace) as saver:
         steps_graph().compile(checkpointer=saver).invoke({"log": []}, thread("t"))
     context = multiprocessing.get_context("spawn")
@@ -514,12 +518,8 @@ def crashing_runner(url: str, namespace: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
-def test_a_run_whose_process_died_is_resumed_by_another(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Any
-) -> None:
-    url = url_for(backend, request, tmp_path)
-    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+def test_a_run_whose_process_died_is_resumed_by_another(shared: tuple[str, str]) -> None:
+    url, namespace = shared
     runner = multiprocessing.get_context("spawn").Process(
         target=crashing_runner, args=(url, namespace)
     )
