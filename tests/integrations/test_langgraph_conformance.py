@@ -61,12 +61,12 @@ class SyncDriven(SessionStoreSaver):
         await asyncio.to_thread(self.prune, thread_ids, **options)
 
 
-def conformance(kind: type[SessionStoreSaver], url: str) -> CapabilityReport:
-    """The suite's report on savers of ``kind`` on ``url``, each capability's tests on
-    a saver of its own, in a namespace of the run's own."""
+def conformance(kind: type[SessionStoreSaver], url: str, backend: str) -> CapabilityReport:
+    """The suite's report on savers of ``kind`` on ``url`` (of ``backend``), each
+    capability's tests on a saver of its own, in a namespace of the run's own."""
     namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
 
-    @checkpointer_test(name=f"{kind.__name__} on {url.split(':')[0]}")
+    @checkpointer_test(name=f"{kind.__name__} on {backend}")
     async def saver() -> AsyncIterator[SessionStoreSaver]:
         made = kind(url, namespace=namespace)
         try:
@@ -107,10 +107,14 @@ def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
 
 
 @pytest.mark.parametrize("url", SAVER_BACKENDS, indirect=True)
-def test_the_conformance_suite_reports_full_on_the_async_methods(url: str) -> None:
-    assert_full(conformance(SessionStoreSaver, url))
+def test_the_conformance_suite_reports_full_on_the_async_methods(
+    url: str, request: pytest.FixtureRequest
+) -> None:
+    assert_full(conformance(SessionStoreSaver, url, request.node.callspec.id))
 
 
 @pytest.mark.parametrize("url", SAVER_BACKENDS, indirect=True)
-def test_the_conformance_suite_reports_full_on_the_sync_methods(url: str) -> None:
-    assert_full(conformance(SyncDriven, url))
+def test_the_conformance_suite_reports_full_on_the_sync_methods(
+    url: str, request: pytest.FixtureRequest
+) -> None:
+    assert_full(conformance(SyncDriven, url, request.node.callspec.id))
