@@ -217,10 +217,27 @@ def interrupting_subgraph_run(saver: Any) -> list[Any]:
     return seen
 
 
-def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver) -> None:
+def durability_run(saver: Any) -> list[Any]:
+    """The steps graph run with each of LangGraph's durability modes (checkpoints put
+    at the end only, before each step goes on, or in the background), sync and async:
+    what each call returned and the history's (source, step) after each."""
+    graph = steps_graph().compile(checkpointer=saver)
+    seen: list[Any] = []
+    for durability in ("exit", "sync", "async", "exit"):
+        done = graph.invoke({"log": [durability]}, thread("t"), durability=durability)
+        history = [
+            (s.metadata["source"], s.metadata["step"]) for s in graph.get_state_history(thread("t"))
+        ]
+        seen.append((done, history))
+    seen.append(asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t"), durability="exit")))
+    return seen
+
+
+@pytest.mark.parametrize("run", [interrupting_subgraph_run, durability_run])
+def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver, run: Any) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    assert interrupting_subgraph_run(saver) == interrupting_subgraph_run(InMemorySaver())
+    assert run(saver) == run(InMemorySaver())
 
 
 # --- values and stores ------------------------------------------------------------------
