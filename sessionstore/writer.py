@@ -31,11 +31,13 @@ from .errors import (
 )
 from .eventlog import encode_batch
 from .flows import Flow, run
-from .leases import taken_over
+from .leases import Lease, taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
 
+#: The lease of a buffer made without one (in tests of its bookkeeping).
+NO_LEASE = Lease("", 0)
 #: The most events one append of a writer carries (a long backlog goes in several).
 BATCH_MAX = 5000
 
@@ -77,7 +79,7 @@ class WriterBuffer:
         last_time: int,
         *,
         window: float = 0.2,
-        token: str = "",
+        lease: Lease = NO_LEASE,
         lease_ms: int = 0,
         renews: bool = False,
     ) -> None:
@@ -104,7 +106,8 @@ class WriterBuffer:
         #: Set once an append or a renewal found the lease held by another writer: the
         #: writer is fenced off for good, and writes (and renews) nothing more.
         self.fenced = False
-        self.token = token
+        #: The writer's lease: its owner token and epoch, which fence its appends.
+        self.lease = lease
         self.lease_ms = lease_ms
         self.renews = renews
         self.renewed_at = time.monotonic()
@@ -261,7 +264,7 @@ class WriterBuffer:
     def write(self, context: WriterContext, target: int | None) -> Flow[None]:
         """The drain, run by a writer's shell under its drain lock (one at a time):
         renew the lease when due, then append batches until ``target`` is durable
-        (None: one batch, unless paused), each fenced by the lease token. A failure is
+        (None: one batch, unless paused), each fenced by the lease. A failure is
         noted (:meth:`failed`) and raised; the batch stays queued, unsettled. Once the
         lease was found taken over, every write raises :class:`SessionBusyError` at once,
         without I/O."""
@@ -270,11 +273,11 @@ class WriterBuffer:
                 raise taken_over(self.session_id)
             now = time.monotonic()
             if self.renewal_due(now):
-                yield from event_flows.renew_lease(self.session_id, self.token, self.lease_ms)
+                yield from event_flows.renew_lease(self.session_id, self.lease, self.lease_ms)
                 self.renewed_at = now
             while batch := self.next_batch(target):
                 yield from event_flows.append_stored(
-                    context.pending, context.lifecycle, self.session_id, batch, self.token
+                    context.pending, context.lifecycle, self.session_id, batch, self.lease
                 )
                 self.written(len(batch))
                 if target is None:
@@ -291,7 +294,7 @@ class WriterBuffer:
         """Give the lease up, once (run under the drain lock, after the last flush)."""
         if not self.released:
             self.released = True
-            yield from event_flows.release_lease(self.session_id, self.token)
+            yield from event_flows.release_lease(self.session_id, self.lease.owner)
 
     def finish(self, context: WriterContext) -> Flow[None]:
         """What ``close`` runs under the drain lock once emits are refused: write every
@@ -341,17 +344,16 @@ def open_buffer(
 ) -> Flow[WriterBuffer]:
     """Open a writer (see :func:`sessionstore.event_flows.open_writer`: its lease, where its log
     continues) and make its buffer; the sync and async writers run it alike."""
-    token = new_token()
     position = event_flows.open_writer(
-        context.pending, context.lifecycle, header, ttl_ms, token, lease_ms
+        context.pending, context.lifecycle, header, ttl_ms, new_token(), lease_ms
     )
-    next_seq, last_time = yield from position
+    next_seq, last_time, lease = yield from position
     return WriterBuffer(
         header.id,
         next_seq,
         last_time,
         window=window,
-        token=token,
+        lease=lease,
         lease_ms=lease_ms,
         renews=renews,
     )
@@ -360,7 +362,7 @@ def open_buffer(
 class Renewals:
     """The leases a drain renews together (:meth:`SessionWriter._serve_together`): of
     the writers ``held`` (their drain locks taken), those due for renewal
-    at ``at``; ``requests`` is what ``backend.acquire_leases`` takes, :meth:`note` notes
+    at ``at``; ``requests`` is what ``backend.renew_leases`` takes, :meth:`note` notes
     its answer."""
 
     __slots__ = ("at", "due", "backend", "requests")
@@ -369,7 +371,7 @@ class Renewals:
         self.at = at
         self.due = [writer._buffer for writer in held if writer._buffer.renewal_due(at)]
         self.backend: Any = held[0]._context.backend if held else None
-        self.requests = [(buffer.session_id, buffer.token, buffer.lease_ms) for buffer in self.due]
+        self.requests = [(buffer.session_id, buffer.lease, buffer.lease_ms) for buffer in self.due]
 
     def note(self, taken: list[bool]) -> None:
         for buffer, held in zip(self.due, taken, strict=True):
@@ -378,13 +380,13 @@ class Renewals:
     @staticmethod
     def renew(held: list[Any]) -> bool:
         """Renew the leases due of the writers ``held`` (their drain locks taken) in one
-        ``acquire_leases`` call and note each answer; False when the call failed
+        ``renew_leases`` call and note each answer; False when the call failed
         (nothing noted: each then renews alone, its failure noted there)."""
         renewals = Renewals(held, time.monotonic())
         if not renewals.requests:
             return True
         try:
-            taken = renewals.backend.acquire_leases(renewals.requests)
+            taken = renewals.backend.renew_leases(renewals.requests)
         except Exception:  # noqa: BLE001 - each renews alone, its failure noted there
             return False
         renewals.note(taken)
@@ -440,10 +442,11 @@ class SessionWriter(WriterShell):
     never learnt) is sent again exactly as it was, so it is recognised as written (see
     :class:`WriterBuffer`).
 
-    Every append carries the writer's lease token, checked by the store with the seq:
-    once another writer took the lease over (it expired while this one was paused), this
-    writer writes nothing more, and its :meth:`flush` and :meth:`close` raise
-    :class:`SessionBusyError`.
+    Every append carries the writer's lease (token and epoch), checked by the store with
+    the seq: once another writer took the lease over (it expired while this one was
+    paused), this writer writes nothing more, even after that writer released it, and
+    its :meth:`flush` and :meth:`close` raise :class:`SessionBusyError`; its renewal
+    never takes the lease back.
     """
 
     def __init__(
@@ -494,7 +497,7 @@ class SessionWriter(WriterShell):
     def _renewal_due(self, now: float) -> bool:
         """Whether the drain may renew this writer's lease together with others' (see
         :meth:`_serve_together`): it is due, the backend renews several leases in one
-        call (``acquire_leases``), the writer's drain lock is free (a flush under way is
+        call (``renew_leases``), the writer's drain lock is free (a flush under way is
         waited for by the drain alone, as :meth:`_serve` does) and its last renewal
         together did not fail."""
         buffer = self._buffer
@@ -502,13 +505,13 @@ class SessionWriter(WriterShell):
             buffer.renewal_due(now)
             and not buffer.renew_alone
             and not self._drain_lock.locked()
-            and hasattr(self._context.backend, "acquire_leases")
+            and hasattr(self._context.backend, "renew_leases")
         )
 
     @staticmethod
     def _serve_together(writers: list[SessionWriter]) -> list[float | None]:
         """Run by the drain for writers whose leases are due together: one
-        ``acquire_leases`` call renews them all, each under its drain lock taken without
+        ``renew_leases`` call renews them all, each under its drain lock taken without
         waiting; returns when each is to be served next. A writer whose lock turned out
         busy, every writer when the call failed, and one with events to append are due
         at once: the drain then serves each alone (:meth:`_serve`, on any of its
