@@ -61,6 +61,7 @@ class AsyncSessionWriter(WriterShell):
         """Flush (retrying a failed append), then give the session's lease up."""
         self._buffer.check_owner("close")
         self._buffer.close()
+        self._context.drain.forget(self)
         async with self._drain_lock:
             await arun(self._buffer.finish(self._context), self._context.backend)
 

@@ -18,6 +18,9 @@ trip each would cost every writer open a share of the drain that grows with the 
 of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why they
 come due together). The async drain serves each writer in a task of its own, renewals
 too, so that no writer waits for another.
+
+A drain also knows the writers of its store that are open (:class:`OpenWriters`), so
+that closing the store closes them first.
 """
 
 from __future__ import annotations
@@ -97,22 +100,43 @@ class DueQueue(Generic[_W]):
         self._entries.clear()
 
 
-class Drain:
+class OpenWriters:
+    """The writers of one store that are open: noted when opened, forgotten when their
+    ``close`` is called. Adding to and removing from a set is atomic in CPython, so
+    any thread may do either."""
+
+    def __init__(self) -> None:
+        self._open: set[Any] = set()
+
+    def opened(self, writer: Any) -> None:
+        self._open.add(writer)
+
+    def forget(self, writer: Any) -> None:
+        self._open.discard(writer)
+
+    def open_writers(self) -> list[Any]:
+        """The writers open now, in no particular order."""
+        return list(self._open)
+
+
+class Drain(OpenWriters):
     """Serves due writers on at most :data:`DRAIN_THREADS` daemon threads."""
 
     def __init__(self, threads: int = DRAIN_THREADS) -> None:
+        super().__init__()
         self._most = threads
         self._reset()
         forksafe.at_fork(self, "_reset")
 
     def _reset(self) -> None:
-        # In a forked child the threads do not exist, and the writers queued are the
-        # parent's (they refuse to work there): start empty.
+        # In a forked child the threads do not exist, and the writers queued (and open)
+        # are the parent's (they refuse to work there): start empty.
         self._cond = threading.Condition(threading.Lock())
         self._queue: DueQueue[Served] = DueQueue()
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
+        self._open = set()
 
     @property
     def threads(self) -> int:
@@ -192,11 +216,12 @@ class Drain:
                     self.schedule(writer, due)
 
 
-class AsyncDrain:
+class AsyncDrain(OpenWriters):
     """Serves due writers from one task on the running event loop; each due writer's
     append runs as a task of its own, so one slow session never holds the others up."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._queue: DueQueue[AsyncServed] = DueQueue()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None

@@ -400,6 +400,7 @@ class WriterShell:
     def __init__(self, context: WriterContext, buffer: WriterBuffer) -> None:
         self._context = context
         self._buffer = buffer
+        context.drain.opened(self)  # closing the store closes it
         due = buffer.next_due()
         if due is not None:
             context.drain.schedule(self, due)
@@ -474,6 +475,7 @@ class SessionWriter(WriterShell):
         are refused from now on; after an error, ``flush`` or ``close`` may retry."""
         self._buffer.check_owner("close")
         self._buffer.close()
+        self._context.drain.forget(self)
         with self._drain_lock:
             run(self._buffer.finish(self._context), self._context.backend)
 

@@ -22,6 +22,7 @@ import pytest
 from sessionstore import event_flows, flows, value_flows
 from sessionstore.backoff import LOST_RACE
 from sessionstore.contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
+from sessionstore.drain import OpenWriters
 from sessionstore.drive import drive
 from sessionstore.errors import (
     ConcurrentModificationError,
@@ -836,7 +837,7 @@ def test_renew_lease_raises_once_taken_over_and_release_swallows_failures():
     )
 
 
-class FakeDrain:
+class FakeDrain(OpenWriters):
     def schedule(self, writer: object, due: float) -> None:
         pass
 
