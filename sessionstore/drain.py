@@ -19,6 +19,13 @@ of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why
 come due together). The async drain serves each writer in a task of its own, renewals
 too, so that no writer waits for another.
 
+Write-behind never stops for good: a sync drain thread that dies serving (an error
+that is no ``Exception``, which the writers' ``_serve`` do not catch) is reported on
+the ``sessionstore`` logger and replaced, and the writers it was serving are served
+again after :data:`RETRY_AFTER` seconds; an async serving task that fails (but for a
+cancellation, ``KeyboardInterrupt`` or ``SystemExit``) is reported and its writer served
+again alike.
+
 A drain also knows the writers of its store that are open (:class:`OpenWriters`), so
 that closing the store closes them first.
 """
@@ -29,16 +36,21 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
 import threading
 import time
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
 
+log = logging.getLogger("sessionstore")
+
 #: The most threads one sync drain runs (started as they are needed).
 DRAIN_THREADS = 4
 #: The most lease renewals a drain makes in one call.
 RENEWALS = 500
+#: How long after a failed serving its writers are served again (seconds).
+RETRY_AFTER = 0.1
 
 
 class Served(Protocol):
@@ -125,6 +137,7 @@ class Drain(OpenWriters):
     def __init__(self, threads: int = DRAIN_THREADS) -> None:
         super().__init__()
         self._most = threads
+        self._names = itertools.count()
         self._reset()
         forksafe.at_fork(self, "_reset")
 
@@ -154,11 +167,12 @@ class Drain(OpenWriters):
 
     def _spare_thread(self) -> bool:
         """With the lock held: start a thread when none is idle and the most allowed
-        are not running yet; whether it did."""
+        are not running yet (a thread that died no longer counts); whether it did."""
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
         if self._idle > 0 or len(self._threads) >= self._most:
             return False
         thread = threading.Thread(
-            target=self._run, name=f"sessionstore-drain-{len(self._threads)}", daemon=True
+            target=self._run, name=f"sessionstore-drain-{next(self._names)}", daemon=True
         )
         self._threads.append(thread)
         thread.start()
@@ -207,13 +221,39 @@ class Drain(OpenWriters):
 
     def _run(self) -> None:
         while writers := self._next():
-            if len(writers) == 1:
-                dues = [writers[0]._serve()]
-            else:
-                dues = type(writers[0])._serve_together(writers)
+            try:
+                if len(writers) == 1:
+                    dues = [writers[0]._serve()]
+                else:
+                    dues = type(writers[0])._serve_together(writers)
+            except BaseException as exc:  # noqa: BLE001 - reported, and the thread replaced
+                self._died(writers, exc)
+                return
             for writer, due in zip(writers, dues, strict=True):
                 if due is not None:
                     self.schedule(writer, due)
+
+    def _died(self, writers: list[Served], exc: BaseException) -> None:
+        """This thread ends, failed by ``exc`` while serving ``writers``: report it, queue
+        them again after :data:`RETRY_AFTER` and start a thread in its place."""
+        log.error(
+            "sessionstore: a background drain thread failed serving %d writer(s) of"
+            " session(s) %s and is replaced; they are served again in %.1f s",
+            len(writers),
+            ", ".join(repr(getattr(w, "session_id", "?")) for w in writers[:5]),
+            RETRY_AFTER,
+            exc_info=exc,
+        )
+        with self._cond:
+            current = threading.current_thread()
+            self._threads = [thread for thread in self._threads if thread is not current]
+            if self._closed:
+                return
+            due = time.monotonic() + RETRY_AFTER
+            for writer in writers:
+                self._queue.put(writer, due)
+            if not self._spare_thread():
+                self._cond.notify()
 
 
 class AsyncDrain(OpenWriters):
@@ -250,7 +290,19 @@ class AsyncDrain(OpenWriters):
                     await task
 
     async def _serve(self, writer: AsyncServed) -> None:
-        due = await writer._serve()
+        try:
+            due = await writer._serve()
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - reported, and the writer served again
+            log.error(
+                "sessionstore: serving the writer of session %r failed; it is served"
+                " again in %.1f s",
+                getattr(writer, "session_id", "?"),
+                RETRY_AFTER,
+                exc_info=exc,
+            )
+            due = time.monotonic() + RETRY_AFTER
         if due is not None:
             self.schedule(writer, due)
 
