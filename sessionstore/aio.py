@@ -44,7 +44,6 @@ from .contracts import (
 )
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import AsyncDrain
-from .errors import SessionStoreError
 from .flows import arun
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
@@ -309,9 +308,11 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
             return
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
+            if not writer._here:
+                continue  # a forked child's copy of its parent's writer
             try:
                 await writer.close()
-            except SessionStoreError as exc:
+            except Exception as exc:  # noqa: BLE001 - raised once everything is closed
                 failed.append((writer.session_id, exc))
         self._lifecycle.closed = True
         await self._drain.close()

@@ -20,7 +20,6 @@ from .connection import open_store
 from .contracts import EventBackend, ValueBackend
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import Drain
-from .errors import SessionStoreError
 from .flows import run
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
@@ -374,9 +373,11 @@ class Store(StoreBase[Session, EventLog]):
             return
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
+            if not writer._here:
+                continue  # a forked child's copy of its parent's writer
             try:
                 writer.close()
-            except SessionStoreError as exc:
+            except Exception as exc:  # noqa: BLE001 - raised once everything is closed
                 failed.append((writer.session_id, exc))
         self._lifecycle.closed = True
         self._drain.close()

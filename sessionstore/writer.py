@@ -410,6 +410,11 @@ class WriterShell:
         return self._buffer.session_id
 
     @property
+    def _here(self) -> bool:
+        """Whether this process opened the writer (in a forked child it is the parent's)."""
+        return self._buffer.owner == os.getpid()
+
+    @property
     def next_seq(self) -> int:
         return self._buffer.next_seq
 

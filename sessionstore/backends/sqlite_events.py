@@ -356,7 +356,7 @@ class SqliteEvents(EventBackend):
             live = row is not None and row[1] > now
             if live and row[0] != owner:
                 return 0
-            epoch = stored if live else next_epoch(stored, now)
+            epoch = stored if live and stored > 0 else next_epoch(stored, now)
             conn.execute(
                 "INSERT INTO log_leases (namespace, session_id, owner, expires_at, epoch)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE"
