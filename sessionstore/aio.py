@@ -308,8 +308,6 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
             return
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
-            if not writer._here:
-                continue  # a forked child's copy of its parent's writer
             try:
                 await writer.close()
             except Exception as exc:  # noqa: BLE001 - raised once everything is closed

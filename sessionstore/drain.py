@@ -15,7 +15,7 @@ in one call, ``type(writer)._serve_together(writers)``, at most :data:`RENEWALS`
 time, which returns when each writer is to be served next (at once for one to be served
 alone, which any thread then does): on Redis one round trip renews them all. One round
 trip each would cost every writer open a share of the drain that grows with the number
-of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why they
+of writers open (see :meth:`sessionstore.writer_buffer.WriterBuffer.renewal_at` for why they
 come due together). The async drain serves each writer in a task of its own, renewals
 too, so that no writer waits for another.
 
@@ -37,6 +37,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 from typing import Any, Generic, Protocol, TypeVar
@@ -113,22 +114,24 @@ class DueQueue(Generic[_W]):
 
 
 class OpenWriters:
-    """The writers of one store that are open: noted when opened, forgotten when their
-    ``close`` is called. Adding to and removing from a set is atomic in CPython, so
-    any thread may do either."""
+    """The writers of one store that are open: noted when opened (with the process that
+    opened them), forgotten when their ``close`` is called. Adding to and removing from
+    a dict is atomic in CPython, so any thread may do either."""
 
     def __init__(self) -> None:
-        self._open: set[Any] = set()
+        self._open: dict[Any, int] = {}
 
     def opened(self, writer: Any) -> None:
-        self._open.add(writer)
+        self._open[writer] = os.getpid()
 
     def forget(self, writer: Any) -> None:
-        self._open.discard(writer)
+        self._open.pop(writer, None)
 
     def open_writers(self) -> list[Any]:
-        """The writers open now, in no particular order."""
-        return list(self._open)
+        """The writers this process opened that are open now, in no particular order (in
+        a forked child, its parent's are not)."""
+        pid = os.getpid()
+        return [writer for writer, opener in list(self._open.items()) if opener == pid]
 
 
 class Drain(OpenWriters):
@@ -149,7 +152,7 @@ class Drain(OpenWriters):
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
-        self._open = set()
+        self._open = {}
 
     @property
     def threads(self) -> int:

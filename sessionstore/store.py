@@ -373,8 +373,6 @@ class Store(StoreBase[Session, EventLog]):
             return
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
-            if not writer._here:
-                continue  # a forked child's copy of its parent's writer
             try:
                 writer.close()
             except Exception as exc:  # noqa: BLE001 - raised once everything is closed

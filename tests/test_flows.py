@@ -41,7 +41,8 @@ from sessionstore.models import SessionEvent, SessionHeader, SessionInfo
 from sessionstore.results import LoadedSession
 from sessionstore.session_state import SessionState, session_state
 from sessionstore.store_state import Lifecycle, PendingSessions
-from sessionstore.writer import SessionWriter, WriterBuffer, WriterContext, open_buffer
+from sessionstore.writer import SessionWriter
+from sessionstore.writer_buffer import WriterBuffer, WriterContext, open_buffer
 
 SID = "s-1"
 OWNER = "token-a"
@@ -864,7 +865,7 @@ def test_the_drain_renews_a_due_lease_then_appends_one_batch_fenced_by_the_token
 
 
 def test_a_flush_appends_batches_until_its_target(monkeypatch):
-    monkeypatch.setattr("sessionstore.writer.BATCH_MAX", 2)
+    monkeypatch.setattr("sessionstore.writer_buffer.BATCH_MAX", 2)
     buffer, context = writer_buffer()
     for _ in range(5):
         buffer.make("note", None)

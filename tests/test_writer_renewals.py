@@ -19,7 +19,7 @@ import sessionstore
 from sessionstore import SessionBusyError, SessionHeader, aio, keys
 from sessionstore.drain import AsyncDrain, Drain
 from sessionstore.leases import Lease
-from sessionstore.writer import WriterBuffer
+from sessionstore.writer_buffer import WriterBuffer
 
 #: Seconds to wait for something that must happen.
 PATIENCE = 30.0
