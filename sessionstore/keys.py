@@ -103,7 +103,9 @@ key keeps it when the lease expires or is released (negated then, so that
 ``lease_renew.lua`` never takes a released lease back). ``log_append.lua`` of a writer
 reads the ``epoch`` key first: a newer epoch than the writer's refuses the append, also
 after the writer that took the lease over released it; a writer's append that writes
-gives the key the expiry of the session's other keys. ``next_seq`` is committed last by ``log_append.lua``: a
+gives the key the expiry of the session's other keys. ``log_delete.lua`` leaves it (a
+few bytes; a lease taken after the delete still gets a larger epoch, by the ``TIME``
+floor), as does a writer that closes without appending to a session with a ttl. ``next_seq`` is committed last by ``log_append.lua``: a
 stream entry at or past it is a torn tail, never part of the log; ``log_append.lua`` and
 ``log_cut_tail.lua`` cut it off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
 ``KEYS``, built here; the Lua never builds a key name.
