@@ -35,6 +35,7 @@ from typing import Literal
 
 from .. import forksafe
 from ..contracts import Backends, Refused, Stored, ValueBackend
+from ..errors import SessionStoreError
 from ..keys import ValueKey
 from ..urls import mask_url
 from ..when import now_ms
@@ -302,7 +303,14 @@ class FileValues(ValueBackend):
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         if (key, when, token) not in self._held:
             return
-        directory = self.key_dir(key)
+        try:
+            # Checked as every other path is: the key's folder may have been swapped
+            # while fn ran, and nothing is created or locked through a swapped one.
+            directory = self._checked_dir(key)
+        except SessionStoreError:
+            with contextlib.suppress(OSError):  # the lease then ends with its file's lock
+                os.close(self._held.pop((key, when, token)))
+            raise
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             self._release(directory, key, when, token)
 

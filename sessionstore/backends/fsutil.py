@@ -241,19 +241,38 @@ def locked_elsewhere(path: Path) -> bool:
 
 def check_dirs(root: Path, directory: Path) -> None:
     """Raise :class:`UnsafePathError` when a folder of ``directory`` below ``root`` (the
-    store's own root, resolved when it was opened) is a symbolic link or not a folder.
-    Stops at the first one missing (:func:`make_dirs` creates them as real folders)."""
-    current = root
+    store's own root, resolved when it was opened) is a symbolic link, not a folder, or
+    not one the store could have made: owned by another user, or writable by its group
+    or by others (the store makes every folder :data:`DIR_MODE`, its user's own), so
+    that someone else could put records in it or swap what is there. Stops at the first
+    one missing (:func:`make_dirs` creates them as real folders)."""
+    current, user = root, os.geteuid()
     for part in directory.relative_to(root).parts:
         current = current / part
         try:
-            mode = os.lstat(current).st_mode
+            found = os.lstat(current)
         except FileNotFoundError:
             return
-        if stat.S_ISLNK(mode):
+        if stat.S_ISLNK(found.st_mode):
             raise UnsafePathError(os.fspath(current), "a symbolic link")
-        if not stat.S_ISDIR(mode):
+        if not stat.S_ISDIR(found.st_mode):
             raise UnsafePathError(os.fspath(current), "not a folder")
+        if found.st_uid != user or found.st_mode & FOREIGN_WRITE:
+            raise UnsafePathError(os.fspath(current), foreign_folder(found, user))
+
+
+#: Mode bits that let users other than the owner change a folder's entries.
+FOREIGN_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def foreign_folder(found: os.stat_result, user: int) -> str:
+    """What :func:`check_dirs` says of a folder the store did not make."""
+    mode = f"mode {stat.S_IMODE(found.st_mode):04o}"
+    whose = "yours" if found.st_uid == user else f"owned by uid {found.st_uid}, not {user}"
+    return (
+        f"a folder the store did not make ({whose}, {mode}): others could write in it;"
+        " remove it, or make it this user's own with mode 0700"
+    )
 
 
 def fsync_dir(directory: Path) -> None:
