@@ -43,12 +43,14 @@ key                                                     type    fields / members
                                                                                                                        (10 s), renewed
                                                                                                                        between 3/10 and
                                                                                                                        1/3 of it
-``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         ZADD before the  none
-                                                                 score = writer's clock (ms) at its   creating append;
-                                                                 latest creating append               index_forget.lua
-``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  ZADD before     none
-                                                                 ``ss:<ns>:`` (``val:{...}`` or        each write that
-                                                                 ``hist:{...}:at``), score as above    stores a value;
+``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         index_add.lua   none
+                                                                 score = writer's clock (ms) when it  before the
+                                                                 was added or last refreshed          creating append;
+                                                                                                      index_forget.lua
+``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  index_add.lua   none
+                                                                 ``ss:<ns>:`` (``val:{...}`` or        before each
+                                                                 ``hist:{...}:at``), score as above    write that
+                                                                                                      stores a value;
                                                                                                       index_forget.lua
 ======================================================  ======  ===================================  ==============  ==================
 
@@ -101,9 +103,12 @@ stream entry at or past it is a torn tail, never part of the log; ``log_append.l
 The two ``idx`` sorted sets index the namespace, so listing never needs ``SCAN`` (which
 a least-privilege user may not run, and whose cost grows with the whole keyspace).
 Their hash tag is the namespace: on a Cluster both live in one slot. Every write that
-can create data adds its index entry *first* (``ZADD``, score = the writer's wall clock
-in ms; on a single server in the same round trip, on a Cluster as a call of its own),
-so data without its index entry never exists. Deletes and expiry never touch the index:
+can create data sends its index entry *first* (``index_add.lua``, score = the writer's
+wall clock in ms; on a single server in the same round trip, on a Cluster as a call of
+its own): the server adds the entry when it is missing and refreshes it when its score
+is older than half of ``GRACE_MS``, else writes nothing. So data without its index
+entry never exists, also after the server lost its data (a restart without
+persistence, a lagging replica promoted): no client trusts an entry it added before. Deletes and expiry never touch the index:
 a listing skips an entry whose data is gone and, once its score is older than
 ``GRACE_MS``, removes it with ``index_forget.lua`` (which re-checks the score
 atomically, so an entry a writer has just refreshed stays). Clients' clocks must agree

@@ -17,9 +17,9 @@ the same operations on their client.
   pipelined ``HGET key w`` (a value hash without a value is left out) or ``EXISTS`` of a
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
 
-Every write that stores a value adds its index entry first, in the same round trip on a
-single server (see :mod:`.scripts`), at most once per :data:`~.recent.TRUST_S` per value
-and backend (:mod:`.recent`); a clear adds none.
+Every write that stores a value sends its index entry first (``index_add.lua``, which
+writes only when the entry is missing or old: see :mod:`.index`), in the same round trip
+on a single server (see :mod:`.scripts`); a clear sends none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
@@ -59,9 +59,8 @@ from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice, check_value_acks, wait_ms
-from .index import list_steps
+from .index import list_steps, value_entry
 from .options import resend_window_ms
-from .recent import RecentEntries
 from .valueformat import (
     ANY,
     FIELD_VALUE,
@@ -98,7 +97,6 @@ class ValueOps:
     ) -> None:
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
-        self._recent = RecentEntries()
         self._slots = WriterSlots()
         self._durability = durability
         self._wait_ms = wait_ms(boundary.timeout)
@@ -132,8 +130,8 @@ class ValueOps:
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
         names = plain_keys(key)
-        entry = self._recent.entry(key, payload, history=False)
-        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+        first = value_entry(key, payload, history=False)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
             args = swap_args(ANY, payload, when, mark, self._window, ttl_ms)
             yield from self._script(client, "value_swap", names, args, first)
 
@@ -149,8 +147,8 @@ class ValueOps:
         if not plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
         names = plain_keys(key)
-        entry = self._recent.entry(key, payload, history=False)
-        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+        first = value_entry(key, payload, history=False)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
             args = swap_args(expected, payload, when, mark, self._window, ttl_ms)
             reply = yield from self._script(client, "value_swap", names, args, first)
         return decode_swap(names[0], reply)
@@ -200,8 +198,8 @@ class ValueOps:
         compare: bool,
     ) -> Steps[bool]:
         names = history_set_keys(key)
-        entry = self._recent.entry(key, payload, history=True)
-        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("history_set.lua", names[0]):
             args = history_set_args(
                 payload, when, max_versions, expected, compare, mark, self._window, ttl_ms
             )
@@ -218,8 +216,8 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[None]:
         names = history_set_keys(key)
-        entry = self._recent.entry(key, payload, history=True)
-        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("history_set.lua", names[0]):
             args = history_set_args(
                 payload, when, max_versions, None, "put", mark, self._window, ttl_ms
             )
