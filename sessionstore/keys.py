@@ -43,6 +43,8 @@ key                                                     type    fields / members
                                                                                                                        (10 s), renewed
                                                                                                                        between 3/10 and
                                                                                                                        1/3 of it
+``ss:<ns>:mark``                                        string  a random token: which database a     tracking.py     none
+                                                                 ``?cache=yes`` reader caches from    (``SET NX``)
 ``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         index_add.lua   none
                                                                  score = writer's clock (ms) when it  before the
                                                                  was added or last refreshed          creating append;
@@ -133,6 +135,7 @@ SEQ_KIND = "seq"
 #: deadline (see the module doc); the value scripts get it as an argument.
 SEQ_FIELDS = 64
 COMPUTE_KIND = "cmp"
+MARK_KIND = "mark"
 #: How old (ms, by the writer's clock) an index entry whose data is gone must be before a
 #: listing removes it: far above any call's retry window, so an entry whose writer has
 #: added it but not yet written its data is never removed under it.
@@ -210,6 +213,14 @@ def compute_lease_key(key: ValueKey, when: int) -> str:
     """The lease of ``get_or_compute`` on the version of one history value at ``when``
     (same hash tag as the value's keys)."""
     return f"{namespace_prefix(key.namespace)}{COMPUTE_KIND}:{_tag(key)}:{when}"
+
+
+def mark_key(namespace: str) -> str:
+    """The token of the database a ``?cache=yes`` reader of ``namespace`` caches from
+    (:mod:`sessionstore.redis.tracking`): a string set once (``SET NX``), never changed;
+    another token, or none, means the database is another one (``SWAPDB``) or was
+    emptied."""
+    return f"{namespace_prefix(namespace)}{MARK_KIND}"
 
 
 def value_pattern(namespace: str) -> str:

@@ -503,3 +503,24 @@ def test_a_failed_cached_read_raises_as_an_uncached_one(server):
             assert value.get_data(T1) is None
     finally:
         admin.close()
+
+
+def test_a_swapdb_under_a_cached_reader_is_seen_within_the_bound(server):
+    """Redis 7.0 tells tracking clients nothing of ``SWAPDB``: the mark read with each
+    heartbeat names the database, and a read never misses the swap past the bound."""
+    admin = redis.Redis(port=server.port)
+    try:
+        with (
+            sessionstore.connect(server.url + "?cache=yes", "t-cache") as store,
+            sessionstore.connect(server.url.replace("/0", "/1"), "t-cache") as other,
+        ):
+            value = store.session(*KEY)
+            value.set_data(1, T1)
+            other.session(*KEY).set_data(2, T1)
+            for n in (2, 1, 2):
+                eventually(lambda: value.get_data(T1), 3 - n)  # cached from the old one
+                admin.swapdb(0, 1)
+                swapped = time.monotonic()
+                assert late_reads(lambda: value.get_data(T1), n, swapped, BOUND) == []
+    finally:
+        admin.close()
