@@ -110,11 +110,11 @@ wall clock in ms; on a single server in the same round trip, on a Cluster as a c
 its own): the server adds the entry when it is missing and refreshes it when its score
 is older than half of ``GRACE_MS``, else writes nothing. So data without its index
 entry never exists, also after the server lost its data (a restart without
-persistence, a lagging replica promoted): no client trusts an entry it added before. Deletes and expiry never touch the index:
-a listing skips an entry whose data is gone and, once its score is older than
-``GRACE_MS``, removes it with ``index_forget.lua`` (which re-checks the score
-atomically, so an entry a writer has just refreshed stays). Clients' clocks must agree
-within ``GRACE_MS``. Stores written before the index existed are indexed once by
+persistence, a lagging replica promoted): no client trusts an entry it added before.
+Deletes and expiry never touch the index: a listing skips an entry whose data is gone
+and, once its score is older than ``GRACE_MS``, removes it with ``index_forget.lua``
+(which re-checks the score atomically, so an entry a writer has just refreshed stays).
+Clients' clocks must agree within ``GRACE_MS``. Stores written before the index existed are indexed once by
 ``sessionstore doctor --fix``.
 """
 
