@@ -395,11 +395,11 @@ class ValueCache:
                 reply = _servable(self._entries.get(name), self._confirmed, now)
                 if reply is not None:
                     return reply
+                if self._marking:  # the reader's next reply is the heartbeat's mark
+                    self._read_mark()
                 if len(self._entries) >= MAX_ENTRIES:
                     self._entries.clear()
                 entry = self._entries[name] = _Entry(time.monotonic())
-                if self._marking:
-                    self._read_mark()
                 reader = self._reader
                 # One transaction: the ttl is the one of the value read, and (tracked) the
                 # mark names the database it was read from.
