@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from redis.cluster import key_slot
+from support.redis_sentinel import SYNC_AT_ONCE
 from support.redis_server import RedisServer
 from support.tcp_proxy import TcpProxy
 from test_cli import cli
@@ -320,7 +321,10 @@ def test_writes_after_a_restart_without_persistence_are_listed_at_once(ns):
 def test_writes_after_a_lagging_replica_is_promoted_are_listed_at_once(ns):
     """The replica stops following after the first writes, then replaces the primary
     behind the same address: the entries the process wrote since are missing there."""
-    with RedisServer(durable=False) as primary, RedisServer(durable=False) as replica:
+    with (
+        RedisServer(*SYNC_AT_ONCE, durable=False) as primary,
+        RedisServer(durable=False) as replica,
+    ):
         admin(replica).replicaof("127.0.0.1", primary.port)
         with TcpProxy(primary.port) as proxy:
             url = f"{proxy.url}?durability=none"
