@@ -325,15 +325,16 @@ def test_writes_after_a_lagging_replica_is_promoted_are_listed_at_once(ns):
         RedisServer(*SYNC_AT_ONCE, durable=False) as primary,
         RedisServer(durable=False) as replica,
     ):
-        admin(replica).replicaof("127.0.0.1", primary.port)
+        follower, leader = admin(replica), admin(primary)
+        follower.replicaof("127.0.0.1", primary.port)
         with TcpProxy(primary.port) as proxy:
             url = f"{proxy.url}?durability=none"
             with sessionstore.connect(url, ns) as store:
                 write_all(store, "A")
                 deadline = time.monotonic() + 10
-                while admin(primary).wait(1, 100) < 1 and time.monotonic() < deadline:
+                while leader.wait(1, 100) < 1 and time.monotonic() < deadline:
                     pass  # until the replica's first sync is done and it has the writes
-                admin(replica).replicaof("NO", "ONE")
+                follower.replicaof("NO", "ONE")
                 write_all(store, "B")
                 proxy.upstream = ("127.0.0.1", replica.port)
                 proxy.stall()
@@ -345,6 +346,8 @@ def test_writes_after_a_lagging_replica_is_promoted_are_listed_at_once(ns):
                     ["s-A", "s-B", "s-C"],
                     ["A-0", "A-1", "B-0", "B-1", "C-0", "C-1"],
                 )
+        follower.close()
+        leader.close()
 
 
 def test_on_a_cluster_an_index_lost_on_its_node_is_written_again_by_the_next_write(
