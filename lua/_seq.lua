@@ -1,15 +1,14 @@
--- Shared by the value writes (value_swap.lua, history_set.lua, value_forget.lua): a
--- value's seq hash (see sessionstore/keys.py). Its field per writer slot holds
--- "<n>:<s>:<window>" (":<reply>" added by value_forget.lua): the number of the slot's
--- latest applied call, the server time (s) it was applied and that call's resend window
--- (ms); the record's deadline is (<s> + 1) * 1000 + <window>. A slot serves one call at
--- a time and numbers its calls upwards, so a number at or above a call's own means the
--- call was applied (it, or a later call of the slot, which started only once it ended).
--- Each write script takes the same four arguments first: ARGV[1] the call's writer slot
--- (non-empty), ARGV[2] its number (integer text), ARGV[3] its resend window (ms): how
+-- Shared by the value writes (value_swap.lua, history_set.lua, compute_put.lua,
+-- value_forget.lua): a value's seq hash (see sessionstore/keys.py). Its field per writer
+-- slot holds "<n>:<s>:<window>" (":<reply>" added by value_forget.lua): the number of the
+-- slot's latest applied call, the server time (s) it was applied and that call's resend
+-- window (ms); the record's deadline is (<s> + 1) * 1000 + <window>. A slot serves one
+-- call at a time and numbers its calls upwards, so a number at or above a call's own means
+-- the call was applied (it, or a later call of the slot, which started only once it
+-- ended). Each write script takes the same four arguments first: ARGV[1] the call's writer
+-- slot (non-empty), ARGV[2] its number (integer text), ARGV[3] its resend window (ms): how
 -- long its record is kept at least, whatever the windows of other callers, ARGV[4] how
--- many fields the hash holds before a write that adds one drops those past their
--- deadline.
+-- many fields the hash holds before a write that adds one drops those past their deadline.
 
 -- nil when the call of ARGV[1] and ARGV[2] was not applied, else the reply it recorded
 -- ("" when none)

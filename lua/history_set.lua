@@ -26,13 +26,6 @@
 local at, values = KEYS[1], KEYS[2]
 local when = ARGV[6]
 
-local function hdel_all(names)
-  -- unpack() is bounded by the Lua stack: delete in slices
-  for i = 1, #names, 1000 do
-    redis.call('HDEL', values, unpack(names, i, math.min(i + 999, #names)))
-  end
-end
-
 if seq_applied(KEYS[3], ARGV) then
   return 'OK'
 end
@@ -56,24 +49,10 @@ if ARGV[9] ~= 'put' then
   local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
   if #later > 0 then
     redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
-    hdel_all(later)
+    history_hdel(values, later)
   end
 end
-
-local keep = tonumber(ARGV[8])
-if keep > 0 then
-  local extra = redis.call('ZCARD', at) - keep
-  if extra > 0 then
-    local oldest = redis.call('ZRANGE', at, 0, extra - 1)
-    redis.call('ZREMRANGEBYRANK', at, 0, extra - 1)
-    hdel_all(oldest)
-  end
-end
-
-if ARGV[5] ~= '0' then
-  redis.call('PEXPIRE', at, ARGV[5])
-  redis.call('PEXPIRE', values, ARGV[5])
-end
+history_trim(at, values, ARGV[8], ARGV[5])
 
 seq_remember(KEYS[3], ARGV)
 return 'OK'

@@ -195,17 +195,17 @@ else
       end
     end
   end
-  if not next_seq or not tonumber(next_seq) then
+  if not stored_integer(next_seq) or stored_integer(next_seq) < 0 then
     return {'CORRUPT', 'the meta hash has no valid next_seq'}
   end
   ttl = stored['ttl_ms']
-  if ttl and not ((tonumber(ttl) or 0) > 0) then
+  if ttl and not ((stored_integer(ttl) or 0) > 0) then
     return {'CORRUPT', 'the meta hash has no valid ttl_ms'}
   end
 end
 
 local stored_next = tonumber(next_seq)
-local held = tonumber(stored['entries'] or next_seq)
+local held = stored_integer(stored['entries'] or next_seq)
 if not held then
   return {'CORRUPT', 'the meta hash has no valid entries'}
 end

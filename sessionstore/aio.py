@@ -128,7 +128,9 @@ class AsyncSession(SessionBase[AsyncValueBackend]):
     ) -> Any:
         """History: the version at exactly ``when``, computed once among every caller of
         the store when there is none; ``fn`` may be a coroutine function (its result is
-        awaited). See :meth:`sessionstore.Session.get_or_compute`."""
+        awaited); a plain ``fn`` runs in a worker thread, so the event loop, and the
+        renewals of the lease, go on while it runs. See
+        :meth:`sessionstore.Session.get_or_compute`."""
         return await arun(self._compute(when, fn, timeout, lease), self._backend)
 
     async def update(self, fn: Callable[[Any], Any], when: Any) -> Any:

@@ -110,7 +110,8 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
     if isinstance(url, os.PathLike):
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
-        raise InvalidArgumentError(f"url must be a non-empty string or path, not {url!r:.80}")
+        # Never the value itself: a URL given as bytes may hold a password.
+        raise InvalidArgumentError(f"url must be a non-empty str or path, not {_kind(url)}")
     return url
 
 
@@ -224,3 +225,8 @@ def _refuse_options(scheme: str, options: dict[str, Any]) -> None:
         raise InvalidArgumentError(
             f"option(s) {', '.join(sorted(unknown))} do not apply to {scheme}:// stores"
         )
+
+
+def _kind(url: object) -> str:
+    """What a refused ``url`` was, without its value: its type, and "empty" for ''."""
+    return "an empty str" if url == "" else type(url).__name__

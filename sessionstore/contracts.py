@@ -170,15 +170,49 @@ class ValueBackend(ABC):
     def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
         """Take, or renew for ``token``, the lease on computing the version of ``key`` at
         ``when`` (``get_or_compute``), for ``ttl_ms``; False, with nothing changed, while
-        another token holds a live one. The lease is visible to every thread and process
-        using the same store and ends when released, when ``ttl_ms`` passes without a
-        renewal, or with its holder's process (a backend whose leases end only so may
-        ignore ``ttl_ms``)."""
+        another token holds a live one (a resend of a take finds the lease its own). The
+        lease is visible to every thread and process using the same store and ends when
+        released, when ``ttl_ms`` passes without a renewal (:meth:`renew_compute_lease`),
+        or with its holder's process (at once where the backend can tell: the file
+        store)."""
+
+    @abstractmethod
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """Extend ``token``'s live lease on the version of ``key`` at ``when`` to
+        ``ttl_ms`` from now and return True; False, with nothing changed, when ``token``
+        does not hold a live one (it lapsed, was released or another took it). A lease
+        that lapsed is never taken back: only :meth:`acquire_compute_lease` takes one."""
 
     @abstractmethod
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         """Give up ``token``'s lease on the version of ``key`` at ``when`` (nothing if it
         does not hold it)."""
+
+    @abstractmethod
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        """The fenced write of ``get_or_compute``'s result, atomically, each check before
+        any write:
+
+        * a version is stored at exactly ``when``: write nothing, return it (a
+          :class:`Stored`, payload None for a clear);
+        * another token holds a live compute lease on the version at ``when``: write
+          nothing, return False;
+        * else :meth:`put_version` (the same trim and ``ttl_ms``), release the lease if
+          ``token`` holds it, and return True.
+
+        So a computer whose lease lapsed never replaces a version another caller stored:
+        it gets that version back, or False while another is computing it. Exactly once
+        on Redis, as every value write: a resend of a call that wrote returns True.
+        """
 
     @abstractmethod
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
@@ -456,8 +490,23 @@ class AsyncValueBackend(Protocol):
     ) -> bool:
         """:meth:`ValueBackend.acquire_compute_lease`."""
 
+    async def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """:meth:`ValueBackend.renew_compute_lease`."""
+
     async def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         """:meth:`ValueBackend.release_compute_lease`."""
+
+    async def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        """:meth:`ValueBackend.put_computed`."""
 
     async def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         """:meth:`ValueBackend.scan`."""

@@ -99,8 +99,9 @@ class HarnessFieldError(InvalidArgumentError):
 
 
 class EventTimeOrderError(InvalidArgumentError):
-    """An event's ``time`` is earlier than the time of the event before it in its log:
-    times never go backwards within a log. Nothing was queued or written."""
+    """A writer's ``emit`` was given a logical ``time`` earlier than the time of the event
+    before it in its log: a writer's clock never goes backwards. Nothing was queued. (A
+    plain ``append`` stores whatever time each event carries.)"""
 
     def __init__(self, session_id: str, seq: int, time: int, previous: int) -> None:
         self.session_id = session_id
@@ -109,7 +110,7 @@ class EventTimeOrderError(InvalidArgumentError):
         self.previous = previous
         super().__init__(
             f"session {_q(session_id)}: event seq {seq} has time {time}, before the time"
-            f" {previous} of the event before it (times must not go backwards)"
+            f" {previous} of the event before it (a writer's times must not go backwards)"
         )
 
 

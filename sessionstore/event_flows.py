@@ -12,7 +12,6 @@ from .arguments import check_poll, check_ttl
 from .contracts import EventBackend, EventBatch
 from .errors import (
     ConcurrentModificationError,
-    EventTimeOrderError,
     InvalidArgumentError,
     SeqConflictError,
     SessionBusyError,
@@ -68,7 +67,6 @@ def append(
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
     batch = encode_batch(session_id, events)
-    check_times(session_id, batch.events)
     if not batch:
         if header is not None:
             return 0
@@ -78,14 +76,6 @@ def append(
     if header is not None:
         pending.materialised(header)
     return next_seq
-
-
-def check_times(session_id: str, events: list[SessionEvent]) -> None:
-    """Times never go backwards within a batch: :class:`EventTimeOrderError` naming the
-    first event whose time is before the time of the event before it."""
-    for before, event in zip(events, events[1:], strict=False):
-        if event.time < before.time:
-            raise EventTimeOrderError(session_id, event.seq, event.time, before.time)
 
 
 def append_stored(

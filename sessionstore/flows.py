@@ -58,9 +58,11 @@ class Apply:
 @dataclass(slots=True)
 class Hold:
     """Call user code ``fn()`` while ``renew`` (a backend call) is repeated every
-    ``every`` seconds, in a thread (sync) or a task (async) of its own; the async runner
-    awaits an awaitable result. A failed renewal is let go: the lease it renews then
-    ends by itself."""
+    ``every`` seconds, in a thread (sync) or a task (async) of its own. The async
+    runner awaits a coroutine function ``fn`` and runs any other in a worker thread, so
+    that the renewals go on while it runs (an awaitable it returns is awaited). A
+    renewal that raises is let go (the lease it renews then ends by itself); one that
+    returns False (the lease is no longer held) ends the renewals."""
 
     fn: Callable[[], Any]
     renew: Call
@@ -111,7 +113,8 @@ def _hold(backend: Any, step: Hold) -> Any:
     def renewing() -> None:
         while not done.wait(step.every):
             with contextlib.suppress(Exception):  # the lease then ends by itself
-                renew()  # type: ignore[operator]
+                if renew() is False:  # type: ignore[operator]
+                    return
 
     renewer = threading.Thread(target=renewing, name="sessionstore-lease", daemon=True)
     renewer.start()
@@ -129,13 +132,25 @@ async def _ahold(backend: Any, step: Hold) -> Any:
         while True:
             await asyncio.sleep(step.every)
             with contextlib.suppress(Exception):  # the lease then ends by itself
-                await renew()  # type: ignore[operator]
+                if await renew() is False:  # type: ignore[operator]
+                    return
 
     renewer = asyncio.create_task(renewing())
     try:
-        result = step.fn()
+        if _is_async(step.fn):
+            result = step.fn()
+        else:
+            # Off the event loop: a blocking fn would stop the renewals (and every task).
+            result = await asyncio.to_thread(step.fn)
         return await result if inspect.isawaitable(result) else result
     finally:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a coroutine: a coroutine function, a partial of one,
+    or an object whose ``__call__`` is one."""
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is looked at
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)

@@ -16,17 +16,20 @@ key                                                     type    fields / members
                                                                                                                        else none
 ``ss:<ns>:hist:{<sym>:...:<mode>}:at``                   zset    member = score = when (ms)           history_*.lua   the handle's ttl,
                                                                                                       value_forget.lua same as ``:v``
+                                                                                                      compute_put.lua
 ``ss:<ns>:hist:{<sym>:...:<mode>}:v``                    hash    ``<when>`` -> msgpack value, ``""``  history_*.lua   the handle's ttl,
                                                                  for a clear                          value_forget.lua same as ``:at``
+                                                                                                      compute_put.lua
 ``ss:<ns>:seq:{<sym>:...:<mode>}``                       hash    field = a writer slot (random id),   value_*.lua,    at least until
                                                                  value = ``<n>:<s>:<window>``         history_*.lua   its latest
-                                                                 (``...:<0|1>`` for a delete: what                    record's deadline
+                                                                 (``...:<0|1>`` for a delete: what    compute_put.lua record's deadline
                                                                  it returned): the slot's latest                      (a write never
                                                                  applied call, the server time (s)                    shortens it)
                                                                  it was applied, its window (ms)
 ``ss:<ns>:cmp:{<sym>:...:<mode>}:<when>``                string  the token of the caller computing    compute_lease   the lease (5 s),
                                                                  the version at ``<when>``            .lua            renewed while fn
-                                                                 (``get_or_compute``)                                 runs
+                                                                 (``get_or_compute``)                 compute_put.lua runs; deleted by
+                                                                                                                      its holder
 ``ss:<ns>:log:{<session id>}:meta``                     hash    ``id version created_at cwd          log_append.lua, ``ttl_ms`` when
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else

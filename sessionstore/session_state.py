@@ -64,12 +64,11 @@ class SessionState:
         """Drop the remembered record (before a write whose outcome may stay unknown)."""
         self._last = _UNKNOWN
 
-    def remembers(self) -> bool:
-        return self._last is not _UNKNOWN
-
-    def remembered(self) -> Stored | None:
-        assert self._last is not _UNKNOWN
-        return self._last  # type: ignore[return-value]
+    def recall(self) -> tuple[Stored | None] | None:
+        """``(record,)`` of the record remembered, or None when none is: one read of it,
+        so a write from another thread sharing the handle cannot come in between."""
+        last = self._last
+        return None if last is _UNKNOWN else (last,)  # type: ignore[return-value]
 
     def check_alive(self) -> None:
         if self.disposed:

@@ -144,10 +144,13 @@ class Session(SessionBase[ValueBackend]):
         third of ``lease`` seconds while ``fn`` runs; the others wait for its result. If
         ``fn`` raises, its caller gets the exception and one waiter computes instead; if
         the computing process dies, its lease ends (at once on a file store, ``lease``
-        seconds after its last renewal on Redis and SQLite) and one waiter computes. A
+        seconds after its last renewal on Redis and SQLite) and one waiter computes. The
+        result is stored fenced by the lease: a caller paused past its lease while another
+        took it and computed returns the version the other stored, never its own. A
         waiter gives up after ``timeout`` seconds (default: the ``timeout`` given to
         ``connect``, else 30 s) with ``ComputeTimeoutError``. A bad ``timeout`` or
-        ``lease`` raises ``InvalidArgumentError``; so does a plain handle.
+        ``lease`` raises ``InvalidArgumentError``; so do a plain handle and an ``fn`` that
+        is not callable.
         """
         return run(self._compute(when, fn, timeout, lease), self._backend)
 
@@ -210,8 +213,9 @@ class EventLog(EventLogBase[EventBackend]):
     def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
-        replay and writes nothing; anything else raises ``SeqConflictError``. Times must
-        not go backwards within the batch (``EventTimeOrderError``, nothing written)."""
+        replay and writes nothing; anything else raises ``SeqConflictError``. Each event
+        keeps the ``time`` it carries, in any order (only a writer's ``emit`` refuses a
+        time before the event before it)."""
         flow = event_flows.append(self._pending, self._lifecycle, session_id, events)
         return run(flow, self._backend)
 

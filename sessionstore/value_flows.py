@@ -112,17 +112,24 @@ def get_or_compute(
     timeout: float,
     lease: float,
 ) -> Flow[Any]:
-    """The version at exactly ``when``, computed by ``fn()`` and :func:`put` when there
-    is none, by one caller at a time among every thread and process of the store.
+    """The version at exactly ``when``, computed by ``fn()`` and stored when there is
+    none, by one caller at a time among every thread and process of the store.
 
     A caller that finds no version takes the compute lease of (value, ``when``) and, once
     it holds it, looks again (a holder may have just put it and let go), then runs ``fn``
-    while renewing the lease every third of ``lease`` seconds, puts the result and gives
-    the lease up, whatever happened. Every other caller looks again, sooner at first
-    (:data:`COMPUTE_POLL`), until the version is there, or the lease is free (its holder
-    failed, raised or died: then one of them takes it and computes), or ``timeout``
-    seconds have passed since the call began: :class:`ComputeTimeoutError`.
+    while renewing the lease every third of ``lease`` seconds, and stores the result by
+    :meth:`ValueBackend.put_computed`, fenced by its lease: a version another caller
+    stored meanwhile (its lease lapsed while ``fn`` ran, or its process was paused) is
+    returned instead, and while another caller holds the lease it goes back to waiting
+    with the result it has (stored only if it takes the lease again). Every other
+    caller looks again, sooner at first (:data:`COMPUTE_POLL`), until the version is
+    there, or the lease is free (its holder failed, raised or died: then one of them
+    takes it and computes), or ``timeout`` seconds have passed since it began waiting:
+    :class:`ComputeTimeoutError`. So every caller returns the version stored at
+    ``when``, the same for all.
     """
+    if not callable(fn):
+        raise InvalidArgumentError(f"get_or_compute needs a callable fn, not {fn!r:.60}")
     ms = to_epoch_ms(when)
     _history_only(state, "get_or_compute")
     yield from ready(state, lifecycle)
@@ -130,13 +137,19 @@ def get_or_compute(
     token = secrets.token_hex(16)
     lease_ms = max(1, round(lease * 1000))
     take = Call(ValueBackend.acquire_compute_lease, state.key, ms, token, lease_ms)
+    renew = Call(ValueBackend.renew_compute_lease, state.key, ms, token, lease_ms)
+    computed: list[bytes | None] = []  # what fn gave, once it ran
     looks = 0
     while True:
         found = yield Call(ValueBackend.read_as_of, state.key, ms)
         if found is not None and found.when == ms:
             return state.stored_value(found.payload)
         if (yield take):
-            return (yield from _compute(state, ms, fn, token, take, lease))
+            stored = yield from _compute(state, ms, fn, token, renew, lease, computed)
+            if stored is not None:
+                return state.stored_value(stored.payload)
+            # Another caller took the lease after ours lapsed: wait for its version.
+            deadline, looks = time.monotonic() + timeout, 0
         left = deadline - time.monotonic()
         if left <= 0:
             raise ComputeTimeoutError(state.key.label(), ms, timeout)
@@ -145,31 +158,41 @@ def get_or_compute(
 
 
 def _compute(
-    state: SessionState, ms: int, fn: Callable[[], Any], token: str, take: Call, lease: float
-) -> Flow[Any]:
-    """:func:`get_or_compute` of the caller holding the lease; gives it up in the end."""
+    state: SessionState,
+    ms: int,
+    fn: Callable[[], Any],
+    token: str,
+    renew: Call,
+    lease: float,
+    computed: list[bytes | None],
+) -> Flow[Stored | None]:
+    """:func:`get_or_compute` of the caller holding the lease: the version stored at
+    ``ms`` (found, or the one it put), or None when another caller holds the lease by
+    the time it puts (nothing written). Runs ``fn`` unless ``computed`` holds its
+    result already; gives the lease up in the end (the put does when it writes).
+    """
     release = Call(ValueBackend.release_compute_lease, state.key, ms, token)
     try:
         found = yield Call(ValueBackend.read_as_of, state.key, ms)
-        if found is not None and found.when == ms:
-            payload = found.payload
-        else:
-            payload = state.encode((yield Hold(fn, take, lease / 3)))
-            yield Call(
-                ValueBackend.put_version,
-                state.key,
-                payload,
-                ms,
-                state.max_versions,
-                ttl_ms=state.ttl_ms,
-            )
+        if found is None or found.when != ms:
+            if not computed:
+                computed.append(state.encode((yield Hold(fn, renew, lease / 3))))
+            args = (state.key, computed[0], ms, state.max_versions, token)
+            put = yield Call(ValueBackend.put_computed, *args, ttl_ms=state.ttl_ms)
+            if put is True:
+                return Stored(computed[0], ms)
+            if put is False:
+                return None
+            found = put
+    except GeneratorExit:
+        raise  # closed early: it cannot yield, so the lease expires
     except BaseException:
         with contextlib.suppress(Exception):  # it expires (or ends with the process)
             yield release
         raise
     with contextlib.suppress(Exception):
         yield release
-    return state.stored_value(payload)
+    return found
 
 
 def update(
@@ -191,7 +214,8 @@ def update(
     ttl_ms = state.ttl_ms
     # A plain handle starts from the record it saw last, if any: a refused swap returns
     # the record found, so a stale guess costs no extra round trip and is no lost race.
-    found = state.remembered() if state.remembers() else (yield _read(state, ms))
+    recalled = state.recall()
+    found = recalled[0] if recalled is not None else (yield _read(state, ms))
     lost = 0
     at_once = False
     while True:

@@ -154,3 +154,26 @@ def test_the_value_of_every_known_plain_parameter_is_shown_and_only_those():
     for name in SHOWN_PARAMS:
         assert mask_url(f"redis://h/0?{name}=v1") == f"redis://h/0?{name}=v1"
     assert mask_url("redis://h/0?db=1&x=v1&DB=v2") == "redis://h/0?db=1&x=***&DB=***"
+
+
+@pytest.mark.parametrize(
+    "durability",
+    ["replicas:0", "replicas:1001", "replicas:1e20", "replicas:99999999999999999999",
+     "replicas:\u0663", "replicas: 1", "replicas:1_0"],
+)  # fmt: skip
+def test_an_absurd_replica_count_is_refused_at_connect(durability):
+    with pytest.raises(sessionstore.InvalidArgumentError, match="replicas:N"):
+        sessionstore.connect(f"redis://localhost:1/0?durability={durability}")
+    assert sessionstore.connect("redis://localhost:1/0?durability=replicas:1000")
+
+
+@pytest.mark.parametrize("scheme", ["redis", "unix", "redis+sentinel"])
+@pytest.mark.parametrize("name", ["ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname"])
+def test_a_tls_parameter_on_a_url_without_tls_is_refused_naming_it(scheme, name):
+    where = {"redis": "localhost:1/0", "unix": "/tmp/none.sock", "redis+sentinel": "h:1/svc"}
+    value = "no" if name == "ssl_check_hostname" else "none"
+    url = f"{scheme}://{where[scheme]}?{name}={value}"
+    with pytest.raises(sessionstore.InvalidArgumentError, match=f"{name}=.*rediss://"):
+        sessionstore.connect(url)
+    if scheme != "unix":
+        sessionstore.connect(url.replace(scheme, scheme.replace("redis", "rediss"), 1)).close()

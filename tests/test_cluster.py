@@ -34,6 +34,7 @@ from sessionstore.errors import (
 )
 from sessionstore.keys import ValueKey
 from sessionstore.models import SessionHeader
+from sessionstore.redis.library import install
 
 T0 = 1_718_000_000_000
 
@@ -251,8 +252,10 @@ def test_the_least_privilege_user_suffices_on_a_cluster(redis_cluster, ns):
 
     user = f"u-{uuid.uuid4().hex[:8]}"
     admins = [redis.Redis(port=node.port) for node in redis_cluster.nodes]
-    for admin in admins:  # ACLs are per node
+    for node, admin in zip(redis_cluster.nodes, admins, strict=True):  # ACLs are per node
         admin.execute_command(*setuser_args(user, "pw", ns))
+        if redis_cluster.role(node) == "primary":
+            install(admin)  # as `sessionstore doctor --fix` does: the user may not
     try:
         replica = next(n for n in redis_cluster.nodes if redis_cluster.role(n) == "replica")
         url = f"redis://{user}:pw@127.0.0.1:{replica.port}/0?durability=replicas:1"

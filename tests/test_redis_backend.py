@@ -774,6 +774,37 @@ def test_a_history_put_sent_again_with_its_slot_and_number_is_applied_once(redis
     client.close()
 
 
+def test_a_computed_put_sent_again_with_its_slot_and_number_is_applied_once(
+    redis_server, ns, open_
+):
+    """compute_put.lua: a resend of a call that wrote (and released its lease) returns
+    OK, not the version it finds; its keys share one slot."""
+    from sessionstore.redis import scripts
+    from sessionstore.redis.valueformat import compute_put_args, compute_put_keys
+
+    values = open_(redis_server.url, ns).values
+    key = vkey(ns)
+    names = compute_put_keys(key, T0)
+    assert len({key_slot(name.encode()) for name in names}) == 1
+    client = raw(redis_server.url)
+
+    def put(payload: bytes, token: str, slot: str) -> Any:
+        args = compute_put_args(payload, T0, 3, token, (slot, 1), 60_000)
+        return scripts.run(client, "compute_put", names, args)
+
+    assert values.acquire_compute_lease(key, T0, "a", 60_000) is True
+    assert put(b"\x01", "a", "c1") == b"OK"
+    assert client.exists(names[3]) == 0  # the lease went with the write
+    first = snapshot(redis_server.url, ns)
+    assert put(b"\x01", "a", "c1") == b"OK"  # the resend: applied, nothing written
+    assert snapshot(redis_server.url, ns) == first
+    assert put(b"\x02", "b", "c2") == [b"FOUND", b"\x01"]
+    assert values.acquire_compute_lease(key, T0 + 1, "b", 60_000) is True
+    assert values.put_computed(key, b"\x03", T0 + 1, 3, "a") is False
+    assert values.read_as_of(key, T0 + 1) == Stored(b"\x01", T0)
+    client.close()
+
+
 def test_a_compute_lease_is_one_key_of_the_values_slot_with_the_holders_token(
     redis_server, ns, open_
 ):

@@ -43,7 +43,7 @@ def test_the_installed_redis_py_is_the_one_the_workarounds_were_tested_with():
     assert compat.version_problem(redis.__version__) is None, redis.__version__
 
 
-@pytest.mark.parametrize("version", ["9.0.0", "7.4.1", "10.0.0b1"])
+@pytest.mark.parametrize("version", ["9.0.0", "8.0.1", "7.4.1", "10.0.0b1"])
 def test_another_redis_py_is_warned_of_naming_every_workaround(version):
     problem = compat.version_problem(version)
     assert problem is not None and version in problem

@@ -27,7 +27,7 @@ from sessionstore import (
     SessionHeader,
     SessionStoreError,
 )
-from sessionstore.redis.acl import setuser_args, setuser_line
+from sessionstore.redis.acl import grant_functions_args, setuser_args, setuser_line
 from sessionstore.redis.library import install, library
 from sessionstore.redis.tracking import BOUND
 from sessionstore.redis.valueformat import ANY, swap_args
@@ -264,10 +264,20 @@ def test_the_least_privilege_user_cannot_run_a_busy_loop_in_any_way(locked):
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             user.execute_command(*command)
-    with pytest.raises(redis.exceptions.ResponseError, match="Function not found"):
+    with pytest.raises(redis.exceptions.NoPermissionError):
         user.execute_command("FCALL", "busy", "1", "ss:mine:busy")
     assert root.exists("ss:mine:busy") == 0 and root.ping()
     assert "busy" not in libraries(root)
+    # Nor a function of another library an admin installed: only the library's own
+    # functions are granted, each by name.
+    root.execute_command("FUNCTION", "LOAD", busy)
+    try:
+        for verb in ("FCALL", "FCALL_RO"):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                user.execute_command(verb, "busy", "1", "ss:mine:busy")
+        assert root.exists("ss:mine:busy") == 0 and root.ping()
+    finally:
+        root.function_delete("busy")
     user.close()
     root.close()
 
@@ -324,6 +334,10 @@ def test_two_versions_of_the_library_are_installed_and_called_side_by_side(serve
         "FUNCTION", "LOAD", current.source.replace(current.version.encode(), old_version.encode())
     )
     root.execute_command(*setuser_args("both", PASSWORD, "both"))
+    # The old version's functions, granted as `sessionstore acl --upgrade` of that version
+    # did: added to the user, changing nothing else.
+    grants = grant_functions_args("both")
+    root.execute_command(*[arg.replace(current.version, old_version) for arg in grants])
     user = redis.Redis(port=server.port, username="both", password=PASSWORD)
     assert user.execute_command("FCALL_RO", f"ss_{old_version}_version", 0) == old_version.encode()
     assert user.execute_command("FCALL_RO", current.version_function, 0) == current.version.encode()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sqlite3
+import stat
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -801,3 +802,20 @@ def test_processes_opening_one_new_database_at_once_all_succeed(tmp_path, round_
     assert [worker.exitcode for worker in workers] == [0] * 6
     with sessionstore.connect(url, namespace="race") as store:
         assert sorted(ref.symbol for ref in store.list_values()) == [f"S{n}" for n in range(6)]
+
+
+def test_the_database_and_its_folders_are_private_whatever_the_umask(tmp_path):
+    """Created under umask 000, the database file and SQLite's -wal and -shm files are
+    0600 and the folders made for them 0700: no other user reads or writes the store."""
+    path = tmp_path / "made" / "here" / "store.db"
+    old = os.umask(0)
+    try:
+        with sessionstore.connect(f"sqlite:///{path}", namespace="ns") as store:
+            store.session("A", "s", "e", "1h").set_data({"v": 1}, 0)
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in path.parent.iterdir()}
+    finally:
+        os.umask(old)
+    assert {"store.db", "store.db-wal", "store.db-shm"} <= set(modes)
+    assert set(modes.values()) == {0o600}, modes
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700

@@ -71,8 +71,23 @@ class DummyValues(ValueBackend):
     def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
         return True
 
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        return True
+
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         return None
+
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        return True
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         return []

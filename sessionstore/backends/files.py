@@ -9,7 +9,8 @@ Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
                                           "expires_at": int (only with a ttl)}
         .lock             flock'ed around every write and read-compare-write
         .compute.<when>   the lease of get_or_compute on the version at <when>: created
-                          exclusively, flock'ed by its holder until released or dead
+                          exclusively, flock'ed by its holder until released or dead,
+                          its modification time its expiry (renewed by its holder)
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
 
@@ -52,6 +53,7 @@ from .fsutil import (
 from .jsonl import JsonlEvents
 from .jsonl_format import LOG_SUFFIX, LOGS_DIR
 from .value_records import (
+    Version,
     as_of,
     expired,
     live_plain,
@@ -222,36 +224,58 @@ class FileValues(ValueBackend):
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
-            versions, expires_at = read_versions(key, path, now)
-            expiry = expires_at if ttl_ms is None else now + ttl_ms
-            write_versions(key, path, versions, payload, when, max_versions, expiry, reset=reset)
+            found = read_versions(key, path, now)
+            _add_version(key, path, found, now, payload, when, max_versions, ttl_ms, reset=reset)
+
+    def _lease_path(self, directory: Path, when: int) -> Path:
+        return directory / f"{COMPUTE_PREFIX}{when}"
+
+    def _lease(self, path: Path, fd: int | None, now: int) -> Literal["free", "ours", "other"]:
+        """Who holds the lease file ``path`` now: this store's ``fd`` (locked on the file
+        at ``path``, its expiry not passed), another live holder (locked elsewhere, its
+        expiry not passed), or nobody. A file's expiry is its modification time."""
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            return "free"
+        live = found.st_mtime_ns // 1_000_000 > now
+        if fd is not None and _same_file(found, os.fstat(fd)):
+            return "ours" if live else "free"
+        return "other" if live and locked_elsewhere(path) else "free"
 
     def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
         """The lease is the file ``.compute.<when>``, created exclusively and ``flock``'ed
-        by its holder for as long as it holds it: it ends with the holder's process, so
-        ``ttl_ms`` is not used. Decided under the key's ``.lock``: a file nobody holds
-        locked any more was left by a holder that died, and is taken over."""
-        if (key, when, token) in self._held:
-            return True
+        by its holder for as long as it holds it, its modification time set to its
+        expiry: it ends with the holder's process, or once that time has passed without
+        a renewal. Decided under the key's ``.lock``: a file nobody holds locked any
+        more, or past its expiry, is taken over."""
         directory = self._checked_dir(key)
-        path = directory / f"{COMPUTE_PREFIX}{when}"
+        path = self._lease_path(directory, when)
+        held = self._held.get((key, when, token))
         with os_errors(directory):
             # A waiter asks again and again while another holds the lease: it looks
             # without the key's lock first, so it does not queue with the holder's writes.
-            if locked_elsewhere(path):
+            if self._lease(path, held, now_ms()) == "other":
                 return False
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            state = self._lease(path, held, now_ms())
+            if state == "other":
+                return False
+            if state == "ours" and held is not None:
+                _set_expiry(held, now_ms() + ttl_ms)
+                return True
+            if held is not None:
+                os.close(self._held.pop((key, when, token)))
             try:
                 fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             except FileExistsError:
-                if locked_elsewhere(path):
-                    return False
                 os.unlink(path)
                 fd = open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             try:
                 # Blocking: a waiter looking without the key's lock may hold it a moment.
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 os.write(fd, token.encode())
+                _set_expiry(fd, now_ms() + ttl_ms)
             except BaseException:
                 os.unlink(path)
                 os.close(fd)
@@ -259,22 +283,66 @@ class FileValues(ValueBackend):
             self._held[(key, when, token)] = fd
             return True
 
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        """Moves the expiry of the lease file this store holds, while it is still the file
+        at its path and live. Without the key's ``.lock`` (a renewing process stopped
+        while holding it would hold up every write of the key): a holder taking the
+        lease over replaces the file, so a renewal racing it only moves the expiry of a
+        file nobody looks at any more."""
+        held = self._held.get((key, when, token))
+        if held is None:
+            return False
+        directory = self._checked_dir(key)
+        with os_errors(directory):
+            if self._lease(self._lease_path(directory, when), held, now_ms()) != "ours":
+                return False
+            _set_expiry(held, now_ms() + ttl_ms)
+            return True
+
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
+        if (key, when, token) not in self._held:
+            return
+        directory = self.key_dir(key)
+        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            self._release(directory, key, when, token)
+
+    def _release(self, directory: Path, key: ValueKey, when: int, token: str) -> None:
+        """Give up the lease file of ``token`` (under the key's ``.lock``): removed when it
+        is still the one at its path, closed in any case."""
         fd = self._held.pop((key, when, token), None)
         if fd is None:
             return
-        directory = self.key_dir(key)
-        path = directory / f"{COMPUTE_PREFIX}{when}"
         try:
-            with (
-                os_errors(directory),
-                exclusive_lock(directory / LOCK_FILE),
-                contextlib.suppress(FileNotFoundError),
-            ):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                if _same_file(os.stat(self._lease_path(directory, when)), os.fstat(fd)):
+                    os.unlink(self._lease_path(directory, when))
         finally:
             os.close(fd)
+
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        directory = self._checked_dir(key)
+        path = directory / HISTORY_FILE
+        with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
+            now = now_ms()
+            versions = read_versions(key, path, now)
+            found = as_of(versions[0], when)
+            if found is not None and found.when == when:
+                return found
+            held = self._held.get((key, when, token))
+            if self._lease(self._lease_path(directory, when), held, now) == "other":
+                return False
+            _add_version(key, path, versions, now, payload, when, max_versions, ttl_ms, reset=False)
+            self._release(directory, key, when, token)
+            return True
 
     def swap_version(
         self,
@@ -290,11 +358,10 @@ class FileValues(ValueBackend):
         path = directory / HISTORY_FILE
         with os_errors(directory), exclusive_lock(directory / LOCK_FILE):
             now = now_ms()
-            versions, expires_at = read_versions(key, path, now)
-            if as_of(versions, when) != expected:
+            versions = read_versions(key, path, now)
+            if as_of(versions[0], when) != expected:
                 return False
-            expiry = expires_at if ttl_ms is None else now + ttl_ms
-            write_versions(key, path, versions, payload, when, max_versions, expiry)
+            _add_version(key, path, versions, now, payload, when, max_versions, ttl_ms, reset=True)
             return True
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
@@ -340,3 +407,33 @@ class FileValues(ValueBackend):
                     found = found or not expired(path, now)
                     remove_durably(path)
             return found
+
+
+def _add_version(
+    key: ValueKey,
+    path: Path,
+    found: tuple[list[Version], int | None],
+    now: int,
+    payload: bytes | None,
+    when: int,
+    max_versions: int | None,
+    ttl_ms: int | None,
+    *,
+    reset: bool,
+) -> None:
+    """Record a version in the history file ``path`` (under the key's ``.lock``), whose
+    versions and expiry as read at ``now`` are ``found``; ``reset`` drops every version
+    at or after ``when`` first."""
+    versions, expires_at = found
+    expiry = expires_at if ttl_ms is None else now + ttl_ms
+    write_versions(key, path, versions, payload, when, max_versions, expiry, reset=reset)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _set_expiry(fd: int, expires_at: int) -> None:
+    """Record a lease file's expiry (epoch ms) as its modification time."""
+    ns = expires_at * 1_000_000
+    os.utime(fd, ns=(ns, ns))

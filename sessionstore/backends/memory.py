@@ -176,11 +176,45 @@ class MemoryValues(ValueBackend):
             self._leases[(key, when)] = (token, now + ttl_ms)
             return True
 
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        with self._lock:
+            now = wall_clock_ms()
+            held = self._leases.get((key, when))
+            if held is None or held[0] != token or held[1] <= now:
+                return False
+            self._leases[(key, when)] = (token, now + ttl_ms)
+            return True
+
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         with self._lock:
+            self._release(key, when, token)
+
+    def _release(self, key: ValueKey, when: int, token: str) -> None:
+        held = self._leases.get((key, when))
+        if held is not None and held[0] == token:
+            del self._leases[(key, when)]
+
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        with self._lock:
+            now = wall_clock_ms()
+            versions, _ = self._versions(key, now)
+            if when in versions:
+                return Stored(versions[when], when)
             held = self._leases.get((key, when))
-            if held is not None and held[0] == token:
-                del self._leases[(key, when)]
+            if held is not None and held[0] != token and held[1] > now:
+                return False
+            self._write_version(key, payload, when, max_versions, ttl_ms, now, reset=False)
+            self._release(key, when, token)
+            return True
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         with self._lock:

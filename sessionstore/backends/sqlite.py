@@ -282,12 +282,52 @@ class SqliteValues(ValueBackend):
             )
             return True
 
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> bool:
+        with self._db.transaction(key.label(), immediate=True, durable=False) as conn:
+            now = now_ms()
+            renewed = conn.execute(
+                f"UPDATE kv_compute_leases SET expires_at=? WHERE {_KEY} AND when_ms=?"
+                " AND token=? AND expires_at>?",
+                (now + ttl_ms, *_key_params(key), when, token, now),
+            )
+            return renewed.rowcount == 1
+
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> None:
         with self._db.transaction(key.label(), immediate=True, durable=False) as conn:
-            conn.execute(
-                f"DELETE FROM kv_compute_leases WHERE {_KEY} AND when_ms=? AND token=?",
-                (*_key_params(key), when, token),
-            )
+            self._release(conn, key, when, token)
+
+    @staticmethod
+    def _release(conn: sqlite3.Connection, key: ValueKey, when: int, token: str) -> None:
+        conn.execute(
+            f"DELETE FROM kv_compute_leases WHERE {_KEY} AND when_ms=? AND token=?",
+            (*_key_params(key), when, token),
+        )
+
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Stored | bool:
+        with self._db.transaction(key.label(), immediate=True) as conn:
+            now = now_ms()
+            found = self._as_of(conn, key, when, now)
+            if found is not None and found.when == when:
+                return found
+            busy = conn.execute(
+                f"SELECT 1 FROM kv_compute_leases WHERE {_KEY} AND when_ms=? AND token<>?"
+                " AND expires_at>?",
+                (*_key_params(key), when, token, now),
+            ).fetchone()
+            if busy is not None:
+                return False
+            self._write_version(conn, key, payload, when, max_versions, ttl_ms, now, reset=False)
+            self._release(conn, key, when, token)
+            return True
 
     def scan(self, namespace: str) -> list[tuple[ValueKey, bool]]:
         columns = "symbol, strategy, exchange, frame, mode"

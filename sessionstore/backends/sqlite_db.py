@@ -35,7 +35,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..urls import mask_url, query_names, reject_unknown_params
-from .fsutil import local_path
+from .fsutil import FILE_MODE, local_path, make_dirs
 from .sqlite_errors import DRIVER_ERRORS, rollback, translate
 from .sqlite_schema import SCHEMA_VERSION, ensure_schema, snapshot_schema_version
 
@@ -72,6 +72,14 @@ def database_path(url: str) -> Path:
 # Connections a forked child inherited: SQLite must neither use nor close them there,
 # so they are kept referenced until the process ends.
 _INHERITED: list[sqlite3.Connection] = []
+
+
+def create_private(path: Path) -> None:
+    """Create the database file ``path``, when it is missing, readable and writable by
+    its owner alone (:data:`~.fsutil.FILE_MODE`, whatever the umask): SQLite then gives
+    its ``-wal`` and ``-shm`` files the same mode. An existing file is left as it is."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, FILE_MODE))
 
 
 class Database:
@@ -139,7 +147,8 @@ class Database:
     def _connect(self) -> sqlite3.Connection:
         if self.read_only():
             return self._connect_read_only()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
+        create_private(self.path)
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE);
         # check_same_thread=False only so close() may close other threads' connections.
         conn = sqlite3.connect(

@@ -7,15 +7,24 @@ suites through a user made from it).
 The user reads and writes only its namespace's keys (``~ss:<namespace>:*``) and cannot
 enumerate the keyspace (no ``SCAN``, ``KEYS``, ``RANDOMKEY``: listings read the
 namespace's index), read or change the configuration (no ``CONFIG``, ``ACL``), watch
-others (no ``MONITOR``, ``CLIENT``, pub/sub) or run Lua of its own: it may call functions
-(``FCALL``, ``FCALL_RO``: the library's, which an admin installs with ``sessionstore
-doctor --fix``, see :mod:`.library`) but not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or
-``FUNCTION`` (so no ``FUNCTION LIST``, which would show every library's code). A
-function's own calls are held to the user's commands and key pattern. ``INFO`` is
+others (no ``MONITOR``, ``CLIENT``, pub/sub) or run Lua of its own: it may call the
+functions of this version of the library, each granted by name (``+fcall|<function>``,
+``+fcall_ro|<function>`` for one that only reads; an admin installs the library with
+``sessionstore doctor --fix``, see :mod:`.library`), never a function of another library,
+and not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or ``FUNCTION`` (so no ``FUNCTION LIST``, which
+would show every library's code). A function's own calls are held to the user's commands
+and key pattern. The function names carry the library's version, so a new version is
+granted before its clients start (:func:`grant_functions_args`, additive, for a rolling
+upgrade) and the whole line is run again once no older client is left. ``MEMORY USAGE``
+is granted for session sizes (a function's own calls need the grant too); its arguments
+cannot be limited by a rule, so the user can ask for ``SAMPLES 0``, which walks a whole
+key of its namespace (see docs/operations.md). ``INFO`` is
 granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
 section (finding out whether the server is a cluster node). Redis checks only the first
-argument of such a rule: ``INFO persistence clients`` passes. INFO shows counters and
-settings, never a key name or a secret.
+argument of such a rule: ``INFO persistence clients`` passes, and so any INFO section may
+be read that way: counters and settings of the whole server (memory used and
+``maxmemory``, clients connected, commands run, replication, keyspace sizes per
+database), never a key name, a value or a secret.
 
 No ``CLIENT`` subcommand is granted, ``CLIENT TRACKING`` included. Redis 7.0 checks it
 as a command only: its arguments cannot be limited by a rule, and ``HELLO 3`` (which no
@@ -33,6 +42,7 @@ import shlex
 
 from ..errors import InvalidArgumentError
 from ..keys import namespace_pattern
+from .library import library, scripts
 
 #: Commands sent by the library itself, by redis-py on its behalf and by the Lua
 #: scripts. (redis-py's CLIENT SETINFO on connect, Redis 7.2+, may be refused: redis-py
@@ -40,10 +50,11 @@ from ..keys import namespace_pattern
 COMMANDS = (
     # connection and checks
     "ping", "info|persistence", "info|cluster", "wait",
-    # cluster topology (RedisCluster asks any node for it, and its command table)
-    "cluster|slots", "cluster|shards", "readonly", "command",
-    # the library's functions (never loaded by this user); TIME stamps a value write's record
-    "fcall", "fcall_ro", "time",
+    # cluster topology (RedisCluster asks any node for it, and its command table; doctor
+    # lists every node)
+    "cluster|slots", "cluster|shards", "cluster|nodes", "readonly", "command",
+    # TIME stamps a value write's record (the library's functions: function_rules)
+    "time",
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
@@ -69,18 +80,56 @@ def check_acl_text(name: str, value: object) -> str:
     return value
 
 
-def setuser_args(user: str, password: str, namespace: str) -> list[str]:
-    """``ACL SETUSER`` arguments for a user confined to ``namespace``'s keys and to
-    :data:`COMMANDS` (no pub/sub channels); :func:`check_acl_text` checks each part."""
+def function_rules() -> list[str]:
+    """One ACL rule a function of this version's library: ``+fcall_ro|<name>`` for one
+    that only reads (the version check's included), ``+fcall|<name>`` for the others."""
+    rules = [f"+fcall_ro|{library().version_function}"]
+    for found in scripts().values():
+        rules.append(f"+{'fcall_ro' if found.read_only else 'fcall'}|{found.function}")
+    return rules
+
+
+def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[str]:
+    """``ACL SETUSER`` arguments for a user confined to ``namespace``'s keys, to
+    :data:`COMMANDS` and to this version's functions (:func:`function_rules`; no pub/sub
+    channels); :func:`check_acl_text` checks each part. A ``db`` other than 0 (the
+    database a URL names, which the client selects on connecting) is granted by
+    ``+select|<db>``, and no other."""
     for name, value in (("user", user), ("password", password), ("namespace", namespace)):
         check_acl_text(name, value)
+    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+        raise InvalidArgumentError(f"the database must be a whole number from 0, not {db!r:.20}")
+    select = [f"+select|{db}"] if db else []
     return [
         "ACL", "SETUSER", user, "reset", "on", f">{password}",
         f"~{namespace_pattern(namespace)}", "resetchannels", "-@all",
-        *(f"+{command}" for command in COMMANDS),
+        *(f"+{command}" for command in COMMANDS), *select, *function_rules(),
     ]  # fmt: skip
 
 
-def setuser_line(user: str, password: str, namespace: str) -> str:
-    """:func:`setuser_args` as one ``redis-cli`` command line."""
-    return "redis-cli " + shlex.join(setuser_args(user, password, namespace))
+def grant_functions_args(user: str) -> list[str]:
+    """``ACL SETUSER`` arguments that add this version's functions to an existing user and
+    change nothing else: run before a rolling upgrade's new clients start, while older
+    ones still call their own version's functions."""
+    check_acl_text("user", user)
+    return ["ACL", "SETUSER", user, *function_rules()]
+
+
+def setuser_line(
+    user: str, password: str, namespace: str, db: int = 0, at: tuple[str, int] | None = None
+) -> str:
+    """:func:`setuser_args` as one ``redis-cli`` command line, sent to the server ``at``
+    ``(host, port)`` when given (else redis-cli's default, localhost:6379)."""
+    return _cli(at) + shlex.join(setuser_args(user, password, namespace, db))
+
+
+def grant_functions_line(user: str, at: tuple[str, int] | None = None) -> str:
+    """:func:`grant_functions_args` as one ``redis-cli`` command line (``at`` as for
+    :func:`setuser_line`)."""
+    return _cli(at) + shlex.join(grant_functions_args(user))
+
+
+def _cli(at: tuple[str, int] | None) -> str:
+    if at is None:
+        return "redis-cli "
+    return f"redis-cli -h {shlex.quote(at[0])} -p {int(at[1])} "

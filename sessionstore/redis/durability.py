@@ -64,18 +64,25 @@ class Durability:
         return f"{REPLICAS}:{self.replicas}" if self.mode == REPLICAS else self.mode
 
 
+#: The most replicas ``replicas:N`` may ask for (a write waits for N to confirm it).
+MAX_REPLICAS = 1000
+
+
 def parse_durability(value: str | None) -> Durability:
-    """``"fsync"`` (also for None), ``"aof"``, ``"none"`` or ``"replicas:N"`` with N >= 1."""
+    """``"fsync"`` (also for None), ``"aof"``, ``"none"`` or ``"replicas:N"`` with N a
+    whole number in [1, :data:`MAX_REPLICAS`]."""
     if value is None or value == FSYNC:
         return Durability(FSYNC)
     if value in (AOF, NONE):
         return Durability(value)
     if isinstance(value, str) and value.startswith(f"{REPLICAS}:"):
         count = value[len(REPLICAS) + 1 :]
-        if count.isdigit() and int(count) >= 1:
+        digits = count.isascii() and count.isdigit() and len(count) <= 6
+        if digits and 1 <= int(count) <= MAX_REPLICAS:
             return Durability(REPLICAS, int(count))
     raise InvalidArgumentError(
-        f"durability must be 'fsync', 'aof', 'none' or 'replicas:N' (N >= 1), not {value!r:.60}"
+        f"durability must be 'fsync', 'aof', 'none' or 'replicas:N' (N from 1 to"
+        f" {MAX_REPLICAS}), not {value!r:.60}"
     )
 
 

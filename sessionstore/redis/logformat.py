@@ -37,6 +37,7 @@ from ..eventlog import check_stored_version
 from ..leases import taken_over
 from ..models import FORMAT_VERSION, INT64_MAX, SessionHeader, SessionInfo
 from .replies import text
+from .stored_numbers import stored_int
 
 HEADER_FIELDS = ("id", "version", "created_at", "cwd", "parent_id", "fork_seq")
 _INT_FIELDS = frozenset({"version", "created_at", "fork_seq"})
@@ -81,10 +82,8 @@ def _fields(meta: Mapping[Any, Any]) -> dict[str, str]:
 
 
 def _stored_version(raw: str | None) -> object:
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return raw
+    found = stored_int(raw)
+    return raw if found is None else found
 
 
 def decode_header(
@@ -109,12 +108,12 @@ def decode_header(
         if raw is None:
             continue
         if name in _INT_FIELDS:
-            try:
-                values[name] = int(raw)
-            except ValueError:
+            number = stored_int(raw)
+            if number is None:
                 raise CorruptLogError(
                     session_id, f"header field {name} is not an integer: {raw!r:.40}"
-                ) from None
+                )
+            values[name] = number
         else:
             values[name] = raw
     try:
@@ -129,12 +128,8 @@ def decode_header(
 def decode_next_seq(meta: Mapping[Any, Any]) -> int:
     """``next_seq`` of a meta hash (``HGETALL`` reply), -1 when absent, malformed or
     outside [0, 2**63)."""
-    raw = meta.get(b"next_seq")
-    try:
-        found = int(raw) if raw is not None else -1
-    except ValueError:
-        return -1
-    return found if 0 <= found <= INT64_MAX else -1
+    found = stored_int(meta.get(b"next_seq"))
+    return found if found is not None and 0 <= found <= INT64_MAX else -1
 
 
 def decode_info(
@@ -164,10 +159,7 @@ def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int 
     raw = meta.get(name)
     if raw is None:
         return None
-    try:
-        found = int(raw)
-    except ValueError:
-        found = None
+    found = stored_int(raw)
     if found is None or not -INT64_MAX <= found <= INT64_MAX:
         raise CorruptLogError(session_id, f"the meta hash's {name.decode()} is {raw!r:.40}")
     return found

@@ -31,6 +31,7 @@ from .logformat import (
     stream_id,
 )
 from .replies import text
+from .stored_numbers import stored_int
 
 #: Stream entries fetched per XRANGE call of the first layout's logs (one event each).
 CHUNK = 1000
@@ -252,19 +253,22 @@ class LogRead:
         if raw["seq"] != str(seq).encode():
             self._corrupt(f"entry {entry_id} holds seq {raw['seq']!r:.20}", seq)
         raw_id = values.get(b"id")
+        time = stored_int(raw["time"])
+        if time is None:
+            self._corrupt(f"entry {entry_id} has a malformed time {raw['time']!r:.40}", seq)
         try:
             parsed = orjson.loads(raw["data"])
             record = {
                 "seq": seq,
                 "type": raw["type"].decode(),
-                "time": int(raw["time"]),
+                "time": time,
                 "data": parsed,
                 "id": None if raw_id is None else raw_id.decode(),
             }
         except UnicodeDecodeError:
             self._corrupt(f"entry {entry_id} is not valid UTF-8", seq)
         except ValueError as exc:
-            self._corrupt(f"entry {entry_id} has a malformed time or data: {exc}", seq)
+            self._corrupt(f"entry {entry_id} has malformed data: {exc}", seq)
         if not isinstance(parsed, dict):
             self._corrupt(f"entry {entry_id} has data that is not a JSON object", seq)
         try:

@@ -26,6 +26,7 @@ credentials to the sentinels unless told); ``?sentinel_username=`` /
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -259,7 +260,9 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
     clean, own = split_own_params(url)
     sentinel = url.partition("://")[0].lower() in SENTINEL_SCHEMES
     extra = SENTINEL_PARAMS if sentinel else ()
-    reject_unknown_params(query_names(clean), (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
+    names = query_names(clean)
+    reject_unknown_params(names, (*OWN_PARAMS, *REDIS_PY_PARAMS, *extra), shown)
+    check_tls_params(url, names, shown)
     check_redis_params(clean, shown)
     from_url = own.get("durability")
     if durability is not None and from_url is not None and durability != from_url:
@@ -298,6 +301,25 @@ def parse_options(url: str, timeout: float | None, durability: str | None) -> Re
     if cluster == "yes":
         check_cluster_url(options)
     return options
+
+
+#: URL schemes whose connections use TLS, where the ``ssl_*`` parameters mean something.
+TLS_SCHEMES = ("rediss", "rediss+sentinel")
+
+
+def check_tls_params(url: str, names: Iterable[str], shown: str) -> None:
+    """Refuse ``ssl_*`` parameters on a URL without TLS (``redis://``, ``unix://``,
+    ``redis+sentinel://``): redis-py would fail every call on them. The
+    :class:`InvalidArgumentError` names the parameter and the scheme to use."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in TLS_SCHEMES:
+        return
+    for name in names:
+        if name.startswith("ssl_"):
+            raise InvalidArgumentError(
+                f"?{name}= is a TLS parameter, and {scheme}:// connects without TLS: use"
+                f" a rediss:// URL (rediss+sentinel:// behind Sentinel) in {shown!r}"
+            )
 
 
 def check_cluster_url(options: RedisOptions) -> None:

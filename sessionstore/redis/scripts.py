@@ -131,6 +131,27 @@ _SLOT_MOVING = (RedisConnectionError, RedisTimeoutError, AskError, ClusterDownEr
 Batch = Callable[[Sequence[Command]], Any]
 
 
+class Send:
+    """The step of an operation that sends ``commands`` on one connection, in order, to
+    the server ``where`` names (as errors name it): calling it sends them by ``batch``
+    and returns their replies, an error reply in its place (an awaitable of them on a
+    ``redis.asyncio`` client). What a test of the steps reads, and answers with scripted
+    replies."""
+
+    __slots__ = ("batch", "commands", "where")
+
+    def __init__(self, batch: Batch, commands: Sequence[Command], where: str) -> None:
+        self.batch = batch
+        self.commands = commands
+        self.where = where
+
+    def __call__(self) -> Any:
+        return self.batch(self.commands)
+
+    def __repr__(self) -> str:
+        return f"Send({self.where}: {[command[0] for command in self.commands]})"
+
+
 def client_batch(client: Any) -> Batch:
     """A :data:`Batch` on a single server's client (sync or async): one pipeline, or for
     a single command the command alone (a pipeline of one costs a call more client time
@@ -222,20 +243,20 @@ def _pipeline_steps(
         return [*asked, *(_call(*call, evalsha) for call in calls), *then]
 
     at = len(asked) + len(calls) - 1
-    replies = yield functools.partial(send, batch(evalsha))
+    replies = yield Send(send, batch(evalsha), where)
     if not evalsha and unknown_command(replies[at]):
         _EVALSHA_CLIENTS.add(client)
         evalsha = True
-        replies = yield functools.partial(send, batch(True))
+        replies = yield Send(send, batch(True), where)
     if any(_missing(reply) for reply in replies[: at + 1]):
         loads: list[Command] = (
             [["SCRIPT", "LOAD", call.source] for call in dict.fromkeys(c[0] for c in calls)]
             if evalsha
             else [["FUNCTION", "LOAD", library().source]]
         )
-        for loaded in (yield functools.partial(send, loads)):
+        for loaded in (yield Send(send, loads, where)):
             check_loaded(loaded, where, evalsha)
-        replies = yield functools.partial(send, batch(evalsha))
+        replies = yield Send(send, batch(evalsha), where)
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
 

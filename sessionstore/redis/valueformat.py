@@ -19,6 +19,7 @@ from ..contracts import Refused, Stored
 from ..errors import CorruptDataError
 from ..keys import ValueKey
 from .index import Listing, Queue
+from .stored_numbers import stored_int
 from .writerslots import Mark
 
 log = logging.getLogger("sessionstore")
@@ -48,12 +49,12 @@ def history_set_keys(key: ValueKey) -> list[str]:
 def parse_when(name: str, raw: Any) -> int:
     """The when (epoch ms) stored as ``raw`` in ``name``: a 64-bit integer, else
     :class:`CorruptDataError` naming the key."""
-    try:
-        when = int(raw)
-    except (TypeError, ValueError):
-        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}") from None
-    if not -(2**63) <= when < 2**63:
-        raise CorruptDataError(name, f"it holds a when out of range {raw!r:.40}")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        when: int | None = raw if -(2**63) <= raw < 2**63 else None
+    else:
+        when = stored_int(raw)
+    if when is None:
+        raise CorruptDataError(name, f"it holds a malformed when {raw!r:.40}")
     return when
 
 
@@ -122,6 +123,52 @@ def decode_version(name: str, reply: list[Any], asked: int) -> Stored | None:
     return Stored(payload if payload != CLEARED else None, when)
 
 
+def _version_args(
+    payload: bytes | None,
+    when: int,
+    max_versions: int | None,
+    mark: Mark,
+    window_ms: int,
+    ttl_ms: int | None,
+) -> list[Any]:
+    """ARGV[1] to ARGV[8] of ``history_set.lua`` and ``compute_put.lua``."""
+    return [
+        *_mark_args(mark, window_ms),
+        _ttl_arg(ttl_ms),
+        str(when),
+        CLEARED if payload is None else payload,
+        str(max_versions or 0),
+    ]
+
+
+def compute_put_keys(key: ValueKey, when: int) -> list[str]:
+    """KEYS of ``compute_put.lua``: those of ``history_set.lua``, then the compute lease
+    of the version at ``when`` (the same hash tag: one Cluster slot)."""
+    return [*history_set_keys(key), keys.compute_lease_key(key, when)]
+
+
+def compute_put_args(
+    payload: bytes | None,
+    when: int,
+    max_versions: int | None,
+    token: str,
+    mark: Mark,
+    window_ms: int,
+    ttl_ms: int | None = None,
+) -> list[Any]:
+    """ARGV of ``compute_put.lua``; ``mark`` as for :func:`history_set_args`."""
+    return [*_version_args(payload, when, max_versions, mark, window_ms, ttl_ms), token]
+
+
+def decode_compute_put(reply: Any, when: int) -> Stored | bool:
+    """``compute_put.lua``'s reply: ``"OK"`` -> True, ``"BUSY"`` -> False,
+    ``{"FOUND", v}`` -> the version found at ``when``."""
+    if isinstance(reply, list):
+        payload = bytes(reply[1])
+        return Stored(payload if payload != CLEARED else None, when)
+    return bytes(reply) == b"OK"
+
+
 def history_set_args(
     payload: bytes | None,
     when: int,
@@ -135,13 +182,7 @@ def history_set_args(
     """ARGV of ``history_set.lua``; ``mark`` from :meth:`.writerslots.WriterSlots.take`,
     one per call. ``compare="put"`` records the version at exactly ``when`` and keeps the
     later ones (``expected`` is not looked at)."""
-    args: list[Any] = [
-        *_mark_args(mark, window_ms),
-        _ttl_arg(ttl_ms),
-        str(when),
-        CLEARED if payload is None else payload,
-        str(max_versions or 0),
-    ]
+    args = _version_args(payload, when, max_versions, mark, window_ms, ttl_ms)
     if compare == "put":
         return [*args, "put"]
     if not compare:

@@ -10,9 +10,10 @@ the same operations on their client.
   with a comparison).
 * ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
   ``history_set.lua`` (a put: the same script, keeping the later versions).
-* ``acquire_compute_lease`` / ``release_compute_lease``: ``compute_lease.lua`` on the
-  key of :func:`sessionstore.keys.compute_lease_key` (``SET NX PX`` with the caller's
-  token, renewed by the same call, deleted only by its holder).
+* ``acquire_compute_lease`` / ``renew_compute_lease`` / ``release_compute_lease``:
+  ``compute_lease.lua`` on the key of :func:`sessionstore.keys.compute_lease_key` (``SET
+  NX PX`` with the caller's token; renewed and deleted only by its holder);
+  ``put_computed``: ``compute_put.lua`` (a put fenced by that lease, which it deletes).
 * ``scan``: the namespace's values index (see :mod:`.index`): ``ZRANGE``, then
   pipelined ``HGET key w`` (a value hash without a value is left out) or ``EXISTS`` of a
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
@@ -65,6 +66,9 @@ from .valueformat import (
     ANY,
     FIELD_VALUE,
     FIELD_WHEN,
+    compute_put_args,
+    compute_put_keys,
+    decode_compute_put,
     decode_plain,
     decode_scan,
     decode_status,
@@ -226,19 +230,45 @@ class ValueOps:
     def acquire_compute_lease(
         self, client: Any, key: ValueKey, when: int, token: str, ttl_ms: int
     ) -> Steps[bool]:
-        name = keys.compute_lease_key(key, when)
-        with self._guard("compute_lease.lua", name):
-            reply = yield from scripts.run_steps(
-                client, "compute_lease", [name], ["take", token, str(ttl_ms)]
-            )
-        return bool(int(reply))
+        return (yield from self._compute_lease(client, key, when, "take", token, ttl_ms))
+
+    def renew_compute_lease(
+        self, client: Any, key: ValueKey, when: int, token: str, ttl_ms: int
+    ) -> Steps[bool]:
+        return (yield from self._compute_lease(client, key, when, "renew", token, ttl_ms))
 
     def release_compute_lease(
         self, client: Any, key: ValueKey, when: int, token: str
     ) -> Steps[None]:
+        yield from self._compute_lease(client, key, when, "release", token, 0)
+
+    def _compute_lease(
+        self, client: Any, key: ValueKey, when: int, op: str, token: str, ttl_ms: int
+    ) -> Steps[bool]:
+        """``compute_lease.lua``'s ``op`` ("take", "renew", "release") for ``token``."""
         name = keys.compute_lease_key(key, when)
         with self._guard("compute_lease.lua", name):
-            yield from scripts.run_steps(client, "compute_lease", [name], ["release", token, "0"])
+            reply = yield from scripts.run_steps(
+                client, "compute_lease", [name], [op, token, str(ttl_ms)]
+            )
+        return bool(int(reply))
+
+    def put_computed(
+        self,
+        client: Any,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        ttl_ms: int | None,
+    ) -> Steps[Stored | bool]:
+        names = compute_put_keys(key, when)
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("compute_put.lua", names[0]):
+            args = compute_put_args(payload, when, max_versions, token, mark, self._window, ttl_ms)
+            reply = yield from self._script(client, "compute_put", names, args, first)
+        return decode_compute_put(reply, when)
 
     def scan(self, client: Any, namespace: str) -> Steps[list[tuple[ValueKey, bool]]]:
         index = keys.index_keys(namespace)[1]
@@ -338,8 +368,24 @@ class _Values:
     def acquire_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> Any:
         return self._handle.run(self._ops.acquire_compute_lease, key, when, token, ttl_ms)
 
+    def renew_compute_lease(self, key: ValueKey, when: int, token: str, ttl_ms: int) -> Any:
+        return self._handle.run(self._ops.renew_compute_lease, key, when, token, ttl_ms)
+
     def release_compute_lease(self, key: ValueKey, when: int, token: str) -> Any:
         return self._handle.run(self._ops.release_compute_lease, key, when, token)
+
+    def put_computed(
+        self,
+        key: ValueKey,
+        payload: bytes | None,
+        when: int,
+        max_versions: int | None,
+        token: str,
+        *,
+        ttl_ms: int | None = None,
+    ) -> Any:
+        put_computed = self._ops.put_computed
+        return self._handle.run(put_computed, key, payload, when, max_versions, token, ttl_ms)
 
     def scan(self, namespace: str) -> Any:
         return self._handle.run(self._ops.scan, namespace)
@@ -367,7 +413,9 @@ class RedisValues(_Values, ValueBackend):
         swap_version = ValueBackend.swap_version
         put_version = ValueBackend.put_version
         acquire_compute_lease = ValueBackend.acquire_compute_lease
+        renew_compute_lease = ValueBackend.renew_compute_lease
         release_compute_lease = ValueBackend.release_compute_lease
+        put_computed = ValueBackend.put_computed
         scan = ValueBackend.scan
         forget = ValueBackend.forget
         set_retention = ValueBackend.set_retention
@@ -399,7 +447,9 @@ class AsyncRedisValues(_Values):
         swap_version = AsyncValueBackend.swap_version
         put_version = AsyncValueBackend.put_version
         acquire_compute_lease = AsyncValueBackend.acquire_compute_lease
+        renew_compute_lease = AsyncValueBackend.renew_compute_lease
         release_compute_lease = AsyncValueBackend.release_compute_lease
+        put_computed = AsyncValueBackend.put_computed
         scan = AsyncValueBackend.scan
         forget = AsyncValueBackend.forget
         set_retention = AsyncValueBackend.set_retention

@@ -766,16 +766,67 @@ def test_writer_refuses_a_time_before_the_event_before_it(store):
     assert [e.time for e in store.events.load("w").events] == [T + HOUR, T + 2 * HOUR, wall.time]
 
 
-def test_append_refuses_a_batch_whose_times_go_backwards(store):
-    store.events.create(header("s"))
-    batch = [ev(0, time=T + 10), ev(1, time=T)]
-    with pytest.raises(EventTimeOrderError) as caught:
-        store.events.append("s", batch)
-    assert (caught.value.seq, caught.value.time, caught.value.previous) == (1, T + 1, T + 10)
-    with pytest.raises(SessionNotFoundError):
-        store.events.read_from("s", 0)
-    store.events.append("s", [ev(0), ev(1)])
-    assert seqs(store.events.read_from("s", 0)) == [0, 1]
+#: An agent harness's chunk streams, interleaved: text deltas stamped from 1000 on, reasoning
+#: deltas stamped from 990 on, each stream on a clock of its own.
+CHUNK_TIMES = [T + 1000, T + 990, T + 1001, T + 991, T + 992, T + 1002]
+
+
+def partitions(count: int):
+    """Every way to cut ``count`` events into contiguous non-empty batches, as the batch
+    sizes."""
+    for cuts in range(2 ** (count - 1)):
+        sizes, size = [], 1
+        for place in range(count - 1):
+            if cuts >> place & 1:
+                sizes.append(size)
+                size = 0
+            size += 1
+        yield [*sizes, size]
+
+
+def chunk_events() -> list[SessionEvent]:
+    return [
+        SessionEvent(seq=i, type="chunk", time=t, data={"stream": "text" if t > T + 995 else "r"})
+        for i, t in enumerate(CHUNK_TIMES)
+    ]
+
+
+def check_chunk_log(log, session_id: str, events: list[SessionEvent]) -> None:
+    assert log.load(session_id).events == events
+    for at in range(len(events) + 1):
+        assert log.read_from(session_id, at) == events[at:]
+    assert log.info(session_id).last_time == events[-1].time
+
+
+def test_a_plain_append_keeps_times_that_go_backwards_in_every_batch_partition(
+    store, open_store, backend
+):
+    """The harness's contract: a plain ``append`` stores whatever time each event carries;
+    only a writer's clock refuses to go backwards. Such a log round trips through load,
+    every ``read_from``, the listing, and a reopened store, however it was cut into
+    batches."""
+    events = chunk_events()
+    ids = []
+    for number, sizes in enumerate(partitions(len(events))):
+        session_id = f"chunks-{number}"
+        store.events.create(header(session_id))
+        at = 0
+        for size in sizes:
+            assert store.events.append(session_id, events[at : at + size]) == at + size
+            at += size
+        check_chunk_log(store.events, session_id, events)
+        ids.append(session_id)
+    assert len(ids) == 32
+    listed = {i.header.id: i.last_time for i in store.events.list_info()}
+    assert listed == dict.fromkeys(ids, CHUNK_TIMES[-1])
+    reopened = store if backend == "memory" else open_store()
+    for session_id in ids:
+        check_chunk_log(reopened.events, session_id, events)
+    # A writer resumes such a log on the clock of its last event.
+    w = reopened.events.writer(reopened.events.load(ids[0]).header)
+    assert w.emit("chunk", {}, time=CHUNK_TIMES[-1]).seq == len(events)
+    w.close()
+    assert reopened.events.load(ids[0]).events[-1].time == CHUNK_TIMES[-1]
 
 
 def test_writer_refuses_a_malformed_harness_event_at_emit(store):

@@ -19,6 +19,11 @@ is answered): a hung server or a network partition, as the client sees it. Given
 command name, it stalls only the connections that sent one (``stall("SUBSCRIBE")``: a
 subscriber's path is cut while the others still flow).
 
+:meth:`TcpProxy.hold_requests` delays a request instead: the next request of a command is
+kept by the proxy (its connection forwards nothing more) until released, then sent to
+the server, whatever the client did meanwhile (a client that timed out and resent on a
+new connection): a late copy of a request, as a queueing middlebox delivers one.
+
 Only 127.0.0.1 is ever used. Every thread is a daemon, and :meth:`close` ends them all.
 """
 
@@ -98,6 +103,20 @@ class _Plan:
 
 
 @dataclass
+class _Hold:
+    """A request named ``command`` to keep until ``release`` is set (or ``longest`` s)."""
+
+    command: str
+    release: threading.Event
+    longest: float
+    #: Set once the held request was sent to the server and its reply read.
+    delivered: threading.Event = field(default_factory=threading.Event)
+    #: The server's reply to the held request (what nobody receives).
+    reply: bytes | None = None
+    taken: bool = False
+
+
+@dataclass
 class _Link:
     """One client connection and the proxy's own connection to the server."""
 
@@ -106,6 +125,11 @@ class _Link:
     #: The 1-based numbers of the requests whose reply is to be lost, with their hooks.
     doomed: dict[int, Callable[[], None] | None] = field(default_factory=dict)
     requests: int = 0
+    #: How many replies the server sent on this connection (a held request's is awaited).
+    replies: int = 0
+    replied: threading.Condition = field(default_factory=threading.Condition)
+    #: The held request's number and plan, while its reply is awaited.
+    holding: tuple[int, _Hold] | None = None
     #: The names of the commands sent on this connection so far.
     names: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,6 +164,7 @@ class TcpProxy:
         self._links: list[_Link] = []
         self._stalled = threading.Event()
         self._stall_only: str | None = None
+        self._holds: list[_Hold] = []
         self._closed = threading.Event()
         #: How many replies were lost on purpose, and their raw bytes, in order.
         self.dropped = 0
@@ -174,6 +199,25 @@ class TcpProxy:
         with self._lock:
             self._plans.append(_Plan(command.upper(), count, skip, before_close))
             self.reply_dropped.clear()
+
+    def hold_requests(self, command: str, *, longest: float = 60.0) -> _Hold:
+        """Keep the next request named ``command`` (see the module doc) until the
+        returned plan's ``release`` is set, or ``longest`` seconds passed; then send it
+        to the server and read its reply (kept in the plan's ``reply``, forwarded to no
+        one whose connection ended), and set the plan's ``delivered``."""
+        plan = _Hold(command.upper(), threading.Event(), longest)
+        with self._lock:
+            self._holds.append(plan)
+        return plan
+
+    def _held(self, name: str) -> _Hold | None:
+        with self._lock:
+            for plan in self._holds:
+                if plan.command == name and not plan.taken:
+                    plan.taken = True
+                    self._holds.remove(plan)
+                    return plan
+        return None
 
     def pending_drops(self) -> int:
         with self._lock:
@@ -293,13 +337,34 @@ class TcpProxy:
                     if plan is not None:
                         with link.lock:
                             link.doomed[link.requests] = plan.before_close
-                    out += buf[:end]
+                    held = self._held(name)
+                    if held is not None:
+                        if out:
+                            link.server.sendall(out)
+                            out = bytearray()
+                        self._deliver_late(link, bytes(buf[:end]), held)
+                    else:
+                        out += buf[:end]
                     del buf[:end]
                 if out:
                     link.server.sendall(out)
         except OSError:
             pass
         link.close()
+
+    def _deliver_late(self, link: _Link, request: bytes, plan: _Hold) -> None:
+        """Keep ``request`` until released, then send it and wait for its reply."""
+        deadline = time.monotonic() + plan.longest
+        while not plan.release.wait(0.02):
+            if self._closed.is_set() or time.monotonic() > deadline:
+                break
+        number = link.requests
+        with link.replied:
+            link.holding = (number, plan)
+        link.server.sendall(request)
+        with link.replied:
+            link.replied.wait_for(lambda: link.replies >= number or link.closed, timeout=10)
+        plan.delivered.set()
 
     def _replies(self, link: _Link) -> None:
         """Server to client, one whole reply at a time, losing the doomed one."""
@@ -325,6 +390,12 @@ class TcpProxy:
                         out += reply
                         continue
                     replies += 1
+                    with link.replied:
+                        link.replies = replies
+                        holding = link.holding
+                        if holding is not None and holding[0] == replies:
+                            holding[1].reply = reply
+                        link.replied.notify_all()
                     with link.lock:
                         doomed = replies in link.doomed
                         hook = link.doomed.get(replies)
