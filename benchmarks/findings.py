@@ -253,7 +253,7 @@ run moves with whatever else uses the disk.""",
     "Open writers (Redis): open 10,000 writers, emit 1 event to each, flush all (per writer)": """\
 A writer renews its lease between three tenths and a third of it, on a grid of a
 thirtieth of the lease, so the writers of a process come due together, and the sync
-drain renews up to 500 of them in one pipeline of `lease_acquire.lua` calls (a writer
+drain renews up to 500 of them in one pipeline of `lease_renew.lua` calls (a writer
 busy flushing, or all of them when that call fails, is served alone). Each renewing
 in a round trip of its own made the total grow with the square of the writers open: a
 10k run outlasts the renewal interval where a 1k run does not, and 14-25k extra calls

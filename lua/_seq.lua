@@ -10,9 +10,35 @@
 -- long its record is kept at least, whatever the windows of other callers, ARGV[4] how
 -- many fields the hash holds before a write that adds one drops those past their deadline.
 
+--
+-- The work of a call is bounded by what it brings, never by what the hash holds (a tenant
+-- may fill its own seq hashes with HSET): the four arguments are refused past their
+-- sizes (SEQ_SLOT_BYTES, digits), a record is measured (HSTRLEN) before it is parsed,
+-- and a trim walks only a compact hash (the server's listpack encoding: a fixed few small
+-- fields), whatever the bound.
+
+-- The longest writer slot name (the library's are 16 characters) and the longest record
+-- the library writes ("<n>:<s>:<window>:<reply>": 19, 11, 12 and 1 digits).
+local SEQ_SLOT_BYTES, SEQ_RECORD_BYTES = 64, 48
+
+-- raise the error of a seq hash holding what the library never wrote there
+local function seq_corrupt(seq, what)
+  error({err = 'CORRUPT the seq hash ' .. seq .. ' holds ' .. what .. ', which the library never writes'})
+end
+
 -- nil when the call of ARGV[1] and ARGV[2] was not applied, else the reply it recorded
--- ("" when none)
+-- ("" when none); arguments past their sizes are refused before anything is read
 local function seq_applied(seq, ARGV)
+  if #ARGV[1] == 0 or #ARGV[1] > SEQ_SLOT_BYTES
+      or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 19
+      or not string.match(ARGV[3], '^%d+$') or #ARGV[3] > 12
+      or not string.match(ARGV[4], '^%d+$') or #ARGV[4] > 6 then
+    error({err = 'INVALID a writer slot of 1 to ' .. SEQ_SLOT_BYTES .. ' bytes, its number, its window and the bound of the seq hash ' .. seq .. ' (integers) are needed'})
+  end
+  local size = redis.call('HSTRLEN', seq, ARGV[1])
+  if size > SEQ_RECORD_BYTES then
+    seq_corrupt(seq, 'a record of ' .. size .. ' bytes for one writer slot')
+  end
   local record = redis.call('HGET', seq, ARGV[1]) or ''
   local last, said = string.match(record, '^(%d+):%d+:%d+:?(%d?)')
   if last and tonumber(last) >= tonumber(ARGV[2]) then
@@ -30,11 +56,17 @@ local function seq_remember(seq, ARGV, reply)
   if redis.call('HSET', seq, ARGV[1], record) == 1
       and redis.call('HLEN', seq) > tonumber(ARGV[4]) then
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    local records = redis.call('HGETALL', seq)
-    for i = 1, #records, 2 do
-      local s, w = string.match(records[i + 1], '^%d+:(%d+):(%d+)')
-      if not s or (tonumber(s) + 1) * 1000 + tonumber(w) < ms then
-        redis.call('HDEL', seq, records[i])
+    -- Only a compact hash (listpack, ziplist before Redis 7: at most 128 fields of at
+    -- most 64 bytes each, as the server keeps it by default) is walked; a bigger one is not of the library's
+    -- making at this bound and is left to its expiry.
+    local encoding = redis.call('OBJECT', 'ENCODING', seq)
+    if encoding == 'listpack' or encoding == 'ziplist' then
+      local records = redis.call('HGETALL', seq)
+      for i = 1, #records, 2 do
+        local s, w = string.match(records[i + 1], '^%d+:(%d+):(%d+)')
+        if not s or (tonumber(s) + 1) * 1000 + tonumber(w) < ms then
+          redis.call('HDEL', seq, records[i])
+        end
       end
     end
   end

@@ -9,8 +9,9 @@
 --           "events" holding the events as a JSON array, one event object per line.
 --           An entry of the first layout (id "<seq>-1", fields seq, type, time, data
 --           and id) is a run of one event and is read alike.
--- KEYS[3] - the session's lease hash (field "owner": the live writer's token); only
---           with an owner token (ARGV[#ARGV] not "")
+-- KEYS[3] - the session's epoch key: the newest lease's epoch (integer text, negated
+--           once released; see lease_acquire.lua); only with an epoch (ARGV[#ARGV]
+--           not ""). A write gives it the expiry of the other two keys.
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
@@ -22,10 +23,11 @@
 -- ARGV[6+2h] - the time of the batch's last event (integer text)
 -- ARGV[7+2h .. #ARGV-1] - the entries to add, in pairs: number of events n >= 1, and
 --           the "events" text: "[" .. the n canonical event texts joined by ",\n" .. "]"
--- ARGV[#ARGV] - the owner token of the writer appending (its fence), "" for a plain
---           append, which does not look at the lease
+-- ARGV[#ARGV] - the epoch of the lease of the writer appending (its fence, integer
+--           text), "" for a plain append, which does not look at the lease
 -- returns {"OK", next_seq}       the batch was written
---         {"BUSY"}               another owner holds the lease (it took the writer's over)
+--         {"BUSY"}               a newer epoch is stored: another writer took the lease
+--                                over (whether it still holds it or released it since)
 --         {"REPLAY", next_seq}   every event is already stored identically
 --         {"CONFLICT", next_seq} the batch does not start at next_seq
 --         {"NOTFOUND"}           no such session and no header given
@@ -46,13 +48,13 @@ local nheader = tonumber(ARGV[5])
 local at = 6 + 2 * math.max(nheader, 0)
 local last_time = ARGV[at]
 local first_number = tonumber(first)
-local owner = ARGV[#ARGV]
+local fence = ARGV[#ARGV]
 
--- Fencing: a writer whose lease another owner holds now writes nothing (an expired
--- lease key is gone: free).
-if owner ~= '' then
-  local held = redis.call('HGET', KEYS[3], 'owner')
-  if held and held ~= owner then
+-- Fencing: a writer whose lease was taken over since it took it writes nothing. Its own
+-- epoch, expired or released, stays the newest until another lease is taken.
+if fence ~= '' then
+  local stored = tonumber(redis.call('GET', KEYS[3])) or 0
+  if math.abs(stored) > tonumber(fence) then
     return {'BUSY'}
   end
 end
@@ -294,5 +296,12 @@ redis.call('HSET', meta, unpack(commit))
 if ttl then
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', stream, ttl)
+end
+if fence ~= '' then
+  if ttl then
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  else
+    redis.call('PERSIST', KEYS[3])
+  end
 end
 return {'OK', after}

@@ -2,6 +2,9 @@
 -- at most once per call: a call found applied in the seq hash (see _seq.lua: its reply
 -- was lost and redis-py sent it again) returns what it returned then, removing nothing
 -- (a value written meanwhile stays). The seq hash stays, for the resends of other calls.
+-- Flagged allow-oom (it runs under maxmemory, so memory can be freed), it adds to memory
+-- only after it removed a key: a call that found nothing to remove records nothing
+-- (changing nothing, it is linearized at its resend, which then removes what is there).
 --
 -- KEYS[1] - the plain value hash (fields v, w)
 -- KEYS[2] - the history versions zset
@@ -22,6 +25,7 @@ local found = 0
 if redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1 then
   found = 1
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-seq_remember(KEYS[4], ARGV, ':' .. found)
+if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
+  seq_remember(KEYS[4], ARGV, ':' .. found)
+end
 return found

@@ -32,6 +32,7 @@ from . import event_flows, value_flows
 # The async writer is part of the async API, as SessionWriter is of the sync one.
 from .aio_writer import AsyncSessionWriter as AsyncSessionWriter
 from .aio_writer import OpeningWriter, open_writer
+from .closing import raise_unclosed
 from .connection import open_store
 from .contracts import (
     AsyncBackends,
@@ -303,13 +304,22 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
         await arun(event_flows.check_durable(self._lifecycle), self._async.events)
 
     async def close(self) -> None:
-        """Release connections; idempotent."""
-        if not self._lifecycle.closed:
-            self._lifecycle.closed = True
-            await self._drain.close()
-            await self._async.aclose()
-            if self._backends.make_async is not None:
-                await asyncio.to_thread(self._backends.close)
+        """Close every writer still open, then release connections; idempotent (see
+        :meth:`sessionstore.Store.close`)."""
+        if self._lifecycle.closed:
+            return
+        failed: list[tuple[str, BaseException]] = []
+        for writer in self._drain.open_writers():
+            try:
+                await writer.close()
+            except Exception as exc:  # noqa: BLE001 - raised once everything is closed
+                failed.append((writer.session_id, exc))
+        self._lifecycle.closed = True
+        await self._drain.close()
+        await self._async.aclose()
+        if self._backends.make_async is not None:
+            await asyncio.to_thread(self._backends.close)
+        raise_unclosed(failed)
 
     async def __aenter__(self) -> AsyncStore:
         return self

@@ -1,7 +1,7 @@
 """The asyncio write-behind writer (:class:`AsyncSessionWriter`) and what
 :meth:`sessionstore.aio.AsyncEventLog.writer` returns to open it (:class:`OpeningWriter`).
 
-Every decision is :class:`~sessionstore.writer.WriterBuffer`'s, as for the sync
+Every decision is :class:`~sessionstore.writer_buffer.WriterBuffer`'s, as for the sync
 :class:`~sessionstore.writer.SessionWriter`: this writer only awaits the flows it runs
 (:func:`~sessionstore.flows.arun`), and the writers of one log share one drain task
 (:class:`~sessionstore.drain.AsyncDrain`). A writer stays on the loop that opened it.
@@ -17,7 +17,8 @@ from typing import Any
 
 from .flows import arun
 from .models import SessionHeader
-from .writer import WriterBuffer, WriterContext, WriterShell, open_buffer
+from .writer import WriterShell
+from .writer_buffer import WriterBuffer, WriterContext, open_buffer
 
 
 class OpeningWriter:
@@ -61,6 +62,7 @@ class AsyncSessionWriter(WriterShell):
         """Flush (retrying a failed append), then give the session's lease up."""
         self._buffer.check_owner("close")
         self._buffer.close()
+        self._context.drain.forget(self)
         async with self._drain_lock:
             await arun(self._buffer.finish(self._context), self._context.backend)
 
@@ -92,7 +94,7 @@ async def open_writer(
     lease_ms: int,
 ) -> AsyncSessionWriter:
     """Take the session's lease and find where its log continues (see
-    :func:`~sessionstore.writer.open_buffer`), then start the writer."""
+    :func:`~sessionstore.writer_buffer.open_buffer`), then start the writer."""
     renews = bool(context.backend.renews_leases)
     flow = open_buffer(context, header, window, ttl_ms, lease_ms, renews)
     return AsyncSessionWriter(context, await arun(flow, context.backend))

@@ -7,9 +7,11 @@ hold every decision; a backend only stores and fetches, atomically where stated.
 
 Leases: a live writer holds a lease on its session, visible to every process using
 the same store, until it is closed or dies (see :meth:`EventBackend.acquire_lease`).
-Every append of a writer carries its lease token, which the backend checks atomically
-with the seq (see :meth:`EventBackend.append`): a writer whose lease another took over
-writes nothing more.
+Each lease taken has an epoch (a fencing token) above every earlier one of its
+session, and the newest stays stored with the session. Every append of a writer
+carries its :class:`~sessionstore.leases.Lease` (token and epoch), which the backend
+checks atomically with the seq (see :meth:`EventBackend.append`): a writer whose lease
+another took over writes nothing more, even once the taker released it.
 
 Retention: a value written with ``ttl_ms`` expires ``ttl_ms`` milliseconds (of the
 backend's clock: the server's for Redis, the wall clock elsewhere) after that write; an
@@ -28,6 +30,7 @@ has a native one (Redis); either way it sees :class:`AsyncValueBackend` and
 from __future__ import annotations
 
 import builtins
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -35,9 +38,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
 
 from .keys import ValueKey
-from .leases import ProcessLeases
+from .leases import Lease, ProcessLeases
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord, records_of_events
+
+#: Guards the lazy making of a backend's :class:`ProcessLeases`.
+_LEASES_MADE = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -262,7 +268,7 @@ class EventBackend(ABC):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
         """Durably append a contiguous batch and return the new next seq.
 
@@ -278,12 +284,13 @@ class EventBackend(ABC):
         session already stored). In the same atomic step as the events, an append that
         writes sets the expiry of a session stored with a ttl to ``ttl_ms`` after now.
 
-        ``owner`` fences the append: it is the lease token of the writer appending (see
+        ``lease`` fences the append: it is the lease of the writer appending (see
         :meth:`acquire_lease`). In the same atomic step as the seq check, and before it,
-        a live lease on the session held by another owner raises ``SessionBusyError``
-        and writes nothing (the writer's lease was taken over); the owner's own lease,
-        or none (released, expired), lets the append through. Without ``owner`` (a
-        plain append) no lease is looked at.
+        a stored epoch newer than ``lease.epoch`` raises ``SessionBusyError`` and
+        writes nothing: another writer took the lease over, whether it still holds it
+        or has released it since. The writer's own epoch lets the append through,
+        also once its lease expired or was released (nobody took it since). Without
+        ``lease`` (a plain append) no lease is looked at.
         """
 
     @abstractmethod
@@ -389,19 +396,40 @@ class EventBackend(ABC):
     def _process_leases(self) -> ProcessLeases:
         leases: ProcessLeases | None = getattr(self, "_leases", None)
         if leases is None:
-            leases = ProcessLeases()
-            self._leases = leases
+            # Made once: two leases of one backend must never live in two tables.
+            with _LEASES_MADE:
+                leases = getattr(self, "_leases", None)
+                if leases is None:
+                    leases = ProcessLeases()
+                    self._leases = leases
         return leases
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
-        """Take, or renew for ``owner``, the session's lease for ``ttl_ms`` (ignored by a
-        backend whose leases do not expire); False, with nothing changed, when another
-        owner holds a live one. The session need not exist. This default holds leases
-        within the process."""
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> int:
+        """Take the session's lease for ``owner`` for ``ttl_ms`` (ignored by a backend
+        whose leases do not expire) and return its epoch (> 0); 0, with nothing
+        changed, when another owner holds a live one. A lease taken by an owner that
+        did not hold it gets an epoch above every earlier epoch of the session, which
+        stays stored with the session after the lease expires or is released; one
+        ``owner`` holds already is renewed and keeps its epoch. The session need not
+        exist. This default holds leases within the process."""
         return self._process_leases().acquire(session_id, owner, ttl_ms)
 
+    def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
+        """Extend ``lease`` for ``ttl_ms`` while it is still the session's newest: True
+        also when it expired meanwhile and nobody took the lease since; False, with
+        nothing changed, once another owner took it (a newer epoch is stored, whether
+        or not its holder released it since) or it was released. Never takes a lease
+        that is not ``lease``'s."""
+        return self._process_leases().renew(session_id, lease, ttl_ms)
+
+    def _fences_off(self, session_id: str, lease: Lease | None) -> bool:
+        """Whether this default's leases refuse an append fenced by ``lease`` (see
+        :meth:`append`); for a backend holding its leases in :meth:`_process_leases`."""
+        return lease is not None and self._process_leases().fences_off(session_id, lease)
+
     def release_lease(self, session_id: str, owner: str) -> None:
-        """Give up ``owner``'s lease on the session (nothing if it holds none)."""
+        """Give up ``owner``'s lease on the session (nothing if it holds none); its
+        epoch stays stored."""
         self._process_leases().release(session_id, owner)
 
     def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
@@ -538,7 +566,7 @@ class AsyncEventBackend(Protocol):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
         """:meth:`EventBackend.append`."""
 
@@ -582,8 +610,11 @@ class AsyncEventBackend(Protocol):
     def renews_leases(self) -> bool:
         """:attr:`EventBackend.renews_leases`."""
 
-    async def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+    async def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> int:
         """:meth:`EventBackend.acquire_lease`."""
+
+    async def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
+        """:meth:`EventBackend.renew_lease`."""
 
     async def release_lease(self, session_id: str, owner: str) -> None:
         """:meth:`EventBackend.release_lease`."""

@@ -15,9 +15,19 @@ in one call, ``type(writer)._serve_together(writers)``, at most :data:`RENEWALS`
 time, which returns when each writer is to be served next (at once for one to be served
 alone, which any thread then does): on Redis one round trip renews them all. One round
 trip each would cost every writer open a share of the drain that grows with the number
-of writers open (see :meth:`sessionstore.writer.WriterBuffer.renewal_at` for why they
+of writers open (see :meth:`sessionstore.writer_buffer.WriterBuffer.renewal_at` for why they
 come due together). The async drain serves each writer in a task of its own, renewals
 too, so that no writer waits for another.
+
+Write-behind never stops for good: a sync drain thread that dies serving (an error
+that is no ``Exception``, which the writers' ``_serve`` do not catch) is reported on
+the ``sessionstore`` logger and replaced, and the writers it was serving are served
+again after :data:`RETRY_AFTER` seconds; an async serving task that fails (but for a
+cancellation, ``KeyboardInterrupt`` or ``SystemExit``) is reported and its writer served
+again alike.
+
+A drain also knows the writers of its store that are open (:class:`OpenWriters`), so
+that closing the store closes them first.
 """
 
 from __future__ import annotations
@@ -26,16 +36,22 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
+import os
 import threading
 import time
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
 
+log = logging.getLogger("sessionstore")
+
 #: The most threads one sync drain runs (started as they are needed).
 DRAIN_THREADS = 4
 #: The most lease renewals a drain makes in one call.
 RENEWALS = 500
+#: How long after a failed serving its writers are served again (seconds).
+RETRY_AFTER = 0.1
 
 
 class Served(Protocol):
@@ -97,22 +113,46 @@ class DueQueue(Generic[_W]):
         self._entries.clear()
 
 
-class Drain:
+class OpenWriters:
+    """The writers of one store that are open: noted when opened (with the process that
+    opened them), forgotten when their ``close`` is called. Adding to and removing from
+    a dict is atomic in CPython, so any thread may do either."""
+
+    def __init__(self) -> None:
+        self._open: dict[Any, int] = {}
+
+    def opened(self, writer: Any) -> None:
+        self._open[writer] = os.getpid()
+
+    def forget(self, writer: Any) -> None:
+        self._open.pop(writer, None)
+
+    def open_writers(self) -> list[Any]:
+        """The writers this process opened that are open now, in no particular order (in
+        a forked child, its parent's are not)."""
+        pid = os.getpid()
+        return [writer for writer, opener in list(self._open.items()) if opener == pid]
+
+
+class Drain(OpenWriters):
     """Serves due writers on at most :data:`DRAIN_THREADS` daemon threads."""
 
     def __init__(self, threads: int = DRAIN_THREADS) -> None:
+        super().__init__()
         self._most = threads
+        self._names = itertools.count()
         self._reset()
         forksafe.at_fork(self, "_reset")
 
     def _reset(self) -> None:
-        # In a forked child the threads do not exist, and the writers queued are the
-        # parent's (they refuse to work there): start empty.
+        # In a forked child the threads do not exist, and the writers queued (and open)
+        # are the parent's (they refuse to work there): start empty.
         self._cond = threading.Condition(threading.Lock())
         self._queue: DueQueue[Served] = DueQueue()
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
+        self._open = {}
 
     @property
     def threads(self) -> int:
@@ -130,11 +170,12 @@ class Drain:
 
     def _spare_thread(self) -> bool:
         """With the lock held: start a thread when none is idle and the most allowed
-        are not running yet; whether it did."""
+        are not running yet (a thread that died no longer counts); whether it did."""
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
         if self._idle > 0 or len(self._threads) >= self._most:
             return False
         thread = threading.Thread(
-            target=self._run, name=f"sessionstore-drain-{len(self._threads)}", daemon=True
+            target=self._run, name=f"sessionstore-drain-{next(self._names)}", daemon=True
         )
         self._threads.append(thread)
         thread.start()
@@ -183,20 +224,47 @@ class Drain:
 
     def _run(self) -> None:
         while writers := self._next():
-            if len(writers) == 1:
-                dues = [writers[0]._serve()]
-            else:
-                dues = type(writers[0])._serve_together(writers)
+            try:
+                if len(writers) == 1:
+                    dues = [writers[0]._serve()]
+                else:
+                    dues = type(writers[0])._serve_together(writers)
+            except BaseException as exc:  # noqa: BLE001 - reported, and the thread replaced
+                self._died(writers, exc)
+                return
             for writer, due in zip(writers, dues, strict=True):
                 if due is not None:
                     self.schedule(writer, due)
 
+    def _died(self, writers: list[Served], exc: BaseException) -> None:
+        """This thread ends, failed by ``exc`` while serving ``writers``: report it, queue
+        them again after :data:`RETRY_AFTER` and start a thread in its place."""
+        log.error(
+            "sessionstore: a background drain thread failed serving %d writer(s) of"
+            " session(s) %s and is replaced; they are served again in %.1f s",
+            len(writers),
+            ", ".join(repr(getattr(w, "session_id", "?")) for w in writers[:5]),
+            RETRY_AFTER,
+            exc_info=exc,
+        )
+        with self._cond:
+            current = threading.current_thread()
+            self._threads = [thread for thread in self._threads if thread is not current]
+            if self._closed:
+                return
+            due = time.monotonic() + RETRY_AFTER
+            for writer in writers:
+                self._queue.put(writer, due)
+            if not self._spare_thread():
+                self._cond.notify()
 
-class AsyncDrain:
+
+class AsyncDrain(OpenWriters):
     """Serves due writers from one task on the running event loop; each due writer's
     append runs as a task of its own, so one slow session never holds the others up."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._queue: DueQueue[AsyncServed] = DueQueue()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -225,7 +293,19 @@ class AsyncDrain:
                     await task
 
     async def _serve(self, writer: AsyncServed) -> None:
-        due = await writer._serve()
+        try:
+            due = await writer._serve()
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - reported, and the writer served again
+            log.error(
+                "sessionstore: serving the writer of session %r failed; it is served"
+                " again in %.1f s",
+                getattr(writer, "session_id", "?"),
+                RETRY_AFTER,
+                exc_info=exc,
+            )
+            due = time.monotonic() + RETRY_AFTER
         if due is not None:
             self.schedule(writer, due)
 

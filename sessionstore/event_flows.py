@@ -27,7 +27,7 @@ from .eventlog import (
     header_differences,
 )
 from .flows import Call, Flow
-from .leases import taken_over
+from .leases import Lease, taken_over
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, is_probe
@@ -83,26 +83,27 @@ def append_stored(
     lifecycle: Lifecycle,
     session_id: str,
     batch: EventBatch,
-    owner: str,
+    lease: Lease,
 ) -> Flow[int]:
     """:func:`append` of a batch a writer encoded (and so checked) when it was emitted,
-    fenced by the writer's lease token ``owner``: :class:`SessionBusyError` when another
-    writer took the lease over."""
+    fenced by the writer's ``lease``: :class:`SessionBusyError` when another writer took
+    the lease over (whether it still holds it or not)."""
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
-    call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms, owner=owner)
+    call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms, lease=lease)
     next_seq: int = yield call
     if header is not None:
         pending.materialised(header)
     return next_seq
 
 
-def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flow[LoadedSession]:
-    """Read and repair; a session whose lease a live writer other than ``owner`` holds
-    raises :class:`SessionBusyError` (its open turn is not interrupted). The closers of
-    a writer opening (``owner`` given) are fenced by its lease."""
+def load(lifecycle: Lifecycle, session_id: str, lease: Lease | None = None) -> Flow[LoadedSession]:
+    """Read and repair; a session whose lease a live writer other than ``lease``'s owner
+    holds raises :class:`SessionBusyError` (its open turn is not interrupted). The
+    closers of a writer opening (``lease`` given) are fenced by its lease."""
     _open(lifecycle)
     check_session_id(session_id)
+    owner = None if lease is None else lease.owner
     if (yield Call(EventBackend.lease_busy, session_id, owner)):
         raise SessionBusyError(session_id)
     for _ in range(REPAIR_ATTEMPTS):
@@ -112,7 +113,7 @@ def load(lifecycle: Lifecycle, session_id: str, owner: str | None = None) -> Flo
             return LoadedSession(header, events)
         try:
             closing = encode_batch(session_id, extra)
-            yield Call(EventBackend.append, session_id, closing, None, owner=owner)
+            yield Call(EventBackend.append, session_id, closing, None, lease=lease)
         except SeqConflictError:
             continue
         return LoadedSession(header, events + extra)
@@ -161,9 +162,10 @@ def open_writer(
     ttl_ms: int | None,
     owner: str,
     lease_ms: int,
-) -> Flow[tuple[int, int]]:
+) -> Flow[tuple[int, int, Lease]]:
     """Take the session's lease for ``owner``, then find where a writer continues: (next
-    seq, last time) of the repaired log, creating the session when it does not exist.
+    seq, last time) of the repaired log, creating the session when it does not exist,
+    and the lease taken (its epoch fences the writer's appends).
 
     :class:`SessionBusyError` when another live writer holds the lease;
     :class:`SessionExistsError` naming the differing fields when the stored (or
@@ -171,31 +173,33 @@ def open_writer(
     its driver closes early can call nothing more: its lease then expires)."""
     _open(lifecycle)
     session_id = header.id
-    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
+    epoch = yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)
+    if not epoch:
         raise SessionBusyError(session_id)
+    lease = Lease(owner, int(epoch))
     try:
         try:
-            loaded = yield from load(lifecycle, session_id, owner)
+            loaded = yield from load(lifecycle, session_id, lease)
         except SessionNotFoundError:
             waiting, _ = pending.lookup(session_id)
             if waiting is None:
                 yield from create(pending, lifecycle, header, ttl_ms)
             elif waiting != header:
                 raise SessionExistsError(session_id, header_differences(waiting, header)) from None
-            return 0, 0
+            return 0, 0, lease
         if loaded.header != header:
             raise SessionExistsError(session_id, header_differences(loaded.header, header))
-        return next_position(loaded)
+        return (*next_position(loaded), lease)
     except BaseException as exc:
         if not isinstance(exc, GeneratorExit):  # a closed flow can call nothing more
             yield from release_lease(session_id, owner)
         raise
 
 
-def renew_lease(session_id: str, owner: str, lease_ms: int) -> Flow[None]:
-    """Renew ``owner``'s lease; :class:`SessionBusyError` when another writer took it over
-    (it expired meanwhile)."""
-    if not (yield Call(EventBackend.acquire_lease, session_id, owner, lease_ms)):
+def renew_lease(session_id: str, lease: Lease, lease_ms: int) -> Flow[None]:
+    """Renew ``lease``; :class:`SessionBusyError` when another writer took it over (it
+    expired meanwhile), whether that writer still holds it or not."""
+    if not (yield Call(EventBackend.renew_lease, session_id, lease, lease_ms)):
         raise taken_over(session_id)
 
 

@@ -42,10 +42,14 @@ key                                                     type    fields / members
                                                                  events, one per line (an old entry
                                                                  ``<seq>-1``: fields ``seq type time
                                                                  data id``)
-``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's token  lease_*.lua     the writer's lease
-                                                                                                                       (10 s), renewed
-                                                                                                                       between 3/10 and
-                                                                                                                       1/3 of it
+``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's        lease_*.lua     the writer's lease
+                                                                 token, ``epoch`` = its lease's                       (10 s), renewed
+                                                                 epoch                                                between 3/10 and
+                                                                                                                      1/3 of it
+``ss:<ns>:log:{<session id>}:epoch``                    string  the newest lease's epoch (an int;    lease_*.lua,    that of ``:meta``
+                                                                 negated once released): the fence    log_append.lua  as a writer's
+                                                                 of writers' appends                                  append leaves it;
+                                                                                                                      none before
 ``ss:<ns>:mark``                                        string  a random token: which database a     tracking.py     none
                                                                  ``?cache=yes`` reader caches from    (``SET NX``)
 ``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         index_add.lua   none
@@ -99,8 +103,16 @@ of a value's or a history's kind, so no pattern of a value or a history matches 
 written by older versions may hold a field ``t`` (the tokens of that time): reads and
 writes ignore it, and a clear removes it.
 
-``log_append.lua`` of a writer reads the session's ``lease`` hash first (its fence: another
-owner's lease refuses the append). ``next_seq`` is committed last by ``log_append.lua``: a
+Fencing: every lease ``lease_acquire.lua`` gives a writer that did not hold it has an
+epoch above the session's stored one and at least the server's ``TIME`` in ms (so above
+every earlier epoch even once an ``epoch`` key is gone with its session); the ``epoch``
+key keeps it when the lease expires or is released (negated then, so that
+``lease_renew.lua`` never takes a released lease back). ``log_append.lua`` of a writer
+reads the ``epoch`` key first: a newer epoch than the writer's refuses the append, also
+after the writer that took the lease over released it; a writer's append that writes
+gives the key the expiry of the session's other keys. ``log_delete.lua`` leaves it (a
+few bytes; a lease taken after the delete still gets a larger epoch, by the ``TIME``
+floor), as does a writer that closes without appending to a session with a ttl. ``next_seq`` is committed last by ``log_append.lua``: a
 stream entry at or past it is a torn tail, never part of the log; ``log_append.lua`` and
 ``log_cut_tail.lua`` cut it off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
 ``KEYS``, built here; the Lua never builds a key name.
@@ -356,3 +368,10 @@ def stream_id(seq: int) -> str:
 def log_lease_key(namespace: str, session_id: str) -> str:
     """The lease of one event-log session's live writer (same hash tag as its log)."""
     return f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}:lease"
+
+
+@functools.lru_cache(maxsize=4096)
+def log_epoch_key(namespace: str, session_id: str) -> str:
+    """The newest lease epoch of one event-log session, which fences its writers'
+    appends (same hash tag as its log)."""
+    return f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}:epoch"

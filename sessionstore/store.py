@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import event_flows, value_flows
+from .closing import raise_unclosed
 from .connection import open_store
 from .contracts import EventBackend, ValueBackend
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
@@ -368,11 +369,22 @@ class Store(StoreBase[Session, EventLog]):
         run(event_flows.check_durable(self._lifecycle), self._backends.events)
 
     def close(self) -> None:
-        """Release connections; idempotent."""
-        if not self._lifecycle.closed:
-            self._lifecycle.closed = True
-            self._drain.close()
-            self._backends.close()
+        """Close every writer still open (each flushes what it queued, then gives its
+        lease up), then release connections; idempotent. Everything is closed whatever
+        happens; if a writer's close raised, the first such error is raised at the end
+        (naming its session; what that writer had not written is not stored)."""
+        if self._lifecycle.closed:
+            return
+        failed: list[tuple[str, BaseException]] = []
+        for writer in self._drain.open_writers():
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - raised once everything is closed
+                failed.append((writer.session_id, exc))
+        self._lifecycle.closed = True
+        self._drain.close()
+        self._backends.close()
+        raise_unclosed(failed)
 
     def __enter__(self) -> Store:
         return self

@@ -23,7 +23,7 @@ from .flows import Flow
 from .models import SessionHeader
 from .session_state import SessionState, session_state
 from .store_state import Lifecycle, PendingSessions
-from .writer import WriterContext
+from .writer_buffer import WriterContext
 
 _Backend = TypeVar("_Backend")
 _Session = TypeVar("_Session")

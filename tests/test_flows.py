@@ -22,6 +22,7 @@ import pytest
 from sessionstore import event_flows, flows, value_flows
 from sessionstore.backoff import LOST_RACE
 from sessionstore.contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
+from sessionstore.drain import OpenWriters
 from sessionstore.drive import drive
 from sessionstore.errors import (
     ConcurrentModificationError,
@@ -35,14 +36,17 @@ from sessionstore.errors import (
     StoreUnavailableError,
 )
 from sessionstore.flows import Apply, Call, Sleep
+from sessionstore.leases import Lease
 from sessionstore.models import SessionEvent, SessionHeader, SessionInfo
 from sessionstore.results import LoadedSession
 from sessionstore.session_state import SessionState, session_state
 from sessionstore.store_state import Lifecycle, PendingSessions
-from sessionstore.writer import SessionWriter, WriterBuffer, WriterContext, open_buffer
+from sessionstore.writer import SessionWriter
+from sessionstore.writer_buffer import WriterBuffer, WriterContext, open_buffer
 
 SID = "s-1"
 OWNER = "token-a"
+LEASE = Lease(OWNER, 7)
 WHEN = 1_700_000_000_000
 
 
@@ -588,10 +592,10 @@ def test_load_of_a_session_a_writer_holds_reads_nothing():
 
 def test_load_appends_the_closers_fenced_by_the_owner():
     loaded = play(
-        event_flows.load(Lifecycle(), SID, OWNER),
+        event_flows.load(Lifecycle(), SID, LEASE),
         call(EventBackend.lease_busy, SID, OWNER, returns=False),
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(2))),
-        call(EventBackend.append, SID, types("turn/end"), None, owner=OWNER, returns=3),
+        call(EventBackend.append, SID, types("turn/end"), None, lease=LEASE, returns=3),
     )
     assert [e.type for e in loaded.events] == ["turn/start", "note", "turn/end"]
     assert [e.seq for e in loaded.events] == [0, 1, 2]
@@ -602,7 +606,7 @@ def overtaken(length: int) -> list[Step]:
     conflict = SeqConflictError(SID, length + 1, length, "a concurrent append")
     return [
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(length))),
-        call(EventBackend.append, SID, seqs(length), None, owner=None, raises=conflict),
+        call(EventBackend.append, SID, seqs(length), None, lease=None, raises=conflict),
     ]
 
 
@@ -615,7 +619,7 @@ def test_load_re_reads_when_a_concurrent_append_overtakes_its_repair(monkeypatch
         *overtaken(2),
         *overtaken(3),
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(4))),
-        call(EventBackend.append, SID, seqs(4), None, owner=None, returns=5),
+        call(EventBackend.append, SID, seqs(4), None, lease=None, returns=5),
     )
     assert [e.seq for e in loaded.events] == [0, 1, 2, 3, 4]
     # The other appender closed the turn itself: nothing left to write.
@@ -647,7 +651,7 @@ def test_load_raises_what_is_not_a_lost_race():
                 SID,
                 seqs(2),
                 None,
-                owner=None,
+                lease=None,
                 raises=down(),
             ),
         )
@@ -663,7 +667,8 @@ def test_inspect_closes_the_turn_without_writing_or_looking_at_the_lease():
 
 # --- writers and their lease ----------------------------------------------------------
 
-ACQUIRE = call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=True)
+ACQUIRE = call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=LEASE.epoch)
+RENEW = call(EventBackend.renew_lease, SID, LEASE, 30_000, returns=True)
 RELEASE = call(EventBackend.release_lease, SID, OWNER)
 
 
@@ -688,14 +693,14 @@ def loading(
 
 def test_a_writer_continues_after_the_repaired_log_and_keeps_its_lease():
     events = [event(0, time=5), event(1, time=9)]
-    assert play(open_writer(), ACQUIRE, *loading(events)) == (2, 9)
+    assert play(open_writer(), ACQUIRE, *loading(events)) == (2, 9, LEASE)
     position = play(
         open_writer(),
         ACQUIRE,
         *loading(open_turn(2)),
-        call(EventBackend.append, SID, types("turn/end"), None, owner=OWNER, returns=3),
+        call(EventBackend.append, SID, types("turn/end"), None, lease=LEASE, returns=3),
     )
-    assert position == (3, 10)
+    assert position == (3, 10, LEASE)
 
 
 def test_a_writer_of_a_new_session_creates_it_pending():
@@ -703,15 +708,15 @@ def test_a_writer_of_a_new_session_creates_it_pending():
     missing = loading(raises=SessionNotFoundError(SID))
     assert play(
         open_writer(pending), ACQUIRE, *missing, call(EventBackend.exists, SID, returns=False)
-    ) == (0, 0)
+    ) == (0, 0, LEASE)
     assert pending.lookup(SID) == (header(), None)
     # Pending with the same header: opened again without asking whether it exists.
-    assert play(open_writer(pending), ACQUIRE, *missing) == (0, 0)
+    assert play(open_writer(pending), ACQUIRE, *missing) == (0, 0, LEASE)
 
 
 def test_a_lease_held_by_another_writer_is_not_released():
     with pytest.raises(SessionBusyError):
-        play(open_writer(), call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=False))
+        play(open_writer(), call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=0))
 
 
 def differing_pending() -> PendingSessions:
@@ -762,7 +767,7 @@ def differing_pending() -> PendingSessions:
                     SID,
                     seqs(2),
                     None,
-                    owner=OWNER,
+                    lease=LEASE,
                     raises=down(),
                 ),
             ],
@@ -792,7 +797,7 @@ def test_open_writer_gives_up_its_lease_when_its_repair_keeps_being_overtaken(mo
     conflict = SeqConflictError(SID, 3, 2, "a concurrent append")
     overtaken_repair = [
         call(EventBackend.read, SID, 0, repair=True, returns=(header(), open_turn(2))),
-        call(EventBackend.append, SID, seqs(2), None, owner=OWNER, raises=conflict),
+        call(EventBackend.append, SID, seqs(2), None, lease=LEASE, raises=conflict),
     ]
     with pytest.raises(ConcurrentModificationError):
         play(
@@ -821,11 +826,11 @@ def test_a_driver_that_leaves_open_writer_early_closes_it():
 
 
 def test_renew_lease_raises_once_taken_over_and_release_swallows_failures():
-    play(event_flows.renew_lease(SID, OWNER, 30_000), ACQUIRE)
+    play(event_flows.renew_lease(SID, LEASE, 30_000), RENEW)
     with pytest.raises(SessionBusyError, match="took its lease over"):
         play(
-            event_flows.renew_lease(SID, OWNER, 30_000),
-            call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=False),
+            event_flows.renew_lease(SID, LEASE, 30_000),
+            call(EventBackend.renew_lease, SID, LEASE, 30_000, returns=False),
         )
     play(
         event_flows.release_lease(SID, OWNER),
@@ -833,18 +838,18 @@ def test_renew_lease_raises_once_taken_over_and_release_swallows_failures():
     )
 
 
-class FakeDrain:
+class FakeDrain(OpenWriters):
     def schedule(self, writer: object, due: float) -> None:
         pass
 
 
 def writer_buffer(renews: bool = False) -> tuple[WriterBuffer, WriterContext]:
-    buffer = WriterBuffer(SID, 0, 0, token=OWNER, lease_ms=30_000, renews=renews)
+    buffer = WriterBuffer(SID, 0, 0, lease=LEASE, lease_ms=30_000, renews=renews)
     return buffer, WriterContext(None, PendingSessions(), Lifecycle(), FakeDrain())
 
 
 def appended(*batch: int, **reply: Any) -> Step:
-    return call(EventBackend.append, SID, seqs(*batch), None, ttl_ms=None, owner=OWNER, **reply)
+    return call(EventBackend.append, SID, seqs(*batch), None, ttl_ms=None, lease=LEASE, **reply)
 
 
 def test_the_drain_renews_a_due_lease_then_appends_one_batch_fenced_by_the_token():
@@ -855,12 +860,12 @@ def test_the_drain_renews_a_due_lease_then_appends_one_batch_fenced_by_the_token
     assert buffer.durable_seq == 2
     buffer.renewed_at -= 60  # as if the lease had been held for a minute
     buffer.make("note", None)
-    play(buffer.write(context, None), ACQUIRE, appended(2, returns=3))
+    play(buffer.write(context, None), RENEW, appended(2, returns=3))
     assert buffer.durable_seq == 3 and not buffer.renewal_due(time.monotonic())
 
 
 def test_a_flush_appends_batches_until_its_target(monkeypatch):
-    monkeypatch.setattr("sessionstore.writer.BATCH_MAX", 2)
+    monkeypatch.setattr("sessionstore.writer_buffer.BATCH_MAX", 2)
     buffer, context = writer_buffer()
     for _ in range(5):
         buffer.make("note", None)
@@ -880,25 +885,27 @@ def test_a_new_session_s_writer_materialises_it_with_its_first_batch():
     token = Matches(lambda owner: isinstance(owner, str) and len(owner) == 32, "a new token")
     buffer = play(
         open_buffer(context, header(), 0.2, 60_000, 30_000, True),
-        call(EventBackend.acquire_lease, SID, token, 30_000, returns=True),
+        call(EventBackend.acquire_lease, SID, token, 30_000, returns=3),
         call(EventBackend.lease_busy, SID, token, returns=False),
         call(EventBackend.read, SID, 0, repair=True, raises=SessionNotFoundError(SID)),
         call(EventBackend.exists, SID, returns=False),
     )
+    assert buffer.lease.epoch == 3
     assert (buffer.next_seq, buffer.last_time, buffer.renews) == (0, 0, True)
     assert pending.lookup(SID) == (header(), 60_000)
     buffer.make("note", None)
     play(
         buffer.write(context, None),
-        call(EventBackend.append, SID, seqs(0), header(), ttl_ms=60_000, owner=buffer.token),
+        call(EventBackend.append, SID, seqs(0), header(), ttl_ms=60_000, lease=buffer.lease),
     )
     assert pending.lookup(SID) == (None, None)
 
 
 def test_closing_a_writer_whose_flush_fails_still_gives_its_lease_up():
     token = Matches(lambda owner: isinstance(owner, str) and len(owner) == 32, "its token")
+    fence = Matches(lambda lease: lease.owner == token and lease.epoch == 1, "its lease")
     script = Script(
-        call(EventBackend.acquire_lease, SID, token, 30_000, returns=True),
+        call(EventBackend.acquire_lease, SID, token, 30_000, returns=1),
         *loading([event(0, time=5)], owner=token),
     )
     context = WriterContext(Backend(script), PendingSessions(), Lifecycle(), FakeDrain())
@@ -907,7 +914,7 @@ def test_closing_a_writer_whose_flush_fails_still_gives_its_lease_up():
     assert writer.emit("note").seq == 1
     lost = down()
     script.steps += [
-        call(EventBackend.append, SID, seqs(1), None, ttl_ms=None, owner=token, raises=lost),
+        call(EventBackend.append, SID, seqs(1), None, ttl_ms=None, lease=fence, raises=lost),
         call(EventBackend.release_lease, SID, token),
     ]
     with pytest.raises(StoreUnavailableError):
@@ -925,7 +932,7 @@ def test_a_batch_of_unknown_outcome_is_sent_again_exactly_and_its_replay_accepte
     with pytest.raises(StoreUnavailableError):
         play(
             buffer.write(context, None),
-            call(EventBackend.append, SID, first, None, ttl_ms=None, owner=OWNER, raises=lost),
+            call(EventBackend.append, SID, first, None, ttl_ms=None, lease=LEASE, raises=lost),
         )
     assert buffer.paused and buffer.unsettled == 2 and buffer.error is lost
     play(buffer.write(context, None))  # paused: the background drain waits for an emit
@@ -934,7 +941,7 @@ def test_a_batch_of_unknown_outcome_is_sent_again_exactly_and_its_replay_accepte
     play(
         buffer.write(context, buffer.flush_target()),
         # Applied before: the store answers the replay with its next seq.
-        call(EventBackend.append, SID, again, None, ttl_ms=None, owner=OWNER, returns=2),
+        call(EventBackend.append, SID, again, None, ttl_ms=None, lease=LEASE, returns=2),
         appended(2, returns=3),
     )
     assert buffer.durable_seq == 3 and buffer.error is None and buffer.unsettled == 0
@@ -956,7 +963,7 @@ def test_a_writer_whose_lease_was_taken_over_writes_nothing_more(where):
     buffer.make("note", None)
     if where == "renewal":
         buffer.renewed_at -= 60
-        steps = [call(EventBackend.acquire_lease, SID, OWNER, 30_000, returns=False)]
+        steps = [call(EventBackend.renew_lease, SID, LEASE, 30_000, returns=False)]
     else:
         steps = [appended(0, raises=SessionBusyError(SID, "another writer took its lease over"))]
     with pytest.raises(SessionBusyError):

@@ -151,7 +151,8 @@ def test_lease_transactions_skip_the_disk_wait_and_leave_appends_durable(databas
     events.release_lease("s", "owner-a")
     seen.append(level())
     assert seen == [1, 2, 2, 2]
-    assert raw(database.path, "SELECT count(*) FROM log_leases") == [(0,)]
+    # Released: the row stays, free, keeping the lease's epoch (see fencing).
+    assert raw(database.path, "SELECT owner, expires_at FROM log_leases") == [("", 0)]
 
 
 def test_threads_of_one_process_queue_for_the_write_lock(db_path):

@@ -183,3 +183,57 @@ def test_an_async_applied_append_whose_outcome_was_lost_is_recognised_as_written
             assert lost and await store.events.read_from("w", 0) == emitted
 
     asyncio.run(scenario())
+
+
+class InjectedFault(BaseException):
+    """What kills a drain thread: no ``Exception``, so no writer catches it."""
+
+
+def _faulty_appends(backend: Any, faults: int) -> list[int]:
+    """Make the first ``faults`` appends of ``backend`` (the real one) raise
+    :class:`InjectedFault`; returns the count of faults left."""
+    append = backend.append
+    left = [faults]
+
+    def faulty(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            raise InjectedFault("injected")
+        return append(*args, **kwargs)
+
+    backend.append = faulty
+    return left
+
+
+def test_drain_threads_that_die_are_replaced_and_reported(caplog):
+    with sessionstore.connect("memory://", "ns") as store:
+        writer = store.events.writer(SessionHeader(id="w"), window=0.01)
+        left = _faulty_appends(store.events._backend, DRAIN_THREADS + 2)
+        writer.emit("note", {"n": 0})
+        deadline = time.monotonic() + PATIENCE
+        while _stored(store) < 1:  # written in the background: nobody flushes
+            assert time.monotonic() < deadline, "write-behind stopped for good"
+            time.sleep(0.01)
+        assert left == [0] and store._drain.threads <= DRAIN_THREADS
+        reports = [r for r in caplog.records if "drain thread failed" in r.getMessage()]
+        assert len(reports) == DRAIN_THREADS + 2 and "'w'" in reports[0].getMessage()
+        assert all(r.name == "sessionstore" and r.exc_info for r in reports)
+        writer.close()
+
+
+def test_an_async_drain_whose_serving_failed_serves_the_writer_again_and_reports_it(caplog):
+    async def scenario() -> int:
+        async with aio.connect("memory://", "ns") as store:
+            writer = await store.events.writer(SessionHeader(id="w"), window=0.01)
+            left = _faulty_appends(store.events._backend._target, 3)
+            writer.emit("note", {"n": 0})
+            deadline = time.monotonic() + PATIENCE
+            while await _astored(store) < 1:
+                assert time.monotonic() < deadline, "write-behind stopped for good"
+                await asyncio.sleep(0.01)
+            await writer.close()
+            return left[0]
+
+    assert asyncio.run(scenario()) == 0
+    reports = [r for r in caplog.records if "failed; it is served again" in r.getMessage()]
+    assert len(reports) == 3 and all(r.name == "sessionstore" for r in reports)

@@ -18,7 +18,8 @@ from support.redis_server import RedisServer
 import sessionstore
 from sessionstore import SessionBusyError, SessionHeader, aio, keys
 from sessionstore.drain import AsyncDrain, Drain
-from sessionstore.writer import WriterBuffer
+from sessionstore.leases import Lease
+from sessionstore.writer_buffer import WriterBuffer
 
 #: Seconds to wait for something that must happen.
 PATIENCE = 30.0
@@ -136,15 +137,15 @@ def _writers(store: Any, count: int, prefix: str) -> list[Any]:
 
 
 def _spy(backend: Any) -> list[int]:
-    """The number of leases of each ``acquire_leases`` call of ``backend`` from now on."""
+    """The number of leases of each ``renew_leases`` call of ``backend`` from now on."""
     sizes: list[int] = []
-    renew = backend.acquire_leases
+    renew = backend.renew_leases
 
-    def spied(leases: list[tuple[str, str, int]]) -> list[bool]:
+    def spied(leases: list[tuple[str, Lease, int]]) -> list[bool]:
         sizes.append(len(leases))
         return renew(leases)
 
-    backend.acquire_leases = spied
+    backend.renew_leases = spied
     return sizes
 
 
@@ -249,11 +250,11 @@ def test_when_renewing_together_fails_each_writer_renews_alone(redis_server, nam
     ):
         calls: list[int] = []
 
-        def failing(leases: list[tuple[str, str, int]]) -> list[bool]:
+        def failing(leases: list[tuple[str, Lease, int]]) -> list[bool]:
             calls.append(len(leases))
             raise ConnectionError("the renewal together is lost")
 
-        store.events._backend.acquire_leases = failing
+        store.events._backend.renew_leases = failing
         writers = _writers(store, 20, "x")
         _wait_for(lambda: len(calls) > 1, "no renewal together was tried")
         time.sleep(LEASE * 2)  # every lease would have expired but for its renewals
@@ -273,19 +274,22 @@ def test_renewing_leases_together_loads_the_library_when_the_server_lacks_it():
     ):
         backend = store.events._backend
         admin = redis.Redis(port=own.port)
+        leases = [
+            (f"s{n}", Lease(owner, backend.acquire_lease(f"s{n}", owner, 5000)), 5000)
+            for n, owner in enumerate(owners)
+        ]
         admin.function_flush()
-        leases = [(f"s{n}", owner, 5000) for n, owner in enumerate(owners)]
-        assert backend.acquire_leases(leases) == [True, True, True]
+        assert backend.renew_leases(leases) == [True, True, True]
         admin.function_flush()
-        leases[1] = ("s1", "another-writer", 5000)
-        assert backend.acquire_leases(leases) == [True, False, True]
+        leases[1] = ("s1", Lease("another-writer", leases[1][1].epoch), 5000)
+        assert backend.renew_leases(leases) == [True, False, True]
         assert admin.hget(keys.log_lease_key("ns", "s1"), "owner") == owners[1].encode()
         assert 0 < admin.pttl(keys.log_lease_key("ns", "s0")) <= 5000
         admin.close()
 
 
 @pytest.mark.parametrize("where", ["redis_server", "redis_cluster"])
-def test_leases_renewed_together_are_each_the_asker_s_unless_another_holds_it(
+def test_leases_renewed_together_are_each_renewed_unless_another_holds_it(
     where, namespace, request
 ):
     url = request.getfixturevalue(where).url
@@ -295,10 +299,12 @@ def test_leases_renewed_together_are_each_the_asker_s_unless_another_holds_it(
     ):
         backend = store.events._backend
         assert rival.events._backend.acquire_lease("s1", "rival", 60_000)
-        leases = [(f"s{n}", f"owner-{n}", 60_000) for n in range(6)]
-        assert backend.acquire_leases(leases) == [True, False, True, True, True, True]
-        assert backend.acquire_leases(leases) == [True, False, True, True, True, True]
+        epochs = [backend.acquire_lease(f"s{n}", f"owner-{n}", 60_000) for n in range(6)]
+        assert [bool(epoch) for epoch in epochs] == [True, False, True, True, True, True]
+        leases = [(f"s{n}", Lease(f"owner-{n}", epochs[n]), 60_000) for n in range(6)]
+        assert backend.renew_leases(leases) == [True, False, True, True, True, True]
+        assert backend.renew_leases(leases) == [True, False, True, True, True, True]
         assert [backend.lease_busy(f"s{n}", "rival") for n in range(6)] == [
             True, False, True, True, True, True
         ]  # fmt: skip
-        assert backend.acquire_leases([]) == []
+        assert backend.renew_leases([]) == []

@@ -7,7 +7,7 @@ from typing import Literal
 from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionNotFoundError
 from ..keys import ValueKey
-from ..leases import taken_over
+from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader
 
 
@@ -116,9 +116,9 @@ class DummyEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
-        if owner is not None and self.lease_busy(session_id, owner):
+        if self._fences_off(session_id, lease):
             raise taken_over(session_id)
         return batch.events[-1].seq + 1 if batch.events else 0
 

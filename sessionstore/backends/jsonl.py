@@ -9,12 +9,13 @@ which writes the header and the first batch together.
 
 An append holds an exclusive ``flock`` on the log and writes the batch with one ``write``
 and an fsync, so a crash can only tear the final batch. A writer's append checks its lease
-under that lock first (fencing): a lease file another process holds locked, or a lease this
-process holds for another writer, refuses it. Readers recognise a torn final
-batch -- a last line without its newline or that does not parse, with the lines of its
-batch before it, or a final batch that never reaches its ``batch_end`` -- and leave it out;
-anything wrong before it is :class:`CorruptLogError`, and nothing is rewritten. A file
-without a complete header line (a crash during the very first append) counts as absent.
+under that lock first (fencing): a lease file another process holds locked, a lease this
+process holds for another writer, or a newer epoch in the lease file refuses it. Readers
+recognise a torn final batch -- a last line without its newline or that does not parse,
+with the lines of its batch before it, or a final batch that never reaches its
+``batch_end`` -- and leave it out; anything wrong before it is :class:`CorruptLogError`,
+and nothing is rewritten. A file without a complete header line (a crash during the very
+first append) counts as absent.
 
 The line format and its parsing are :mod:`.jsonl_format` (no I/O), the reads and writes
 of one open log :mod:`.jsonl_io`, listing and pruning a folder of logs
@@ -59,7 +60,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..eventlog import event_text, plan_append
-from ..leases import taken_over
+from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from .fdpool import FdPool, HeldFile
 from .fsutil import (
@@ -167,7 +168,7 @@ class JsonlEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
         path = self._file(session_id)
         try:
@@ -180,7 +181,7 @@ class JsonlEvents(EventBackend):
                     fcntl.flock(log.fd, fcntl.LOCK_EX)
                     st = log.named_stat(path)
                     if st is not None:
-                        if owner is not None and self.lease_busy(session_id, owner):
+                        if lease is not None and self._lease_files.fences_off(session_id, lease):
                             raise taken_over(session_id)
                         next_seq = self._append_locked(
                             log.fd, path, session_id, batch, header, ttl_ms, st
@@ -320,9 +321,13 @@ class JsonlEvents(EventBackend):
 
     renews_leases = False
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> int:
         self._own()
         return self._lease_files.acquire(session_id, owner)
+
+    def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
+        self._own()
+        return self._lease_files.renew(session_id, lease)
 
     def release_lease(self, session_id: str, owner: str) -> None:
         self._own()

@@ -2,7 +2,9 @@
 each ``flock``ed exclusively by the live writer of its session.
 
 A lease is an OS file lock, so the kernel releases it when the process dies: it needs no
-renewal and never expires. The files stay, empty. A forked child never holds its
+renewal and never expires, so no live holder's lease is ever taken over here. Each file
+holds the newest lease's epoch (decimal digits), written by the taker under its lock,
+and stays when the lease ends. A forked child never holds its
 parent's leases: :meth:`LeaseFiles.forked` closes its copies of the descriptors, which
 leaves the parent's locks in place.
 """
@@ -16,6 +18,8 @@ import weakref
 from contextlib import suppress
 from pathlib import Path
 
+from ..leases import Lease, next_epoch
+from ..when import now_ms
 from .fsutil import check_dirs, encode_name, locked_elsewhere, make_dirs, open_file, os_errors
 
 #: The folder of the lease files, in the namespace's folder.
@@ -30,35 +34,64 @@ class LeaseFiles:
     def __init__(self, root: Path, directory: Path) -> None:
         self._root = root
         self._dir = directory
-        #: Leases held: session id -> (owner, locked descriptor).
-        self._held: dict[str, tuple[str, int]] = {}
+        #: Leases held: session id -> (owner, locked descriptor, epoch).
+        self._held: dict[str, tuple[str, int, int]] = {}
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _close_all, self._held)
 
     def _path(self, session_id: str) -> Path:
         return self._dir / (encode_name(session_id) + LEASE_SUFFIX)
 
-    def acquire(self, session_id: str, owner: str) -> bool:
-        """Take the session's lease for ``owner``; whether it is ``owner``'s now (False:
-        another owner or another process holds it)."""
+    def acquire(self, session_id: str, owner: str) -> int:
+        """Take the session's lease for ``owner``: its epoch once it is ``owner``'s, 0
+        when another owner or another process holds it."""
         path = self._path(session_id)
         with os_errors(path), self._lock:
             held = self._held.get(session_id)
             if held is not None:
-                return held[0] == owner
+                return held[2] if held[0] == owner else 0
             check_dirs(self._root, self._dir)
             make_dirs(self._dir)
             fd = open_file(path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                epoch = next_epoch(_epoch_of(fd), now_ms())
+                text = str(epoch).encode()
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, text, 0)
             except BlockingIOError:
                 os.close(fd)
-                return False
+                return 0
             except BaseException:
                 os.close(fd)
                 raise
-            self._held[session_id] = (owner, fd)
-            return True
+            self._held[session_id] = (owner, fd, epoch)
+            return epoch
+
+    def renew(self, session_id: str, lease: Lease) -> bool:
+        """Whether ``lease`` is still held here (a lock needs no renewal)."""
+        held = self._held.get(session_id)
+        return held is not None and (held[0], held[2]) == lease
+
+    def fences_off(self, session_id: str, lease: Lease) -> bool:
+        """Whether an append fenced by ``lease`` is refused: another owner or process
+        holds the lease, or the file holds a newer epoch."""
+        held = self._held.get(session_id)
+        if held is not None:
+            return (held[0], held[2]) != lease
+        path = self._path(session_id)
+        with os_errors(path):
+            check_dirs(self._root, self._dir)
+            if locked_elsewhere(path):
+                return True
+            try:
+                fd = open_file(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            try:
+                return _epoch_of(fd) > lease.epoch
+            finally:
+                os.close(fd)
 
     def release(self, session_id: str, owner: str) -> None:
         """Release the session's lease if ``owner`` holds it here."""
@@ -88,9 +121,16 @@ class LeaseFiles:
         _close_all(self._held)
 
 
-def _close_all(held: dict[str, tuple[str, int]]) -> None:
+def _epoch_of(fd: int) -> int:
+    """The epoch a lease file holds; 0 for an empty file (one of an older version) or
+    one that holds no number."""
+    text = os.pread(fd, 32, 0)
+    return int(text) if text.isdigit() else 0
+
+
+def _close_all(held: dict[str, tuple[str, int, int]]) -> None:
     """Close the lease descriptors of ``held`` (releasing their locks) and forget them."""
-    fds = [fd for _, fd in held.values()]
+    fds = [fd for _, fd, _ in held.values()]
     held.clear()
     for fd in fds:
         with suppress(OSError):

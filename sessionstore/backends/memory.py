@@ -18,7 +18,7 @@ from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
 from ..eventlog import events_of_texts, plan_append
 from ..keys import ValueKey
-from ..leases import taken_over
+from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from ..when import now_ms as wall_clock_ms
 
@@ -282,10 +282,10 @@ class MemoryEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
         with self._lock:
-            if owner is not None and self.lease_busy(session_id, owner):
+            if self._fences_off(session_id, lease):
                 raise taken_over(session_id)
             found = self._logs.get(session_id)
             if found is None:

@@ -17,11 +17,12 @@ under the write lock, so another process's append, delete or damage is never mis
 append (a new session, a replay, a conflict, a row that does not match) reads the session
 row and judges it first.
 
-Leases: ``log_leases`` holds the live writer's lease of a session, (``owner``,
-``expires_at``); it is taken, renewed and checked in ``BEGIN IMMEDIATE`` transactions
-and deleted when the writer closes. One that has expired is free. A writer's append
-reads it in its own transaction, before anything else: another owner's live lease
-refuses the append (fencing). Lease transactions
+Leases: ``log_leases`` holds the writer's lease of a session, (``owner``,
+``expires_at``, ``epoch``); it is taken, renewed and checked in ``BEGIN IMMEDIATE``
+transactions. One that has expired is free; a released one keeps its row (owner ``''``,
+``expires_at`` 0), so the newest ``epoch`` stays until the session is deleted or
+pruned. A writer's append reads it in its own transaction, before anything else: a
+newer epoch than the writer's refuses the append (fencing). Lease transactions
 commit without waiting for the disk: every process sees them at once, and what a power
 loss could undo (a lease taken, renewed or released just before it) matters to no
 process, since none outlives it.
@@ -56,7 +57,7 @@ from ..errors import (
 )
 from ..eventlog import check_stored_version, data_of_text, event_text, plan_append
 from ..jsondata import short_repr
-from ..leases import taken_over
+from ..leases import Lease, next_epoch, taken_over
 from ..models import (
     SessionEvent,
     SessionHeader,
@@ -145,10 +146,10 @@ class SqliteEvents(EventBackend):
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
-            if owner is not None and self._leased_to_another(conn, session_id, owner):
+            if lease is not None and self._fences_off_in(conn, session_id, lease):
                 raise taken_over(session_id)
             first = batch.events[0].seq
             new_next = first + len(batch)
@@ -343,29 +344,59 @@ class SqliteEvents(EventBackend):
         """Delete the torn tail: rows at or past the committed next seq."""
         conn.execute(_CUT_TAIL, (self._ns, session_id, next_seq))
 
-    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+    def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> int:
         with self._db.transaction(session_id, immediate=True, durable=False) as conn:
             now = wall_clock_ms()
             row = conn.execute(
-                "SELECT owner, expires_at FROM log_leases WHERE namespace=? AND session_id=?",
+                "SELECT owner, expires_at, epoch FROM log_leases"
+                " WHERE namespace=? AND session_id=?",
                 (self._ns, session_id),
             ).fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
-                return False
+            stored = row[2] if row is not None and type(row[2]) is int else 0
+            live = row is not None and row[1] > now
+            if live and row[0] != owner:
+                return 0
+            epoch = stored if live and stored > 0 else next_epoch(stored, now)
             conn.execute(
-                "INSERT INTO log_leases (namespace, session_id, owner, expires_at)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE"
-                " SET owner=excluded.owner, expires_at=excluded.expires_at",
-                (self._ns, session_id, owner, now + ttl_ms),
+                "INSERT INTO log_leases (namespace, session_id, owner, expires_at, epoch)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, session_id) DO UPDATE"
+                " SET owner=excluded.owner, expires_at=excluded.expires_at,"
+                " epoch=excluded.epoch",
+                (self._ns, session_id, owner, now + ttl_ms, epoch),
             )
-            return True
+            return epoch
+
+    def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
+        with self._db.transaction(session_id, immediate=True, durable=False) as conn:
+            renewed = conn.execute(
+                "UPDATE log_leases SET expires_at=?"
+                " WHERE namespace=? AND session_id=? AND owner=? AND epoch=?",
+                (wall_clock_ms() + ttl_ms, self._ns, session_id, *lease),
+            ).rowcount
+        return renewed == 1
 
     def release_lease(self, session_id: str, owner: str) -> None:
         with self._db.transaction(session_id, immediate=True, durable=False) as conn:
             conn.execute(
-                "DELETE FROM log_leases WHERE namespace=? AND session_id=? AND owner=?",
+                "UPDATE log_leases SET owner='', expires_at=0"
+                " WHERE namespace=? AND session_id=? AND owner=?",
                 (self._ns, session_id, owner),
             )
+
+    def _fences_off_in(self, conn: sqlite3.Connection, session_id: str, lease: Lease) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM log_leases WHERE namespace=? AND session_id=? AND epoch > ?",
+            (self._ns, session_id, lease.epoch),
+        ).fetchone()
+        return row is not None
+
+    def _forget_leases(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """With the session's rows: its lease row, unless a live writer holds it (a
+        lease taken later still gets a newer epoch, see :func:`next_epoch`)."""
+        conn.execute(
+            "DELETE FROM log_leases WHERE namespace=? AND session_id=? AND expires_at <= ?",
+            (self._ns, session_id, wall_clock_ms()),
+        )
 
     def lease_busy(self, session_id: str, owner: str | None = None) -> bool:
         with self._db.guard(session_id) as conn:
@@ -436,6 +467,7 @@ class SqliteEvents(EventBackend):
                 "DELETE FROM log_events WHERE namespace=? AND session_id=?",
                 (self._ns, session_id),
             )
+            self._forget_leases(conn, session_id)
 
     def prune(self, now_ms: int) -> int:
         with self._db.guard("(prune)") as conn:
@@ -457,6 +489,7 @@ class SqliteEvents(EventBackend):
                         "DELETE FROM log_events WHERE namespace=? AND session_id=?",
                         (self._ns, session_id),
                     )
+                    self._forget_leases(conn, session_id)
                     removed += 1
         return removed
 

@@ -11,8 +11,10 @@ table                     rows
 ``log_sessions``          one header per session, ``next_seq`` (committed last), the
                           retention ``ttl_ms`` and ``expires_at`` (NULL: never)
 ``log_events``            one event per (session, ``seq``); ``data`` is canonical JSON
-``log_leases``            the live writer's lease of a session: its ``owner`` token and
-                          ``expires_at``; removed when the writer closes
+``log_leases``            the writer's lease of a session: its ``owner`` token (``''``
+                          once released), ``expires_at`` (0 once released) and
+                          ``epoch``, the newest lease's fencing token; kept after the
+                          lease ends, removed with the session
 ``kv_compute_leases``     the lease of ``get_or_compute`` on the version of a key at
                           ``when_ms``: its holder's ``token`` and ``expires_at``; removed
                           when the holder is done
@@ -32,7 +34,7 @@ from ..errors import InvalidArgumentError, StoreUnavailableError
 from .sqlite_errors import rollback
 
 #: Written to ``PRAGMA user_version`` when the tables are created or migrated.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _KEY_COLUMNS = """
     namespace TEXT NOT NULL,
@@ -95,6 +97,7 @@ CREATE TABLE IF NOT EXISTS log_leases (
     session_id TEXT NOT NULL,
     owner TEXT NOT NULL,
     expires_at INTEGER NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, session_id)
 ) WITHOUT ROWID;
 {_COMPUTE_LEASES};
@@ -114,6 +117,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " PRIMARY KEY (namespace, session_id)) WITHOUT ROWID",
     ),
     3: (_COMPUTE_LEASES,),
+    4: ("ALTER TABLE log_leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",),
 }
 
 #: The tables every schema version has: a file holding them is ours.

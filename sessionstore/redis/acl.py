@@ -59,7 +59,8 @@ COMMANDS = (
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
     "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage", "get", "set",
-    "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen",
+    "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen", "hstrlen",
+    "object|encoding",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "zremrangebyscore", "zremrangebyrank",
     "xadd", "xdel", "xlen", "xrange", "xread", "xsetid",

@@ -51,6 +51,9 @@ _UNAVAILABLE_MARKS = (
 )
 #: A command met a key of another type than the layout gives it (also inside a script).
 _WRONGTYPE = "WRONGTYPE"
+#: How the library's functions refuse stored data they did not write, and arguments past
+#: their sizes (see lua/_seq.lua).
+_CORRUPT_MARK, _INVALID_MARK = "CORRUPT ", "INVALID "
 #: ``WAIT`` ended by a failover (``CLUSTER FAILOVER``, a primary turned replica): the
 #: write before it was applied on a primary that may no longer be one.
 _UNBLOCKED_MARK = "UNBLOCKED"
@@ -178,6 +181,11 @@ class ErrorBoundary:
                 f"(a node down, a failover or resharding in progress); {_UNDECIDED}: "
                 f"{text or type(exc).__name__}"
             )
+        if text.startswith(_CORRUPT_MARK):
+            detail = f"{what} at {where} refused: {text[len(_CORRUPT_MARK) :]}"
+            return CorruptDataError(key or command, detail)
+        if text.startswith(_INVALID_MARK):
+            return InvalidArgumentError(f"{where} refused {what}: {text[len(_INVALID_MARK) :]}")
         if _WRONGTYPE in text:
             detail = f"{what} at {where} met a key of another type: {text}"
             return CorruptDataError(key or command, detail)

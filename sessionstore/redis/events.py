@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..contracts import AsyncEventBackend, EventBackend, EventBatch
+from ..leases import Lease
 from ..models import SessionHeader
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
@@ -48,9 +49,9 @@ class _Log:
         header: SessionHeader | None,
         *,
         ttl_ms: int | None = None,
-        owner: str | None = None,
+        lease: Lease | None = None,
     ) -> Any:
-        return self._handle.run(self._ops.append, session_id, batch, header, ttl_ms, owner)
+        return self._handle.run(self._ops.append, session_id, batch, header, ttl_ms, lease)
 
     def read(
         self,
@@ -68,11 +69,14 @@ class _Log:
     def acquire_lease(self, session_id: str, owner: str, ttl_ms: int) -> Any:
         return self._handle.run(self._ops.acquire_lease, session_id, owner, ttl_ms)
 
-    def acquire_leases(self, leases: list[tuple[str, str, int]]) -> Any:
-        """:meth:`acquire_lease` of each (session id, owner, ttl ms), in one round trip on
+    def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> Any:
+        return self._handle.run(self._ops.renew_lease, session_id, lease, ttl_ms)
+
+    def renew_leases(self, leases: list[tuple[str, Lease, int]]) -> Any:
+        """:meth:`renew_lease` of each (session id, lease, ttl ms), in one round trip on
         a single server: a list of bools, in order (see
-        :meth:`sessionstore.redis.logops.LogOps.acquire_leases`)."""
-        return self._handle.run(self._ops.acquire_leases, leases)
+        :meth:`sessionstore.redis.logops.LogOps.renew_leases`)."""
+        return self._handle.run(self._ops.renew_leases, leases)
 
     def release_lease(self, session_id: str, owner: str) -> Any:
         return self._handle.run(self._ops.release_lease, session_id, owner)
@@ -122,6 +126,7 @@ class RedisEvents(_Log, EventBackend):
         info = EventBackend.info
         list_info = EventBackend.list_info
         acquire_lease = EventBackend.acquire_lease
+        renew_lease = EventBackend.renew_lease
         release_lease = EventBackend.release_lease
         lease_busy = EventBackend.lease_busy
         wait_for_events = EventBackend.wait_for_events
@@ -151,6 +156,7 @@ class AsyncRedisEvents(_Log):
         info = AsyncEventBackend.info
         list_info = AsyncEventBackend.list_info
         acquire_lease = AsyncEventBackend.acquire_lease
+        renew_lease = AsyncEventBackend.renew_lease
         release_lease = AsyncEventBackend.release_lease
         lease_busy = AsyncEventBackend.lease_busy
         wait_for_events = AsyncEventBackend.wait_for_events

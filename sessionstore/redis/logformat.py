@@ -180,12 +180,12 @@ def append_args(
     batch: EventBatch,
     header: SessionHeader | None,
     ttl_ms: int | None = None,
-    owner: str | None = None,
+    epoch: int | None = None,
 ) -> list[str | bytes]:
     """ARGV of ``log_append.lua`` for a contiguous, non-empty batch: its first seq (the
     others follow it), the header, the last event's time, the stream entries to add,
     each as its number of events and its ``events`` text (see :func:`entry_text`), at most
-    :data:`ENTRY_EVENTS` events per entry, then the fencing ``owner`` ("" for none).
+    :data:`ENTRY_EVENTS` events per entry, then the fencing lease ``epoch`` ("" for none).
     ``ttl_ms`` is the retention stored with a session the call materialises.
 
     Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
@@ -211,7 +211,7 @@ def append_args(
         for start in range(0, len(texts), ENTRY_EVENTS):
             part = texts[start : start + ENTRY_EVENTS]
             args += (str(len(part)), entry_text(part))
-    args.append("" if owner is None else _checked(owner, "lease owner"))
+    args.append("" if epoch is None else str(epoch))
     return args
 
 

@@ -9,9 +9,11 @@ backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logf
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
   which rechecks ``next_seq`` so a concurrent append is never cut.
-* leases: the hash ``...:lease`` (field ``owner``, with an expiry) is taken and renewed
-  by ``lease_acquire.lua``, given up by ``lease_release.lua``; ``HGET`` tells whether
-  another owner holds it (an expired lease is gone).
+* leases: the hash ``...:lease`` (fields ``owner`` and ``epoch``, with an expiry) is
+  taken by ``lease_acquire.lua``, renewed by ``lease_renew.lua``, given up by
+  ``lease_release.lua``; ``HGET`` tells whether another owner holds it (an expired lease
+  is gone). The key ``...:epoch`` keeps the newest lease's epoch, which a writer's
+  append checks (see :mod:`sessionstore.keys`).
 * ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
   session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
   ``list_info``: the index listing as for ``list``, then the leases, pipelined.
@@ -42,6 +44,7 @@ from .. import keys
 from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..leases import Lease
 from ..models import SessionHeader, SessionInfo
 from . import scripts
 from .boundary import ErrorBoundary
@@ -191,6 +194,13 @@ class LogOps:
     def _lease(self, session_id: str) -> str:
         return keys.log_lease_key(self._namespace, session_id)
 
+    def _epoch(self, session_id: str) -> str:
+        return keys.log_epoch_key(self._namespace, session_id)
+
+    def _lease_keys(self, session_id: str) -> list[str]:
+        """KEYS of the ``lease_*.lua`` scripts: the lease hash and the epoch key."""
+        return [self._lease(session_id), self._epoch(session_id)]
+
     def check_durable(self, client: Any) -> Steps[None]:
         """Before the first write: the durability check (see the module doc). Every
         server is asked, a refusal counting as None; then the replies are judged."""
@@ -229,14 +239,15 @@ class LogOps:
         batch: EventBatch,
         header: SessionHeader | None,
         ttl_ms: int | None,
-        owner: str | None,
+        lease: Lease | None,
     ) -> Steps[int]:
         yield from self.check_durable(client)
-        # The lease hash only for a writer's append: a plain one does not look at it, and
+        # The epoch key only for a writer's append: a plain one does not look at it, and
         # a key that does not exist would make Redis refuse the call (TRYAGAIN) while the
         # session's slot migrates.
-        names = [*self._keys(session_id), *([self._lease(session_id)] if owner else [])]
-        args = append_args(batch, header, ttl_ms, owner)
+        fence = [] if lease is None else [self._epoch(session_id)]
+        names = [*self._keys(session_id), *fence]
+        args = append_args(batch, header, ttl_ms, None if lease is None else lease.epoch)
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
@@ -313,43 +324,50 @@ class LogOps:
                     client, "log_cut_tail", [meta, stream], plan.cut_args()
                 )
 
-    def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[bool]:
-        lease = self._lease(session_id)
-        with self._guard("lease_acquire.lua", lease):
-            return bool(
-                (yield from scripts.run_steps(client, "lease_acquire", [lease], [owner, ttl_ms]))
+    def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
+        names = self._lease_keys(session_id)
+        with self._guard("lease_acquire.lua", names[0]):
+            return int(
+                (yield from scripts.run_steps(client, "lease_acquire", names, [owner, ttl_ms]))
             )
 
-    def acquire_leases(
-        self, client: Any, leases: Sequence[tuple[str, str, int]]
+    def renew_lease(self, client: Any, session_id: str, lease: Lease, ttl_ms: int) -> Steps[bool]:
+        names = self._lease_keys(session_id)
+        with self._guard("lease_renew.lua", names[0]):
+            return bool(
+                (yield from scripts.run_steps(client, "lease_renew", names, [*lease, ttl_ms]))
+            )
+
+    def renew_leases(
+        self, client: Any, leases: Sequence[tuple[str, Lease, int]]
     ) -> Steps[list[bool]]:
-        """:meth:`acquire_lease` of each (session id, owner, ttl ms), in one pipeline on a
+        """:meth:`renew_lease` of each (session id, lease, ttl ms), in one pipeline on a
         single server (one round trip for them all); a lease whose call met an error
-        reply (the library not loaded yet, say) is asked for again alone, by
-        :meth:`acquire_lease`, which deals with it. On a cluster, where the leases live
-        on several nodes, each is asked for alone."""
+        reply (the library not loaded yet, say) is renewed again alone, by
+        :meth:`renew_lease`, which deals with it. On a cluster, where the leases live
+        on several nodes, each is renewed alone."""
         if is_cluster(client) or len(leases) < 2:
             found = []
-            for session_id, owner, ttl_ms in leases:
-                found.append((yield from self.acquire_lease(client, session_id, owner, ttl_ms)))
+            for session_id, lease, ttl_ms in leases:
+                found.append((yield from self.renew_lease(client, session_id, lease, ttl_ms)))
             return found
         commands: list[scripts.Command] = [
-            scripts.call_command(client, "lease_acquire", [self._lease(sid)], [owner, ttl])
-            for sid, owner, ttl in leases
+            scripts.call_command(client, "lease_renew", self._lease_keys(sid), [*lease, ttl])
+            for sid, lease, ttl in leases
         ]
-        with self._guard("lease_acquire.lua", self._lease(leases[0][0])):
+        with self._guard("lease_renew.lua", self._lease(leases[0][0])):
             replies = yield functools.partial(scripts.client_batch(client), commands)
-        taken = []
-        for (session_id, owner, ttl_ms), reply in zip(leases, replies, strict=True):
+        renewed = []
+        for (session_id, lease, ttl_ms), reply in zip(leases, replies, strict=True):
             if isinstance(reply, Exception):
-                reply = yield from self.acquire_lease(client, session_id, owner, ttl_ms)
-            taken.append(bool(reply))
-        return taken
+                reply = yield from self.renew_lease(client, session_id, lease, ttl_ms)
+            renewed.append(bool(reply))
+        return renewed
 
     def release_lease(self, client: Any, session_id: str, owner: str) -> Steps[None]:
-        lease = self._lease(session_id)
-        with self._guard("lease_release.lua", lease):
-            yield from scripts.run_steps(client, "lease_release", [lease], [owner])
+        names = self._lease_keys(session_id)
+        with self._guard("lease_release.lua", names[0]):
+            yield from scripts.run_steps(client, "lease_release", names, [owner])
 
     def lease_busy(self, client: Any, session_id: str, owner: str | None) -> Steps[bool]:
         lease = self._lease(session_id)

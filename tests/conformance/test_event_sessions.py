@@ -21,6 +21,7 @@ from sessionstore import (
     UnsupportedVersionError,
 )
 from sessionstore.harness import CLOSER_MESSAGES, TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessionstore.leases import Lease
 
 from .test_events import T, ev, header, seqs, started, turn_events
 
@@ -347,23 +348,33 @@ def test_plain_append_with_the_right_seq_stays_allowed_under_a_lease(store, open
     w.close()
 
 
+def on_backend(store, method: str, *args):
+    """Call the event backend of ``store`` (sync or async) directly."""
+    events = store.events
+    if isinstance(events, SyncView):
+        return events._bridge.run(getattr(events._target._backend, method), *args)
+    return getattr(events._backend, method)(*args)
+
+
 def lose_lease(store, w) -> None:
     """Give ``w``'s lease up behind its back, as its expiry while ``w`` was paused would
     (a file lock never expires): the next writer takes it over."""
-    events, token = store.events, w._buffer.token
-    if isinstance(events, SyncView):
-        events._bridge.run(events._target._backend.release_lease, w.session_id, token)
-    else:
-        events._backend.release_lease(w.session_id, token)
+    on_backend(store, "release_lease", w.session_id, w._buffer.lease.owner)
 
 
-def test_a_writer_whose_lease_was_taken_over_writes_nothing_more(store, open_store, backend):
-    h = header("w")
+def paused_past_its_lease(store, open_store, backend, h):
+    """A writer ``a`` of ``h`` that wrote its first event, then lost its lease (as if
+    paused past it), and a store ``other`` on the same data to take it over."""
     a = store.events.writer(h)
     a.emit("note", {"by": "a", "n": 0})
     a.flush()
     lose_lease(store, a)
-    other = reader(store, open_store, backend)
+    return a, reader(store, open_store, backend)
+
+
+def test_a_writer_whose_lease_was_taken_over_writes_nothing_more(store, open_store, backend):
+    h = header("w")
+    a, other = paused_past_its_lease(store, open_store, backend, h)
     b = other.events.writer(h)
     # A's next event has the stored next seq: only its lease refuses it.
     assert a.emit("note", {"by": "a", "n": 1}).seq == 1
@@ -383,6 +394,48 @@ def test_a_writer_whose_lease_was_taken_over_writes_nothing_more(store, open_sto
         {"by": "b", "n": 1},
         {"by": "b", "n": 2},
     ]
+
+
+def test_a_writer_whose_lease_was_taken_over_stays_fenced_off_once_the_taker_released_it(
+    store, open_store, backend
+):
+    h = header("w")
+    a, other = paused_past_its_lease(store, open_store, backend, h)
+    other.events.writer(h).close()  # B takes the lease over, writes nothing, releases it
+    # A's next event has the stored next seq and the lease is free: only its epoch,
+    # older than B's, refuses it, at every flush.
+    assert a.emit("note", {"by": "a", "n": 1}).seq == 1
+    for _ in range(2):
+        with pytest.raises(SessionBusyError) as caught:
+            a.flush()
+        assert caught.value.session_id == "w"
+    c = other.events.writer(h)  # A never blocks a new writer
+    assert c.emit("note", {"by": "c"}).seq == 1
+    c.flush()
+    assert on_backend(store, "renew_lease", "w", a._buffer.lease, 10_000) is False
+    assert other.events.info("w").busy is True  # A's renewal took nothing back
+    with pytest.raises(SessionBusyError):
+        a.close()
+    c.close()
+    assert [e.data for e in store.events.read_from("w", 0)] == [{"by": "a", "n": 0}, {"by": "c"}]
+
+
+def test_a_lease_taken_after_another_has_a_newer_epoch_and_renews_only_itself(
+    store, open_store, backend
+):
+    first = on_backend(store, "acquire_lease", "w", "owner-a", 10_000)
+    assert first > 0
+    assert on_backend(store, "acquire_lease", "w", "owner-b", 10_000) == 0  # held by A
+    assert on_backend(store, "acquire_lease", "w", "owner-a", 10_000) == first  # renewed
+    lease_a = Lease("owner-a", first)
+    assert on_backend(store, "renew_lease", "w", lease_a, 10_000) is True
+    on_backend(store, "release_lease", "w", "owner-a")
+    assert on_backend(store, "renew_lease", "w", lease_a, 10_000) is False  # released
+    second = on_backend(store, "acquire_lease", "w", "owner-b", 10_000)
+    assert second > first
+    assert on_backend(store, "renew_lease", "w", lease_a, 10_000) is False
+    on_backend(store, "release_lease", "w", "owner-b")
+    assert on_backend(store, "acquire_lease", "w", "owner-a", 10_000) > second
 
 
 def log_footprint(backend, store_url, namespace):

@@ -487,7 +487,7 @@ SQLITE_COLUMNS = {
         "expires_at",
     ],
     "log_events": ["seq", "type", "time", "data", "event_id"],
-    "log_leases": ["owner", "expires_at"],
+    "log_leases": ["owner", "expires_at", "epoch"],
     "kv_values": ["when_ms", "payload", "expires_at"],
     "kv_history": ["when_ms", "payload", "expires_at"],
 }
@@ -522,7 +522,8 @@ def test_hostile_sqlite_rows_are_contained(tmp_path_factory, damage) -> None:
             writer.emit("note", {})
             with sqlite3.connect(path) as db:
                 db.execute(
-                    "INSERT OR REPLACE INTO log_leases VALUES (?, ?, 'x', 1)",
+                    "INSERT OR REPLACE INTO log_leases (namespace, session_id, owner, expires_at)"
+                    " VALUES (?, ?, 'x', 1)",
                     (namespace, DAMAGED_SESSION),
                 )
                 for table, column, value in damage:

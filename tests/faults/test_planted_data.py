@@ -1,0 +1,144 @@
+"""Bounded server work against data a tenant planted in its own keys.
+
+The least-privilege user of a namespace may ``HSET`` its own keys, so it can fill a
+value's seq hash (the writer-slot records of :mod:`sessionstore.redis.writerslots`) with
+any number of records, of any size, and call the library's functions with arguments of
+its own. None of that may make a function's work grow with what is stored: a value
+write's trim looks at a fixed sample whatever its bound argument, a record is measured
+before it is parsed, and arguments past their sizes are refused. Measured on a real
+redis-server by the server's own accounting of each call (``INFO commandstats``), with
+an admin's ``PING`` answered meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+import sessionstore
+from sessionstore import CorruptDataError
+from sessionstore.keys import ValueKey, seq_key
+from sessionstore.redis.library import install, script
+from sessionstore.redis.valueformat import (
+    ANY,
+    forget_args,
+    forget_keys,
+    plain_keys,
+    swap_args,
+)
+
+T0 = 1_718_000_000_000
+#: Records planted in one seq hash: the unbounded loop took about 1.3 s of server time
+#: for each 200,000 of them, on every write.
+PLANTED = 200_000
+#: Server time a call may take here (ms): its own work is microseconds; this leaves
+#: room for a loaded test machine, far below what walking the planted records costs.
+BOUND_MS = 50
+
+
+@pytest.fixture
+def client(redis_server):
+    found = redis.Redis(port=redis_server.port)
+    install(found)
+    yield found
+    found.close()
+
+
+def _plant(client: redis.Redis, name: str, count: int, record: bytes) -> None:
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, count, 10_000):
+        pipe.hset(name, mapping={f"planted-{i}": record for i in range(start, start + 10_000)})
+    pipe.execute()
+
+
+def _fcall_usec(client: redis.Redis, function: str, keys: list[str], args: list) -> float:
+    """The server time (us) of one FCALL, from INFO commandstats."""
+    client.config_resetstat()
+    client.execute_command("FCALL", function, len(keys), *keys, *args)
+    stats = client.info("commandstats")["cmdstat_fcall"]
+    assert stats["calls"] == 1
+    return float(stats["usec"])
+
+
+@pytest.mark.parametrize("call", ["value_swap", "value_forget"])
+def test_a_planted_seq_hash_costs_a_write_nothing(client, namespace, call):
+    key = ValueKey(namespace, "PLANT", "s", "e", "1h", "backtest")
+    seq = seq_key(key)
+    # Records the library could have written, and would keep (far-off deadlines).
+    _plant(client, seq, PLANTED, b"1:9999999999:1000")
+    client.hset(plain_keys(key)[0], mapping={"v": b"\x01", "w": str(T0)})
+    pings: list[float] = []
+    done = threading.Event()
+
+    def ping() -> None:
+        admin = redis.Redis(port=client.connection_pool.connection_kwargs["port"])
+        while not done.is_set():
+            started = time.monotonic()
+            admin.ping()
+            pings.append(time.monotonic() - started)
+        admin.close()
+
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    try:
+        for number in range(1, 6):
+            mark = (f"new-slot-{number}", 1)
+            if call == "value_swap":
+                keys, args = plain_keys(key), swap_args(ANY, b"\x02", T0, mark, 1000)
+            else:
+                keys, args = forget_keys(key), forget_args(mark, 1000)
+                client.hset(plain_keys(key)[0], mapping={"v": b"\x01", "w": str(T0)})
+            args[3] = "0"  # the trim bound, as a hostile caller passes it
+            usec = _fcall_usec(client, script(call).function, keys, args)
+            assert usec < BOUND_MS * 1000, f"{call} took {usec / 1000:.1f} ms of server time"
+    finally:
+        done.set()
+        pinger.join()
+    assert client.hlen(seq) >= PLANTED  # kept: their deadlines are far off
+    assert pings and max(pings) < 1.0
+
+
+def test_a_planted_record_past_its_size_is_refused_naming_the_key(client, namespace, redis_server):
+    key = ValueKey(namespace, "BIG", "s", "e", "1h", "backtest")
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        session = store.session("BIG", "s", "e", "1h")
+        session.set_data(1, T0)
+        slot = client.hkeys(seq_key(key))[0]
+        client.hset(seq_key(key), slot, b"1" * (8 << 20))
+        before = client.hgetall(plain_keys(key)[0])
+        with pytest.raises(CorruptDataError) as refused:
+            session.set_data(2, T0)
+        assert seq_key(key) in str(refused.value)
+        assert client.hgetall(plain_keys(key)[0]) == before
+
+
+@pytest.mark.parametrize(
+    "position, value",
+    [(0, "s" * 65), (0, ""), (1, "1" * 20), (1, "1x"), (2, "9" * 13), (3, "1e3")],
+)
+def test_arguments_past_their_sizes_are_refused_before_anything_is_stored(
+    client, namespace, position, value
+):
+    key = ValueKey(namespace, "ARG", "s", "e", "1h", "backtest")
+    args = swap_args(ANY, b"\x02", T0, ("slot", 1), 1000)
+    args[position] = value
+    with pytest.raises(redis.exceptions.ResponseError, match="^INVALID"):
+        client.execute_command("FCALL", script("value_swap").function, 2, *plain_keys(key), *args)
+    assert client.exists(*plain_keys(key)) == 0
+
+
+def test_a_forget_that_removes_nothing_records_nothing(client, namespace):
+    key = ValueKey(namespace, "NONE", "s", "e", "1h", "backtest")
+    for number in range(1, 50):
+        reply = client.execute_command(
+            "FCALL",
+            script("value_forget").function,
+            4,
+            *forget_keys(key),
+            *forget_args((f"slot-{number}", 1), 1000),
+        )
+        assert reply == 0
+    assert client.exists(seq_key(key)) == 0

@@ -1,0 +1,551 @@
+"""SessionStoreSaver (sessionstore.integrations.langgraph) beyond LangGraph's conformance
+suite (``test_langgraph_conformance.py``): real graphs (against LangGraph's InMemorySaver
+as the control), values kept as the serde made them, the stores it is built on, and the
+ownership of a thread (one chain: a second runner is refused; a deleted thread stays
+deleted), on every backend and across processes (two runners at once, a runner killed
+mid-run and resumed by another).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import operator
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance")
+
+from conftest import BACKENDS, url_for  # noqa: E402
+from langgraph.checkpoint.base.id import uuid6  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.types import Command, interrupt  # noqa: E402
+
+import sessionstore  # noqa: E402
+from sessionstore import InvalidArgumentError, SeqConflictError, SessionStoreError, aio  # noqa: E402
+from sessionstore.integrations.langgraph import (  # noqa: E402
+    SessionStoreSaver,
+    ThreadConflictError,
+    ThreadDeletedError,
+    session_id,
+)
+
+
+class Steps(TypedDict):
+    log: Annotated[list[str], operator.add]
+    raw: bytes
+
+
+def first(state: Steps) -> dict[str, Any]:
+    return {"log": ["first"], "raw": b"\x00\xff" + bytes(range(8))}
+
+
+def second(state: Steps) -> dict[str, Any]:
+    return {"log": ["second"]}
+
+
+def steps_graph(**nodes: Any) -> StateGraph:
+    """START -> first -> second -> END, with ``nodes`` replacing those of the same name."""
+    builder = StateGraph(Steps)
+    builder.add_node("first", nodes.get("first", first))
+    builder.add_node("second", nodes.get("second", second))
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder
+
+
+def thread(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def checkpoint(**metadata: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A new checkpoint, its metadata (``metadata`` added) and its new versions, as
+    ``put`` takes them."""
+    made = {
+        "v": 1,
+        "id": str(uuid6(clock_seq=-1)),
+        "ts": "2024-06-10T12:00:00+00:00",
+        "channel_values": {},
+        "channel_versions": {},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    return made, {"source": "loop", "step": 0, "parents": {}, **metadata}, {}
+
+
+def put(saver: SessionStoreSaver, thread_id: str, parent: str | None, **metadata: Any) -> str:
+    """Put a checkpoint continuing from ``parent``; its id."""
+    config = thread(thread_id)
+    config["configurable"]["checkpoint_ns"] = ""
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent
+    made, md, versions = checkpoint(**metadata)
+    return saver.put(config, made, md, versions)["configurable"]["checkpoint_id"]
+
+
+def stepped_put(saver: SessionStoreSaver, parent: str) -> tuple[Any, dict[str, Any]]:
+    """The flow of a put on thread "t" continuing from ``parent``, to be driven step by
+    step (each step the call it makes: ``saver._call`` makes it), and its checkpoint."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent}}
+    made, md, versions = checkpoint()
+    _, _, data = saver._checkpoint_event(config, made, md, versions)
+    return saver._put("t", data, "loop"), made
+
+
+def assert_one_chain(saver: SessionStoreSaver, thread_id: str) -> None:
+    """No two checkpoints of the thread continue from the same one."""
+    parents = [
+        t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
+        for t in saver.list(thread(thread_id))
+    ]
+    assert len(parents) == len(set(parents)), parents
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    return url_for(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def saver(url: str) -> Iterator[SessionStoreSaver]:
+    with SessionStoreSaver(url, namespace=f"t-lg-{uuid.uuid4().hex[:8]}") as made:
+        yield made
+
+
+@pytest.fixture
+def savers(url: str) -> Iterator[tuple[SessionStoreSaver, SessionStoreSaver]]:
+    """Two savers on one namespace, each with stores of its own (as two processes have),
+    but on ``memory://`` (private to its store), where they share one store."""
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    if url.startswith("memory:"):
+        with sessionstore.connect(url, namespace) as store:
+            yield SessionStoreSaver(store), SessionStoreSaver(store)
+        return
+    with (
+        SessionStoreSaver(url, namespace=namespace) as one,
+        SessionStoreSaver(url, namespace=namespace) as two,
+    ):
+        yield one, two
+
+
+# --- graphs -------------------------------------------------------------------------
+
+
+def test_a_graph_runs_resumes_and_keeps_bytes_as_made(saver: SessionStoreSaver) -> None:
+    graph = steps_graph().compile(checkpointer=saver)
+    done = graph.invoke({"log": ["in"]}, thread("t"))
+    assert done == {"log": ["in", "first", "second"], "raw": b"\x00\xff" + bytes(range(8))}
+    again = graph.invoke({"log": ["more"]}, thread("t"))
+    assert again["log"] == ["in", "first", "second", "more", "first", "second"]
+    assert [s.metadata["step"] for s in graph.get_state_history(thread("t"))] == [
+        6,
+        5,
+        4,
+        3,
+        2,
+        1,
+        0,
+        -1,
+    ]
+
+
+def test_the_async_methods_see_what_the_sync_ones_wrote(saver: SessionStoreSaver) -> None:
+    graph = steps_graph().compile(checkpointer=saver)
+    graph.invoke({"log": ["sync"]}, thread("t"))
+    done = asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t")))
+    assert done["log"] == ["sync", "first", "second", "async", "first", "second"]
+    assert graph.get_state(thread("t")).values == done
+
+
+def test_an_interrupt_is_resumed_and_a_replay_branches_off(saver: SessionStoreSaver) -> None:
+    def ask(state: Steps) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('ok?')}"]}
+
+    graph = steps_graph(second=ask).compile(checkpointer=saver)
+    paused = graph.invoke({"log": []}, thread("t"))
+    assert paused["__interrupt__"][0].value == "ok?"
+    assert graph.invoke(Command(resume="yes"), thread("t"))["log"] == ["first", "answer:yes"]
+    # Time travel: replay from before the question, and update an earlier state.
+    before = next(s for s in graph.get_state_history(thread("t")) if s.next == ("second",))
+    graph.invoke(None, before.config)
+    assert graph.invoke(Command(resume="no"), thread("t"))["log"] == ["first", "answer:no"]
+    patched = graph.update_state(before.config, {"log": ["patched"]}, as_node="first")
+    graph.invoke(None, patched)
+    done = graph.invoke(Command(resume="again"), thread("t"))
+    assert done["log"] == ["first", "patched", "answer:again"]
+
+
+def interrupting_subgraph_run(saver: Any) -> list[Any]:
+    """A graph whose subgraph asks a question, run, resumed, run again, replayed from
+    an earlier checkpoint and deleted, sync and async: what each call returned and the
+    history's (source, step, next) after each."""
+
+    def ask(state: Steps) -> dict[str, Any]:
+        return {"log": ["sub:" + interrupt("q")]}
+
+    inner = StateGraph(Steps)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    graph = steps_graph(second=inner.compile()).compile(checkpointer=saver)
+    config = thread("t")
+    seen: list[Any] = []
+
+    def note(returned: Any) -> None:
+        if isinstance(returned, dict) and "__interrupt__" in returned:
+            returned = {**returned, "__interrupt__": [i.value for i in returned["__interrupt__"]]}
+        history = [
+            (s.metadata["source"], s.metadata["step"], s.next)
+            for s in graph.get_state_history(config)
+        ]
+        seen.append((returned, history))
+
+    note(graph.invoke({"log": ["in"]}, config))
+    note(graph.invoke(Command(resume="A"), config))
+    note(graph.invoke({"log": ["again"]}, config))
+    before = next(s for s in graph.get_state_history(config) if s.next == ("second",))
+    note(graph.invoke(None, before.config))
+    note(asyncio.run(graph.ainvoke(Command(resume="B"), config)))
+    saver.delete_thread("t")
+    note(asyncio.run(graph.ainvoke({"log": ["afresh"]}, config)))
+    return seen
+
+
+def durability_run(saver: Any) -> list[Any]:
+    """The steps graph run with each of LangGraph's durability modes (checkpoints put
+    at the end only, before each step goes on, or in the background), sync and async:
+    what each call returned and the history's (source, step) after each."""
+    graph = steps_graph().compile(checkpointer=saver)
+    seen: list[Any] = []
+    for durability in ("exit", "sync", "async", "exit"):
+        done = graph.invoke({"log": [durability]}, thread("t"), durability=durability)
+        history = [
+            (s.metadata["source"], s.metadata["step"]) for s in graph.get_state_history(thread("t"))
+        ]
+        seen.append((done, history))
+    seen.append(asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t"), durability="exit")))
+    return seen
+
+
+@pytest.mark.parametrize("run", [interrupting_subgraph_run, durability_run])
+def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver, run: Any) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    assert run(saver) == run(InMemorySaver())
+
+
+# --- values and stores ------------------------------------------------------------------
+
+
+def test_every_value_comes_back_as_the_serde_made_it(saver: SessionStoreSaver) -> None:
+    values = {"bytes": b"\x00\x01\xfe\xff", "text": "é\u2028", "big": 2**63 - 1, "float": 0.1}
+    made, md, _ = checkpoint()
+    made["channel_values"] = values
+    made["channel_versions"] = dict.fromkeys(values, 1)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    stored = saver.put(config, made, md, dict.fromkeys(values, 1))
+    saver.put_writes(stored, [("bytes", b"\xff\x00"), ("none", None)], "task-1")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == values
+    assert found.pending_writes == [("task-1", "bytes", b"\xff\x00"), ("task-1", "none", None)]
+
+
+def test_a_saver_on_a_store_given_leaves_it_open(url: str) -> None:
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    with sessionstore.connect(url, namespace) as store:
+        with SessionStoreSaver(store) as saver:
+            steps_graph().compile(checkpointer=saver).invoke({"log": []}, thread("t"))
+            done = asyncio.run(steps_graph().compile(checkpointer=saver).ainvoke(None, thread("t")))
+        assert done["log"] == ["first", "second"]
+        assert [h.id for h in store.events.list()] == [session_id("t")]
+
+
+def test_a_saver_on_an_async_store_serves_the_sync_methods_too(url: str) -> None:
+    if url.startswith("memory:"):
+        pytest.skip("a memory store is private to its connect: nothing to share")
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    store = aio.connect(url, namespace)
+    saver = SessionStoreSaver(store)
+    graph = steps_graph().compile(checkpointer=saver)
+    graph.invoke({"log": ["sync"]}, thread("t"))
+    done = asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t")))
+    assert done["log"] == ["sync", "first", "second", "async", "first", "second"]
+    asyncio.run(store.close())
+
+
+def test_a_saver_on_the_memory_store_of_the_environment_shares_it_sync_and_async(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SESSIONSTORE_URL", "memory://")
+    with SessionStoreSaver() as saver:
+        graph = steps_graph().compile(checkpointer=saver)
+        graph.invoke({"log": ["sync"]}, thread("t"))
+        done = asyncio.run(graph.ainvoke({"log": ["async"]}, thread("t")))
+    assert done["log"] == ["sync", "first", "second", "async", "first", "second"]
+
+
+def test_a_saver_takes_connect_options_with_a_url_only(url: str) -> None:
+    with (
+        sessionstore.connect(url, "t-lg-x") as store,
+        pytest.raises(InvalidArgumentError, match="with a URL"),
+    ):
+        SessionStoreSaver(store, namespace="other")
+
+
+def test_prune_refuses_an_unknown_strategy(saver: SessionStoreSaver) -> None:
+    put(saver, "a", None)
+    with pytest.raises(InvalidArgumentError, match="strategy"):
+        saver.prune(["a"], strategy="keep_oldest")
+
+
+def test_copy_adds_the_source_to_a_target_that_exists_or_was_deleted(
+    saver: SessionStoreSaver,
+) -> None:
+    source = put(saver, "a", None)
+    target = put(saver, "b", None)
+    saver.copy_thread("a", "b")
+    assert {t.checkpoint["id"] for t in saver.list(thread("b"))} == {source, target}
+    saver.delete_thread("c")
+    saver.copy_thread("a", "c")
+    assert [t.checkpoint["id"] for t in saver.list(thread("c"))] == [source]
+    saver.delete_thread("a")
+    saver.copy_thread("a", "d")  # a deleted source has nothing to copy
+    assert list(saver.list(thread("d"))) == []
+
+
+def test_list_without_a_config_lists_every_thread_of_the_namespace(
+    saver: SessionStoreSaver,
+) -> None:
+    ids = {put(saver, "a", None), put(saver, "b", None)}
+    assert {t.checkpoint["id"] for t in saver.list(None)} == ids
+    assert len(list(saver.list(None, limit=1))) == 1
+
+
+def test_each_put_is_one_event_of_the_thread_log(saver: SessionStoreSaver, url: str) -> None:
+    graph = steps_graph().compile(checkpointer=saver)
+    graph.invoke({"log": []}, thread("t"))
+    assert saver._sync is not None
+    kinds = [e.type for e in saver._sync.events.read_from(session_id("t"), 0)]
+    assert kinds.count("checkpoint") == 4  # input, start, first, second
+    assert set(kinds) == {"checkpoint", "writes"}
+
+
+# --- ownership of a thread ----------------------------------------------------------------
+
+
+def test_a_checkpoint_put_late_never_replaces_a_newer_one(saver: SessionStoreSaver) -> None:
+    older = str(uuid6(clock_seq=-1))
+    newer = put(saver, "t", None)
+    made, md, versions = checkpoint()
+    made["id"] = older
+    saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, made, md, versions)
+    latest = saver.get_tuple(thread("t"))
+    assert latest is not None and latest.checkpoint["id"] == newer
+
+
+def test_a_second_runner_of_a_thread_is_refused_and_the_chain_stays_one(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    one, two = savers
+    root = put(one, "t", None)
+    assert two.get_tuple(thread("t")) is not None  # both runners read the same latest
+    put(one, "t", root)
+    with pytest.raises(ThreadConflictError) as refused:
+        put(two, "t", root)
+    assert isinstance(refused.value, SessionStoreError)
+    assert (refused.value.parent, refused.value.thread_id) == (root, "t")
+    assert len(list(two.list(thread("t")))) == 2
+    assert_one_chain(two, "t")
+
+
+def test_a_put_that_lost_the_race_is_checked_again_and_refused(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The put is driven step by step: the other runner goes on between its read and
+    its append, which the store refuses at that seq; the put reads what landed and is
+    refused."""
+    one, two = savers
+    root = put(one, "t", None)
+    flow, _ = stepped_put(two, root)
+    append = flow.send(two._call(next(flow)))
+    put(one, "t", root)
+    with pytest.raises(SeqConflictError) as lost:
+        two._call(append)
+    read = flow.throw(lost.value)
+    assert read[0] == "read_from"
+    with pytest.raises(ThreadConflictError):
+        flow.send(two._call(read))
+    assert_one_chain(two, "t")
+
+
+def test_a_branch_on_purpose_is_accepted(saver: SessionStoreSaver) -> None:
+    root = put(saver, "t", None)
+    put(saver, "t", root)
+    put(saver, "t", root, source="fork")
+    put(saver, "t", root, source="update")
+    assert len(list(saver.list(thread("t")))) == 4
+
+
+def test_late_writes_never_bring_a_deleted_thread_back(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    running, admin = savers
+    root = put(running, "t", None)
+    admin.delete_thread("t")
+    with pytest.raises(ThreadDeletedError) as refused:
+        put(running, "t", root)
+    assert refused.value.checkpoint_id == root
+    stale = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}}
+    with pytest.raises(ThreadDeletedError):
+        running.put_writes(stale, [("log", ["late"])], "task-1")
+    made, md, versions = checkpoint()
+    made["id"] = root
+    with pytest.raises(ThreadDeletedError):  # a late first checkpoint too
+        running.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, made, md, {})
+    assert admin.get_tuple(thread("t")) is None
+    assert list(admin.list(None)) == []
+    # A new run of the thread starts it afresh.
+    fresh = put(running, "t", None)
+    found = admin.get_tuple(thread("t"))
+    assert found is not None and found.checkpoint["id"] == fresh
+
+
+def test_a_write_that_read_a_log_since_deleted_counts_for_nothing(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The put is driven step by step (its flow yields each call it makes): the thread
+    is deleted between its read and its append, which lands on the log written anew at
+    the seq it expected."""
+    running, admin = savers
+    root = put(running, "t", None)
+    flow, made = stepped_put(running, root)
+    read = next(flow)
+    append = flow.send(running._call(read))
+    assert (append[0], append[2][0].seq) == ("append", 1)
+    admin.delete_thread("t")  # the log anew: one "deleted" event, next seq 1
+    running._call(append)
+    with pytest.raises(StopIteration):
+        flow.send(None)
+    assert admin.get_tuple(thread("t")) is None
+    with pytest.raises(ThreadDeletedError):  # and its next write is refused
+        put(running, "t", made["id"])
+    assert admin.get_tuple(thread("t")) is None
+
+
+def test_a_graph_whose_thread_is_deleted_mid_run_stops_with_the_typed_error(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    running, admin = savers
+
+    def deleting(state: Steps) -> dict[str, Any]:
+        admin.delete_thread("t")  # another process, as the graph runs
+        return {"log": ["first"]}
+
+    graph = steps_graph(first=deleting).compile(checkpointer=running)
+    with pytest.raises(ThreadDeletedError):
+        graph.invoke({"log": []}, thread("t"))
+    assert admin.get_tuple(thread("t")) is None
+    assert list(admin.list(None)) == []
+
+
+def test_prune_and_delete_for_runs_never_create_a_thread(saver: SessionStoreSaver) -> None:
+    saver.prune(["nowhere"])
+    saver.delete_for_runs(["run-1"])
+    assert list(saver.list(None)) == []
+
+
+# --- across processes ---------------------------------------------------------------------
+
+
+def slow_runner(url: str, namespace: str, ready: Any, start: Any, results: Any) -> None:
+    """Run the steps graph on thread "t" once ``start`` is set (its first node taking
+    long enough for the other runner to start meanwhile); report how it ended."""
+
+    def slow(state: Steps) -> dict[str, Any]:
+        time.sleep(2)
+        return {"log": ["first"]}
+
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        graph = steps_graph(first=slow).compile(checkpointer=saver)
+        ready.put("ready")
+        start.wait(60)
+        try:
+            graph.invoke({"log": ["run"]}, thread("t"))
+            results.put("done")
+        except ThreadConflictError:
+            results.put("refused")
+
+
+@pytest.fixture(params=["file", "sqlite", "redis"])
+def shared(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, str]:
+    """A URL that processes share (every backend but memory's), and a namespace."""
+    return url_for(request.param, request, tmp_path), f"t-lg-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.slow
+def test_two_processes_running_one_thread_at_once_leave_one_chain(
+    shared: tuple[str, str],
+) -> None:
+    url, namespace = shared
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        steps_graph().compile(checkpointer=saver).invoke({"log": []}, thread("t"))
+    context = multiprocessing.get_context("spawn")
+    ready, start, results = context.Queue(), context.Event(), context.Queue()
+    runners = [
+        context.Process(target=slow_runner, args=(url, namespace, ready, start, results))
+        for _ in range(2)
+    ]
+    for runner in runners:
+        runner.start()
+    assert [ready.get(timeout=60) for _ in runners] == ["ready", "ready"]
+    start.set()
+    for runner in runners:
+        runner.join(60)
+    assert sorted(results.get(timeout=5) for _ in runners) == ["done", "refused"]
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        assert_one_chain(saver, "t")
+        state = saver.get_tuple(thread("t"))
+        assert state is not None
+        # The winner may have continued from the input checkpoint the other put first
+        # (so it ran that input too): either way, one chain, each run's nodes once.
+        log = state.checkpoint["channel_values"]["log"]
+        assert log in (
+            ["first", "second", "run", "first", "second"],
+            ["first", "second", "run", "run", "first", "second"],
+        )
+
+
+def crashing_runner(url: str, namespace: str) -> None:
+    """Run the steps graph on thread "t" and die (no clean-up at all) in its second
+    node, once the checkpoint after the first is stored."""
+
+    def crash(state: Steps) -> dict[str, Any]:
+        os._exit(3)
+
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        graph = steps_graph(second=crash).compile(checkpointer=saver)
+        graph.invoke({"log": ["run"]}, thread("t"), durability="sync")
+
+
+@pytest.mark.slow
+def test_a_run_whose_process_died_is_resumed_by_another(shared: tuple[str, str]) -> None:
+    url, namespace = shared
+    runner = multiprocessing.get_context("spawn").Process(
+        target=crashing_runner, args=(url, namespace)
+    )
+    runner.start()
+    runner.join(60)
+    assert runner.exitcode == 3
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        graph = steps_graph().compile(checkpointer=saver)
+        assert graph.get_state(thread("t")).next == ("second",)
+        done = graph.invoke(None, thread("t"))
+        assert done["log"] == ["run", "first", "second"]
+        assert_one_chain(saver, "t")
