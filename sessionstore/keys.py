@@ -50,12 +50,16 @@ key                                                     type    fields / members
                                                                  negated once released): the fence    log_append.lua  as a writer's
                                                                  of writers' appends                                  append leaves it;
                                                                                                                       none before
-``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         ZADD before the  none
-                                                                 score = writer's clock (ms) at its   creating append;
-                                                                 latest creating append               index_forget.lua
-``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  ZADD before     none
-                                                                 ``ss:<ns>:`` (``val:{...}`` or        each write that
-                                                                 ``hist:{...}:at``), score as above    stores a value;
+``ss:<ns>:mark``                                        string  a random token: which database a     tracking.py     none
+                                                                 ``?cache=yes`` reader caches from    (``SET NX``)
+``ss:<ns>:idx:{<ns>}:sessions``                         zset    member = escaped session id,         index_add.lua   none
+                                                                 score = writer's clock (ms) when it  before the
+                                                                 was added or last refreshed          creating append;
+                                                                                                      index_forget.lua
+``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  index_add.lua   none
+                                                                 ``ss:<ns>:`` (``val:{...}`` or        before each
+                                                                 ``hist:{...}:at``), score as above    write that
+                                                                                                      stores a value;
                                                                                                       index_forget.lua
 ======================================================  ======  ===================================  ==============  ==================
 
@@ -116,13 +120,16 @@ stream entry at or past it is a torn tail, never part of the log; ``log_append.l
 The two ``idx`` sorted sets index the namespace, so listing never needs ``SCAN`` (which
 a least-privilege user may not run, and whose cost grows with the whole keyspace).
 Their hash tag is the namespace: on a Cluster both live in one slot. Every write that
-can create data adds its index entry *first* (``ZADD``, score = the writer's wall clock
-in ms; on a single server in the same round trip, on a Cluster as a call of its own),
-so data without its index entry never exists. Deletes and expiry never touch the index:
-a listing skips an entry whose data is gone and, once its score is older than
-``GRACE_MS``, removes it with ``index_forget.lua`` (which re-checks the score
-atomically, so an entry a writer has just refreshed stays). Clients' clocks must agree
-within ``GRACE_MS``. Stores written before the index existed are indexed once by
+can create data sends its index entry *first* (``index_add.lua``, score = the writer's
+wall clock in ms; on a single server in the same round trip, on a Cluster as a call of
+its own): the server adds the entry when it is missing and refreshes it when its score
+is older than half of ``GRACE_MS``, else writes nothing. So data without its index
+entry never exists, also after the server lost its data (a restart without
+persistence, a lagging replica promoted): no client trusts an entry it added before.
+Deletes and expiry never touch the index: a listing skips an entry whose data is gone
+and, once its score is older than ``GRACE_MS``, removes it with ``index_forget.lua``
+(which re-checks the score atomically, so an entry a writer has just refreshed stays).
+Clients' clocks must agree within ``GRACE_MS``. Stores written before the index existed are indexed once by
 ``sessionstore doctor --fix``.
 """
 
@@ -143,6 +150,7 @@ SEQ_KIND = "seq"
 #: deadline (see the module doc); the value scripts get it as an argument.
 SEQ_FIELDS = 64
 COMPUTE_KIND = "cmp"
+MARK_KIND = "mark"
 #: How old (ms, by the writer's clock) an index entry whose data is gone must be before a
 #: listing removes it: far above any call's retry window, so an entry whose writer has
 #: added it but not yet written its data is never removed under it.
@@ -220,6 +228,14 @@ def compute_lease_key(key: ValueKey, when: int) -> str:
     """The lease of ``get_or_compute`` on the version of one history value at ``when``
     (same hash tag as the value's keys)."""
     return f"{namespace_prefix(key.namespace)}{COMPUTE_KIND}:{_tag(key)}:{when}"
+
+
+def mark_key(namespace: str) -> str:
+    """The token of the database a ``?cache=yes`` reader of ``namespace`` caches from
+    (:mod:`sessionstore.redis.tracking`): a string set once (``SET NX``), never changed;
+    another token, or none, means the database is another one (``SWAPDB``) or was
+    emptied."""
+    return f"{namespace_prefix(namespace)}{MARK_KIND}"
 
 
 def value_pattern(namespace: str) -> str:

@@ -24,6 +24,8 @@ from support.tcp_proxy import TcpProxy
 import sessionstore
 from sessionstore import InvalidArgumentError, SessionDisposedError, StoreClosedError
 from sessionstore.redis import tracking
+from sessionstore.redis.acl import setuser_args
+from sessionstore.redis.library import library
 from sessionstore.redis.tracking import BOUND
 
 T1 = 1_700_000_000_000
@@ -501,5 +503,49 @@ def test_a_failed_cached_read_raises_as_an_uncached_one(server):
                     value.get_data(T1)
             admin.delete(name)
             assert value.get_data(T1) is None
+    finally:
+        admin.close()
+
+
+def test_a_swapdb_under_a_cached_reader_is_seen_within_the_bound(server):
+    """Redis 7.0 tells tracking clients nothing of ``SWAPDB``: the mark read with each
+    heartbeat names the database, and a read never misses the swap past the bound."""
+    admin = redis.Redis(port=server.port)
+    try:
+        with (
+            sessionstore.connect(server.url + "?cache=yes", "t-cache") as store,
+            sessionstore.connect(server.url.replace("/0", "/1"), "t-cache") as other,
+        ):
+            value = store.session(*KEY)
+            value.set_data(1, T1)
+            other.session(*KEY).set_data(2, T1)
+            for n in (2, 1, 2):
+                eventually(lambda: value.get_data(T1), 3 - n)  # cached from the old one
+                admin.swapdb(0, 1)
+                swapped = time.monotonic()
+                assert late_reads(lambda: value.get_data(T1), n, swapped, BOUND) == []
+    finally:
+        admin.close()
+
+
+def test_a_user_that_may_not_set_the_mark_caches_timed(server):
+    """Tracking needs the mark (see the module doc of :mod:`.tracking`): a user allowed
+    client tracking but not ``SET`` gets the timed cache, with its bound."""
+    admin = redis.Redis(port=server.port)
+    try:
+        args = setuser_args("nomark", "pw", "t-cache")
+        tracked = ["+client|id", "+client|tracking", "+subscribe", "&__redis__:invalidate"]
+        admin.execute_command(*[a for a in args if a != "+set"], *tracked)
+        admin.execute_command("FUNCTION", "LOAD", library().source)
+        url = f"redis://nomark:pw@127.0.0.1:{server.port}/0?cache=yes"
+        with sessionstore.connect(url, "t-cache") as store:
+            value = store.session(*KEY)
+            value.set_data(1, T1)
+            assert value.get_data(T1) == 1 and value.get_data(T1) == 1
+            assert tracking_clients(server) == []
+            with sessionstore.connect(server.url, "t-cache") as other:
+                other.session(*KEY).set_data(2, T1)
+                written = time.monotonic()
+            assert late_reads(lambda: value.get_data(T1), 2, written, BOUND) == []
     finally:
         admin.close()

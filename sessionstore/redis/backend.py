@@ -40,7 +40,7 @@ def open_redis(
         options = dataclasses.replace(options, cache=True)
     boundary = ErrorBoundary(options.display_url, options.timeout)
     topology = Topology(options.cluster, options.durability_choice())
-    client = SyncClient(options, topology, boundary)
+    client = SyncClient(options, topology, boundary, namespace)
 
     def make_async() -> AsyncBackends:
         if options.cache:

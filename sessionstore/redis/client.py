@@ -40,7 +40,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from .. import forksafe
+from .. import forksafe, keys
 from ..drive import Steps, adrive, drive
 from ..errors import InvalidArgumentError, StoreUnavailableError
 from ..fairwait import AnyLoopLock, FairQueue
@@ -64,8 +64,11 @@ class SyncClient:
     are mapped by the boundary, and a failed first use is retried by the next call.
     """
 
-    def __init__(self, options: RedisOptions, topology: Topology, guard: ErrorBoundary) -> None:
+    def __init__(
+        self, options: RedisOptions, topology: Topology, guard: ErrorBoundary, namespace: str = ""
+    ) -> None:
         self._options = options
+        self._namespace = namespace
         self._sentinel: redis.sentinel.Sentinel | None = None
         self._watch: FailoverWatch | None = None
         if options.sentinel is not None:
@@ -106,7 +109,7 @@ class SyncClient:
 
             with self._lock:
                 if self._cache is None:
-                    self._cache = ValueCache(client.connection_pool)
+                    self._cache = ValueCache(client.connection_pool, keys.mark_key(self._namespace))
         return self._cache
 
     def cached(self) -> Any:

@@ -1,9 +1,10 @@
 """The per-namespace index of sessions and values (layout in :mod:`sessionstore.keys`).
 
-Writers add an entry before their data (:func:`add_command`, sent by
-:mod:`.scripts`; with ``durability="replicas:N"`` confirmed by N replicas as the data
-is, so a failover never keeps a session's data without its entry); listings read the
-index instead of scanning the keyspace:
+Every write that can create data sends its entry before its data (:func:`add_call`,
+sent by :mod:`.scripts`; the server decides whether it writes, so no client trusts an
+entry it added before; with ``durability="replicas:N"`` confirmed by N replicas as the
+data is, so a failover never keeps a session's data without its entry); listings read
+the index instead of scanning the keyspace:
 
 1. ``ZRANGE`` of the index (one slot, also on a cluster);
 2. one pipelined check per entry (``HGETALL`` of a session's meta hash, ``HGET w`` of a
@@ -42,20 +43,38 @@ from .scan import SCAN_COUNT, scan_keys
 Queue = Callable[[Any, str], None]
 
 
-def add_command(index: str, member: str) -> scripts.Command:
-    """The ``ZADD`` a creating write sends before its data; its score is the writer's
-    wall clock (:func:`~sessionstore.when.now_ms`)."""
-    return ["ZADD", index, now_ms(), member]
+#: How old (ms, by the writer's clock) an entry may grow before a write refreshes it:
+#: half of ``GRACE_MS``. A listing removes an entry only when its score is older than
+#: ``GRACE_MS`` and its data is gone, so a write that found its entry younger lands
+#: (within this half plus the call's timeout) long before the entry can be removed;
+#: clocks of clients must agree within the other half, less that timeout.
+REFRESH_MS = keys.GRACE_MS // 2
 
 
-def session_entry(namespace: str, session_id: str) -> scripts.Command:
-    """:func:`add_command` for a log session."""
-    return add_command(keys.index_keys(namespace)[0], keys.session_member(session_id))
+def add_call(index: str, member: str) -> scripts.Entry:
+    """The ``index_add.lua`` call a creating write sends before its data: the server adds
+    the entry, or refreshes it when older than :data:`REFRESH_MS`, with the writer's wall
+    clock (:func:`~sessionstore.when.now_ms`) as its score; else it writes nothing. The
+    server decides on every write, so an entry lost with the server's data (a restart
+    without persistence, a lagging replica promoted, a flush) is back with the next
+    write, before its data."""
+    now = now_ms()
+    return scripts.Entry("index_add", [index], [now, now - REFRESH_MS, member])
 
 
-def value_entry(key: keys.ValueKey, history: bool) -> scripts.Command:
-    """:func:`add_command` for a session value (plain or history)."""
-    return add_command(keys.index_keys(key.namespace)[1], keys.value_member(key, history))
+def session_entry(namespace: str, session_id: str) -> scripts.Entry:
+    """:func:`add_call` for a log session."""
+    return add_call(keys.index_keys(namespace)[0], keys.session_member(session_id))
+
+
+def value_entry(
+    key: keys.ValueKey, payload: bytes | None, *, history: bool
+) -> scripts.Entry | None:
+    """:func:`add_call` for a write of a session value (plain or history); None for a
+    plain clear, which creates nothing."""
+    if payload is None and not history:
+        return None
+    return add_call(keys.index_keys(key.namespace)[1], keys.value_member(key, history))
 
 
 def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:

@@ -26,14 +26,14 @@ a Redis Cluster they share one hash tag, and the call is sent to the node servin
 slot (this module routes it itself, following ``MOVED`` and ``ASK``: redis-py would ask
 a node for the keys of every ``FCALL`` with ``COMMAND GETKEYS``).
 
-A write that can create data names its index entry (``first``: the ``ZADD`` of
-:func:`sessionstore.redis.index.add_command`): on a single server it is sent in the same
-pipeline, before the write (one round trip); on a cluster, where the index lives in
-another slot, as a call of its own before the write. Either way data never exists
-without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`) the entry is
-as durable as the data: on a single server the ``WAIT`` after the script covers it; on a
-cluster it is followed by a ``WAIT`` of its own on the index's node, and too few
-acknowledgements raise before the data is written.
+A write that can create data names its index entry (``first``: an :class:`Entry`, the
+call of ``index_add.lua`` that :mod:`sessionstore.redis.index` builds): on a single server
+it is sent in the same pipeline, before the write (one round trip); on a cluster, where
+the index lives in another slot, as a call of its own before the write. Either way data
+never exists without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`)
+the entry is as durable as the data: on a single server the ``WAIT`` after the script
+covers it; on a cluster it is followed by a ``WAIT`` of its own on the index's node, and
+too few acknowledgements raise before the data is written.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio.cluster
 from redis.exceptions import (
@@ -69,6 +69,15 @@ from .retry import RETRIES, retry_delay
 Arg = str | bytes | int
 #: A command as redis-py's ``execute_command`` takes it.
 Command = Sequence[Arg]
+
+
+class Entry(NamedTuple):
+    """A script call sent before a write's own, in its round trip on a single server (an
+    index entry: see :mod:`sessionstore.redis.index`)."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[Arg]
 
 
 # How a script is called ---------------------------------------------------------------
@@ -217,27 +226,37 @@ def _pipeline_steps(
     found: Script,
     keys: Sequence[str],
     args: Sequence[Arg],
-    first: Command | None,
+    asking: Command | None,
     then: Sequence[Command],
+    first: Entry | None = None,
 ) -> Steps[tuple[Any, list[Any]]]:
-    """One batch on one connection (``first``, the script's call, then ``then``) to the
-    server ``where`` names; returns (the script's reply, the replies of ``then``). A
-    server without Functions gets the batch again by ``EVALSHA``; a server without the
-    function or the script gets it loaded there and the batch again, once."""
+    """One batch on one connection (``asking``, the call of ``first``, the script's call,
+    then ``then``) to the server ``where`` names; returns (the script's reply, the replies
+    of ``then``). A server without Functions gets the batch again by ``EVALSHA``; a server
+    without the function or the scripts gets them loaded there and the batch again, once."""
     evalsha = uses_evalsha(client)
-    head: list[Command] = [] if first is None else [first]
-    at = len(head)
-    replies = yield Send(send, [*head, _call(found, keys, args, evalsha), *then], where)
+    calls = [] if first is None else [(script(first.name), first.keys, first.args)]
+    calls.append((found, keys, args))
+    asked: list[Command] = [] if asking is None else [asking]
+
+    def batch(evalsha: bool) -> list[Command]:
+        return [*asked, *(_call(*call, evalsha) for call in calls), *then]
+
+    at = len(asked) + len(calls) - 1
+    replies = yield Send(send, batch(evalsha), where)
     if not evalsha and unknown_command(replies[at]):
         _EVALSHA_CLIENTS.add(client)
         evalsha = True
-        replies = yield Send(send, [*head, _call(found, keys, args, True), *then], where)
-    if _missing(replies[at]):
-        load: Command = (
-            ["SCRIPT", "LOAD", found.source] if evalsha else ["FUNCTION", "LOAD", library().source]
+        replies = yield Send(send, batch(True), where)
+    if any(_missing(reply) for reply in replies[: at + 1]):
+        loads: list[Command] = (
+            [["SCRIPT", "LOAD", call.source] for call in dict.fromkeys(c[0] for c in calls)]
+            if evalsha
+            else [["FUNCTION", "LOAD", library().source]]
         )
-        check_loaded((yield Send(send, [load], where))[0], where, evalsha)
-        replies = yield Send(send, [*head, _call(found, keys, args, evalsha), *then], where)
+        for loaded in (yield Send(send, loads, where)):
+            check_loaded(loaded, where, evalsha)
+        replies = yield Send(send, batch(evalsha), where)
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
 
@@ -307,7 +326,7 @@ def _cluster_steps(
 
 
 def run_steps(
-    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
+    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Entry | None = None
 ) -> Steps[Any]:
     """Call script ``name`` (its function, or by ``EVALSHA``; see the module doc), loading
     the library first when the server lacks it; ``first`` (an index entry) before it."""
@@ -315,17 +334,17 @@ def run_steps(
     if not is_cluster(client):
         send = client_batch(client)
         reply, _ = yield from _pipeline_steps(
-            client, send, "the Redis server", found, keys, args, first, ()
+            client, send, "the Redis server", found, keys, args, None, (), first
         )
         return reply
     if first is not None:
-        yield functools.partial(client.execute_command, *first)
+        yield from _cluster_steps(client, script(first.name), first.keys, first.args, ())
     reply, _, _ = yield from _cluster_steps(client, found, keys, args, ())
     return reply
 
 
 def run(
-    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Command | None = None
+    client: Any, name: str, keys: Sequence[str], args: Sequence[Arg], first: Entry | None = None
 ) -> Any:
     """:func:`run_steps` on a redis-py client."""
     return drive(run_steps(client, name, keys, args, first))
@@ -338,7 +357,7 @@ def run_then_wait_steps(
     args: Sequence[Arg],
     replicas: int,
     ms: int,
-    first: Command | None = None,
+    first: Entry | None = None,
 ) -> Steps[tuple[Any, int]]:
     """Call script ``name``, then ``WAIT replicas ms`` on the same connection (one
     pipeline, one round trip); returns (script reply, replicas that acknowledged; on a
@@ -353,23 +372,12 @@ def run_then_wait_steps(
     if not is_cluster(client):
         send = client_batch(client)
         reply, rest = yield from _pipeline_steps(
-            client, send, "the Redis server", found, keys, args, first, wait
+            client, send, "the Redis server", found, keys, args, None, wait, first
         )
         return reply, int(rest[0])
     if first is not None:
-        index = str(first[1])
-        entry = functools.partial(_entry_steps, first, wait)
-        acks, node = yield from _on_slot_node_steps(client, index, entry)
-        check_value_acks(replicas, Acks(acks, node), index, node, ms)
+        entry = script(first.name)
+        _, acks, node = yield from _cluster_steps(client, entry, first.keys, first.args, wait)
+        check_value_acks(replicas, Acks(int(acks[0]), node), first.keys[0], node, ms)
     reply, rest, node = yield from _cluster_steps(client, found, keys, args, wait)
     return reply, Acks(int(rest[0]), node)
-
-
-def _entry_steps(
-    first: Command, wait: Sequence[Command], send: Batch, asking: Command | None, where: str
-) -> Steps[int]:
-    """An index entry and its ``WAIT`` on one node: how many replicas acknowledged it."""
-    commands = [*([] if asking is None else [asking]), first, *wait]
-    replies = yield Send(send, commands, where)
-    _raise_first_error(replies)
-    return int(replies[-1])

@@ -15,25 +15,31 @@ time, counted from when the read was sent (so never later than the server's expi
 has passed. Redis invalidates an expired key
 only when it actually deletes it, which may be long after.
 
-**Tracked** (a user allowed ``CLIENT ID``, ``CLIENT TRACKING`` and ``SUBSCRIBE``, the
-default user for one): Redis client tracking (``CLIENT TRACKING ON REDIRECT <id>``,
-Redis 6+). The server remembers the keys each cached read touched and, when any client
-changes one, publishes its name on ``__redis__:invalidate`` to a listening connection
-of ours. Two connections per store, made like the store's other connections (same
-server, or the primary the sentinels name): one reads and one listens. Every read first
-looks whether either socket holds anything (one ``poll``, no round trip); when one
-does, the invalidations are applied (or the closed connection noticed) before the read
-is answered, so a write by another process is usually seen within a fraction of a
-millisecond. The heartbeat bounds the rest: while reads come, the listener is sent
-``PING <n>`` at most every ``BOUND / 2``; the server answers on that connection after
-every invalidation it queued before, so once the answer is read, every write
-acknowledged before the PING was sent has been applied. A reply is served while it, or
-the last answered PING, was sent less than ``BOUND`` ago: a listener that stalls or
-lags (a partition, a stopped server) stops the hits within ``BOUND``, and reads go to
-the server. A listener that leaves a PING unanswered for the connection's timeout, or
-will not open while the server answers reads, is dropped with the cache's entries, and
-the cache runs timed (below) for :data:`RETRACK_AFTER` before it tries tracking again.
-redis-py's own caching (``cache_config=``) is not used: it refuses
+**Tracked** (a user allowed ``CLIENT ID``, ``CLIENT TRACKING``, ``SUBSCRIBE`` and to set
+the namespace's mark, the default user for one): Redis client tracking
+(``CLIENT TRACKING ON REDIRECT <id>``, Redis 6+). The server remembers the keys each cached read
+touched and, when any client changes one, publishes its name on ``__redis__:invalidate``
+to a listening connection of ours. Two connections per store, made like the store's
+other connections (same server, or the primary the sentinels name): one reads and one
+listens. Every read first looks whether either socket holds anything (one ``poll``, no
+round trip); when one does, the invalidations are applied (or the closed connection
+noticed) before the read is answered, so a write by another process is usually seen
+within a fraction of a millisecond. The heartbeat bounds the rest: while reads come, the
+listener is sent ``PING <n>`` at most every ``BOUND / 2``; the server answers on that
+connection after every invalidation it queued before, so once the answer is read, every
+write acknowledged before the PING was sent has been applied. With each PING the reader
+checks the namespace's mark (:func:`sessionstore.keys.mark_key`: ``SET NX`` of a new
+random token, then ``GET``, in one transaction; every miss reads it too): the token
+names the database, and another one (or none) means the replies cached come from another
+database or one emptied, and they are dropped. Redis 7.0 sends tracking clients nothing
+on ``SWAPDB`` (``FLUSHDB`` and ``FLUSHALL`` it does tell), so this is how a swap is
+seen. A PING counts as answered once the mark sent with it is read too. A reply is
+served while it, or the last answered PING, was sent less than ``BOUND`` ago: a listener
+that stalls or lags (a partition, a stopped server) stops the hits within ``BOUND``, and
+reads go to the server. A listener that leaves a PING unanswered for the connection's
+timeout, or will not open while the server answers reads, is dropped with the cache's
+entries, and the cache runs timed (below) for :data:`RETRACK_AFTER` before it tries
+tracking again. redis-py's own caching (``cache_config=``) is not used: it refuses
 servers older than Redis 7.4 and covers neither the async nor the cluster client.
 
 **Timed** (a user refused any of those, as the least-privilege user of :mod:`.acl` is:
@@ -53,6 +59,7 @@ script) are not: each of their reads asks the server.
 from __future__ import annotations
 
 import math
+import secrets
 import select
 import threading
 import time
@@ -112,8 +119,15 @@ class ValueCache:
     dropped and the cache emptied.
     """
 
-    def __init__(self, pool: redis.ConnectionPool) -> None:
+    def __init__(self, pool: redis.ConnectionPool, mark: str) -> None:
         self._pool = pool
+        #: The key whose token names the database the replies come from (see the module
+        #: doc), and its token as last read.
+        self._mark = mark
+        self._token: bytes | None = None
+        #: A check of the mark sent on the reader with the PING, its reply not read yet.
+        self._marking = False
+        self._ponged = False
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._reader: Any = None
@@ -178,6 +192,8 @@ class ValueCache:
             raise redis.ConnectionError("the primary changed while the cache connected")
         reader.send_command("CLIENT", "TRACKING", "ON", "REDIRECT", listener_id)
         reader.read_response()
+        self._send_mark()
+        self._read_mark()
         poller = select.poll()
         for connection in (listener, reader):
             poller.register(socket_of(connection), select.POLLIN)
@@ -189,6 +205,7 @@ class ValueCache:
         self._timed = False
         self._entries.clear()
         self._confirmed, self._ping = -math.inf, None
+        self._token, self._marking = None, False
         for connection in (self._reader, self._listener):
             if connection is not None:
                 connection.disconnect()
@@ -200,6 +217,7 @@ class ValueCache:
         self._timed = False
         self._entries = {}
         self._confirmed, self._ping = -math.inf, None
+        self._token, self._marking = None, False
         self._reader = self._listener = None
 
     def _drain(self) -> None:
@@ -226,9 +244,12 @@ class ValueCache:
         finally:
             self._draining += 1
         # A reader the server dropped (CLIENT KILL, shutdown, idle timeout) no longer
-        # tracks anything. No read of ours is in flight here: misses hold the lock.
+        # tracks anything. No read of ours is in flight here but the mark's check sent
+        # with the PING: misses hold the lock.
         if self._reader.can_read(timeout=0):
-            raise redis.ConnectionError("the cache's reading connection was closed")
+            if not self._marking:
+                raise redis.ConnectionError("the cache's reading connection was closed")
+            self._read_mark()
         ping = self._ping
         if ping is not None and time.monotonic() - ping[1] > self._ping_timeout:
             self._listener_failed = time.monotonic()
@@ -238,7 +259,52 @@ class ValueCache:
         # Everything the server queued before this answer was applied by the drain.
         ping = self._ping
         if ping is not None and payload == ping[0]:
+            self._ponged = True
+            self._confirm()
+
+    def _confirm(self) -> None:
+        """The PING is answered and the mark sent with it read: what the server did
+        before they were sent has been applied."""
+        ping = self._ping
+        if ping is not None and self._ponged and not self._marking:
             self._confirmed, self._ping = ping[1], None
+
+    def _send_mark(self) -> None:
+        """Check the mark on the reader, in a transaction of its own (reply not read)."""
+        reader = self._reader
+        reader.send_packed_command(
+            reader.pack_commands([("MULTI",), *self._mark_commands(), ("EXEC",)])
+        )
+        self._marking = True
+
+    def _mark_commands(self) -> list[tuple[Any, ...]]:
+        """Set the mark unless it is there, and read it (the last two replies of a
+        transaction)."""
+        # A new token each time: a database found without the mark gets one no other
+        # database was given.
+        return [("SET", self._mark, secrets.token_hex(8), "NX"), ("GET", self._mark)]
+
+    def _read_mark(self) -> None:
+        """Read the reply of :meth:`_send_mark` and apply it."""
+        reader = self._reader
+        for _ in range(3):  # OK, QUEUED, QUEUED
+            reader.read_response()
+        reply = reader.read_response()
+        self._marking = False
+        self._take_mark(reply)
+        self._confirm()
+
+    def _take_mark(self, reply: list[Any]) -> None:
+        """Apply the ``SET NX``, ``GET`` replies of the mark: another token than the one
+        read before means the replies cached come from another database (``SWAPDB``,
+        which Redis 7.0 tells tracking clients nothing of) or one emptied: they go."""
+        for part in reply:
+            if isinstance(part, redis.ResponseError):
+                raise part
+        token = reply[-1]
+        if token != self._token:
+            self._entries.clear()
+            self._token = token
 
     def _ping_due(self, now: float) -> bool:
         return self._poller is not None and self._ping is None and now - self._confirmed > BOUND / 2
@@ -247,8 +313,9 @@ class ValueCache:
         """``PING <n>`` on the listener (under the lock), timed from before it is sent."""
         self._pings += 1
         payload = str(self._pings).encode()
-        self._ping = (payload, time.monotonic())
+        self._ping, self._ponged = (payload, time.monotonic()), False
         self._listener.send_command("PING", payload)
+        self._send_mark()
 
     def _beat(self) -> None:
         """Send a PING if it is due and the lock is free (a hit never waits for it)."""
@@ -328,19 +395,26 @@ class ValueCache:
                 reply = _servable(self._entries.get(name), self._confirmed, now)
                 if reply is not None:
                     return reply
+                if self._marking:  # the reader's next reply is the heartbeat's mark
+                    self._read_mark()
                 if len(self._entries) >= MAX_ENTRIES:
                     self._entries.clear()
                 entry = self._entries[name] = _Entry(time.monotonic())
                 reader = self._reader
-                # One transaction: the ttl is the one of the value read.
-                commands = [("MULTI",), ("HMGET", name, *fields), ("PTTL", name), ("EXEC",)]
-                reader.send_packed_command(reader.pack_commands(commands))
-                for _ in range(3):  # OK, QUEUED, QUEUED
+                # One transaction: the ttl is the one of the value read, and (tracked) the
+                # mark names the database it was read from.
+                marks = [] if self._poller is None else self._mark_commands()
+                reads = [("HMGET", name, *fields), ("PTTL", name), *marks]
+                reader.send_packed_command(reader.pack_commands([("MULTI",), *reads, ("EXEC",)]))
+                for _ in range(len(reads) + 1):  # OK, QUEUED...
                     reader.read_response()
-                reply, ttl_ms = reader.read_response()
-                for part in (reply, ttl_ms):
+                replies = reader.read_response()
+                for part in replies:
                     if isinstance(part, redis.ResponseError):  # EXEC returns, not raises
                         raise part
+                reply, ttl_ms = replies[0], replies[1]
+                if marks:
+                    self._take_mark(replies[2:])
             except BaseException:
                 self._drop()
                 raise

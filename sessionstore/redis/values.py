@@ -18,9 +18,9 @@ the same operations on their client.
   pipelined ``HGET key w`` (a value hash without a value is left out) or ``EXISTS`` of a
   history; ``forget``: ``value_forget.lua`` (the index entry goes lazily).
 
-Every write that stores a value adds its index entry first, in the same round trip on a
-single server (see :mod:`.scripts`), at most once per :data:`~.recent.TRUST_S` per value
-and backend (:mod:`.recent`); a clear adds none.
+Every write that stores a value sends its index entry first (``index_add.lua``, which
+writes only when the entry is missing or old: see :mod:`.index`), in the same round trip
+on a single server (see :mod:`.scripts`); a clear sends none.
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and
@@ -60,9 +60,8 @@ from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice, check_value_acks, wait_ms
-from .index import list_steps
+from .index import list_steps, value_entry
 from .options import resend_window_ms
-from .recent import RecentEntries
 from .valueformat import (
     ANY,
     FIELD_VALUE,
@@ -102,7 +101,6 @@ class ValueOps:
     ) -> None:
         self._guard = boundary
         self._window = resend_window_ms(boundary.timeout)
-        self._recent = RecentEntries()
         self._slots = WriterSlots()
         self._durability = durability
         self._wait_ms = wait_ms(boundary.timeout)
@@ -136,8 +134,8 @@ class ValueOps:
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
         names = plain_keys(key)
-        entry = self._recent.entry(key, payload, history=False)
-        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+        first = value_entry(key, payload, history=False)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
             args = swap_args(ANY, payload, when, mark, self._window, ttl_ms)
             yield from self._script(client, "value_swap", names, args, first)
 
@@ -153,8 +151,8 @@ class ValueOps:
         if not plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
         names = plain_keys(key)
-        entry = self._recent.entry(key, payload, history=False)
-        with self._slots.take() as mark, entry as first, self._guard("value_swap.lua", names[0]):
+        first = value_entry(key, payload, history=False)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
             args = swap_args(expected, payload, when, mark, self._window, ttl_ms)
             reply = yield from self._script(client, "value_swap", names, args, first)
         return decode_swap(names[0], reply)
@@ -204,8 +202,8 @@ class ValueOps:
         compare: bool,
     ) -> Steps[bool]:
         names = history_set_keys(key)
-        entry = self._recent.entry(key, payload, history=True)
-        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("history_set.lua", names[0]):
             args = history_set_args(
                 payload, when, max_versions, expected, compare, mark, self._window, ttl_ms
             )
@@ -222,8 +220,8 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[None]:
         names = history_set_keys(key)
-        entry = self._recent.entry(key, payload, history=True)
-        with self._slots.take() as mark, entry as first, self._guard("history_set.lua", names[0]):
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("history_set.lua", names[0]):
             args = history_set_args(
                 payload, when, max_versions, None, "put", mark, self._window, ttl_ms
             )
@@ -266,8 +264,8 @@ class ValueOps:
         ttl_ms: int | None,
     ) -> Steps[Stored | bool]:
         names = compute_put_keys(key, when)
-        entry = self._recent.entry(key, payload, history=True)
-        with self._slots.take() as mark, entry as first, self._guard("compute_put.lua", names[0]):
+        first = value_entry(key, payload, history=True)
+        with self._slots.take() as mark, self._guard("compute_put.lua", names[0]):
             args = compute_put_args(payload, when, max_versions, token, mark, self._window, ttl_ms)
             reply = yield from self._script(client, "compute_put", names, args, first)
         return decode_compute_put(reply, when)

@@ -355,6 +355,9 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
     rounds = iterations(normal=5, ci=3, soak=100)
     symbol = name_on(node, lambda s: value_slot(ns, s), "V")
     other_node = next(n for n in cluster.primaries() if n is not node)
+    # A value write sends its index entry's call (index_add.lua) first, to the index's
+    # node: when that is the proxied one too, the reply lost is the next FCALL's.
+    entry = int(cluster.owner(keys.index_keys(ns)[1]).port == node.port)
     # The store starts from another node and learns the proxy's address from the cluster.
     with (
         sessionstore.connect(other_node.url, ns, timeout=1) as store,
@@ -376,7 +379,7 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
         acked = next_seq
         for number in range(rounds):
             # An update whose swap reply is lost returns its result, fn applied once.
-            proxy.drop_replies("FCALL")
+            proxy.drop_replies("FCALL", skip=entry)
             assert session.update(increment, T0) == number + 1
             assert proxy.pending_drops() == 0, "the swap did not pass the proxy"
             assert calls[-1] == number and len(calls) == number + 1, calls
@@ -390,7 +393,9 @@ def test_a_lost_reply_on_a_cluster_node_is_applied_once(ns, proxied):
             acked += size
         # Another client's write lands between the lost reply and the resend: it stays.
         proxy.drop_replies(
-            "FCALL", before_close=lambda: other.session(symbol, "s", "e", "1h").set_data(100, T0)
+            "FCALL",
+            skip=entry,
+            before_close=lambda: other.session(symbol, "s", "e", "1h").set_data(100, T0),
         )
         assert session.update(increment, T0) == rounds + 1
         assert len(calls) == rounds + 1

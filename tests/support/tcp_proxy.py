@@ -114,6 +114,8 @@ class _Hold:
     #: The server's reply to the held request (what nobody receives).
     reply: bytes | None = None
     taken: bool = False
+    #: How many such requests to forward before the one kept.
+    skip: int = 0
 
 
 @dataclass
@@ -200,12 +202,13 @@ class TcpProxy:
             self._plans.append(_Plan(command.upper(), count, skip, before_close))
             self.reply_dropped.clear()
 
-    def hold_requests(self, command: str, *, longest: float = 60.0) -> _Hold:
-        """Keep the next request named ``command`` (see the module doc) until the
-        returned plan's ``release`` is set, or ``longest`` seconds passed; then send it
-        to the server and read its reply (kept in the plan's ``reply``, forwarded to no
-        one whose connection ended), and set the plan's ``delivered``."""
-        plan = _Hold(command.upper(), threading.Event(), longest)
+    def hold_requests(self, command: str, *, skip: int = 0, longest: float = 60.0) -> _Hold:
+        """Keep the next request named ``command`` (see the module doc), past the first
+        ``skip`` of them, until the returned plan's ``release`` is set, or ``longest``
+        seconds passed; then send it to the server and read its reply (kept in the plan's
+        ``reply``, forwarded to no one whose connection ended), and set the plan's
+        ``delivered``."""
+        plan = _Hold(command.upper(), threading.Event(), longest, skip=skip)
         with self._lock:
             self._holds.append(plan)
         return plan
@@ -213,6 +216,9 @@ class TcpProxy:
     def _held(self, name: str) -> _Hold | None:
         with self._lock:
             for plan in self._holds:
+                if plan.command == name and not plan.taken and plan.skip > 0:
+                    plan.skip -= 1
+                    return None
                 if plan.command == name and not plan.taken:
                     plan.taken = True
                     self._holds.remove(plan)
