@@ -703,10 +703,11 @@ def test_the_lease_is_renewed_while_fn_runs_past_it(store, api, backend):
         pytest.skip("the lease expiry is proven on memory, SQLite and one Redis")
     s = open_session(store, history=True)
     others = []
-    # Five leases long: without renewal the lease would have ended and this caller
-    # would compute instead of giving up.
-    with lease_held(s, api, "held", lease=0.3), pytest.raises(ComputeTimeoutError):
-        s.get_or_compute(T0, computing(api, lambda: others.append(1)), timeout=1.5)
+    # More than three leases long: without renewal the lease would have ended and this
+    # caller would compute instead of giving up. (A renewal comes every third of the
+    # lease; 0.2 s leaves a loaded machine room to be late with one.)
+    with lease_held(s, api, "held", lease=0.6), pytest.raises(ComputeTimeoutError):
+        s.get_or_compute(T0, computing(api, lambda: others.append(1)), timeout=2.0)
     assert others == []
     assert s.get_data(T0) == "held"
 
