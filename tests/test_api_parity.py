@@ -336,6 +336,7 @@ PUBLIC_MODULES = [
     "sessionstore.errors",
     "sessionstore.cli.demo",
     "sessionstore.integrations.openai_agents",
+    "sessionstore.integrations.langgraph",
 ]
 
 
