@@ -122,6 +122,24 @@ class ValueBackend(ABC):
         """History: the newest version at or before ``when`` (a clear has payload None);
         None once the history has expired."""
 
+    def read_versions(self, key: ValueKey, before: int, limit: int) -> list[Stored]:
+        """History: the versions at or before ``before``, newest first, at most ``limit``
+        (from 1; a backend may return fewer, never none while one is left), as
+        :meth:`read_as_of` finds them one by one; an inspection reads a whole history a
+        page at a time. This default asks :meth:`read_as_of` once a version; a backend
+        with round trips answers a page in one (Redis)."""
+        found: list[Stored] = []
+        at = before
+        while len(found) < limit:
+            version = self.read_as_of(key, at)
+            if version is None or version.when > at:
+                if version is not None:
+                    found.append(version)  # the caller refuses a version past its time
+                break
+            found.append(version)
+            at = version.when - 1
+        return found
+
     @abstractmethod
     def write_version(
         self,
@@ -478,6 +496,9 @@ class AsyncValueBackend(Protocol):
 
     async def read_as_of(self, key: ValueKey, when: int) -> Stored | None:
         """:meth:`ValueBackend.read_as_of`."""
+
+    async def read_versions(self, key: ValueKey, before: int, limit: int) -> list[Stored]:
+        """:meth:`ValueBackend.read_versions`."""
 
     async def write_version(
         self,

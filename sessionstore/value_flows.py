@@ -31,6 +31,8 @@ UPDATE_ATTEMPTS = 1000
 #: How long (s) a ``get_or_compute`` lease lasts past its last renewal: renewed every
 #: third of it while ``fn`` runs, it ends this long after its holder died.
 COMPUTE_LEASE = 5.0
+#: How many history versions an inspection (``records()``) reads in one call.
+HISTORY_PAGE = 1000
 #: How often a ``get_or_compute`` waiter looks again: soon at first, then every 0.1 s at
 #: most, jittered so that waiters do not come together.
 COMPUTE_POLL = Backoff(base=0.002, cap=0.1, jitter=True)
@@ -266,15 +268,16 @@ def value_records(state: SessionState, lifecycle: Lifecycle) -> Flow[ValueRecord
     versions: list[Stored] = []
     at = MAX_ABS_EPOCH_MS
     while at >= -MAX_ABS_EPOCH_MS:
-        version = yield Call(ValueBackend.read_as_of, state.key, at)
-        if version is None:
+        page = yield Call(ValueBackend.read_versions, state.key, at, HISTORY_PAGE)
+        for version in page:
+            if version.when > at:
+                # Every step must go back in time, or a damaged history would never end.
+                raise CorruptDataError(
+                    state.key.label(), f"a read as of {at} gave a version of {version.when}"
+                )
+            versions.append(version)
+            at = version.when - 1
+        if not page:
             break
-        if version.when > at:
-            # Every step must go back in time, or a damaged history would never end.
-            raise CorruptDataError(
-                state.key.label(), f"a read as of {at} gave a version of {version.when}"
-            )
-        versions.append(version)
-        at = version.when - 1
     plain = yield Call(ValueBackend.read, state.key)
     return ValueRecords(plain, versions[::-1], state.key.label())

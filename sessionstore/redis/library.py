@@ -45,7 +45,7 @@ from ..errors import LibraryMissingError, SessionStoreError
 from ..version import __version__
 
 #: Scripts that only read: flagged ``no-writes``, called with ``FCALL_RO``.
-READ_ONLY = frozenset({"history_get"})
+READ_ONLY = frozenset({"history_get", "history_page"})
 #: Scripts whose first write only removes data: flagged ``allow-oom`` (see the module doc).
 FREEING = frozenset({"value_forget", "lease_release", "log_delete", "index_forget", "log_cut_tail"})
 #: The prefix of the library's name; the prefix of its functions' names is ``ss_``.

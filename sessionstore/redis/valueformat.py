@@ -108,6 +108,19 @@ def decode_swap(name: str, reply: Any) -> Literal[True] | Refused:
     return True
 
 
+def decode_page(name: str, reply: list[Any]) -> list[Stored]:
+    """``history_page.lua``'s reply -> its versions, newest first (payload None for a
+    clear). A version whose value is missing raises :class:`CorruptDataError`."""
+    page = []
+    for at in range(0, len(reply), 2):
+        when, payload = parse_when(name, reply[at]), reply[at + 1]
+        if payload is None:
+            raise CorruptDataError(name, f"it lacks the value of its version at {when}")
+        payload = bytes(payload)
+        page.append(Stored(payload if payload != CLEARED else None, when))
+    return page
+
+
 def decode_version(name: str, reply: list[Any], asked: int) -> Stored | None:
     """``history_get.lua``'s reply to a read as of ``asked`` -> the version in force
     (payload None for a clear). A version whose member (its when) is later than

@@ -8,8 +8,9 @@ the same operations on their client.
 * ``read``: ``HMGET key v w`` (from memory with ``?cache=yes``: see :mod:`.tracking`);
   ``write`` and ``swap``: ``value_swap.lua`` (without and
   with a comparison).
-* ``read_as_of``: ``history_get.lua``; ``write_version`` / ``swap_version``:
-  ``history_set.lua`` (a put: the same script, keeping the later versions).
+* ``read_as_of``: ``history_get.lua``; ``read_versions``: ``history_page.lua`` (a page
+  of versions a call); ``write_version`` / ``swap_version``: ``history_set.lua`` (a put:
+  the same script, keeping the later versions).
 * ``acquire_compute_lease`` / ``renew_compute_lease`` / ``release_compute_lease``:
   ``compute_lease.lua`` on the key of :func:`sessionstore.keys.compute_lease_key` (``SET
   NX PX`` with the caller's token; renewed and deleted only by its holder);
@@ -69,6 +70,7 @@ from .valueformat import (
     compute_put_args,
     compute_put_keys,
     decode_compute_put,
+    decode_page,
     decode_plain,
     decode_scan,
     decode_status,
@@ -162,6 +164,15 @@ class ValueOps:
         with self._guard("history_get.lua", names[0]):
             reply = yield from scripts.run_steps(client, "history_get", names, [str(when)])
         return decode_version(names[0], reply, when)
+
+    def read_versions(
+        self, client: Any, key: ValueKey, before: int, limit: int
+    ) -> Steps[list[Stored]]:
+        names = keys.history_keys(key)
+        with self._guard("history_page.lua", names[0]):
+            args = [str(before), str(limit)]
+            reply = yield from scripts.run_steps(client, "history_page", names, args)
+        return decode_page(names[0], reply or [])
 
     def write_version(
         self,
@@ -330,6 +341,9 @@ class _Values:
     def read_as_of(self, key: ValueKey, when: int) -> Any:
         return self._handle.run(self._ops.read_as_of, key, when)
 
+    def read_versions(self, key: ValueKey, before: int, limit: int) -> Any:
+        return self._handle.run(self._ops.read_versions, key, before, limit)
+
     def write_version(
         self,
         key: ValueKey,
@@ -409,6 +423,7 @@ class RedisValues(_Values, ValueBackend):
         write = ValueBackend.write
         swap = ValueBackend.swap
         read_as_of = ValueBackend.read_as_of
+        read_versions = ValueBackend.read_versions
         write_version = ValueBackend.write_version
         swap_version = ValueBackend.swap_version
         put_version = ValueBackend.put_version
@@ -443,6 +458,7 @@ class AsyncRedisValues(_Values):
         write = AsyncValueBackend.write
         swap = AsyncValueBackend.swap
         read_as_of = AsyncValueBackend.read_as_of
+        read_versions = AsyncValueBackend.read_versions
         write_version = AsyncValueBackend.write_version
         swap_version = AsyncValueBackend.swap_version
         put_version = AsyncValueBackend.put_version

@@ -17,6 +17,7 @@ from sessionstore import (
     SessionDisposedError,
     SessionStoreError,
     StoreClosedError,
+    value_flows,
 )
 
 T0 = 1_718_000_000_000
@@ -778,6 +779,19 @@ def test_records_give_what_is_stored_with_its_times_and_write_nothing(store):
         (T0 + 2, False),
     ]
     assert sorted(ref.symbol for ref in store.list_values()) == ["BTCUSDT", "ETHUSDT"]
+
+
+def test_records_read_a_history_page_by_page_in_order(store, monkeypatch):
+    """A long history is read a page at a time (here 3 versions a call): every version
+    once, oldest first, whatever page boundary falls between them."""
+    monkeypatch.setattr(value_flows, "HISTORY_PAGE", 3)
+    history = open_session(store, "PAGED", "s", "e", "1h", history=True)
+    stored = [T0 + 10 * i for i in range(10)]
+    for at in stored:
+        history.put(None if at == T0 + 30 else at - T0, at)
+    found = history.records()
+    assert [r.when for r in found.versions] == stored
+    assert [r.payload is None for r in found.versions] == [at == T0 + 30 for at in stored]
 
 
 def test_records_of_a_disposed_handle_or_closed_store_raise(store, open_store):

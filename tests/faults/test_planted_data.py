@@ -20,7 +20,7 @@ import redis
 
 import sessionstore
 from sessionstore import CorruptDataError
-from sessionstore.keys import ValueKey, seq_key
+from sessionstore.keys import ValueKey, history_keys, seq_key
 from sessionstore.redis.library import install, script
 from sessionstore.redis.valueformat import (
     ANY,
@@ -142,3 +142,24 @@ def test_a_forget_that_removes_nothing_records_nothing(client, namespace):
         )
         assert reply == 0
     assert client.exists(seq_key(key)) == 0
+
+
+def test_a_long_history_is_inspected_in_a_page_a_call(client, namespace, redis_server):
+    """20,000 versions (planted: a tenant may write its history keys) are read by
+    ``records()`` in 20 calls of at most 1,000 versions each, not one call a version."""
+    key = ValueKey(namespace, "LONG", "s", "e", "1h", "backtest")
+    at, values = history_keys(key)
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, 20_000, 5_000):
+        whens = range(T0 + start, T0 + start + 5_000)
+        pipe.zadd(at, {str(w): w for w in whens})
+        pipe.hset(values, mapping={str(w): b"\x01" for w in whens})
+    pipe.execute()
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        session = store.session("LONG", "s", "e", "1h", history=True)
+        session.get_data(T0)  # connected, the library checked
+        client.config_resetstat()
+        found = session.records()
+        calls = client.info("commandstats")["cmdstat_fcall_ro"]["calls"]
+    assert [r.when for r in found.versions] == list(range(T0, T0 + 20_000))
+    assert calls <= 21
