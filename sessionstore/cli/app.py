@@ -10,6 +10,7 @@ from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
 from .namespaces import namespaces
+from .transfer import copy
 
 HELP = (
     "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
@@ -34,5 +35,6 @@ app.command()(demo)
 app.command("doctor")(guarded(doctor))
 app.command("acl")(guarded(acl))
 app.command("namespaces")(guarded(namespaces))
+app.command("copy")(guarded(copy))
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

@@ -1,0 +1,13 @@
+"""Moving a namespace's data: copy between any two stores, verify, export and import.
+
+One core serves them all: :mod:`.records` reads a namespace as a stream of records (a
+session's header, its events a page at a time, its end; each value with its records
+and expiry), and :mod:`.intake` writes such a stream into a store, resumably. A copy
+pipes the one into the other (:mod:`.copying`).
+"""
+
+from __future__ import annotations
+
+from .copying import CopyReport, NamespaceNotEmptyError, copy, verify
+
+__all__ = ["CopyReport", "NamespaceNotEmptyError", "copy", "verify"]
