@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from . import sessions, values
+from . import namespaces, sessions, values
 from .acl import acl
 from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
-from .namespaces import namespaces
 from .transfer import copy
 
 HELP = (
@@ -34,7 +33,7 @@ def root() -> None:
 app.command()(demo)
 app.command("doctor")(guarded(doctor))
 app.command("acl")(guarded(acl))
-app.command("namespaces")(guarded(namespaces))
 app.command("copy")(guarded(copy))
+app.add_typer(namespaces.app, name="namespaces")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")
