@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support.namespace_data import contents, seed
+from support.namespace_data import contents, seed, url_of
 from typer.testing import CliRunner
 
 import sessionstore
@@ -23,13 +23,7 @@ from sessionstore.namespace_delete import NamespaceBusyError, delete_namespace
 
 @pytest.fixture(params=["file", "sqlite", "redis", "cluster"])
 def url(request, tmp_path) -> str:
-    if request.param == "file":
-        return (tmp_path / "store").as_uri()
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    return request.getfixturevalue(
-        "redis_server" if request.param == "redis" else "redis_cluster"
-    ).url
+    return url_of(request.param, request, tmp_path)
 
 
 def leftovers(url: str, namespace: str) -> list[str]:

@@ -13,22 +13,13 @@ import sys
 import time
 
 import pytest
-from support.namespace_data import EXPIRING, HISTORY, PLAIN, contents, events, seed
+from support.namespace_data import EXPIRING, HISTORY, PLAIN, contents, events, seed, url_of
 
 import sessionstore
 from sessionstore import NamespaceNotEmptyError, SessionEvent, SessionHeader
 from sessionstore.cli import main
 
 BACKENDS = ["file", "sqlite", "redis", "cluster"]
-
-
-def url_of(backend: str, request: pytest.FixtureRequest, tmp_path, side: str) -> str:  # noqa: ANN001
-    if backend == "file":
-        return (tmp_path / f"{side}-files").as_uri()
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / f'{side}.db'}"
-    server = "redis_server" if backend == "redis" else "redis_cluster"
-    return request.getfixturevalue(server).url
 
 
 def expires_at(url: str, namespace: str) -> tuple[int | None, int | None]:

@@ -9,7 +9,7 @@ from .acl import acl
 from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
-from .transfer import copy
+from .transfer import copy, export, import_
 
 HELP = (
     "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
@@ -34,6 +34,8 @@ app.command()(demo)
 app.command("doctor")(guarded(doctor))
 app.command("acl")(guarded(acl))
 app.command("copy")(guarded(copy))
+app.command("export")(guarded(export))
+app.command("import")(guarded(import_))
 app.add_typer(namespaces.app, name="namespaces")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

@@ -6,10 +6,13 @@ and reports what was done, one line each (``--json``: one object).
 
 from __future__ import annotations
 
+import gzip
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Annotated, Any
+from pathlib import Path
+from typing import IO, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,13 +20,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import sessionstore
 
 from ..connection import resolve_url
-from ..errors import SessionStoreError
+from ..errors import InvalidArgumentError, SessionStoreError
+from ..transfer.archive import export_archive, import_archive
 from ..transfer.copying import CopyReport
 from ..transfer.records import EventPage, Record, SessionEnd, ValueItem
 from .common import (
     EXIT_FAILED,
     Json,
     Namespace,
+    Url,
     console,
     emit_json,
     errors,
@@ -86,17 +91,17 @@ def namespace_size(url: str, namespace: str) -> int:
         return sum(info.next_seq + 1 for info in infos) + len(store.list_values())
 
 
-def report_lines(report: CopyReport) -> list[str]:
+def report_lines(report: CopyReport, done: str = "copied") -> list[str]:
     counts = report.counts
     lines = [
-        f"copied {counts.sessions} sessions ({counts.events} events written, "
+        f"{done} {counts.sessions} sessions ({counts.events} events written, "
         f"{counts.present} already there) and {counts.values} values"
     ]
     lines += [
-        f"session {session_id!r} had a live writer: copied up to seq {seq}"
+        f"session {session_id!r} had a live writer: {done} up to seq {seq}"
         for session_id, seq in sorted(counts.live.items())
     ]
-    lines += [f"not copied: {problem}" for problem in report.problems]
+    lines += [f"not {done}: {problem}" for problem in report.problems]
     if report.differences is not None:
         lines += [f"differs: {difference}" for difference in report.differences]
         if not report.differences:
@@ -141,13 +146,118 @@ def copy(
     finish(report, json)
 
 
-def finish(report: CopyReport, json: bool) -> None:
+def finish(report: CopyReport, json: bool, done: str = "copied") -> None:
     """Print the report; exit 1 unless it is clean."""
     if json:
         payload: dict[str, Any] = asdict(report.counts)
         emit_json(payload | {"problems": report.problems, "differences": report.differences})
     else:
-        for line in report_lines(report):
+        for line in report_lines(report, done):
             console.print(plain(line))
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+Output = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="Write to this file (gzipped when it ends in .gz); default stdout."
+    ),
+]
+Gzip = Annotated[bool, typer.Option("--gzip", help="Gzip the archive.")]
+
+
+def export(
+    url: Url = None,
+    namespace: Namespace = "default",
+    output: Output = None,
+    gzip_it: Gzip = False,
+    json: Json = False,
+) -> None:
+    """Write the archive of a namespace (JSON Lines, format version 1, see
+    docs/operations.md) to stdout or --output: every session with its events, every value
+    with its versions, their expiries, and an end line with counts and a digest. What
+    was exported, and every session that had a live writer (exported up to its
+    committed events), is said on stderr. --json (with --output: stdout carries the
+    archive otherwise): one object {"sessions", "events", "values", "lines", "sha256",
+    "live"} on stdout."""
+    if json and output is None:
+        raise InvalidArgumentError("--json needs --output: without it stdout carries the archive")
+    resolved = resolve_url(url)
+    compress = gzip_it or (output is not None and output.name.endswith(".gz"))
+    try:
+        with library_notices(), _destination(output) as raw:
+            out: IO[bytes] = raw
+            if compress:
+                out = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)  # type: ignore[assignment]
+            try:
+                end = export_archive(resolved, namespace, out)
+            finally:
+                if compress:
+                    out.close()
+    except SessionStoreError as exc:
+        fail(exc, resolved)
+    if json:
+        emit_json(end)
+        return
+    errors.print(
+        plain(
+            f"exported {end['sessions']} sessions ({end['events']} events) and "
+            f"{end['values']} values of namespace {namespace!r}"
+        )
+    )
+    for session_id in end["live"]:
+        errors.print(
+            plain(f"session {session_id!r} had a live writer: exported up to its committed events")
+        )
+
+
+@contextmanager
+def _destination(output: Path | None) -> Iterator[IO[bytes]]:
+    if output is None:
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    with output.open("wb") as file:
+        yield file
+
+
+def import_(
+    file: Annotated[
+        Path | None, typer.Argument(help="The archive (plain or gzipped); default stdin.")
+    ] = None,
+    url: Url = None,
+    namespace: Namespace = "default",
+    merge: Merge = False,
+    json: Json = False,
+) -> None:
+    """Import an archive written by `sessionstore export` into a namespace, exactly. The
+    whole archive is read first: a damaged or truncated one is refused with the line
+    number and nothing is written. A namespace holding other data is refused unless
+    --merge. Run it again after an interruption: it goes on where it stopped. Exit 1
+    when something could not be written. --json: one object, as for copy."""
+    resolved = resolve_url(url)
+    try:
+        with library_notices(), _source(file) as source:
+            report = import_archive(resolved, namespace, source, merge=merge)
+    except SessionStoreError as exc:
+        hint = (
+            "give --merge to import into it anyway"
+            if isinstance(exc, sessionstore.NamespaceNotEmptyError)
+            else None
+        )
+        fail(exc, resolved, hint)
+    finish(report, json, "imported")
+
+
+@contextmanager
+def _source(file: Path | None) -> Iterator[IO[bytes]]:
+    if file is None:
+        yield sys.stdin.buffer
+        return
+    try:
+        opened = file.open("rb")
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {file}: {exc.strerror}") from None
+    with opened:
+        yield opened

@@ -74,3 +74,14 @@ def contents(url: str, namespace: str) -> dict[str, Any]:
             found = store.session(*ref[:4], mode=ref.mode).records()
             values[ref] = (found.plain, found.versions)
     return {"sessions": sessions, "values": values}
+
+
+def url_of(backend: str, request: Any, tmp_path: Any, side: str = "store") -> str:
+    """A URL of ``backend`` (file, sqlite, redis, cluster); ``side`` names the folder or
+    database file, so that two stores of one kind may sit side by side."""
+    if backend == "file":
+        return (tmp_path / f"{side}-files").as_uri()
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / f'{side}.db'}"
+    fixture = "redis_server" if backend == "redis" else "redis_cluster"
+    return str(request.getfixturevalue(fixture).url)
