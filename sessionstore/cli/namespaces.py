@@ -14,6 +14,7 @@ from ..connection import mask_url, resolve_url
 from ..namespace_delete import NamespaceBusyError, delete_namespace
 from .common import APP_SETTINGS, Json, Url, console, emit_json, emit_rows, errors, fail, guarded
 from .text import plain
+from .transfer import count
 
 LISTING_HELP = (
     "Every namespace of the store that holds data, with its sessions and values. On "
@@ -102,7 +103,7 @@ def delete(
         return
     console.print(
         plain(
-            f"deleted namespace {report.namespace!r}: {report.sessions} sessions, "
-            f"{report.values} values ({report.removed} {report.unit} removed)"
+            f"deleted namespace {report.namespace!r}: {count(report.sessions, 'session')}, "
+            f"{count(report.values, 'value')} ({report.removed} {report.unit} removed)"
         )
     )

@@ -91,11 +91,16 @@ def namespace_size(url: str, namespace: str) -> int:
         return sum(info.next_seq + 1 for info in infos) + len(store.list_values())
 
 
+def count(number: int, noun: str) -> str:
+    """``1 session``, ``2 sessions``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def report_lines(report: CopyReport, done: str = "copied") -> list[str]:
     counts = report.counts
     lines = [
-        f"{done} {counts.sessions} sessions ({counts.events} events written, "
-        f"{counts.present} already there) and {counts.values} values"
+        f"{done} {count(counts.sessions, 'session')} ({count(counts.events, 'event')} "
+        f"written, {counts.present} already there) and {count(counts.values, 'value')}"
     ]
     lines += [
         f"session {session_id!r} had a live writer: {done} up to seq {seq}"
@@ -202,8 +207,8 @@ def export(
         return
     errors.print(
         plain(
-            f"exported {end['sessions']} sessions ({end['events']} events) and "
-            f"{end['values']} values of namespace {namespace!r}"
+            f"exported {count(end['sessions'], 'session')} ({count(end['events'], 'event')}) "
+            f"and {count(end['values'], 'value')} of namespace {namespace!r}"
         )
     )
     for session_id in end["live"]:
