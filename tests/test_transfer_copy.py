@@ -208,3 +208,30 @@ def test_the_copy_command_verifies_and_exits_1_on_a_difference(tmp_path, namespa
     assert result["differences"] == [
         "session 'agent-7': 7 records in the source, 8 in the destination"
     ]
+
+
+def test_an_expired_session_a_local_store_still_lists_is_left_out(tmp_path, namespace):
+    from_url, to_url = (tmp_path / "a").as_uri(), f"sqlite:///{tmp_path / 'b.db'}"
+    seed(from_url, namespace)
+    with sessionstore.connect(from_url, namespace) as store:
+        store.events.set_ttl("short-lived", 0.001)
+        time.sleep(0.01)
+        assert "short-lived" in {header.id for header in store.events.list()}
+    report = sessionstore.copy(from_url, to_url, namespace, verify=True)
+    assert report.ok, report.differences
+    assert report.counts.expired == ["short-lived"] and report.counts.sessions == 2
+
+
+def test_a_namespace_is_never_copied_onto_itself(tmp_path, namespace):
+    url = (tmp_path / "a").as_uri()
+    with pytest.raises(sessionstore.InvalidArgumentError, match="onto itself"):
+        sessionstore.copy(url, url, namespace)
+
+
+def test_the_least_privilege_user_copies_from_and_to_its_namespace(acl_url, tmp_path, namespace):
+    files, database = (tmp_path / "files").as_uri(), f"sqlite:///{tmp_path / 'copy.db'}"
+    seed(files, namespace)
+    there = sessionstore.copy(files, acl_url, namespace, verify=True)
+    back = sessionstore.copy(acl_url, database, namespace, verify=True)
+    assert there.ok and back.ok, (there, back)
+    assert contents(database, namespace) == contents(files, namespace)

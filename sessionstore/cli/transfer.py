@@ -106,6 +106,7 @@ def report_lines(report: CopyReport, done: str = "copied") -> list[str]:
         f"session {session_id!r} had a live writer: {done} up to seq {seq}"
         for session_id, seq in sorted(counts.live.items())
     ]
+    lines += [f"session {session_id!r} had expired: left out" for session_id in counts.expired]
     lines += [f"not {done}: {problem}" for problem in report.problems]
     if report.differences is not None:
         lines += [f"differs: {difference}" for difference in report.differences]

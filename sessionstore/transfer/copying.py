@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..connection import resolve_url
-from ..errors import SessionNotFoundError, SessionStoreError
+from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
 from ..results import ValueRef
 from ..store import Store, connect
+from ..when import now_ms
 from .expiry import value_expiries
 from .intake import Counts, NamespaceWriter
 from .records import (
@@ -116,6 +117,9 @@ def copy(
     With ``verify``, both sides are then compared (:func:`verify`); the differences
     are in the report. Memory: one page of events, plus the listings of the two
     namespaces (one header or key per session or value)."""
+    target = namespace if to_namespace is None else to_namespace
+    if resolve_url(from_url) == resolve_url(to_url) and target == namespace:
+        raise InvalidArgumentError(f"namespace {namespace!r} would be copied onto itself")
     with _pair(from_url, to_url, namespace, to_namespace, timeout) as (source, destination):
         if not merge:
             refuse_other_data(source.store, destination.store)
@@ -170,9 +174,13 @@ class Summary:
 
 
 def session_summary(store: Store, session_id: str) -> Summary | None:
+    """None when the session is absent or expired (a local store lists it until
+    ``prune``: a copy leaves it out)."""
     try:
         info = store.events.info(session_id)
     except SessionNotFoundError:
+        return None
+    if info.expires_at is not None and info.expires_at <= now_ms():
         return None
     digest = Digest()
     digest.header(info.header)
@@ -187,6 +195,8 @@ def value_summary(item: ValueItem) -> Summary | None:
 
 
 def _differs(what: str, one: Summary | None, other: Summary | None) -> Iterator[str]:
+    if one is None and other is None:
+        return
     if one is None or other is None:
         side = "destination" if other is None else "source"
         yield f"{what}: missing from the {side}"

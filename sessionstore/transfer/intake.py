@@ -10,7 +10,8 @@ writes them into a store's namespace through the public API, exactly:
   a lost connection) and run again goes on from the destination's next seq: the
   events already there are compared with the incoming ones first (the same canonical
   text), and a session whose stored events differ is refused, not overwritten.
-  A session's expiry is set last, as the time left until the expiry it had.
+  A session's expiry is set last, as the time left until the expiry it had; a session
+  whose expiry has passed (a local store lists it until ``prune``) is left out.
 - a value's plain record is written with ``set_data`` at its logical time, each
   history version with ``put`` at exactly its time (a recorded clear too); the expiry
   last, with ``set_ttl``. Writing a value again writes the same records: idempotent.
@@ -48,6 +49,9 @@ class Counts:
     values: int = 0
     #: Sessions that had a live writer: copied up to the seq named.
     live: dict[str, int] = field(default_factory=dict)
+    #: Sessions left out because they had expired (a local store lists them until
+    #: ``prune`` removes them).
+    expired: list[str] = field(default_factory=list)
 
 
 class _Open:
@@ -58,6 +62,8 @@ class _Open:
         self.stored = stored
         self.next = 0
         self.failed = False
+        #: Expired: its records are passed over, silently.
+        self.skipped = False
         self.prefix: Iterator[SessionEvent] | None = None
 
 
@@ -83,11 +89,11 @@ class NamespaceWriter:
 
     def finish(self) -> None:
         """The stream has ended: a session still open was cut short."""
-        if self._open is not None:
+        if self._open is not None and not self._open.skipped:
             self._fail(
                 f"the records of the session ended before its {self._open.start.next_seq} events"
             )
-            self._open = None
+        self._open = None
 
     def _fail(self, why: str) -> None:
         current = self._open
@@ -99,6 +105,11 @@ class NamespaceWriter:
         self.finish()
         events = self.store.events
         header = start.header
+        if start.expires_at is not None and start.expires_at <= now_ms():
+            self._open = _Open(start, 0)
+            self._open.skipped = True
+            self.counts.expired.append(header.id)
+            return
         try:
             stored = events.info(header.id)
         except SessionNotFoundError:
@@ -120,7 +131,12 @@ class NamespaceWriter:
 
     def _events(self, page: EventPage) -> None:
         current = self._open
-        if current is None or current.failed or page.session_id != current.start.header.id:
+        if (
+            current is None
+            or current.failed
+            or current.skipped
+            or page.session_id != current.start.header.id
+        ):
             if current is None or page.session_id != current.start.header.id:
                 self.problems.append(f"session {page.session_id!r}: events without its header")
             return
@@ -155,6 +171,8 @@ class NamespaceWriter:
             self.problems.append(f"session {end.session_id!r}: an end without its header")
             return
         start = current.start
+        if current.skipped:
+            return
         if not current.failed and current.next != start.next_seq:
             self._open = current
             self._fail(f"{current.next} events where {start.next_seq} were announced")
