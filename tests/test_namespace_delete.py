@@ -103,3 +103,10 @@ def test_the_command_asks_first_and_reports_what_it_removed(tmp_path, namespace)
     result = json.loads(done.stdout)
     assert result["namespace"] == namespace and (result["sessions"], result["values"]) == (3, 3)
     assert result["unit"] == "files and folders" and not leftovers(url, namespace)
+
+
+def test_the_least_privilege_user_may_not_delete_a_namespace(acl_url, namespace):
+    seed(acl_url, namespace)
+    with pytest.raises(sessionstore.AccessDeniedError):
+        delete_namespace(acl_url, namespace)
+    assert len(contents(acl_url, namespace)["sessions"]) == 3

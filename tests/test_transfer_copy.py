@@ -152,9 +152,9 @@ def test_a_session_with_a_live_writer_is_copied_up_to_its_committed_events(tmp_p
 def test_a_copy_killed_mid_way_and_run_again_loses_and_doubles_nothing(tmp_path, namespace):
     from_url, to_url = (tmp_path / "a").as_uri(), f"sqlite:///{tmp_path / 'b.db'}"
     with sessionstore.connect(from_url, namespace) as store:
-        for n in range(40):
+        for n in range(12):
             store.events.create(SessionHeader(id=f"s-{n:02}", created_at=n))
-            store.events.append(f"s-{n:02}", events(600))
+            store.events.append(f"s-{n:02}", events(2500))
     command = [
         sys.executable,
         "-m",
@@ -171,16 +171,16 @@ def test_a_copy_killed_mid_way_and_run_again_loses_and_doubles_nothing(tmp_path,
     copying = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     with sessionstore.connect(to_url, namespace) as store:
-        while len(store.events.list()) < 3 and time.monotonic() < deadline:
+        while len(store.events.list()) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
     copying.send_signal(signal.SIGKILL)
     copying.wait()
     with sessionstore.connect(to_url, namespace) as store:
         copied = sum(info.next_seq for info in store.events.list_info())
-    assert 0 < copied < 40 * 600, "the copy was not killed mid-way"
+    assert 0 < copied < 12 * 2500, "the copy was not killed mid-way"
     report = sessionstore.copy(from_url, to_url, namespace, verify=True)
     assert report.ok, (report.problems, report.differences)
-    assert report.counts.present + report.counts.events == 40 * 600
+    assert report.counts.present + report.counts.events == 12 * 2500
     assert report.counts.present == copied
 
 
