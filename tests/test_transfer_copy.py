@@ -4,6 +4,7 @@ of a log, another log, other data; a session with a live writer."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -235,3 +236,28 @@ def test_the_least_privilege_user_copies_from_and_to_its_namespace(acl_url, tmp_
     back = sessionstore.copy(acl_url, database, namespace, verify=True)
     assert there.ok and back.ok, (there, back)
     assert contents(database, namespace) == contents(files, namespace)
+
+
+def test_a_copy_again_takes_an_expiry_away_that_the_source_no_longer_has(tmp_path, namespace):
+    from_url, to_url = (tmp_path / "a").as_uri(), f"sqlite:///{tmp_path / 'b.db'}"
+    seed(from_url, namespace)
+    assert sessionstore.copy(from_url, to_url, namespace).ok
+    with sessionstore.connect(from_url, namespace) as store:
+        store.session(*EXPIRING, mode="live").set_ttl(None)
+        store.events.set_ttl("short-lived", None)
+    assert sessionstore.copy(from_url, to_url, namespace, verify=True).ok
+    assert expires_at(to_url, namespace) == (None, None)
+
+
+def test_the_copy_command_shows_a_progress_bar_on_a_terminal(tmp_path, namespace, monkeypatch):
+    from rich.console import Console
+
+    from sessionstore.cli import transfer
+
+    from_url, to_url = (tmp_path / "a").as_uri(), f"sqlite:///{tmp_path / 'b.db'}"
+    seed(from_url, namespace)
+    terminal = io.StringIO()
+    monkeypatch.setattr(transfer, "errors", Console(file=terminal, force_terminal=True, width=80))
+    assert cli("copy", "--from", from_url, "--to", to_url, "-n", namespace) == 0
+    assert "copying" in terminal.getvalue()
+    assert contents(to_url, namespace) == contents(from_url, namespace)

@@ -207,8 +207,9 @@ class NamespaceWriter:
             for version in item.versions:
                 value = None if version.payload is None else decode_value(version.payload)
                 handle.put(value, version.when)
-            if item.expires_at is not None:
-                handle.set_ttl(max((item.expires_at - now_ms()) / 1000, EXPIRED_TTL))
+            # Also without an expiry: a write keeps the one an earlier run gave the value.
+            left = None if item.expires_at is None else item.expires_at - now_ms()
+            handle.set_ttl(None if left is None else max(left / 1000, EXPIRED_TTL))
         except SessionStoreError as exc:
             self.problems.append(f"{label}: {type(exc).__name__}: {exc}")
             return
