@@ -121,3 +121,20 @@ def test_the_commands_export_to_stdout_and_import_from_stdin(tmp_path, namespace
     refused = runner.invoke(app, ["import", str(tmp_path / "bad.jsonl"), "--url", url, "-n", "x"])
     assert refused.exit_code == 2
     assert "archive line 1: format version 2; this reads 1" in refused.stderr
+
+
+def test_export_json_needs_an_output_file_and_then_prints_the_end_record(tmp_path, namespace):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["export", "--url", url, "-n", namespace, "--json"])
+    assert refused.exit_code == 2 and "--json needs --output" in refused.stderr
+    target = tmp_path / "backup.jsonl.gz"
+    done = runner.invoke(
+        app, ["export", "--url", url, "-n", namespace, "-o", str(target), "--json"]
+    )
+    assert done.exit_code == 0, done.stderr
+    end = json.loads(done.stdout)
+    assert (end["sessions"], end["events"], end["values"], end["live"]) == (3, 13, 3, [])
+    lines = gzip.decompress(target.read_bytes()).splitlines()
+    assert json.loads(lines[-1])["sha256"] == end["sha256"]
