@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -261,3 +262,29 @@ def test_the_copy_command_shows_a_progress_bar_on_a_terminal(tmp_path, namespace
     assert cli("copy", "--from", from_url, "--to", to_url, "-n", namespace) == 0
     assert "copying" in terminal.getvalue()
     assert contents(to_url, namespace) == contents(from_url, namespace)
+
+
+def test_damaged_sessions_and_values_are_reported_and_the_rest_is_copied(tmp_path, namespace):
+    from_url, to_url = f"sqlite:///{tmp_path / 'a.db'}", (tmp_path / "b").as_uri()
+    seed(from_url, namespace)
+    conn = sqlite3.connect(tmp_path / "a.db")
+    with conn:
+        conn.execute(
+            "UPDATE log_events SET data = 'not json' WHERE session_id = 'agent-7' AND seq = 2"
+        )
+        conn.execute("UPDATE kv_values SET payload = x'c1' WHERE strategy = 'llm-momentum'")
+    conn.close()
+    report = sessionstore.copy(from_url, to_url, namespace, verify=True)
+    assert [problem.split(":")[0] for problem in report.problems] == [
+        "session 'agent-7'",
+        "value 'BTCUSDT/llm-momentum/binance/1h/backtest'",
+    ]
+    assert "damaged in the source" in report.problems[0]
+    with sessionstore.connect(to_url, namespace) as store:
+        assert store.events.info("agent-7b").next_seq == 5
+        assert store.session(*HISTORY, history=True).get_data(1_718_000_000_000) == {
+            "signal": "buy"
+        }
+    assert any("damaged in the source" in line for line in report.differences or [])
+    with pytest.raises(sessionstore.CorruptLogError):
+        sessionstore.transfer.export_archive(from_url, namespace, io.BytesIO())

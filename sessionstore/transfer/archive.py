@@ -46,9 +46,10 @@ from ..eventlog import event_text
 from ..models import SessionEvent, SessionHeader
 from ..results import ValueRef
 from ..store import Store, connect
+from . import records as rec
 from .copying import CopyReport, NamespaceNotEmptyError, opened, write_all
 from .intake import NamespaceWriter
-from .records import EventPage, Record, SessionEnd, SessionStart, ValueItem, read_namespace
+from .records import Record, read_namespace
 
 FORMAT = "sessionstore-archive"
 VERSION = 1
@@ -87,7 +88,7 @@ def record_lines(records: Iterable[Record], namespace: str) -> Iterator[bytes]:
 
     yield line({"format": FORMAT, "version": VERSION, "namespace": namespace})
     for record in records:
-        if isinstance(record, SessionStart):
+        if isinstance(record, rec.SessionStart):
             counts["sessions"] += 1
             yield line(
                 {
@@ -98,7 +99,7 @@ def record_lines(records: Iterable[Record], namespace: str) -> Iterator[bytes]:
                     "live": record.busy,
                 }
             )
-        elif isinstance(record, EventPage):
+        elif isinstance(record, rec.EventPage):
             counts["events"] += len(record.events)
             texts = b",".join(event_text(event) for event in record.events)
             session = orjson.dumps(record.session_id)
@@ -106,8 +107,10 @@ def record_lines(records: Iterable[Record], namespace: str) -> Iterator[bytes]:
             digest.update(text)
             lines += 1
             yield text
-        elif isinstance(record, SessionEnd):
+        elif isinstance(record, rec.SessionEnd):
             yield line({"type": "session_end", "session": record.session_id})
+        elif isinstance(record, rec.SessionDamaged | rec.ValueDamaged):
+            raise record.error  # an archive holds nothing damaged: the export stops
         else:
             counts["values"] += 1
             yield line(
@@ -129,7 +132,7 @@ class _Reader:
     def __init__(self) -> None:
         self.digest = hashlib.sha256()
         self.number = 0
-        self.session: SessionStart | None = None
+        self.session: rec.SessionStart | None = None
         self.seen = 0
         self.counts = {"sessions": 0, "events": 0, "values": 0}
         self.ended = False
@@ -172,7 +175,7 @@ class _Reader:
         self.digest.update(text)
         if kind == "session":
             self._no_open_session()
-            start = SessionStart(
+            start = rec.SessionStart(
                 SessionHeader.model_validate(obj["header"]),
                 _count(obj["events"]),
                 _optional_int(obj["expires_at"]),
@@ -191,13 +194,13 @@ class _Reader:
             if self.seen > session.next_seq:
                 raise self.fail(f"more events than the {session.next_seq} announced")
             self.counts["events"] += len(events)
-            return EventPage(session.header.id, events)
+            return rec.EventPage(session.header.id, events)
         if kind == "session_end":
             session = self._open_session(obj["session"])
             if self.seen != session.next_seq:
                 raise self.fail(f"{self.seen} events where {session.next_seq} were announced")
             self.session = None
-            return SessionEnd(session.header.id)
+            return rec.SessionEnd(session.header.id)
         if kind == "value":
             self._no_open_session()
             key = obj["key"]
@@ -209,14 +212,14 @@ class _Reader:
             versions = [_version(version) for version in obj["versions"]]
             self.counts["values"] += 1
             ref = ValueRef(symbol, strategy, exchange, frame, mode, bool(versions) and not plain)
-            return ValueItem(ref, plain, versions, _optional_int(obj["expires_at"]))
+            return rec.ValueItem(ref, plain, versions, _optional_int(obj["expires_at"]))
         raise self.fail(f"an unknown record type {kind!r:.40}")
 
     def _no_open_session(self) -> None:
         if self.session is not None:
             raise self.fail(f"session {self.session.header.id!r} has no session_end before it")
 
-    def _open_session(self, session_id: object) -> SessionStart:
+    def _open_session(self, session_id: object) -> rec.SessionStart:
         if self.session is None or self.session.header.id != session_id:
             raise self.fail(f"records of session {session_id!r:.60} outside it")
         return self.session
@@ -295,9 +298,9 @@ def check(lines: Iterable[bytes]) -> tuple[set[str], set[ValueRef]]:
     sessions: set[str] = set()
     values: set[ValueRef] = set()
     for record in read_records(lines):
-        if isinstance(record, SessionStart):
+        if isinstance(record, rec.SessionStart):
             sessions.add(record.header.id)
-        elif isinstance(record, ValueItem):
+        elif isinstance(record, rec.ValueItem):
             values.add(record.ref)
     return sessions, values
 

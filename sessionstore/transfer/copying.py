@@ -15,8 +15,9 @@ from ..results import ValueRef
 from ..store import Store, connect
 from ..when import now_ms
 from .expiry import value_expiries
-from .intake import Counts, NamespaceWriter
+from .intake import Counts, NamespaceWriter, label
 from .records import (
+    DAMAGE,
     PAGE,
     Digest,
     Expiries,
@@ -226,17 +227,29 @@ def compare(source: Opened, destination: Opened, *, merge: bool = False) -> list
     ids = [header.id for header in one_store.events.list()]
     for session_id in ids:
         what = f"session {session_id!r}"
-        found += _differs(
-            what, session_summary(one_store, session_id), session_summary(other_store, session_id)
-        )
+        try:
+            one = session_summary(one_store, session_id)
+        except DAMAGE as exc:
+            found.append(f"{what}: damaged in the source ({exc})")
+            continue
+        try:
+            other = session_summary(other_store, session_id)
+        except DAMAGE as exc:
+            found.append(f"{what}: damaged in the destination ({exc})")
+            continue
+        found += _differs(what, one, other)
     refs = one_store.list_values()
     for start in range(0, len(refs), PAGE):
         chunk = refs[start : start + PAGE]
         ends = zip(source.expiries(chunk), destination.expiries(chunk), strict=True)
         for ref, (one_ends, other_ends) in zip(chunk, ends, strict=True):
-            what = f"value {'/'.join(ref[:5])!r}"
-            one = value_summary(value_item(one_store, ref, one_ends))
-            other = value_summary(value_item(other_store, ref, other_ends))
+            what = label(ref)
+            try:
+                one = value_summary(value_item(one_store, ref, one_ends))
+                other = value_summary(value_item(other_store, ref, other_ends))
+            except DAMAGE as exc:
+                found.append(f"{what}: damaged ({exc})")
+                continue
             found += _differs(what, one, other)
     if not merge:
         known = set(ids)
@@ -246,7 +259,7 @@ def compare(source: Opened, destination: Opened, *, merge: bool = False) -> list
         known_refs = set(refs)
         for ref in other_store.list_values():
             if ref not in known_refs:
-                found.append(f"value {'/'.join(ref[:5])!r}: only in the destination")
+                found.append(f"{label(ref)}: only in the destination")
     return found
 
 

@@ -26,13 +26,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..codec import decode_value
+from ..codec import load_value
 from ..errors import SessionNotFoundError, SessionStoreError
 from ..eventlog import event_text, header_differences
 from ..models import SessionEvent
+from ..results import ValueRef
 from ..store import Store
 from ..when import now_ms
-from .records import PAGE, EventPage, Record, SessionEnd, SessionStart, ValueItem
+from .records import (
+    PAGE,
+    EventPage,
+    Record,
+    SessionDamaged,
+    SessionEnd,
+    SessionStart,
+    ValueDamaged,
+    ValueItem,
+)
 
 #: The shortest retention the copy gives something whose expiry has passed meanwhile.
 EXPIRED_TTL = 0.001
@@ -67,6 +77,11 @@ class _Open:
         self.prefix: Iterator[SessionEvent] | None = None
 
 
+def label(ref: ValueRef) -> str:
+    """``value 'SYM/strategy/exchange/frame/mode'``, for messages."""
+    return f"value {'/'.join(ref[:5])!r}"
+
+
 class NamespaceWriter:
     """Writes records into ``store``'s namespace (see the module docstring)."""
 
@@ -84,6 +99,12 @@ class NamespaceWriter:
             self._events(record)
         elif isinstance(record, SessionEnd):
             self._end(record)
+        elif isinstance(record, SessionDamaged):
+            self._fail(f"damaged in the source, written up to the damage ({record.error})")
+            self._open = None
+        elif isinstance(record, ValueDamaged):
+            self.finish()
+            self.problems.append(f"{label(record.ref)}: damaged in the source ({record.error})")
         else:
             self._value(record)
 
@@ -197,20 +218,22 @@ class NamespaceWriter:
     def _value(self, item: ValueItem) -> None:
         self.finish()
         ref = item.ref
-        label = f"value {'/'.join(ref[:5])!r}"
+        where = "/".join(ref[:5])
         try:
             if item.plain is not None:
                 plain = self.store.session(*item.parts, mode=ref.mode)
-                value = None if item.plain.payload is None else decode_value(item.plain.payload)
+                value = (
+                    None if item.plain.payload is None else load_value(item.plain.payload, where)
+                )
                 plain.set_data(value, item.plain.when)
             handle = self.store.session(*item.parts, mode=ref.mode, history=True)
             for version in item.versions:
-                value = None if version.payload is None else decode_value(version.payload)
+                value = None if version.payload is None else load_value(version.payload, where)
                 handle.put(value, version.when)
             # Also without an expiry: a write keeps the one an earlier run gave the value.
             left = None if item.expires_at is None else item.expires_at - now_ms()
             handle.set_ttl(None if left is None else max(left / 1000, EXPIRED_TTL))
         except SessionStoreError as exc:
-            self.problems.append(f"{label}: {type(exc).__name__}: {exc}")
+            self.problems.append(f"{label(ref)}: {type(exc).__name__}: {exc}")
             return
         self.counts.values += 1

@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..contracts import Stored
-from ..errors import SessionNotFoundError
+from ..errors import (
+    CorruptDataError,
+    SessionNotFoundError,
+    SessionStoreError,
+    UnsupportedVersionError,
+)
 from ..eventlog import event_text
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from ..results import ValueRecords, ValueRef
@@ -29,6 +34,8 @@ from ..store import Store
 
 #: Events per page (read and written at a time; one append each).
 PAGE = 1000
+#: What makes a stored session unreadable (as opposed to a store that cannot be reached).
+DAMAGE = (CorruptDataError, UnsupportedVersionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,24 @@ class SessionEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionDamaged:
+    """The session begun last cannot be read on from here (``error``: a
+    ``CorruptDataError`` or ``UnsupportedVersionError`` of the source); the records
+    before it stand, no :class:`SessionEnd` follows."""
+
+    session_id: str
+    error: SessionStoreError
+
+
+@dataclass(frozen=True, slots=True)
+class ValueDamaged:
+    """A value whose records cannot be read (``error``, a ``CorruptDataError``)."""
+
+    ref: ValueRef
+    error: SessionStoreError
+
+
+@dataclass(frozen=True, slots=True)
 class ValueItem:
     """One session value: its key, its plain record (or None), its history versions
     (oldest first) and its expiry (epoch ms, None: never)."""
@@ -72,7 +97,7 @@ class ValueItem:
         return self.ref.symbol, self.ref.strategy, self.ref.exchange, self.ref.frame
 
 
-Record = SessionStart | EventPage | SessionEnd | ValueItem
+Record = SessionStart | EventPage | SessionEnd | SessionDamaged | ValueItem | ValueDamaged
 #: When each of some values expires (epoch ms, None: never), in their order.
 Expiries = Callable[[Sequence[ValueRef]], list[int | None]]
 
@@ -114,19 +139,24 @@ def read_namespace(
     records (see the module docstring); ``expiries`` tells when values expire (see
     :mod:`.expiry`; without it, none does). A session deleted or expired while the
     stream runs is left out; one that vanishes midway ends short (its writer or a
-    verify then sees fewer events than its start announced)."""
+    verify then sees fewer events than its start announced); one whose events cannot be
+    read ends with a :class:`SessionDamaged` and the stream goes on."""
     for info in store.events.list_info():
         try:
             info = store.events.info(info.header.id)
-        except SessionNotFoundError:
-            continue
+        except (SessionNotFoundError, *DAMAGE):
+            continue  # gone, or its metadata damaged since list_info read it
         yield from session_records(store, info, page)
     refs = store.list_values()
     for start in range(0, len(refs), page):
         chunk = refs[start : start + page]
         ends = expiries(chunk) if expiries is not None else [None] * len(chunk)
         for ref, expires_at in zip(chunk, ends, strict=True):
-            item = value_item(store, ref, expires_at)
+            try:
+                item = value_item(store, ref, expires_at)
+            except DAMAGE as exc:
+                yield ValueDamaged(ref, exc)
+                continue
             if item.plain is not None or item.versions:
                 yield item
 
@@ -134,8 +164,12 @@ def read_namespace(
 def session_records(store: Store, info: SessionInfo, page: int = PAGE) -> Iterator[Record]:
     session_id = info.header.id
     yield SessionStart(info.header, info.next_seq, info.expires_at, info.busy)
-    for chunk in events_upto(store, session_id, info.next_seq, page):
-        yield EventPage(session_id, chunk)
+    try:
+        for chunk in events_upto(store, session_id, info.next_seq, page):
+            yield EventPage(session_id, chunk)
+    except DAMAGE as exc:
+        yield SessionDamaged(session_id, exc)
+        return
     yield SessionEnd(session_id)
 
 
