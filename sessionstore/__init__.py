@@ -44,6 +44,7 @@ from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, NamespaceUsage, ValueRecords, ValueRef
 from .store import EventLog, Session, Store, connect
+from .transfer import CopyReport, NamespaceNotEmptyError, copy
 from .version import __version__ as __version__
 from .writer import SessionWriter
 
@@ -52,6 +53,7 @@ __all__ = [
     "AccessDeniedError",
     "ComputeTimeoutError",
     "ConcurrentModificationError",
+    "CopyReport",
     "CorruptDataError",
     "CorruptLogError",
     "DurabilityError",
@@ -60,6 +62,7 @@ __all__ = [
     "InvalidArgumentError",
     "LibraryMissingError",
     "LoadedSession",
+    "NamespaceNotEmptyError",
     "NamespaceUsage",
     "HarnessFieldError",
     "NotJSONSerializableError",
@@ -86,5 +89,6 @@ __all__ = [
     "ValueRecords",
     "ValueRef",
     "connect",
+    "copy",
     "namespaces",
 ]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from . import sessions, values
+from . import namespaces, sessions, values
 from .acl import acl
 from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
-from .namespaces import namespaces
+from .transfer import copy, export, import_
 
 HELP = (
     "Shared, durable, look-ahead-safe session store: demo and operator tools.\n\n"
@@ -33,6 +33,9 @@ def root() -> None:
 app.command()(demo)
 app.command("doctor")(guarded(doctor))
 app.command("acl")(guarded(acl))
-app.command("namespaces")(guarded(namespaces))
+app.command("copy")(guarded(copy))
+app.command("export")(guarded(export))
+app.command("import")(guarded(import_))
+app.add_typer(namespaces.app, name="namespaces")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")

@@ -1,14 +1,37 @@
-"""``sessionstore namespaces``: the namespaces of a store and what each holds."""
+"""``sessionstore namespaces``: the namespaces of a store and what each holds;
+``sessionstore namespaces delete NS``: remove one whole."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
 from rich.table import Table
 
 import sessionstore
 
 from ..connection import mask_url, resolve_url
-from .common import Json, Url, console, emit_rows, errors, fail
+from ..namespace_delete import NamespaceBusyError, delete_namespace
+from .common import APP_SETTINGS, Json, Url, console, emit_json, emit_rows, errors, fail, guarded
 from .text import plain
+from .transfer import count
+
+LISTING_HELP = (
+    "Every namespace of the store that holds data, with its sessions and values. On "
+    "Redis it reads the namespaces' indexes with SCAN, so it needs an admin's URL (counts "
+    "are index entries); on files and SQLite it counts what is stored. --json: one object "
+    'per namespace {"name", "sessions", "values"}. `namespaces delete NS` removes one.'
+)
+
+app = typer.Typer(
+    help=LISTING_HELP, **{**APP_SETTINGS, "no_args_is_help": False}, invoke_without_command=True
+)
+
+
+@app.callback(invoke_without_command=True, help=LISTING_HELP)
+def listing(ctx: typer.Context, url: Url = None, json: Json = False) -> None:
+    if ctx.invoked_subcommand is None:
+        guarded(namespaces)(url=url, json=json)
 
 
 def namespaces(url: Url = None, json: Json = False) -> None:
@@ -20,12 +43,7 @@ def namespaces(url: Url = None, json: Json = False) -> None:
     try:
         usages = sessionstore.namespaces(resolved)
     except sessionstore.SessionStoreError as exc:
-        hint = (
-            "listing namespaces needs SCAN: use an admin's URL"
-            if isinstance(exc, sessionstore.AccessDeniedError)
-            else None
-        )
-        fail(exc, resolved, hint)
+        fail(exc, resolved, _admin_hint(exc, "listing namespaces"))
     if json:
         emit_rows(usage._asdict() for usage in usages)
         return
@@ -36,3 +54,56 @@ def namespaces(url: Url = None, json: Json = False) -> None:
     for usage in usages:
         table.add_row(plain(usage.name), str(usage.sessions), str(usage.values))
     console.print(table)
+
+
+def _admin_hint(exc: Exception, what: str) -> str | None:
+    if isinstance(exc, sessionstore.AccessDeniedError):
+        return f"{what} needs SCAN: use an admin's URL"
+    return None
+
+
+@app.command("delete")
+@guarded
+def delete(
+    namespace: Annotated[str, typer.Argument(help="The namespace to delete.")],
+    url: Url = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even while a writer holds a lease in it.")
+    ] = False,
+    json: Json = False,
+) -> None:
+    """Remove every session, value and piece of bookkeeping of NAMESPACE, and nothing of
+    any other: on Redis every key beginning with ss:<namespace>: (found with SCAN on
+    every primary: an admin's URL), on files its folder, on SQLite its rows. Asks first
+    unless --yes; refused while a writer holds a lease in it unless --force. --json: one
+    object {"namespace", "sessions", "values", "removed", "unit"}."""
+    resolved = resolve_url(url)
+    if not yes:
+        typer.confirm(
+            f"Delete every session and value of namespace {namespace!r} of {mask_url(resolved)}?",
+            abort=True,
+            err=True,
+        )
+    try:
+        report = delete_namespace(resolved, namespace, force=force)
+    except sessionstore.SessionStoreError as exc:
+        hint = "stop its writers, or give --force" if isinstance(exc, NamespaceBusyError) else None
+        fail(exc, resolved, hint or _admin_hint(exc, "deleting a namespace"))
+    if json:
+        emit_json(
+            {
+                "namespace": report.namespace,
+                "sessions": report.sessions,
+                "values": report.values,
+                "removed": report.removed,
+                "unit": report.unit,
+            }
+        )
+        return
+    console.print(
+        plain(
+            f"deleted namespace {report.namespace!r}: {count(report.sessions, 'session')}, "
+            f"{count(report.values, 'value')} ({report.removed} {report.unit} removed)"
+        )
+    )

@@ -1,0 +1,140 @@
+"""``sessionstore export`` / ``import``: an exact round trip on every backend, plain and
+gzipped, through a file and through stdin; a damaged, an altered and a truncated
+archive refused with the line number and nothing written; an import that finds part of
+the archive already in place goes on from there."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import pytest
+from support.namespace_data import contents, events, seed, url_of
+from typer.testing import CliRunner
+
+import sessionstore
+from sessionstore import NamespaceNotEmptyError, SessionHeader
+from sessionstore.cli import app
+from sessionstore.transfer.archive import ArchiveError, export_archive, import_archive
+
+
+@pytest.fixture(params=["file", "sqlite", "redis", "cluster"])
+def url(request, tmp_path) -> str:
+    return url_of(request.param, request, tmp_path)
+
+
+def archive_of(url: str, namespace: str) -> bytes:
+    out = io.BytesIO()
+    export_archive(url, namespace, out)
+    return out.getvalue()
+
+
+def test_an_archive_round_trips_exactly_on_every_backend(url, namespace):
+    seed(url, namespace)
+    archive = archive_of(url, namespace)
+    lines = [json.loads(line) for line in archive.splitlines()]
+    assert lines[0] == {"format": "sessionstore-archive", "version": 1, "namespace": namespace}
+    assert lines[-1]["type"] == "end" and lines[-1]["events"] == 13
+    report = import_archive(url, namespace + "-back", io.BytesIO(gzip.compress(archive)))
+    assert report.problems == [] and report.counts.events == 13
+    assert contents(url, namespace + "-back") == contents(url, namespace)
+    assert sessionstore.transfer.verify(url, url, namespace, to_namespace=namespace + "-back") == []
+
+
+def damaged(archive: bytes, line: int, edit) -> bytes:  # noqa: ANN001
+    lines = archive.splitlines(keepends=True)
+    lines[line - 1] = edit(lines[line - 1])
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("edited", "edit", "line", "detail"),
+    [
+        (3, lambda text: text[:40] + b"\n", 3, "not JSON"),
+        (3, lambda text: text.replace(b'"n":4', b'"n":5'), 14, "the archive was altered"),
+        (3, lambda text: text.replace(b'"seq":4', b'"seq":9'), 3, "event seq 9 where 4 was due"),
+        (2, lambda text: b'{"type":"mystery"}\n', 2, "an unknown record type"),
+        (5, lambda text: text.replace(b'"events":1', b'"events":2'), 7, "1 events where 2"),
+    ],
+)
+def test_a_damaged_archive_is_refused_with_its_line_and_nothing_is_written(
+    tmp_path, namespace, edited, edit, line, detail
+):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    archive = damaged(archive_of(url, namespace), edited, edit)
+    with pytest.raises(ArchiveError, match=f"archive line {line}: .*{detail}") as refused:
+        import_archive(url, "target", io.BytesIO(archive))
+    assert refused.value.line == line
+    assert sessionstore.namespaces(url) == [sessionstore.NamespaceUsage(namespace, 3, 3)]
+
+
+def test_a_truncated_archive_is_refused_plain_or_gzipped(tmp_path, namespace):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    archive = archive_of(url, namespace)
+    cut = b"".join(archive.splitlines(keepends=True)[:6])
+    with pytest.raises(ArchiveError, match="archive line 7: .*truncated"):
+        import_archive(url, "target", io.BytesIO(cut))
+    zipped = gzip.compress(archive)
+    with pytest.raises(ArchiveError, match="gzip stream is damaged"):
+        import_archive(url, "target", io.BytesIO(zipped[: len(zipped) // 2]))
+    assert [usage.name for usage in sessionstore.namespaces(url)] == [namespace]
+
+
+def test_an_import_goes_on_from_what_is_in_place_and_refuses_other_data(tmp_path, namespace):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace, log_events=2500)
+    archive = archive_of(url, namespace)
+    with sessionstore.connect(url, "target") as store:
+        store.events.create(
+            SessionHeader(id="agent-7", cwd="/srv/agent", created_at=1_718_000_000_000)
+        )
+        store.events.append("agent-7", events(1500))
+    report = import_archive(url, "target", io.BytesIO(archive))
+    assert report.problems == [] and report.counts.present == 1500
+    assert contents(url, "target") == contents(url, namespace)
+    with sessionstore.connect(url, "other") as store:
+        store.session("X", "s", "e", "1h").set_data(1, 0)
+    with pytest.raises(NamespaceNotEmptyError):
+        import_archive(url, "other", io.BytesIO(archive))
+    assert import_archive(url, "other", io.BytesIO(archive), merge=True).problems == []
+
+
+def test_the_commands_export_to_stdout_and_import_from_stdin(tmp_path, namespace):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    runner = CliRunner()
+    exported = runner.invoke(app, ["export", "--url", url, "-n", namespace, "--gzip"])
+    assert exported.exit_code == 0, exported.stderr
+    assert "exported 3 sessions (13 events) and 3 values" in exported.stderr
+    imported = runner.invoke(
+        app, ["import", "--url", url, "-n", "restored"], input=exported.stdout_bytes
+    )
+    assert imported.exit_code == 0, imported.stderr
+    assert (
+        imported.stdout == "imported 3 sessions (13 events written, 0 already there) and 3 values\n"
+    )
+    assert contents(url, "restored") == contents(url, namespace)
+    (tmp_path / "bad.jsonl").write_bytes(b'{"format":"sessionstore-archive","version":2}\n')
+    refused = runner.invoke(app, ["import", str(tmp_path / "bad.jsonl"), "--url", url, "-n", "x"])
+    assert refused.exit_code == 2
+    assert "archive line 1: format version 2; this reads 1" in refused.stderr
+
+
+def test_export_json_needs_an_output_file_and_then_prints_the_end_record(tmp_path, namespace):
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["export", "--url", url, "-n", namespace, "--json"])
+    assert refused.exit_code == 2 and "--json needs --output" in refused.stderr
+    target = tmp_path / "backup.jsonl.gz"
+    done = runner.invoke(
+        app, ["export", "--url", url, "-n", namespace, "-o", str(target), "--json"]
+    )
+    assert done.exit_code == 0, done.stderr
+    end = json.loads(done.stdout)
+    assert (end["sessions"], end["events"], end["values"], end["live"]) == (3, 13, 3, [])
+    lines = gzip.decompress(target.read_bytes()).splitlines()
+    assert json.loads(lines[-1])["sha256"] == end["sha256"]
