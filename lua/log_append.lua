@@ -79,16 +79,22 @@ local function span(id)
   return last, n
 end
 
--- The texts of the events of an "events" value, one per event.
-local function split(value)
-  local texts, body, pos = {}, string.sub(value, 2, -2), 1
+-- The texts of the events of an "events" value, one per event; nil when it holds more
+-- than `most` (a stored value is split only as far as its entry id says it holds: one
+-- a tenant planted with millions of separators costs `most` pieces, not millions).
+local function split(value, most)
+  -- Between the "[" and the "]", without copying the value.
+  local texts, pos, last = {}, 2, #value - 1
   while true do
-    local stop = string.find(body, ',\n', pos, true)
-    if not stop then
-      texts[#texts + 1] = string.sub(body, pos)
+    local stop = string.find(value, ',\n', pos, true)
+    if not stop or stop > last then
+      texts[#texts + 1] = string.sub(value, pos, last)
       return texts
     end
-    texts[#texts + 1] = string.sub(body, pos, stop - 1)
+    if most and #texts >= most then
+      return nil
+    end
+    texts[#texts + 1] = string.sub(value, pos, stop - 1)
     pos = stop + 2
   end
 end
@@ -106,8 +112,8 @@ end
 -- of the first layout gives the text its fields stand for.
 local function entry_texts(fields, n)
   if #fields == 2 and fields[1] == 'events' then
-    local texts = split(fields[2])
-    return #texts == n and texts or nil
+    local texts = split(fields[2], n)
+    return texts and #texts == n and texts or nil
   end
   local size = #fields
   if n ~= 1 or not (size == 8 or (size == 10 and fields[9] == 'id')) or fields[1] ~= 'seq'
