@@ -13,6 +13,7 @@
 --         ("release"), 0 when the asker does not hold it (nothing written)
 
 local lease, token = KEYS[1], ARGV[2]
+check_token('a compute lease token', token)
 local held = redis.call('GET', lease)
 if ARGV[1] == 'release' then
   if held ~= token then

@@ -13,6 +13,7 @@
 --         it (nothing written)
 -- Every check runs before the first write; the work is a fixed number of commands.
 
+check_token('a writer lease owner', ARGV[1])
 local held = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
 if held[1] and held[1] ~= ARGV[1] then
   return 0

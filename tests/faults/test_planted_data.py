@@ -191,3 +191,14 @@ def test_a_replay_against_a_planted_entry_of_separators_costs_what_the_call_brin
     # these 16 MB here); splitting it into 8 million pieces took seconds (BUSY to every
     # other client meanwhile).
     assert stats["usec"] / stats["calls"] < 1_000_000
+
+
+@pytest.mark.parametrize("name", ["lease_acquire", "compute_lease"])
+def test_a_token_past_its_size_is_refused_before_it_is_stored(client, namespace, name):
+    keys_ = [f"ss:{namespace}:lease:{{x}}", f"ss:{namespace}:epoch:{{x}}"]
+    token = "t" * (8 << 20)
+    args = [token, "1000"] if name == "lease_acquire" else ["take", token, "1000"]
+    keys_ = keys_ if name == "lease_acquire" else keys_[:1]
+    with pytest.raises(redis.exceptions.ResponseError, match="^INVALID"):
+        client.execute_command("FCALL", script(name).function, len(keys_), *keys_, *args)
+    assert client.exists(*keys_) == 0

@@ -1,0 +1,13 @@
+-- Shared by the scripts that store a token the caller hands them (lease_acquire.lua,
+-- compute_lease.lua): its one size limit, checked before anything is read or written,
+-- so a call stores at most that much whatever it is sent (sessionstore's own tokens
+-- are 32 hexadecimal characters).
+
+local TOKEN_BYTES = 64
+
+-- raise INVALID unless token is 1 to TOKEN_BYTES bytes
+local function check_token(what, token)
+  if type(token) ~= 'string' or #token == 0 or #token > TOKEN_BYTES then
+    error({err = 'INVALID ' .. what .. ' must be 1 to ' .. TOKEN_BYTES .. ' bytes'})
+  end
+end
