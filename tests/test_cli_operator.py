@@ -147,7 +147,7 @@ def test_an_empty_listing_names_the_store_the_namespace_and_where_data_is(tmp_pa
         result = run(*args, "--url", url, "-n", "t-empty")
         assert result.exit_code == 0 and result.stdout.strip() == ""
         assert "'t-empty'" in result.stderr and url in result.stderr
-        assert "'t-full' (1 sessions, 1 values)" in result.stderr
+        assert "'t-full' (1 session, 1 value)" in result.stderr
         as_json = run(*args, "--url", url, "-n", "t-empty", "--json")
         assert as_json.stdout == "" and "'t-empty'" in as_json.stderr
     listed = run("sessions", "list", "--url", url, "-n", "t-full")
@@ -238,7 +238,10 @@ def test_values_expire_sets_and_removes_a_values_retention(any_store, namespace)
     with sessionstore.connect(any_store, namespace) as store:
         wait_expired(store, key)
     missing = run("values", "expire", *key, "--ttl", "60", *common)
-    assert missing.stdout.strip() == "nothing stored"
+    assert missing.exit_code == 2 and missing.stdout == ""
+    assert missing.stderr.startswith("error: not found: nothing is stored under (BTCUSDT,")
+    as_json = run("values", "expire", *key, "--ttl", "60", *common, "--json")
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout) == {"found": False}
     for wrong in ((), ("--ttl", "5", "--persist"), ("--ttl", "0")):
         refused = run("values", "expire", *key, *wrong, *common)
         assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid argument")

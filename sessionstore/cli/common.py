@@ -52,7 +52,7 @@ from ..errors import (
     SessionStoreError,
     StoreUnavailableError,
 )
-from .text import plain
+from .text import count, plain
 
 ENV_NAMESPACE = "SESSIONSTORE_NAMESPACE"
 #: Exit codes: 1 = the check failed (verify, doctor); 2 = the command could not run.
@@ -187,7 +187,7 @@ def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
         others = None
     if others:
         held = ", ".join(
-            f"{usage.name!r} ({usage.sessions} sessions, {usage.values} values)"
+            f"{usage.name!r} ({count(usage.sessions, 'session')}, {count(usage.values, 'value')})"
             for usage in others[:10]
         )
         more = f" and {len(others) - 10} more" if len(others) > 10 else ""

@@ -13,8 +13,7 @@ import sessionstore
 from ..connection import mask_url, resolve_url
 from ..namespace_delete import NamespaceBusyError, delete_namespace
 from .common import APP_SETTINGS, Json, Url, console, emit_json, emit_rows, errors, fail, guarded
-from .text import plain
-from .transfer import count
+from .text import count, plain
 
 LISTING_HELP = (
     "Every namespace of the store that holds data, with its sessions and values. On "

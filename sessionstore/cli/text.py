@@ -101,3 +101,8 @@ def _pieces(value: Any, depth: int, budget: int) -> Iterator[str]:
         yield "]"
     else:
         yield repr(value)[: budget + 1]
+
+
+def count(number: int, noun: str) -> str:
+    """``1 session``, ``2 sessions``: a number with its noun, singular for one."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

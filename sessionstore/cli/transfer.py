@@ -35,7 +35,7 @@ from .common import (
     fail,
     library_notices,
 )
-from .text import plain
+from .text import count, plain
 
 FromUrl = Annotated[str, typer.Option("--from", help="URL of the store to copy from.")]
 ToUrl = Annotated[str, typer.Option("--to", help="URL of the store to copy to.")]
@@ -89,11 +89,6 @@ def namespace_size(url: str, namespace: str) -> int:
     with sessionstore.connect(url, namespace) as store:
         infos = store.events.list_info()
         return sum(info.next_seq + 1 for info in infos) + len(store.list_values())
-
-
-def count(number: int, noun: str) -> str:
-    """``1 session``, ``2 sessions``."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def report_lines(report: CopyReport, done: str = "copied") -> list[str]:

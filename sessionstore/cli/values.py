@@ -21,10 +21,10 @@ from ..results import ValueRecords
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
 from .common import (
     APP_SETTINGS,
+    EXIT_ERROR,
     Json,
     Namespace,
     Persist,
-    Ttl,
     Url,
     console,
     emit_json,
@@ -42,6 +42,15 @@ from .text import plain, shorten
 app = typer.Typer(help="Session values.", **APP_SETTINGS)
 
 Symbol = Annotated[str, typer.Argument(help="Symbol, e.g. BTCUSDT.")]
+#: A value's retention: unlike a session's, later writes without a ttl leave it as it is.
+ValueTtl = Annotated[
+    float | None,
+    typer.Option(
+        "--ttl",
+        help="Seconds from now; later writes without a ttl keep this expiry (a write "
+        "through a handle with a ttl sets its own).",
+    ),
+]
 Strategy = Annotated[str, typer.Argument(help="Strategy name.")]
 Exchange = Annotated[str, typer.Argument(help="Exchange name.")]
 Frame = Annotated[str, typer.Argument(help="Frame, e.g. 1h.")]
@@ -228,7 +237,7 @@ def expire(
     strategy: Strategy,
     exchange: Exchange,
     frame: Frame,
-    ttl: Ttl = None,
+    ttl: ValueTtl = None,
     persist: Persist = False,
     mode: Mode = "backtest",
     url: Url = None,
@@ -238,13 +247,17 @@ def expire(
     """Set the retention of what is stored of the key, its value and its history alike
     (--ttl SECONDS), or remove it (--persist). Later writes without a ttl keep it (a
     write through a handle with a ttl sets its own).
+    Nothing stored under the key: exit 2, as `sessions expire` of a missing session.
     --json: one object {"found"} (false: nothing was stored, nothing changed)."""
     seconds = retention(ttl, persist)
     with open_store(url, namespace) as store:
         found = store.session(symbol, strategy, exchange, frame, mode=mode).set_ttl(seconds)
     if json:
         emit_json({"found": found})
-    elif not found:
-        console.print("nothing stored", markup=False)
-    else:
+    elif found:
         console.print("never expires" if persist else f"expires in {ttl:g} s", markup=False)
+    if not found:
+        if not json:
+            key = ", ".join((symbol, strategy, exchange, frame, mode))
+            errors.print(plain("error: not found: nothing is stored under ", f"({key})"))
+        raise typer.Exit(EXIT_ERROR)
