@@ -442,6 +442,7 @@ def test_a_password_is_never_echoed_in_an_error():
 
 def test_a_hostile_session_id_in_an_error_is_printed_literally(tmp_path):
     url = (tmp_path / "store").as_uri()
+    (tmp_path / "store").mkdir()  # a store that exists: the session is what is missing
     result = cli("sessions", "show", "[bold]x[/]\x1b]8;;http://evil\x07", "--url", url)
     assert result.returncode == 2
     assert "[bold]x[/]\\x1b]8;;http://evil\\x07" in result.stderr and "\x1b" not in result.stderr

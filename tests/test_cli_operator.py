@@ -128,8 +128,38 @@ def test_namespaces_of_an_empty_or_private_store_are_none(tmp_path):
     assert sessionstore.namespaces(f"sqlite:///{tmp_path / 'none.db'}") == []
     assert not (tmp_path / "none.db").exists()
     assert sessionstore.namespaces("memory://") == []
-    result = run("namespaces", "--url", str(tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    result = run("namespaces", "--url", str(tmp_path / "empty"))
     assert result.exit_code == 0 and "no namespace of" in result.stderr
+
+
+READING = [
+    ("namespaces",),
+    ("sessions", "list"),
+    ("values", "list"),
+    ("sessions", "show", "s"),
+    ("values", "get", "A", "s", "e", "1h"),
+]
+
+
+@pytest.mark.parametrize("command", READING)
+@pytest.mark.parametrize("form", ["folder", "sqlite-relative", "sqlite-absolute"])
+def test_a_command_that_only_reads_creates_no_store_and_names_the_path(
+    tmp_path, monkeypatch, command, form
+):
+    """A path that does not exist is an error naming the absolute path it resolved to
+    (a relative sqlite:/// path against the working directory), and nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    database = tmp_path / "missing" / "store.db"
+    url, path = {
+        "folder": ("missing/store", tmp_path / "missing" / "store"),
+        "sqlite-relative": ("sqlite:///missing/store.db", database),
+        "sqlite-absolute": (f"sqlite:///{database}", database),
+    }[form]
+    result = run(*command, "--url", url)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: not found") and str(path) in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_least_privilege_user_is_told_namespaces_need_an_admin(acl_url):

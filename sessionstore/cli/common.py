@@ -43,7 +43,7 @@ from rich.console import Console
 
 import sessionstore
 
-from ..connection import ENV_URL, mask_url, resolve_url
+from ..connection import ENV_URL, file_root, mask_url, resolve_url, scheme_of
 from ..errors import (
     AccessDeniedError,
     DurabilityError,
@@ -60,7 +60,12 @@ EXIT_FAILED, EXIT_ERROR = 1, 2
 
 Url = Annotated[
     str | None,
-    typer.Option("--url", envvar=ENV_URL, help="Store URL (default ./.sessionstore)."),
+    typer.Option(
+        "--url",
+        envvar=ENV_URL,
+        help="Store URL (default ./.sessionstore): redis://host:6379/0, a folder path, or "
+        "sqlite:///relative/to/cwd.db or sqlite:////absolute/path.db (four slashes).",
+    ),
 ]
 Namespace = Annotated[
     str, typer.Option("--namespace", "-n", envvar=ENV_NAMESPACE, help="Namespace to work in.")
@@ -97,15 +102,45 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 @contextmanager
-def open_store(url: str | None, namespace: str) -> Iterator[sessionstore.Store]:
+def open_store(
+    url: str | None, namespace: str, *, existing: bool = False
+) -> Iterator[sessionstore.Store]:
     """Open the store (no I/O yet); store errors inside the block become one line, and
-    what the library reports on the way (a session it skipped, say) one line each."""
+    what the library reports on the way (a session it skipped, say) one line each. With
+    ``existing`` (the commands that only read) a file or SQLite store whose path does not
+    exist is an error naming the absolute path it resolved to, and nothing is created."""
     resolved = resolve_url(url)
     try:
+        if existing:
+            check_exists(resolved)
         with library_notices(), sessionstore.connect(resolved, namespace) as store:
             yield store
     except SessionStoreError as exc:
         fail(exc, resolved)
+
+
+def check_exists(url: str) -> None:
+    """Raise :class:`StoreNotFoundError` when ``url`` names a file or SQLite store whose
+    path does not exist (a relative ``sqlite:///`` path resolves against the working
+    directory). Other stores are not looked at."""
+    scheme = scheme_of(url)
+    if scheme == "sqlite":
+        from ..backends.sqlite_db import database_path
+
+        path = database_path(url)
+    elif scheme in ("", "file"):
+        path = file_root(url)
+    else:
+        return
+    if not path.exists():
+        raise StoreNotFoundError(
+            f"there is no store at {path} (what {mask_url(url)!r} resolves to); a command"
+            " that only reads creates none: check the path, or write to it first"
+        )
+
+
+class StoreNotFoundError(SessionStoreError):
+    """A command that only reads was pointed at a store whose path does not exist."""
 
 
 class _Notices(logging.Handler):
@@ -166,6 +201,7 @@ def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> No
         StoreUnavailableError: "cannot reach the store",
         AccessDeniedError: "access denied",
         SessionNotFoundError: "not found",
+        StoreNotFoundError: "not found",
         InvalidArgumentError: "invalid argument",
     }.get(type(exc), type(exc).__name__)
     where = f" ({mask_url(url)})" if url is not None else ""

@@ -12,7 +12,18 @@ import sessionstore
 
 from ..connection import mask_url, resolve_url
 from ..namespace_delete import NamespaceBusyError, delete_namespace
-from .common import APP_SETTINGS, Json, Url, console, emit_json, emit_rows, errors, fail, guarded
+from .common import (
+    APP_SETTINGS,
+    Json,
+    Url,
+    check_exists,
+    console,
+    emit_json,
+    emit_rows,
+    errors,
+    fail,
+    guarded,
+)
 from .text import count, plain
 
 LISTING_HELP = (
@@ -40,6 +51,7 @@ def namespaces(url: Url = None, json: Json = False) -> None:
     per namespace {"name", "sessions", "values"}."""
     resolved = resolve_url(url)
     try:
+        check_exists(resolved)
         usages = sessionstore.namespaces(resolved)
     except sessionstore.SessionStoreError as exc:
         fail(exc, resolved, _admin_hint(exc, "listing namespaces"))

@@ -126,7 +126,7 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     wall-clock ms; last_activity: the logical time in ms of its last event; bytes;
     expires_at: epoch ms or null)."""
     rows: list[dict[str, Any]] = []
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         try:
             infos = store.events.list_info()
         except DAMAGE as exc:
@@ -270,7 +270,7 @@ def show(
     would append to close it follow, marked ``not stored``; when a writer holds it, a
     last line says the session is live. --json: one object per event (a closer not
     stored has ``"stored": false``)."""
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         info = store.events.info(session_id)
         loaded = store.events.inspect(session_id)
     # Events committed after ``info`` (by a live writer) are left out: the view is the
@@ -312,7 +312,7 @@ def tail(
     events only (never the whole log); with --follow, new events as they land (Ctrl-C
     stops; Redis blocks on the stream, other stores look again every --interval
     seconds)."""
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         info = store.events.info(session_id)
         print_events(last_events(store, info, last), json)
         if follow:
@@ -368,7 +368,7 @@ def verify(
     damaged; an open final turn (it may be live) and a warning are not failures.
     --json: one object per session checked."""
     results: list[dict[str, Any]] = []
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         if session_id is not None:
             ids = [session_id]
         else:

@@ -120,7 +120,7 @@ def get(
     {"$bytes": base64}, a map with keys that are not strings as {"$map": [[key, value],
     ...]}, NaN and infinities as {"$float": "nan"}."""
     at = parse_when(when)
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         found = store.session(symbol, strategy, exchange, frame, mode=mode).records()
     if history:
         print_versions(found, at, json)
@@ -194,7 +194,7 @@ def print_versions(found: ValueRecords, at: int, json: bool) -> None:
 @guarded
 def list_values(url: Url = None, namespace: Namespace = "default", json: Json = False) -> None:
     """Every stored value of the namespace. --json: one object per value."""
-    with open_store(url, namespace) as store:
+    with open_store(url, namespace, existing=True) as store:
         refs = store.list_values()
     if not refs:
         say_nothing_found("values", url, namespace)
