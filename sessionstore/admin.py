@@ -19,17 +19,19 @@ def namespaces(
     :func:`sessionstore.connect` (None: ``$SESSIONSTORE_URL``, else ``./.sessionstore``).
 
     Redis: the namespaces' indexes, found with ``SCAN`` on every primary, so it needs an
-    admin (the least-privilege user gets ``AccessDeniedError``); the counts are index
-    entries (an expired session's entry stays until a listing of its namespace removes
-    it). Files and SQLite: what is stored (unexpired values; log files, database rows),
-    nothing created. ``memory://`` and ``dummy://``: none (a memory store belongs to its
+    admin (the least-privilege user gets ``AccessDeniedError``); each is then listed as
+    ``store.events.list()`` and ``store.list_values()`` list it, so the counts are of
+    sessions and values that exist (an entry of one deleted or expired is not counted,
+    and a namespace left with none is not listed). Files and SQLite: what is stored
+    (unexpired values; log files, database rows), nothing created. ``memory://`` and ``dummy://``: none (a memory store belongs to its
     one ``connect``)."""
     resolved = resolve_url(url)
     scheme = scheme_of(resolved)
     if scheme in REDIS_SCHEMES:
         from .redis.index import namespaces as redis_namespaces
 
-        return namespace_usages(redis_namespaces(resolved, timeout=timeout))
+        found = redis_namespaces(resolved, timeout=timeout)
+        return namespace_usages(_live_counts(resolved, found, timeout))
     if scheme == "sqlite":
         from .backends.sqlite import namespace_usage
 
@@ -43,3 +45,20 @@ def namespaces(
 
     connect(resolved).close()
     return []
+
+
+def _live_counts(
+    url: str, indexed: dict[str, dict[str, int]], timeout: float | None
+) -> dict[str, dict[str, int]]:
+    """The sessions and values of each namespace that has an index, as its own listings
+    find them (what exists, not the index's entries)."""
+    from .store import connect
+
+    counts: dict[str, dict[str, int]] = {}
+    for namespace in indexed:
+        with connect(url, namespace, timeout=timeout) as store:
+            counts[namespace] = {
+                "sessions": len(store.events.list()),
+                "values": len(store.list_values()),
+            }
+    return counts

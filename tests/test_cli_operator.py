@@ -120,6 +120,16 @@ def test_namespaces_lists_each_namespace_with_its_sessions_and_values(any_store)
     assert {"name": ours[1], "sessions": 0, "values": 3} in rows
     table = run("namespaces", "--url", any_store)
     assert table.exit_code == 0 and ours[0] in table.stdout
+    # Counts are of what exists: a deleted session and value are not counted, and a
+    # namespace left with nothing is not listed (on Redis its index entries remain).
+    with sessionstore.connect(any_store, ours[0]) as store:
+        store.events.delete(store.events.list()[0].id)
+        store.session(*store.list_values()[0][:4]).delete()
+    with sessionstore.connect(any_store, ours[2]) as store:
+        store.events.delete(store.events.list()[0].id)
+    found = {usage.name: usage for usage in sessionstore.namespaces(any_store)}
+    assert (found[ours[0]].sessions, found[ours[0]].values) == (1, 0)
+    assert ours[2] not in found
 
 
 def test_namespaces_of_an_empty_or_private_store_are_none(tmp_path):
