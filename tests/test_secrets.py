@@ -307,7 +307,7 @@ def test_a_redis_url_with_raw_delimiters_in_its_password_shows_none_of_it(
     assert not _shown(secret, text, reference), text
 
 
-@_FAST
+@settings(max_examples=100, deadline=None)
 @given(shapes(), _secrets, st.sampled_from([bytes, bytearray, memoryview]))
 def test_no_url_secret_shows_when_the_url_is_not_a_str(shape, secret, kind):
     """A URL handed over as bytes is refused by its type alone: its text never shows."""

@@ -127,6 +127,11 @@ def test_a_renewal_keeps_the_lease_past_its_first_term(values):
 # --- the async API: a plain fn runs off the event loop ---------------------------------------
 
 
+#: The lease of the async test: renewed every third of it, so a loaded machine may be late
+#: with a renewal by almost 0.6 s before the lease lapses.
+LEASE = 0.9
+
+
 def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, namespace, shared):
     """An async caller's plain ``fn`` sleeps (blocking) three leases long while a caller
     of another store asks for the same version: the first caller's lease is renewed all
@@ -141,7 +146,7 @@ def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, nam
         def slow() -> dict[str, str]:
             calls.append("a")
             started.set()
-            time.sleep(1.5)
+            time.sleep(3 * LEASE)
             return {"by": "a"}
 
         def fast() -> dict[str, str]:
@@ -150,12 +155,12 @@ def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, nam
 
         results: list[Any] = []
         thread = threading.Thread(
-            target=lambda: results.append(computer.get_or_compute(T0, slow, lease=0.5))
+            target=lambda: results.append(computer.get_or_compute(T0, slow, lease=LEASE))
         )
         thread.start()
         assert started.wait(30)
-        time.sleep(1.0)  # two leases: without renewals the lease has lapsed
-        results.append(other.session(*KEY, history=True).get_or_compute(T0, fast, lease=0.5))
+        time.sleep(2 * LEASE)  # without renewals the lease has lapsed
+        results.append(other.session(*KEY, history=True).get_or_compute(T0, fast, lease=LEASE))
         thread.join(30)
         other.close()
         assert calls == ["a"]
