@@ -23,8 +23,8 @@ def namespaces(
     ``store.events.list()`` and ``store.list_values()`` list it, so the counts are of
     sessions and values that exist (an entry of one deleted or expired is not counted,
     and a namespace left with none is not listed). Files and SQLite: what is stored
-    (unexpired values; log files, database rows), nothing created. ``memory://`` and ``dummy://``: none (a memory store belongs to its
-    one ``connect``)."""
+    (unexpired values; log files, database rows), nothing created. ``memory://`` and
+    ``dummy://``: none (a memory store belongs to its one ``connect``)."""
     resolved = resolve_url(url)
     scheme = scheme_of(resolved)
     if scheme in REDIS_SCHEMES:

@@ -122,6 +122,13 @@ class ValueBackend(ABC):
         """History: the newest version at or before ``when`` (a clear has payload None);
         None once the history has expired."""
 
+    def expiry(self, key: ValueKey, history: bool) -> int | None:
+        """When the plain record of ``key`` (``history`` False) or its history (True)
+        expires: epoch ms of the backend's clock (the server's for Redis); None when it
+        never expires or nothing unexpired is stored. Only reads. This default knows no
+        expiry (a backend that keeps none: ``dummy://``)."""
+        return None
+
     def read_versions(self, key: ValueKey, before: int, limit: int) -> list[Stored]:
         """History: the versions at or before ``before``, newest first, at most ``limit``
         (from 1; a backend may return fewer, never none while one is left), as
@@ -499,6 +506,9 @@ class AsyncValueBackend(Protocol):
 
     async def read_versions(self, key: ValueKey, before: int, limit: int) -> list[Stored]:
         """:meth:`ValueBackend.read_versions`."""
+
+    async def expiry(self, key: ValueKey, history: bool) -> int | None:
+        """:meth:`ValueBackend.expiry`."""
 
     async def write_version(
         self,

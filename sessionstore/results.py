@@ -54,6 +54,17 @@ class ValueRecords:
     versions: list[Stored]
     #: The key's label, to name it when a record is damaged.
     where: str = ""
+    #: When the plain record expires (epoch ms of the backend's clock), None: never or
+    #: no record.
+    plain_expires_at: int | None = None
+    #: When the history expires (all its versions together), None: never or no history.
+    history_expires_at: int | None = None
+
+    @property
+    def expires_at(self) -> int | None:
+        """When what a read of the key sees expires: the history's for a history, else
+        the plain record's (None: never, or nothing stored)."""
+        return self.history_expires_at if self.history else self.plain_expires_at
 
     @property
     def history(self) -> bool:

@@ -280,4 +280,7 @@ def value_records(state: SessionState, lifecycle: Lifecycle) -> Flow[ValueRecord
         if not page:
             break
     plain = yield Call(ValueBackend.read, state.key)
-    return ValueRecords(plain, versions[::-1], state.key.label())
+    plain_expiry = (yield Call(ValueBackend.expiry, state.key, False)) if plain else None
+    history_expiry = (yield Call(ValueBackend.expiry, state.key, True)) if versions else None
+    label = state.key.label()
+    return ValueRecords(plain, versions[::-1], label, plain_expiry, history_expiry)

@@ -311,6 +311,7 @@ def test_a_redis_url_with_raw_delimiters_in_its_password_shows_none_of_it(
 @given(shapes(), _secrets, st.sampled_from([bytes, bytearray, memoryview]))
 def test_no_url_secret_shows_when_the_url_is_not_a_str(shape, secret, kind):
     """A URL handed over as bytes is refused by its type alone: its text never shows."""
+
     def refusal(url: str) -> str:
         with pytest.raises(sessionstore.InvalidArgumentError) as refused:
             sessionstore.connect(kind(url.encode("utf-8", "surrogatepass")), "ns")

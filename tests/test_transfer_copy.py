@@ -27,9 +27,7 @@ BACKENDS = ["file", "sqlite", "redis", "cluster"]
 def expires_at(url: str, namespace: str) -> tuple[int | None, int | None]:
     with sessionstore.connect(url, namespace) as store:
         session = store.events.info("short-lived").expires_at
-    (value,) = sessionstore.transfer.expiry.value_expiries(
-        url, namespace, [sessionstore.ValueRef(*EXPIRING, "live", False)]
-    )
+        value = store.session(*EXPIRING, mode="live").records().expires_at
     return session, value
 
 

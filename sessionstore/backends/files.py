@@ -189,6 +189,16 @@ class FileValues(ValueBackend):
             versions, _ = read_versions(key, directory / HISTORY_FILE, now_ms())
             return as_of(versions, when)
 
+    def expiry(self, key: ValueKey, history: bool) -> int | None:
+        directory = self._checked_dir(key)
+        now = now_ms()
+        with os_errors(directory):
+            if history:
+                versions, expires = read_versions(key, directory / HISTORY_FILE, now)
+                return expires if versions else None
+            plain = read_plain(key, directory / VALUE_FILE)
+            return plain[1] if plain is not None and live_plain(plain, now) is not None else None
+
     def write_version(
         self,
         key: ValueKey,

@@ -94,6 +94,15 @@ class MemoryValues(ValueBackend):
         with self._lock:
             return self._as_of(key, when, wall_clock_ms())
 
+    def expiry(self, key: ValueKey, history: bool) -> int | None:
+        with self._lock:
+            now = wall_clock_ms()
+            if history:
+                versions, expires = self._versions(key, now)
+                return expires if versions else None
+            found = self._plain.get(key)
+            return found[1] if found is not None and _live(found[1], now) else None
+
     def _versions(self, key: ValueKey, now: int) -> tuple[Versions, int | None]:
         """The live history of ``key`` and its expiry; an expired one is empty."""
         found = self._history.get(key)

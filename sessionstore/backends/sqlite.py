@@ -165,6 +165,15 @@ class SqliteValues(ValueBackend):
         with self._db.guard(key.label()) as conn:
             return self._as_of(conn, key, when, now_ms())
 
+    def expiry(self, key: ValueKey, history: bool) -> int | None:
+        table = "kv_history" if history else "kv_values"
+        with self._db.guard(key.label()) as conn:
+            row = conn.execute(
+                f"SELECT MAX(expires_at) FROM {table} WHERE {_KEY} AND {_LIVE}",
+                (*_key_params(key), now_ms()),
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     @staticmethod
     def _as_of(conn: sqlite3.Connection, key: ValueKey, when: int, now: int) -> Stored | None:
         params = _key_params(key)

@@ -11,13 +11,11 @@ needs an admin (the least-privilege user may not ``SCAN``), as
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .. import keys
-from ..keys import ValueKey
-from ..when import now_ms
 from .boundary import ErrorBoundary
 from .client import SyncClient
 from .firstuse import Topology
@@ -40,35 +38,6 @@ def admin_client(url: str, timeout: float | None = None) -> Iterator[tuple[Any, 
         yield client, guard
     finally:
         handle.close()
-
-
-def value_expiries(
-    url: str,
-    namespace: str,
-    refs: Iterable[tuple[str, str, str, str, str, bool]],
-    timeout: float | None = None,
-) -> list[int | None]:
-    """The expiry (epoch ms on this machine's clock, None: never) of each value
-    ``(symbol, strategy, exchange, frame, mode, history)``, read with ``PTTL`` of its
-    hash (a history: of its ``:at`` zset, which expires with its versions)."""
-    names = [
-        keys.history_keys(ValueKey(namespace, *ref[:5]))[0]
-        if ref[5]
-        else keys.value_key(ValueKey(namespace, *ref[:5]))
-        for ref in refs
-    ]
-    found: list[int | None] = []
-    with admin_client(url, timeout) as (client, guard):
-        for start in range(0, len(names), SCAN_COUNT):
-            chunk = names[start : start + SCAN_COUNT]
-            with guard("PTTL", chunk[0] if chunk else None):
-                pipe = client.pipeline(transaction=False)
-                for name in chunk:
-                    pipe.pttl(name)
-                left = pipe.execute()
-            now = now_ms()
-            found += [now + int(ms) if int(ms) >= 0 else None for ms in left]
-    return found
 
 
 def namespace_keys(url: str, namespace: str, timeout: float | None = None) -> list[str]:

@@ -132,6 +132,14 @@ class ValueOps:
             reply = yield functools.partial(reader.hmget, name, [FIELD_VALUE, FIELD_WHEN])
         return decode_plain(name, reply)
 
+    def expiry(self, client: Any, key: ValueKey, history: bool) -> Steps[int | None]:
+        """``PEXPIRETIME`` of the value's hash or of its history's versions zset (both
+        history keys expire together): the server's absolute expiry."""
+        name = keys.history_keys(key)[0] if history else keys.value_key(key)
+        with self._guard("PEXPIRETIME", name):
+            found = yield functools.partial(client.pexpiretime, name)
+        return int(found) if int(found) >= 0 else None
+
     def write(
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
@@ -344,6 +352,9 @@ class _Values:
     def read_versions(self, key: ValueKey, before: int, limit: int) -> Any:
         return self._handle.run(self._ops.read_versions, key, before, limit)
 
+    def expiry(self, key: ValueKey, history: bool) -> Any:
+        return self._handle.run(self._ops.expiry, key, history)
+
     def write_version(
         self,
         key: ValueKey,
@@ -424,6 +435,7 @@ class RedisValues(_Values, ValueBackend):
         swap = ValueBackend.swap
         read_as_of = ValueBackend.read_as_of
         read_versions = ValueBackend.read_versions
+        expiry = ValueBackend.expiry
         write_version = ValueBackend.write_version
         swap_version = ValueBackend.swap_version
         put_version = ValueBackend.put_version
@@ -459,6 +471,7 @@ class AsyncRedisValues(_Values):
         swap = AsyncValueBackend.swap
         read_as_of = AsyncValueBackend.read_as_of
         read_versions = AsyncValueBackend.read_versions
+        expiry = AsyncValueBackend.expiry
         write_version = AsyncValueBackend.write_version
         swap_version = AsyncValueBackend.swap_version
         put_version = AsyncValueBackend.put_version

@@ -358,8 +358,8 @@ def export_archive(
     source = opened(url, namespace, timeout)
     live: list[str] = []
     end: dict[str, Any] = {}
-    with source.store as store:
-        records = read_namespace(store, expiries=source.expiries)
+    with source as store:
+        records = read_namespace(store)
         for text in record_lines(records, namespace):
             out.write(text)
             if text.startswith(b'{"type":"session",'):

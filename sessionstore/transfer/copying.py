@@ -4,23 +4,19 @@ same (``sessionstore.copy``, ``sessionstore copy``)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from ..connection import resolve_url
 from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
-from ..results import ValueRef
 from ..store import Store, connect
 from ..when import now_ms
-from .expiry import value_expiries
 from .intake import Counts, NamespaceWriter, label
 from .records import (
     DAMAGE,
     PAGE,
     Digest,
-    Expiries,
     Record,
     ValueItem,
     read_namespace,
@@ -123,30 +119,17 @@ def copy(
         raise InvalidArgumentError(f"namespace {namespace!r} would be copied onto itself")
     with _pair(from_url, to_url, namespace, to_namespace, timeout) as (source, destination):
         if not merge:
-            refuse_other_data(source.store, destination.store)
-        writer = NamespaceWriter(destination.store)
-        write_all(read_namespace(source.store, expiries=source.expiries), writer, on_record)
+            refuse_other_data(source, destination)
+        writer = NamespaceWriter(destination)
+        write_all(read_namespace(source), writer, on_record)
         report = CopyReport(writer.counts, writer.problems)
         if verify:
             report.differences = compare(source, destination, merge=merge)
     return report
 
 
-class Opened(NamedTuple):
-    """A store and how to read when its values expire (:mod:`.expiry`, which needs the
-    URL unmasked)."""
-
-    store: Store
-    expiries: Expiries
-
-
-def opened(url: str | os.PathLike[str] | None, namespace: str, timeout: float | None) -> Opened:
-    resolved = resolve_url(url)
-
-    def read(refs: Sequence[ValueRef]) -> list[int | None]:
-        return value_expiries(resolved, namespace, refs, timeout)
-
-    return Opened(connect(resolved, namespace, timeout=timeout), read)
+def opened(url: str | os.PathLike[str] | None, namespace: str, timeout: float | None) -> Store:
+    return connect(resolve_url(url), namespace, timeout=timeout)
 
 
 @contextmanager
@@ -156,12 +139,12 @@ def _pair(
     namespace: str,
     to_namespace: str | None,
     timeout: float | None,
-) -> Iterator[tuple[Opened, Opened]]:
+) -> Iterator[tuple[Store, Store]]:
     target = namespace if to_namespace is None else to_namespace
     source = opened(from_url, namespace, timeout)
-    with source.store:
+    with source:
         destination = opened(to_url, target, timeout)
-        with destination.store:
+        with destination:
             yield source, destination
 
 
@@ -217,13 +200,13 @@ def _differs(what: str, one: Summary | None, other: Summary | None) -> Iterator[
         )
 
 
-def compare(source: Opened, destination: Opened, *, merge: bool = False) -> list[str]:
+def compare(source: Store, destination: Store, *, merge: bool = False) -> list[str]:
     """Every difference between the two namespaces, one line each: a session or value
     missing from one side, or whose records (count, then a SHA-256 of the header and
     every event's canonical text, or of every record's time and msgpack payload) or
     expiry differ. With ``merge``, what only the destination holds is no difference."""
     found: list[str] = []
-    one_store, other_store = source.store, destination.store
+    one_store, other_store = source, destination
     ids = [header.id for header in one_store.events.list()]
     for session_id in ids:
         what = f"session {session_id!r}"
@@ -241,12 +224,11 @@ def compare(source: Opened, destination: Opened, *, merge: bool = False) -> list
     refs = one_store.list_values()
     for start in range(0, len(refs), PAGE):
         chunk = refs[start : start + PAGE]
-        ends = zip(source.expiries(chunk), destination.expiries(chunk), strict=True)
-        for ref, (one_ends, other_ends) in zip(chunk, ends, strict=True):
+        for ref in chunk:
             what = label(ref)
             try:
-                one = value_summary(value_item(one_store, ref, one_ends))
-                other = value_summary(value_item(other_store, ref, other_ends))
+                one = value_summary(value_item(one_store, ref))
+                other = value_summary(value_item(other_store, ref))
             except DAMAGE as exc:
                 found.append(f"{what}: damaged ({exc})")
                 continue

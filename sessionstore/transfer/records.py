@@ -17,7 +17,7 @@ event; its :class:`SessionStart` says it was ``busy``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..contracts import Stored
@@ -99,7 +99,6 @@ class ValueItem:
 
 Record = SessionStart | EventPage | SessionEnd | SessionDamaged | ValueItem | ValueDamaged
 #: When each of some values expires (epoch ms, None: never), in their order.
-Expiries = Callable[[Sequence[ValueRef]], list[int | None]]
 
 
 def events_upto(
@@ -122,22 +121,21 @@ def events_upto(
         yield chunk
 
 
-def value_item(store: Store, ref: ValueRef, expires_at: int | None = None) -> ValueItem:
-    """The records of one value, as :meth:`~sessionstore.Session.records` reads them."""
+def value_item(store: Store, ref: ValueRef) -> ValueItem:
+    """The records of one value and when it expires, as
+    :meth:`~sessionstore.Session.records` reads them."""
     handle = store.session(*ref[:4], mode=ref.mode)
     try:
         found: ValueRecords = handle.records()
     finally:
         handle.dispose()
+    expires_at = found.history_expires_at if ref.history else found.plain_expires_at
     return ValueItem(ref, found.plain, list(found.versions), expires_at)
 
 
-def read_namespace(
-    store: Store, page: int = PAGE, expiries: Expiries | None = None
-) -> Iterator[Record]:
+def read_namespace(store: Store, page: int = PAGE) -> Iterator[Record]:
     """Every session (with its events) and every value of ``store``'s namespace, as
-    records (see the module docstring); ``expiries`` tells when values expire (see
-    :mod:`.expiry`; without it, none does). A session deleted or expired while the
+    records (see the module docstring). A session deleted or expired while the
     stream runs is left out; one that vanishes midway ends short (its writer or a
     verify then sees fewer events than its start announced); one whose events cannot be
     read ends with a :class:`SessionDamaged` and the stream goes on."""
@@ -150,10 +148,9 @@ def read_namespace(
     refs = store.list_values()
     for start in range(0, len(refs), page):
         chunk = refs[start : start + page]
-        ends = expiries(chunk) if expiries is not None else [None] * len(chunk)
-        for ref, expires_at in zip(chunk, ends, strict=True):
+        for ref in chunk:
             try:
-                item = value_item(store, ref, expires_at)
+                item = value_item(store, ref)
             except DAMAGE as exc:
                 yield ValueDamaged(ref, exc)
                 continue

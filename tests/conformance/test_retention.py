@@ -206,6 +206,31 @@ def test_set_ttl_gives_a_stored_value_a_retention_and_takes_it_away(store):
     assert kept.get_data(T0) == "kept"
 
 
+def test_records_say_when_a_value_expires(store):
+    """``records()`` gives the expiry of the plain record and of the history, on the
+    backend's clock, and None for what never expires (or is not there)."""
+    plain = store.session("P", "s", "e", "1h", ttl=3600)
+    history = store.session("H", "s", "e", "1h", history=True, ttl=7200)
+    forever = store.session("F", "s", "e", "1h")
+    before = int(time.time() * 1000)
+    plain.set_data(1, T0)
+    history.put("v", T0)
+    forever.set_data(2, T0)
+    after = int(time.time() * 1000)
+    slack = 5_000  # the server's clock against this one's
+    found = plain.records()
+    assert before + 3_600_000 - slack <= found.expires_at <= after + 3_600_000 + slack
+    assert found.plain_expires_at == found.expires_at and found.history_expires_at is None
+    found = history.records()
+    assert before + 7_200_000 - slack <= found.expires_at <= after + 7_200_000 + slack
+    assert found.history_expires_at == found.expires_at and found.plain_expires_at is None
+    assert forever.records().expires_at is None
+    assert store.session("NONE", "s", "e", "1h").records().expires_at is None
+    assert forever.set_ttl(60) is True
+    assert forever.records().expires_at is not None
+    assert forever.set_ttl(None) is True and forever.records().expires_at is None
+
+
 def test_a_value_written_through_a_ttl_handle_expires(store, backend, store_url, namespace):
     plain = store.session("P", "s", "e", "1h", ttl=TTL)
     history = store.session("H", "s", "e", "1h", history=True, ttl=TTL)
