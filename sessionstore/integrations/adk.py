@@ -54,6 +54,7 @@ many events as an old session object saw accepts that object's append;
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -79,6 +80,7 @@ from ..errors import (
 )
 from ..errors import SessionNotFoundError as LogNotFoundError
 from ..models import SessionEvent, SessionHeader
+from ..store import Store
 
 #: The event log of an ADK session is ``PREFIX + app/user/session``, each part quoted.
 PREFIX = "adk:"
@@ -149,18 +151,20 @@ class SessionStoreSessionService(BaseSessionService):
     ``SessionStoreSessionService(url, namespace=..., **connect_options)`` opens a store of
     its own (:func:`sessionstore.aio.connect`, no I/O until first use; ``timeout``,
     ``durability``, ``ttl`` go there), closed by :meth:`close` or ``async with``.
-    ``SessionStoreSessionService(store)`` works on a :class:`sessionstore.aio.AsyncStore`
-    given, which stays open.
+    ``SessionStoreSessionService(store)`` works on a store given, which stays open: a
+    :class:`sessionstore.aio.AsyncStore`, or a :class:`sessionstore.Store` whose calls
+    then run in a worker thread (so a ``memory://`` store can be shared with sync code).
     """
 
     def __init__(
         self,
-        url_or_store: str | os.PathLike[str] | aio.AsyncStore | None = None,
+        url_or_store: str | os.PathLike[str] | aio.AsyncStore | Store | None = None,
         *,
         namespace: str | None = None,
         **connect_options: Any,
     ) -> None:
-        if isinstance(url_or_store, aio.AsyncStore):
+        self.store: aio.AsyncStore | Store
+        if isinstance(url_or_store, (aio.AsyncStore, Store)):
             if namespace is not None or connect_options:
                 raise InvalidArgumentError(
                     "SessionStoreSessionService takes namespace and connect options with a "
@@ -172,11 +176,15 @@ class SessionStoreSessionService(BaseSessionService):
             self.store, self._owns = aio.connect(url_or_store, ns, **connect_options), True
         else:
             raise InvalidArgumentError(
-                "SessionStoreSessionService takes a URL or a sessionstore.aio store "
-                f"(sessionstore.aio.connect(...)), not {type(url_or_store).__name__}"
+                "SessionStoreSessionService takes a URL or a sessionstore store "
+                f"(sessionstore.connect or sessionstore.aio.connect), not "
+                f"{type(url_or_store).__name__}"
             )
+        #: The store's event log, its calls awaited (a sync store's run in a worker thread).
+        events = self.store.events
+        self._events: Any = events if isinstance(events, aio.AsyncEventLog) else _Threaded(events)
         #: Value handles of app and user states, the least recently used first.
-        self._handles: dict[tuple[str, str, str], aio.AsyncSession] = {}
+        self._handles: dict[tuple[str, str, str], Any] = {}
 
     # --- BaseSessionService -------------------------------------------------------------
 
@@ -206,9 +214,9 @@ class SessionStoreSessionService(BaseSessionService):
             id=secrets.token_hex(8),
         )
         with contextlib.suppress(SessionExistsError):
-            await self.store.events.create(SessionHeader(id=log_id, created_at=0))
+            await self._events.create(SessionHeader(id=log_id, created_at=0))
         try:
-            await self.store.events.append(log_id, [first])
+            await self._events.append(log_id, [first])
         except SeqConflictError:
             raise SessionAlreadyExistsError(f"Session with id {sid} already exists.") from None
         app_state, user_state = await self._apply(app_name, user_id, scoped)
@@ -237,7 +245,7 @@ class SessionStoreSessionService(BaseSessionService):
         snapshot."""
         log_id = _log(app_name, user_id, session_id)
         try:
-            info = await self.store.events.info(log_id)
+            info = await self._events.info(log_id)
             if info.next_seq == 0:
                 return None
             read = await self._read(log_id, info.next_seq, config)
@@ -266,11 +274,11 @@ class SessionStoreSessionService(BaseSessionService):
         found = []
         app_state = await self._value(APP_STATE, app_name, _EXCHANGE)
         user_states: dict[str, dict[str, Any]] = {}
-        for header in await self.store.events.list():
+        for header in await self._events.list():
             if not header.id.startswith(prefix):
                 continue
             try:
-                info = await self.store.events.info(header.id)
+                info = await self._events.info(header.id)
                 if info.next_seq == 0:
                     continue
                 read = await self._read(header.id, info.next_seq, _NO_EVENTS)
@@ -295,7 +303,7 @@ class SessionStoreSessionService(BaseSessionService):
         """Delete the session's events and its own state (nothing when it is not
         stored); app and user state stay."""
         with contextlib.suppress(LogNotFoundError):
-            await self.store.events.delete(_log(app_name, user_id, session_id))
+            await self._events.delete(_log(app_name, user_id, session_id))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state, raw keys (no ``user:`` prefix); ``{}`` when none."""
@@ -329,7 +337,7 @@ class SessionStoreSessionService(BaseSessionService):
                 data=stored,
                 id=secrets.token_hex(8),
             )
-            await self.store.events.append(log_id, [record])
+            await self._events.append(log_id, [record])
         except SeqConflictError as exc:
             raise StaleSessionError(
                 session.app_name, session.user_id, session.id, seq, exc.expected
@@ -345,7 +353,7 @@ class SessionStoreSessionService(BaseSessionService):
 
     async def close(self) -> None:
         """Close the store if this service opened it; a store given stays open."""
-        if self._owns:
+        if self._owns and isinstance(self.store, aio.AsyncStore):
             await self.store.close()
 
     async def __aenter__(self) -> SessionStoreSessionService:
@@ -366,8 +374,8 @@ class SessionStoreSessionService(BaseSessionService):
         if marker is not None and marker.startswith(_MARK):
             return int(marker[len(_MARK) :])
         try:
-            info = await self.store.events.info(log_id)
-            last = await self.store.events.read_from(log_id, max(0, info.next_seq - 1))
+            info = await self._events.info(log_id)
+            last = await self._events.read_from(log_id, max(0, info.next_seq - 1))
         except LogNotFoundError:
             raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
         stored_last = last[-1].data["event"]["id"] if last and last[-1].type == EVENT else None
@@ -389,7 +397,7 @@ class SessionStoreSessionService(BaseSessionService):
             first = max(1, next_seq - _FIRST_STEP)
         step = _FIRST_STEP
         while True:
-            events = await self.store.events.read_from(log_id, min(first, snapshot))
+            events = await self._events.read_from(log_id, min(first, snapshot))
             events = [e for e in events if e.seq < next_seq]  # appended meanwhile: later
             if not events or events[0].seq != min(first, snapshot):
                 raise LogNotFoundError(log_id)  # deleted and written anew meanwhile
@@ -425,13 +433,14 @@ class SessionStoreSessionService(BaseSessionService):
         found = await self._handle(kind, app_name, exchange).get_data(_WHEN)
         return dict(found) if found else {}
 
-    def _handle(self, kind: str, app_name: str, exchange: str) -> aio.AsyncSession:
+    def _handle(self, kind: str, app_name: str, exchange: str) -> Any:
         """The value handle of an app's or a user's state; the last ones used are kept,
         so that an ``update`` starts from the record its handle saw last."""
         key = (kind, app_name, exchange)
         handle = self._handles.pop(key, None)
         if handle is None:
-            handle = self.store.session(app_name, kind, exchange, _FRAME)
+            made = self.store.session(app_name, kind, exchange, _FRAME)
+            handle = made if isinstance(self.store, aio.AsyncStore) else _Threaded(made)
         self._handles[key] = handle
         if len(self._handles) > _HANDLES_KEPT:
             del self._handles[next(iter(self._handles))]
@@ -459,6 +468,22 @@ class SessionStoreSessionService(BaseSessionService):
 #: A session object made by this service carries ``_MARK + next seq`` as its marker.
 _MARK = "sessionstore:"
 _NO_EVENTS = GetSessionConfig(num_recent_events=0)
+
+
+class _Threaded:
+    """The methods of a sync store's event log or value handle, awaited: each call runs
+    in a worker thread."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
 
 
 class _Read:

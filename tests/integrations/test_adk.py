@@ -363,6 +363,22 @@ def test_a_session_object_made_elsewhere_is_checked_by_its_last_event(url: str) 
     on(url, body)
 
 
+def test_adks_session_keeps_the_private_marker_the_stale_check_relies_on() -> None:
+    """Written for google-adk 2.13: ``Session._storage_update_marker`` (the attribute
+    ADK's database service keeps its revision in) exists and survives the copies ADK
+    and its users make; a session rebuilt from its JSON loses it and is checked by its
+    last event instead (``test_a_session_object_made_elsewhere_is_checked_by_...``)."""
+    import copy
+
+    from google.adk.sessions import Session
+
+    assert "_storage_update_marker" in Session.__private_attributes__
+    session = Session(id="s", app_name=APP, user_id=USER)
+    session._storage_update_marker = "sessionstore:7"
+    for copied in (copy.deepcopy(session), session.model_copy(), session.model_copy(deep=True)):
+        assert copied._storage_update_marker == "sessionstore:7"
+
+
 # --- read costs ---------------------------------------------------------------------------
 
 
@@ -416,6 +432,27 @@ def test_a_service_on_a_store_given_leaves_it_open(url: str) -> None:
         return found
 
     assert asyncio.run(body()) == [session_id(APP, USER, "s")]
+
+
+def test_a_service_on_a_sync_store_given_shares_it_with_sync_code(url: str) -> None:
+    """A sync store (a memory one too) serves the async service from a worker thread;
+    what the service wrote is what the sync store holds, and the store stays open."""
+    with sessionstore.connect(url, namespace()) as store:
+
+        async def body() -> Any:
+            async with SessionStoreSessionService(store) as service:
+                session = await fill(service, "s", 3)
+                found = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+                stale = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+                await service.append_event(found, text_event("x", 5.0, **{"user:k": 1}))
+                with pytest.raises(StaleSessionError):
+                    await service.append_event(stale, text_event("y", 6.0))
+                return session.events + [found.events[-1]]
+
+        made = asyncio.run(body())
+        stored = store.events.read_from(session_id(APP, USER, "s"), 1)
+        assert [Event.model_validate(e.data["event"]) for e in stored] == made
+        assert store.session(APP, "adk-user-state", USER, "-").get_data(0) == {"k": 1}
 
 
 def test_a_service_takes_connect_options_with_a_url_only() -> None:
