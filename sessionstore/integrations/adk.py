@@ -6,8 +6,9 @@
     runner = Runner(agent=agent, app_name="shop", session_service=service)
 
 :class:`SessionStoreSessionService` is a ``google.adk.sessions.BaseSessionService`` on a
-:mod:`sessionstore.aio` store, so any URL sessionstore takes works: memory, files,
-SQLite, Redis, Redis Cluster and Sentinel. It uses the store's public API only.
+sessionstore store (a :mod:`sessionstore.aio` one, or a sync one whose calls run in a
+worker thread), so any URL sessionstore takes works: memory, files, SQLite, Redis, Redis
+Cluster and Sentinel. It uses the store's public API only. Written for google-adk 2.13.
 
 Layout. An ADK session is one event log, :func:`session_id` of (app, user, session)
 (all its keys in one hash slot on Redis Cluster):
@@ -37,13 +38,19 @@ service uses for the same purpose). ``append_event`` appends at exactly that seq
 store refuses a session object that is out of date (another process, or another object
 of this one, appended since) and :class:`StaleSessionError` (ADK's
 ``StaleSessionError``) is raised: nothing is written, nothing merged, and the
-comparison is between seqs, never float timestamps. The appended event is the commit
-point; its app and user deltas are applied right after it, each atomically.
+comparison is between seqs, never float timestamps. A session object without that
+marker (rebuilt from JSON, made by another service) is taken as current when its last
+event is the stored last one. An event equal to one the object holds (same id) is taken
+as delivered again and not stored twice, as ADK's in-memory service does. The appended
+event is the commit point; its app and user deltas are applied right after it, each
+atomically.
 
 Reads cost what they return: ``get_session`` reads the log's metadata (``info``) and then
 only the events from the last state snapshot or from the first event asked for
 (``num_recent_events``; ``after_timestamp`` reads back in growing steps until an event
-before that time is found), whichever comes first.
+before that time is found), whichever comes first. ``after_timestamp`` keeps what ADK's
+in-memory service keeps: the newest events up to (not including) the newest one
+stamped before that time.
 
 Not covered (see the README): a process that dies between an event's append and its app
 or user delta leaves that delta unapplied; a session deleted and created again with as
