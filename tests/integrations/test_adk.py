@@ -299,6 +299,46 @@ def test_creating_a_stored_id_again_raises_adks_already_exists(url: str) -> None
     assert state == {"k": 1}  # nothing of the refused create was applied
 
 
+def test_of_two_services_creating_one_id_at_once_one_wins(url: str) -> None:
+    """Two services with stores of their own (one shared store on ``memory://``, which
+    is private to its connect) create one session id at once: one gets the session, the
+    other ADK's AlreadyExistsError, and only the winner's state is stored."""
+    ns = namespace()
+
+    async def body() -> None:
+        if url.startswith("memory:"):
+            store = aio.connect(url, ns)
+            one, two = SessionStoreSessionService(store), SessionStoreSessionService(store)
+        else:
+            one = SessionStoreSessionService(url, namespace=ns)
+            two = SessionStoreSessionService(url, namespace=ns)
+        for round in range(5):
+            sid = f"s{round}"
+            made = await asyncio.gather(
+                *(
+                    service.create_session(
+                        app_name=APP,
+                        user_id=USER,
+                        session_id=sid,
+                        state={"by": who, f"user:{sid}": who},
+                    )
+                    for who, service in enumerate((one, two))
+                ),
+                return_exceptions=True,
+            )
+            [winner] = [m for m in made if not isinstance(m, BaseException)]
+            [loser] = [m for m in made if isinstance(m, BaseException)]
+            assert isinstance(loser, SessionAlreadyExistsError), loser
+            found = await one.get_session(app_name=APP, user_id=USER, session_id=sid)
+            assert found.state["by"] == winner.state["by"] == found.state[f"user:{sid}"]
+        await one.close()
+        await two.close()
+        if url.startswith("memory:"):
+            await store.close()
+
+    asyncio.run(body())
+
+
 def test_appending_to_a_deleted_session_raises_adks_not_found(url: str) -> None:
     async def body(service: BaseSessionService) -> None:
         session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
