@@ -250,6 +250,7 @@ class SessionStoreSessionService(BaseSessionService):
         or those from the newest run at or after ``config.after_timestamp``. None when
         it is not stored. Reads only the events returned and those since the last state
         snapshot."""
+        session_id = _stripped(session_id)
         log_id = _log(app_name, user_id, session_id)
         try:
             info = await self._events.info(log_id)
@@ -310,7 +311,7 @@ class SessionStoreSessionService(BaseSessionService):
         """Delete the session's events and its own state (nothing when it is not
         stored); app and user state stay."""
         with contextlib.suppress(LogNotFoundError):
-            await self._events.delete(_log(app_name, user_id, session_id))
+            await self._events.delete(_log(app_name, user_id, _stripped(session_id)))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state, raw keys (no ``user:`` prefix); ``{}`` when none."""
@@ -513,6 +514,11 @@ def _log(app_name: str, user_id: str, session_id: str) -> str:
         if not isinstance(part, str) or not part:
             raise InvalidArgumentError(f"{name} must be a non-empty string, not {part!r}")
     return _log_id(app_name, user_id, session_id)
+
+
+def _stripped(session_id: str) -> str:
+    """A session id as ADK's in-memory service takes it: without surrounding spaces."""
+    return session_id.strip() if isinstance(session_id, str) else session_id
 
 
 def _parts(log_id: str) -> list[str]:

@@ -284,6 +284,18 @@ def test_deleting_removes_events_and_session_state_but_not_app_or_user_state(url
     as_in_memory(url, body)
 
 
+def test_session_ids_are_taken_without_surrounding_spaces_as_in_memory(url: str) -> None:
+    async def body(service: BaseSessionService) -> Any:
+        made = await service.create_session(app_name=APP, user_id=USER, session_id=" s ")
+        found = await service.get_session(app_name=APP, user_id=USER, session_id=" s ")
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s ")
+        gone = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        return made.id, found.id, gone
+
+    assert on(url, body) == ("s", "s", None)
+    assert asyncio.run(body(InMemorySessionService())) == ("s", "s", None)
+
+
 def test_creating_a_stored_id_again_raises_adks_already_exists(url: str) -> None:
     async def body(service: BaseSessionService) -> Any:
         await service.create_session(app_name=APP, user_id=USER, session_id="s", state={"k": 1})
