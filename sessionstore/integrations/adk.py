@@ -226,7 +226,7 @@ class SessionStoreSessionService(BaseSessionService):
             await self._events.append(log_id, [first])
         except SeqConflictError:
             raise SessionAlreadyExistsError(f"Session with id {sid} already exists.") from None
-        app_state, user_state = await self._apply(app_name, user_id, scoped)
+        app_state, user_state = await self._apply(app_name, user_id, scoped, read=True)
         session = Session(
             id=sid,
             app_name=app_name,
@@ -352,7 +352,7 @@ class SessionStoreSessionService(BaseSessionService):
             ) from None
         except LogNotFoundError:
             raise AdkSessionNotFoundError(f"Session {session.id} not found.") from None
-        await self._apply(session.app_name, session.user_id, scoped)
+        await self._apply(session.app_name, session.user_id, scoped, read=False)
         session.last_update_time = event.timestamp
         _mark(session, seq + 1)
         return self._commit_event_to_session(session, event)
@@ -455,19 +455,21 @@ class SessionStoreSessionService(BaseSessionService):
         return handle
 
     async def _apply(
-        self, app_name: str, user_id: str, scoped: dict[str, dict[str, Any]]
+        self, app_name: str, user_id: str, scoped: dict[str, dict[str, Any]], *, read: bool
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Merge the app and user deltas into their values, each atomically; the states
-        as stored after."""
+        as stored after when ``read`` (else nothing is read where there is no delta, and
+        empty states are returned)."""
         states = []
         for kind, exchange, delta in (
             (APP_STATE, _EXCHANGE, scoped["app"]),
             (USER_STATE, user_id, scoped["user"]),
         ):
             handle = self._handle(kind, app_name, exchange)
+            merged = None
             if delta:
                 merged = await handle.update(_merging(delta), _WHEN)
-            else:
+            elif read:
                 merged = await handle.get_data(_WHEN)
             states.append(dict(merged) if merged else {})
         return states[0], states[1]

@@ -471,6 +471,44 @@ def test_get_session_reads_only_the_suffix_it_returns(
     on(url, body)  # type: ignore[arg-type]
 
 
+class Calls:
+    """Notes the name of every call made through an object (an event log, a handle)."""
+
+    def __init__(self, target: Any, made: list[str]) -> None:
+        self._target, self._made = target, made
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self._made.append(name)
+            return await method(*args, **kwargs)
+
+        return call
+
+
+def test_an_append_is_one_store_call_and_one_more_per_scope_it_changes(url: str) -> None:
+    async def body(service: SessionStoreSessionService) -> list[list[str]]:
+        session = await fill(service, "s", 2)
+        made: list[str] = []
+        handle = service._handle
+        service._events = Calls(service._events, made)
+        service._handle = lambda *key: Calls(handle(*key), made)  # type: ignore[method-assign]
+        seen = []
+        for delta in ({}, {"own": 1}, {"user:u": 1}, {"app:a": 1, "user:u": 2, "temp:t": 3}):
+            made.clear()
+            await service.append_event(session, text_event(str(delta), 9.0, **delta))
+            seen.append(list(made))
+        return seen
+
+    assert on(url, body) == [  # type: ignore[arg-type]
+        ["append"],
+        ["append"],
+        ["append", "update"],
+        ["append", "update", "update"],
+    ]
+
+
 # --- construction -------------------------------------------------------------------------
 
 
