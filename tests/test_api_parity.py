@@ -337,6 +337,7 @@ PUBLIC_MODULES = [
     "sessionstore.cli.demo",
     "sessionstore.integrations.openai_agents",
     "sessionstore.integrations.langgraph",
+    "sessionstore.integrations.adk",
 ]
 
 
