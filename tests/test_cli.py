@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import artifacts
@@ -446,3 +447,26 @@ def test_a_hostile_session_id_in_an_error_is_printed_literally(tmp_path):
     result = cli("sessions", "show", "[bold]x[/]\x1b]8;;http://evil\x07", "--url", url)
     assert result.returncode == 2
     assert "[bold]x[/]\\x1b]8;;http://evil\\x07" in result.stderr and "\x1b" not in result.stderr
+
+
+def test_no_help_shows_raw_markup():
+    """Every command's --help is plain text: no reST literal (``x``) shows through."""
+    import typer.main
+
+    from sessionstore.cli import app
+
+    def paths(group: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = [prefix]
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):  # a group of commands
+                found += paths(command, (*prefix, name))
+            else:
+                found.append((*prefix, name))
+        return found
+
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+    for path in paths(root, ()):
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+        assert result.exit_code == 0, path
+        assert "``" not in result.stdout, path

@@ -118,7 +118,7 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     the event carries), turn state and busy (a live writer holds the session's lease) of
     every session, from metadata and the last events of each log (never a whole log).
     The turn state is read from the last 64 events: a final turn that began before them
-    is ``unknown``. Ids are never cut: on a narrow terminal or a pipe (80 columns unless
+    is 'unknown'. Ids are never cut: on a narrow terminal or a pipe (80 columns unless
     COLUMNS says) the other columns wrap, and the least useful are left out (said on
     stderr). A damaged session is listed as such (and said on stderr); the others are
     listed all the same. Size is what the session takes in the store (Redis: the
@@ -263,13 +263,13 @@ def show(
     namespace: Namespace = "default",
     json: Json = False,
 ) -> None:
-    """A session as ``load`` would return it, readable, without writing anything or
+    """A session as 'load' would return it, readable, without writing anything or
     looking at the writer lease (a live session can be shown). A fork's first line names
     its parent and the fork point. The events committed when the command started come
     first; when the final turn is open and no writer holds the lease, the events load
-    would append to close it follow, marked ``not stored``; when a writer holds it, a
+    would append to close it follow, marked 'not stored'; when a writer holds it, a
     last line says the session is live. --json: one object per event (a closer not
-    stored has ``"stored": false``)."""
+    stored has "stored": false)."""
     with open_store(url, namespace, existing=True) as store:
         info = store.events.info(session_id)
         loaded = store.events.inspect(session_id)
