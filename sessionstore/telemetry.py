@@ -128,13 +128,21 @@ class Scope:
     """Where a backend's operations happen: ``db.system.name``, ``db.namespace`` and
     whether its value reads may be answered from a cache (``?cache=yes``)."""
 
-    __slots__ = ("system", "namespace", "caches", "_attributes")
+    __slots__ = ("system", "namespace", "caches", "_attributes", "_names")
 
     def __init__(self, system: str, namespace: str, caches: bool = False) -> None:
         self.system = system
         self.namespace = namespace
         self.caches = caches
         self._attributes: dict[str, dict[str, str]] = {}
+        self._names: dict[str, str] = {}
+
+    def span_name(self, operation: str) -> str:
+        """``{db.operation.name} {db.namespace}``, as the conventions name a client span."""
+        found = self._names.get(operation)
+        if found is None:
+            found = self._names[operation] = f"{operation} {self.namespace}".rstrip()
+        return found
 
     def attributes(self, operation: str | None = None) -> dict[str, str]:
         """The attributes of ``operation`` here (made once; never changed by a caller)."""
@@ -274,9 +282,11 @@ class Telemetry:
     cache: Any
 
     def __init__(self, meter_provider: Any, tracer_provider: Any, record_ids: bool) -> None:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
 
         self._trace = trace
+        self._context = context
+        self._client = trace.SpanKind.CLIENT
         self.record_ids = record_ids
         self.tracer = (
             None
@@ -337,13 +347,10 @@ class Telemetry:
         attributes = scope.attributes(operation)
         span = None
         if self.tracer is not None:
-            shown = dict(attributes)
-            if self.record_ids:
-                shown.update(_ids(flow))
             span = self.tracer.start_span(
-                f"{operation} {scope.namespace}".rstrip(),
-                kind=self._trace.SpanKind.CLIENT,
-                attributes=shown,
+                scope.span_name(operation),
+                kind=self._client,
+                attributes={**attributes, **_ids(flow)} if self.record_ids else attributes,
             )
         return _Watch(self, operation, attributes, span)
 
@@ -417,8 +424,8 @@ class _Watch:
     def __enter__(self) -> _Watch:
         """Make the span current (the caller's stays its parent) until :meth:`__exit__`."""
         if self.span is not None:
-            self.using = self.telemetry._trace.use_span(self.span, end_on_exit=False)
-            self.using.__enter__()
+            telemetry = self.telemetry
+            self.using = telemetry._context.attach(telemetry._trace.set_span_in_context(self.span))
         return self
 
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
@@ -426,7 +433,7 @@ class _Watch:
             self.finish(error)
         finally:
             if self.using is not None:
-                self.using.__exit__(None, None, None)
+                self.telemetry._context.detach(self.using)
 
     def resolver(
         self, backend: Any, resolve: Callable[[Any, Any], Any], is_async: bool
