@@ -49,8 +49,13 @@ MODES = ("bare", "off", "metrics", "on")
 
 
 def _bare_run(flow: Any, backend: Any) -> Any:
-    """:func:`sessionstore.flows.run` as it was before the telemetry hook."""
-    return drive(flow, functools.partial(flows._resolve, backend))
+    """:func:`sessionstore.flows.run` without the telemetry hook, for the flows of the mix
+    (which yield backend calls only)."""
+
+    def resolve(step: flows.Call) -> Any:
+        return functools.partial(getattr(backend, step.name), *step.args, **step.kwargs)
+
+    return drive(flow, resolve)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -397,6 +398,60 @@ def test_a_lost_update_race_is_a_retry(
     assert retries.value == 1 and retries.attributes["db.operation.name"] == "update"
 
 
+def test_async_leases_outcomes_retries_and_queue_depth(
+    recorded: Recorded, kind: str, url: str, namespace: str
+) -> None:
+    async def main() -> None:
+        async with sessionstore.aio.connect(url, namespace) as store:
+            history = store.session("A", "b", "c", "1h", history=True)
+            await history.get_or_compute(WHEN, lambda: 1)
+            await history.get_or_compute(WHEN, lambda: 2)
+            mine = store.session("A", "b", "c", "4h")
+            other = store.session("A", "b", "c", "4h")
+            await mine.set_data(0, WHEN)
+            raced: list[bool] = []
+
+            async def bump(value: Any) -> Any:
+                if not raced:
+                    raced.append(True)
+                    await other.set_data(100, WHEN)
+                return value + 1
+
+            assert await mine.update(bump, WHEN) == 101
+            header = _header()
+            async with store.events.writer(header, window=60) as writer:
+                with pytest.raises(SessionBusyError):
+                    await store.events.writer(header)
+                writer.emit("user", {"n": 1})
+                writer.emit("user", {"n": 2})
+                [depth] = recorded.points("sessionstore.writer.queue.depth")
+                assert depth.value == 2
+                await writer.flush()
+
+    asyncio.run(main())
+    assert _compute_outcomes(recorded) == {"computed": 1, "reused": 1}
+    leases = {
+        (
+            str(p.attributes["sessionstore.lease.kind"]),
+            str(p.attributes["sessionstore.lease.outcome"]),
+        ): p.value
+        for p in recorded.points("sessionstore.lease.acquisitions")
+    }
+    assert leases == {("compute", "acquired"): 1, ("writer", "acquired"): 1, ("writer", "busy"): 1}
+    [retries] = recorded.points("sessionstore.operation.retries")
+    assert retries.value == 1
+    assert "writer.flush" in recorded.operations()
+
+
+def test_the_observability_doc_tables_every_instrument() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    names = [name for _, name, _, _ in telemetry.INSTRUMENTS]
+    for name in [*names, "sessionstore.writer.queue.depth"]:
+        assert f"| `{name}` |" in doc
+    for operation in telemetry.OPERATIONS.values():
+        assert f"`{operation}`" in doc
+
+
 def test_cache_hits_and_misses_are_counted(recorded: Recorded, redis_server: Any) -> None:
     with sessionstore.connect(redis_server.url, "cached", cache=True) as store:
         handle = store.session("A", "b", "c", "1h")
@@ -437,6 +492,27 @@ def test_connection_waits_are_recorded(recorded: Recorded, redis_server: Any) ->
     assert waits and max(point.max for point in waits) > 0.01
     assert waits[0].attributes["db.client.connection.pool.name"] == "redis"
     assert recorded.metric_units()["db.client.connection.wait_time"] == "s"
+
+
+def test_async_connection_waits_are_recorded(recorded: Recorded, redis_server: Any) -> None:
+    async def main() -> None:
+        url = f"{redis_server.url}?max_connections=1"
+        async with sessionstore.aio.connect(url, "waits") as store:
+            header = _header()
+            await store.events.create(header)
+            event = {"seq": 0, "type": "user", "time": WHEN, "data": {}}
+            await store.events.append(header.id, [event])
+            follower = store.events.follow(header.id, 1, poll=0.5)
+            blocked = asyncio.create_task(anext(follower, None))
+            await asyncio.sleep(0.1)  # the follow holds the one place in XREAD BLOCK
+            await store.events.info(header.id)
+            await store.events.append(header.id, [{**event, "seq": 1}])
+            await blocked
+            await follower.aclose()
+
+    asyncio.run(main())
+    waits = recorded.points("db.client.connection.wait_time")
+    assert waits and max(point.max for point in waits) > 0.01
 
 
 def test_a_library_load_is_a_resend(recorded: Recorded, redis_server: Any) -> None:
