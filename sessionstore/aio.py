@@ -27,7 +27,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from . import event_flows, value_flows
+from . import event_flows, telemetry, value_flows
 
 # The async writer is part of the async API, as SessionWriter is of the sync one.
 from .aio_writer import AsyncSessionWriter as AsyncSessionWriter
@@ -289,6 +289,7 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
 
     def _start(self, ttl_ms: int | None) -> AsyncEventLog:
         self._async = _async_backends(self._backends)
+        telemetry.bind(self._scope, self._async.values, self._async.events)
         self._drain = AsyncDrain()
         return AsyncEventLog(self._async.events, self._lifecycle, self._drain, ttl_ms, self)
 

@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any
 
+from . import telemetry
+
 
 class _Waiter:
     """One caller in line; ``served`` and ``item`` are set under the queue's lock."""
@@ -78,8 +80,13 @@ class FairQueue:
     """Free items (last in, first out) and waiting callers (first come, first served).
 
     ``maxsize`` bounds the free items (``queue.Full`` past it), as for ``queue.Queue``.
-    ``queue`` is the list of free items, read by redis-py's pools.
+    ``queue`` is the list of free items, read by redis-py's pools. A wait is recorded
+    as ``db.client.connection.wait_time`` of pool :attr:`pool` (:mod:`~sessionstore.telemetry`),
+    unless it is None.
     """
+
+    #: The pool whose free connections (or places) this queue holds, for telemetry.
+    pool: str | None = "redis"
 
     def __init__(self, maxsize: int = 0) -> None:
         self.maxsize = maxsize
@@ -151,10 +158,13 @@ class FairQueue:
         waiter: _Waiter = found
         since = time.monotonic()
         left = timeout
-        while left is None or left >= 0:
-            waiter.wait(left)
-            left = self._settle(waiter, since, timeout)
-        return waiter.item
+        try:
+            while left is None or left >= 0:
+                waiter.wait(left)
+                left = self._settle(waiter, since, timeout)
+            return waiter.item
+        finally:
+            self._waited(since)
 
     async def aget(self, timeout: float | None = None) -> Any:
         """:meth:`get` for a coroutine, on the running event loop. A cancelled wait
@@ -178,6 +188,12 @@ class FairQueue:
             if served:
                 self.put_nowait(waiter.item)
             raise
+        finally:
+            self._waited(since)
+
+    def _waited(self, since: float) -> None:
+        if self.pool is not None:
+            telemetry.connection_waited(time.monotonic() - since, self.pool)
 
 
 class AnyLoopLock:
@@ -186,6 +202,7 @@ class AnyLoopLock:
 
     def __init__(self) -> None:
         self._token = FairQueue()
+        self._token.pool = None  # a lock, not a pool
         self._token.put_nowait(None)
 
     async def __aenter__(self) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from . import telemetry
 from .drive import Pause, Step, adrive, drive
 
 T = TypeVar("T")
@@ -73,12 +74,20 @@ Flow = Generator[Call | Sleep | Apply | Hold, Any, T]
 
 
 def run(flow: Flow[T], backend: Any) -> T:
-    """Drive ``flow`` against a blocking backend; backend errors are raised inside it."""
+    """Drive ``flow`` against a blocking backend; backend errors are raised inside it.
+    Recorded (a span, metrics) when :mod:`sessionstore.telemetry` is on."""
+    recording = telemetry.current if telemetry.current is not None else telemetry.look()
+    if recording:
+        return recording.run(flow, backend, _resolve, drive)  # type: ignore[union-attr]
     return drive(flow, functools.partial(_resolve, backend))
 
 
 async def arun(flow: Flow[T], backend: Any) -> T:
-    """Drive ``flow`` against an async backend (methods return awaitables)."""
+    """Drive ``flow`` against an async backend (methods return awaitables); recorded as
+    :func:`run` is."""
+    recording = telemetry.current if telemetry.current is not None else telemetry.look()
+    if recording:
+        return await recording.arun(flow, backend, _aresolve, adrive)  # type: ignore[union-attr]
     return await adrive(flow, functools.partial(_aresolve, backend))
 
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from . import event_flows, value_flows
+from . import event_flows, telemetry, value_flows
 from .closing import raise_unclosed
 from .connection import open_store
 from .contracts import EventBackend, ValueBackend
@@ -97,6 +97,8 @@ class Session(SessionBase[ValueBackend]):
             # A backend that keeps plain values in memory (Redis with ``?cache=yes``)
             # answers without the flow machinery.
             cached = self._backend.cached_read(state.key)
+            if telemetry.current:
+                telemetry.cache_read(self._backend, cached is not None)
             if cached is not None:
                 return value_flows.get_cached(state, self._lifecycle, cached[0], when)
         return run(value_flows.get_data(state, self._lifecycle, when), self._backend)

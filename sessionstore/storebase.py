@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from . import value_flows
+from . import telemetry, value_flows
 from .arguments import check_ttl
 from .connection import ConnectArgs, Opened, open_store, travel_args
 from .contracts import Backends
@@ -134,6 +134,10 @@ class StoreBase(ABC, Generic[_Session, _Events]):
         self.namespace = namespace
         self._lifecycle = Lifecycle()
         self._args = args
+        self._scope = telemetry.scope_for(
+            backends.display_url, namespace, args is not None and args.cache
+        )
+        telemetry.bind(self._scope, backends.values, backends.events)
         self.events: _Events = self._start(ttl_ms)
 
     @classmethod

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
-from . import event_flows
+from . import event_flows, telemetry
 from .contracts import EventBatch
 from .errors import (
     EventTimeOrderError,
@@ -343,7 +343,7 @@ def open_buffer(
         context.pending, context.lifecycle, header, ttl_ms, new_token(), lease_ms
     )
     next_seq, last_time, lease = yield from position
-    return WriterBuffer(
+    buffer = WriterBuffer(
         header.id,
         next_seq,
         last_time,
@@ -352,3 +352,5 @@ def open_buffer(
         lease_ms=lease_ms,
         renews=renews,
     )
+    telemetry.track_writer(buffer, context.backend)
+    return buffer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from redis.backoff import AbstractBackoff
 
+from .. import telemetry
 from ..backoff import Backoff
 
 #: How many times a call that met a connection error or a timeout is sent again.
@@ -26,4 +27,6 @@ class DriverBackoff(AbstractBackoff):
     """:data:`BACKOFF` in the form redis-py's ``Retry`` takes."""
 
     def compute(self, failures: int) -> float:
+        # redis-py asks once before each resend: count it.
+        telemetry.resent("connection_error")
         return BACKOFF.delay(failures)

@@ -58,6 +58,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .. import telemetry
 from ..drive import Pause, Steps, drive
 from .compat import async_node_send, learn_moved_slot, new_async_node, new_node_client
 from .durability import Acks, check_value_acks
@@ -247,6 +248,7 @@ def _pipeline_steps(
     if not evalsha and unknown_command(replies[at]):
         _EVALSHA_CLIENTS.add(client)
         evalsha = True
+        telemetry.resent("evalsha")
         replies = yield Send(send, batch(True), where)
     if any(_missing(reply) for reply in replies[: at + 1]):
         loads: list[Command] = (
@@ -256,6 +258,7 @@ def _pipeline_steps(
         )
         for loaded in (yield Send(send, loads, where)):
             check_loaded(loaded, where, evalsha)
+        telemetry.resent("library_load")
         replies = yield Send(send, batch(evalsha), where)
     _raise_first_error(replies)
     return replies[at], replies[at + 1 :]
@@ -280,6 +283,7 @@ def _on_slot_node_steps(client: Any, key: str, attempt: Attempt) -> Steps[tuple[
                 result = yield from attempt(send, None, f"the Redis Cluster node {node.name}")
                 return result, node.name
             except AskError as ask:
+                telemetry.resent("redirect")
                 send, target, close = _ask_target(client, ask.host, ask.port)
                 try:
                     result = yield from attempt(
@@ -300,6 +304,7 @@ def _on_slot_node_steps(client: Any, key: str, attempt: Attempt) -> Steps[tuple[
         except _SLOT_MOVING:
             if attempt_no == RETRIES:
                 raise
+        telemetry.resent("cluster_retry")
         yield Pause(retry_delay(attempt_no + 1))
         # A failed refresh is left to the next attempt to report.
         with contextlib.suppress(RedisError, RedisClusterException):

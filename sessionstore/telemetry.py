@@ -1,0 +1,546 @@
+"""Metrics and traces of every store operation, through the OpenTelemetry API.
+
+Optional (``pip install sessionstore[otel]``): nothing of ``opentelemetry`` is imported
+until the first operation, and only then if it is installed. Whether to record is
+decided once, at the first operation (or by :func:`configure`): with the API missing, or
+with neither a global meter provider nor a global tracer provider set (the API's own
+proxies and no-op providers count as none), telemetry is off and an operation pays one
+module attribute read. Set the global providers before a store's first call, or call
+:func:`configure` (with providers of your own, or none: the global ones are looked at
+again) afterwards.
+
+One seam: every operation of the public API, sync and async, is a flow driven by
+:func:`sessionstore.flows.run` or :func:`sessionstore.flows.arun`, and these hand it to
+:meth:`Telemetry.run` / :meth:`Telemetry.arun` when telemetry is on. The operation is
+the flow's name (:data:`OPERATIONS`), its database system and namespace are those its
+store bound to its backends (:func:`bind`). What is recorded (names, units, attributes)
+is tabled in ``docs/observability.md``.
+
+Never recorded: a value, event data, a URL or a password, an exception's message (only
+its type, as ``error.type``). Session ids and value keys only with
+``configure(record_ids=True)``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+from .version import __version__
+
+#: The attribute a store sets on each of its backends: the backend's :class:`Scope`.
+SCOPE_ATTR = "_sessionstore_telemetry_scope"
+
+#: ``db.client.operation.duration`` buckets (seconds), as the semantic conventions advise.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+#: ``db.operation.name`` of each flow (by its qualified name): the public method it runs.
+OPERATIONS = {
+    "ready": "wait_for_init",
+    "get_data": "get_data",
+    "set_data": "set_data",
+    "put": "put",
+    "get_or_compute": "get_or_compute",
+    "update": "update",
+    "set_value_retention": "set_ttl",
+    "delete_value": "delete",
+    "value_records": "records",
+    "check_durable": "check_durable",
+    "create": "events.create",
+    "append": "events.append",
+    "load": "events.load",
+    "inspect_session": "events.inspect",
+    "info": "events.info",
+    "list_info": "events.list_info",
+    "stored_bytes": "events.stored_bytes",
+    "set_retention": "events.set_ttl",
+    "fork": "events.fork",
+    "read_from": "events.read_from",
+    "read_records_from": "events.read_records_from",
+    "EventPages.next": "events.read_page",
+    "list_sessions": "events.list",
+    "delete_session": "events.delete",
+    "prune": "events.prune",
+    "open_buffer": "writer.open",
+    "WriterBuffer.write": "writer.flush",
+    "WriterBuffer.finish": "writer.close",
+}
+
+#: The histograms (in seconds) and counters: (attribute, name, unit, description).
+INSTRUMENTS = (
+    (
+        "duration",
+        "db.client.operation.duration",
+        "s",
+        "Duration of a store operation (a call of the public API).",
+    ),
+    (
+        "retries",
+        "sessionstore.operation.retries",
+        "{retry}",
+        "Times an update ran its fn again after losing a race.",
+    ),
+    ("resends", "sessionstore.redis.resends", "{send}", "Redis commands sent again, by reason."),
+    (
+        "waits",
+        "db.client.connection.wait_time",
+        "s",
+        "Time a call waited for a free connection of its pool.",
+    ),
+    (
+        "leases",
+        "sessionstore.lease.acquisitions",
+        "{acquisition}",
+        "Attempts to take a lease, by kind and outcome.",
+    ),
+    ("computes", "sessionstore.compute.outcomes", "{call}", "get_or_compute calls, by outcome."),
+    (
+        "cache",
+        "sessionstore.cache.requests",
+        "{request}",
+        "Value reads on a store with a cache, answered by it (hit) or not.",
+    ),
+)
+
+#: Backend calls that take a lease: the lease's kind.
+_LEASE_CALLS = {"acquire_lease": "writer", "acquire_compute_lease": "compute"}
+
+#: ``db.system.name`` by URL scheme (the local stores have no registered name).
+_SYSTEMS = {
+    "redis": "redis",
+    "rediss": "redis",
+    "unix": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "redis",
+    "sqlite": "sqlite",
+    "memory": "sessionstore.memory",
+    "dummy": "sessionstore.dummy",
+    "file": "sessionstore.files",
+    "": "sessionstore.files",
+}
+
+
+class Scope:
+    """Where a backend's operations happen: ``db.system.name``, ``db.namespace`` and
+    whether its value reads may be answered from a cache (``?cache=yes``)."""
+
+    __slots__ = ("system", "namespace", "caches", "_attributes", "_names")
+
+    def __init__(self, system: str, namespace: str, caches: bool = False) -> None:
+        self.system = system
+        self.namespace = namespace
+        self.caches = caches
+        self._attributes: dict[str, dict[str, str]] = {}
+        self._names: dict[str, str] = {}
+
+    def span_name(self, operation: str) -> str:
+        """``{db.operation.name} {db.namespace}``, as the conventions name a client span."""
+        found = self._names.get(operation)
+        if found is None:
+            found = self._names[operation] = f"{operation} {self.namespace}".rstrip()
+        return found
+
+    def attributes(self, operation: str | None = None) -> dict[str, str]:
+        """The attributes of ``operation`` here (made once; never changed by a caller)."""
+        key = operation or ""
+        found = self._attributes.get(key)
+        if found is None:
+            found = {"db.system.name": self.system, "db.namespace": self.namespace}
+            if operation is not None:
+                found["db.operation.name"] = operation
+            self._attributes[key] = found
+        return found
+
+
+_UNBOUND = Scope("sessionstore", "")
+
+
+def scope_for(url: str, namespace: str, cache: bool | None = None) -> Scope:
+    """The scope of a store on ``url`` (a masked or a full URL: only its scheme and its
+    ``?cache=`` are read) in ``namespace``."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    caches = bool(cache) or parse_qs(urlsplit(url).query).get("cache") == ["yes"]
+    return Scope(_SYSTEMS.get(scheme, "sessionstore." + scheme), namespace, caches)
+
+
+def bind(scope: Scope, *backends: object) -> None:
+    """Mark ``backends`` as working in ``scope`` (a store does, as it is made; no I/O)."""
+    for backend in backends:
+        setattr(backend, SCOPE_ATTR, scope)
+
+
+#: None until looked at (the first operation, or :func:`configure`); then False (off)
+#: or the :class:`Telemetry` recording.
+current: Telemetry | Literal[False] | None = None
+_looking = threading.Lock()
+
+
+def configure(
+    *,
+    meter_provider: Any = None,
+    tracer_provider: Any = None,
+    record_ids: bool = False,
+    enabled: bool = True,
+) -> None:
+    """Record with ``meter_provider`` and ``tracer_provider`` (each defaults to the global
+    one of ``opentelemetry.metrics`` / ``opentelemetry.trace``, looked at now), from the
+    next operation on, in every store of the process. ``record_ids=True`` adds the
+    session id (``sessionstore.session.id``) or value key (``sessionstore.value.key``:
+    ``symbol/strategy/exchange/frame/mode``) to each span; off by default, since ids may
+    name customers or accounts. ``enabled=False`` turns telemetry off. Without the
+    OpenTelemetry API installed, or with neither provider given nor set globally,
+    telemetry is off and this returns quietly."""
+    global current
+    with _looking:
+        current = _build(meter_provider, tracer_provider, record_ids) if enabled else False
+
+
+def reset() -> None:
+    """Forget the decision: the next operation looks at the global providers again."""
+    global current
+    with _looking:
+        current = None
+
+
+def look() -> Telemetry | None:
+    """The recording :class:`Telemetry`, deciding at the first call (see the module doc)."""
+    global current
+    found = current
+    if found is None:
+        with _looking:
+            if current is None:
+                current = _build(None, None, False)
+            found = current
+    return found or None
+
+
+def _build(
+    meter_provider: Any, tracer_provider: Any, record_ids: bool
+) -> Telemetry | Literal[False]:
+    try:
+        from opentelemetry import metrics, trace
+    except ImportError:
+        return False
+    if meter_provider is None:
+        meter_provider = _set(metrics.get_meter_provider(), "opentelemetry.metrics")
+    if tracer_provider is None:
+        tracer_provider = _set(trace.get_tracer_provider(), "opentelemetry.trace")
+    if meter_provider is None and tracer_provider is None:
+        return False
+    return Telemetry(meter_provider, tracer_provider, record_ids)
+
+
+def _set(provider: Any, api: str) -> Any:
+    """``provider`` unless it is one of the API package's own: a proxy for a provider not
+    set yet, or a no-op one."""
+    return None if type(provider).__module__.startswith(api) else provider
+
+
+def cache_read(backend: object, hit: bool) -> None:
+    """Count a value read the backend's cache answered (``hit``) or did not, on a store
+    with a cache; nothing when telemetry is off."""
+    found = current
+    if found:
+        found.cache_read(backend, hit)  # type: ignore[union-attr]
+
+
+def resent(reason: str) -> None:
+    """Count a Redis send repeated for ``reason`` (and note it on the current span)."""
+    found = current
+    if found:
+        found.resent(reason)  # type: ignore[union-attr]
+
+
+def connection_waited(seconds: float, pool: str) -> None:
+    """Record a wait of ``seconds`` for a connection of ``pool``."""
+    found = current
+    if found:
+        found.connection_waited(seconds, pool)  # type: ignore[union-attr]
+
+
+def track_writer(buffer: Any, backend: object) -> None:
+    """Count ``buffer``'s queued events in ``sessionstore.writer.queue.depth`` while it
+    lives (read when the metrics are collected: nothing per emit)."""
+    found = current
+    if found:
+        found.track_writer(buffer, backend)  # type: ignore[union-attr]
+
+
+class Telemetry:
+    """The instruments and the tracer that record the store's operations."""
+
+    duration: Any
+    retries: Any
+    resends: Any
+    waits: Any
+    leases: Any
+    computes: Any
+    cache: Any
+
+    def __init__(self, meter_provider: Any, tracer_provider: Any, record_ids: bool) -> None:
+        from opentelemetry import context, trace
+
+        self._trace = trace
+        self._context = context
+        self._client = trace.SpanKind.CLIENT
+        self.record_ids = record_ids
+        self.tracer = (
+            None
+            if tracer_provider is None
+            else tracer_provider.get_tracer("sessionstore", __version__)
+        )
+        self._writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
+        self.metered = meter_provider is not None
+        if meter_provider is None:
+            return
+        meter = meter_provider.get_meter("sessionstore", __version__)
+        for attribute, name, unit, description in INSTRUMENTS:
+            if unit == "s":
+                made = meter.create_histogram(
+                    name,
+                    unit=unit,
+                    description=description,
+                    explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+                )
+            else:
+                made = meter.create_counter(name, unit=unit, description=description)
+            setattr(self, attribute, made)
+        meter.create_observable_gauge(
+            "sessionstore.writer.queue.depth",
+            callbacks=[self._queue_depths],
+            unit="{event}",
+            description="Events emitted to write-behind writers and not yet durable.",
+        )
+
+    # -- one operation --------------------------------------------------------------
+
+    def run(
+        self,
+        flow: Any,
+        backend: Any,
+        resolve: Callable[[Any, Any], Any],
+        drive: Callable[..., Any],
+    ) -> Any:
+        """``drive(flow, ...)`` recorded: a span around it, its duration and outcome."""
+        with self._watch(flow, backend) as watch:
+            return drive(flow, watch.resolver(backend, resolve, False))
+
+    async def arun(
+        self,
+        flow: Any,
+        backend: Any,
+        resolve: Callable[[Any, Any], Any],
+        adrive: Callable[..., Any],
+    ) -> Any:
+        """:meth:`run` for the async driver."""
+        with self._watch(flow, backend) as watch:
+            return await adrive(flow, watch.resolver(backend, resolve, True))
+
+    def _watch(self, flow: Any, backend: Any) -> _Watch:
+        scope: Scope = getattr(backend, SCOPE_ATTR, _UNBOUND)
+        name = flow.__qualname__
+        operation = OPERATIONS.get(name, name)
+        attributes = scope.attributes(operation)
+        span = None
+        if self.tracer is not None:
+            span = self.tracer.start_span(
+                scope.span_name(operation),
+                kind=self._client,
+                attributes={**attributes, **_ids(flow)} if self.record_ids else attributes,
+            )
+        return _Watch(self, operation, attributes, span)
+
+    # -- outside a flow ---------------------------------------------------------------
+
+    def cache_read(self, backend: object, hit: bool) -> None:
+        scope: Scope = getattr(backend, SCOPE_ATTR, _UNBOUND)
+        if self.metered and scope.caches:
+            attributes = scope.attributes("get_data")
+            self.cache.add(1, {**attributes, "sessionstore.cache.result": "hit" if hit else "miss"})
+
+    def resent(self, reason: str) -> None:
+        if self.metered:
+            self.resends.add(1, {"db.system.name": "redis", "sessionstore.resend.reason": reason})
+        span = self._trace.get_current_span()
+        if span.is_recording():
+            span.add_event("resend", {"sessionstore.resend.reason": reason})
+
+    def connection_waited(self, seconds: float, pool: str) -> None:
+        if self.metered:
+            self.waits.record(
+                seconds, {"db.system.name": "redis", "db.client.connection.pool.name": pool}
+            )
+        span = self._trace.get_current_span()
+        if span.is_recording():
+            span.add_event("connection wait", {"sessionstore.wait.seconds": seconds})
+
+    def track_writer(self, buffer: Any, backend: object) -> None:
+        if self.metered:
+            self._writers[buffer] = getattr(backend, SCOPE_ATTR, _UNBOUND)
+
+    def _queue_depths(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        depths: dict[Scope, int] = {}
+        for buffer, scope in list(self._writers.items()):
+            if not buffer.released:
+                depths[scope] = depths.get(scope, 0) + len(buffer.pending)
+        for scope, depth in depths.items():
+            yield Observation(depth, scope.attributes())
+
+
+class _Watch:
+    """What one operation did: its span, its pauses and leases, its outcome."""
+
+    __slots__ = (
+        "telemetry",
+        "operation",
+        "attributes",
+        "span",
+        "started",
+        "paused",
+        "held",
+        "applied",
+        "using",
+    )
+
+    def __init__(
+        self, telemetry: Telemetry, operation: str, attributes: dict[str, str], span: Any
+    ) -> None:
+        self.telemetry = telemetry
+        self.operation = operation
+        self.attributes = attributes
+        self.span = span
+        self.started = time.perf_counter()
+        self.paused = False  # a Sleep, or a lease found busy
+        self.held = False  # user code ran under a compute lease
+        self.applied = False  # user code ran (update's fn): once more is a retry
+        self.using: Any = None
+
+    def __enter__(self) -> _Watch:
+        """Make the span current (the caller's stays its parent) until :meth:`__exit__`."""
+        if self.span is not None:
+            telemetry = self.telemetry
+            self.using = telemetry._context.attach(telemetry._trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        try:
+            self.finish(error)
+        finally:
+            if self.using is not None:
+                self.telemetry._context.detach(self.using)
+
+    def resolver(
+        self, backend: Any, resolve: Callable[[Any, Any], Any], is_async: bool
+    ) -> Callable[[Any], Any]:
+        def resolving(step: Any) -> Any:
+            kind = type(step).__name__
+            if kind == "Sleep":
+                self.pause(step.seconds)
+            elif kind == "Apply":
+                if self.applied:
+                    self.retry()
+                self.applied = True
+            elif kind == "Hold":
+                self.held = True
+                if self.span is not None:
+                    self.span.add_event("compute")
+            elif kind == "Call" and step.name in _LEASE_CALLS:
+                resolved = resolve(backend, step)
+                lease = _LEASE_CALLS[step.name]
+                if is_async:
+
+                    async def leased() -> Any:
+                        return self.leased(lease, await resolved())
+
+                    return leased
+                return lambda: self.leased(lease, resolved())
+            return resolve(backend, step)
+
+        return resolving
+
+    def pause(self, seconds: float) -> None:
+        """A wait for another caller's result, or a back-off before a retry."""
+        self.paused = True
+        if self.span is not None:
+            name = "wait" if self.operation == "get_or_compute" else "backoff"
+            self.span.add_event(name, {"sessionstore.pause.seconds": seconds})
+
+    def retry(self) -> None:
+        """User code run again: the operation lost a race and starts over."""
+        if self.span is not None:
+            self.span.add_event("retry")
+        if self.telemetry.metered:
+            self.telemetry.retries.add(1, self.attributes)
+
+    def leased(self, kind: str, taken: Any) -> Any:
+        if taken:
+            outcome = "takeover" if self.paused else "acquired"
+        else:
+            outcome = "busy"
+            self.paused = True
+        if self.span is not None:
+            self.span.add_event(
+                "lease", {"sessionstore.lease.kind": kind, "sessionstore.lease.outcome": outcome}
+            )
+        if self.telemetry.metered:
+            self.telemetry.leases.add(
+                1,
+                {
+                    **self.attributes,
+                    "sessionstore.lease.kind": kind,
+                    "sessionstore.lease.outcome": outcome,
+                },
+            )
+        return taken
+
+    def finish(self, error: BaseException | None) -> None:
+        elapsed = time.perf_counter() - self.started
+        telemetry = self.telemetry
+        attributes = self.attributes
+        if error is not None:
+            attributes = {**attributes, "error.type": type(error).__qualname__}
+        if telemetry.metered:
+            telemetry.duration.record(elapsed, attributes)
+            if self.operation == "get_or_compute":
+                telemetry.computes.add(
+                    1, {**self.attributes, "sessionstore.compute.outcome": self._computed(error)}
+                )
+        span = self.span
+        if span is not None:
+            if error is not None:
+                kind = type(error).__qualname__
+                span.set_attribute("error.type", kind)
+                span.set_status(telemetry._trace.Status(telemetry._trace.StatusCode.ERROR, kind))
+            span.end()
+
+    def _computed(self, error: BaseException | None) -> str:
+        if error is not None:
+            return "timed_out" if type(error).__name__ == "ComputeTimeoutError" else "error"
+        if self.held:
+            return "computed"
+        return "waited" if self.paused else "reused"
+
+
+def _ids(flow: Any) -> dict[str, str]:
+    """The session id or value key an operation works on, read from its arguments."""
+    found = getattr(flow, "gi_frame", None)
+    values = {} if found is None else found.f_locals
+    state = values.get("state")
+    if state is not None and hasattr(state, "key"):
+        return {"sessionstore.value.key": state.key.label()}
+    owner = values.get("self")
+    for name in ("session_id", "parent_id"):
+        if isinstance(values.get(name), str):
+            return {"sessionstore.session.id": values[name]}
+    header = values.get("header")
+    if header is not None and isinstance(getattr(header, "id", None), str):
+        return {"sessionstore.session.id": header.id}
+    if owner is not None and isinstance(getattr(owner, "session_id", None), str):
+        return {"sessionstore.session.id": owner.session_id}
+    return {}
