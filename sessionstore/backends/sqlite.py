@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..contracts import Backends, Refused, Stored, ValueBackend
-from ..errors import CorruptLogError
+from ..errors import CorruptDataError, CorruptLogError
 from ..keys import ValueKey
 from ..urls import mask_url
 from ..when import now_ms
@@ -172,7 +172,12 @@ class SqliteValues(ValueBackend):
                 f"SELECT MAX(expires_at) FROM {table} WHERE {_KEY} AND {_LIVE}",
                 (*_key_params(key), now_ms()),
             ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        found = None if row is None else row[0]
+        if found is None:
+            return None
+        if isinstance(found, bool) or not isinstance(found, int):
+            raise CorruptDataError(key.label(), f"it holds an expiry of {found!r:.40}")
+        return found
 
     @staticmethod
     def _as_of(conn: sqlite3.Connection, key: ValueKey, when: int, now: int) -> Stored | None:
