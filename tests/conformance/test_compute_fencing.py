@@ -132,10 +132,16 @@ def test_a_renewal_keeps_the_lease_past_its_first_term(values):
 LEASE = 0.9
 
 
-def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(store_url, namespace, shared):
+def test_an_async_plain_fn_longer_than_its_lease_is_computed_once(
+    store_url, namespace, shared, backend
+):
     """An async caller's plain ``fn`` sleeps (blocking) three leases long while a caller
     of another store asks for the same version: the first caller's lease is renewed all
-    along, so the second waits for its result and both return it."""
+    along, so the second waits for its result and both return it. (What runs off the
+    event loop is the async runner's, the same for every backend: shown on files, SQLite
+    and one Redis.)"""
+    if backend not in ("file", "sqlite", "redis"):
+        pytest.skip("the runner is shown on files, SQLite and one Redis")
     stores = Stores("async")
     try:
         computer = stores.open(store_url, namespace).session(*KEY, history=True)

@@ -447,26 +447,29 @@ class Counting:
         return found
 
 
-@pytest.mark.parametrize(
-    "config, most",
-    [
-        (GetSessionConfig(num_recent_events=3), 3 + SNAPSHOT_EVERY),
-        (GetSessionConfig(num_recent_events=0), SNAPSHOT_EVERY),
-        (GetSessionConfig(after_timestamp=1e9 + 995), 32 + SNAPSHOT_EVERY),
-        (GetSessionConfig(after_timestamp=1e9 + 900), 32 + 128 + 512 + SNAPSHOT_EVERY),
-    ],
-    ids=["recent-3", "recent-0", "after-last-5", "after-last-100"],
-)
-def test_get_session_reads_only_the_suffix_it_returns(
-    url: str, config: GetSessionConfig, most: int
-) -> None:
+#: (config, the most events a get_session with it may read) of a 1,000-event session.
+SUFFIXES = [
+    (GetSessionConfig(num_recent_events=3), 3 + SNAPSHOT_EVERY),
+    (GetSessionConfig(num_recent_events=0), SNAPSHOT_EVERY),
+    (GetSessionConfig(after_timestamp=1e9 + 995), 32 + SNAPSHOT_EVERY),
+    (GetSessionConfig(after_timestamp=1e9 + 900), 32 + 128 + 512 + SNAPSHOT_EVERY),
+]
+
+
+def test_get_session_reads_only_the_suffix_it_returns(url: str) -> None:
+    """Each config of :data:`SUFFIXES` on one 1,000-event session (filled once)."""
+
     async def body(service: SessionStoreSessionService) -> None:
         await fill(service, "s", 1000)
-        counting = Counting(service.store.events)
-        service.store.events.read_from = counting.read_from  # type: ignore[method-assign]
-        found = await service.get_session(app_name=APP, user_id=USER, session_id="s", config=config)
-        assert found is not None and found.state == {"n": 999}
-        assert counting.read <= most
+        for config, most in SUFFIXES:
+            counting = Counting(service.store.events)
+            service.store.events.read_from = counting.read_from  # type: ignore[method-assign]
+            found = await service.get_session(
+                app_name=APP, user_id=USER, session_id="s", config=config
+            )
+            del service.store.events.read_from
+            assert found is not None and found.state == {"n": 999}
+            assert counting.read <= most, config
 
     on(url, body)  # type: ignore[arg-type]
 
