@@ -13,13 +13,13 @@
 --
 -- The work of a call is bounded by what it brings, never by what the hash holds (a tenant
 -- may fill its own seq hashes with HSET): the four arguments are refused past their
--- sizes (SEQ_SLOT_BYTES, digits), a record is measured (HSTRLEN) before it is parsed,
+-- sizes (a token's, _limits.lua; digits), a record is measured (HSTRLEN) before it is parsed,
 -- and a trim walks only a compact hash (the server's listpack encoding: a fixed few small
 -- fields), whatever the bound.
 
--- The longest writer slot name (the library's are 16 characters) and the longest record
--- the library writes ("<n>:<s>:<window>:<reply>": 19, 11, 12 and 1 digits).
-local SEQ_SLOT_BYTES, SEQ_RECORD_BYTES = 64, 48
+-- The longest record the library writes ("<n>:<s>:<window>:<reply>": 19, 11, 12 and 1
+-- digits); a writer slot is a token (_limits.lua: the library's are 16 characters).
+local SEQ_RECORD_BYTES = 48
 
 -- raise the error of a seq hash holding what the library never wrote there
 local function seq_corrupt(seq, what)
@@ -29,11 +29,11 @@ end
 -- nil when the call of ARGV[1] and ARGV[2] was not applied, else the reply it recorded
 -- ("" when none); arguments past their sizes are refused before anything is read
 local function seq_applied(seq, ARGV)
-  if #ARGV[1] == 0 or #ARGV[1] > SEQ_SLOT_BYTES
-      or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 19
+  check_token('a writer slot', ARGV[1])
+  if not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 19
       or not string.match(ARGV[3], '^%d+$') or #ARGV[3] > 12
       or not string.match(ARGV[4], '^%d+$') or #ARGV[4] > 6 then
-    error({err = 'INVALID a writer slot of 1 to ' .. SEQ_SLOT_BYTES .. ' bytes, its number, its window and the bound of the seq hash ' .. seq .. ' (integers) are needed'})
+    error({err = 'INVALID a writer slot\'s number, its window and the bound of the seq hash ' .. seq .. ' must be integers (19, 12 and 6 digits at most)'})
   end
   local size = redis.call('HSTRLEN', seq, ARGV[1])
   if size > SEQ_RECORD_BYTES then

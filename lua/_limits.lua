@@ -1,5 +1,6 @@
--- Shared by the scripts that store a token the caller hands them (lease_acquire.lua,
--- compute_lease.lua): its one size limit, checked before anything is read or written,
+-- Shared by the scripts that store a token or name the caller hands them (a writer's
+-- lease owner in lease_acquire.lua, a compute lease's holder in compute_lease.lua, a
+-- writer slot in _seq.lua): its one size limit, checked before anything is read or written,
 -- so a call stores at most that much whatever it is sent (sessionstore's own tokens
 -- are 32 hexadecimal characters).
 
