@@ -29,7 +29,7 @@ from sessionstore import SessionHeader, keys
 from sessionstore.redis import library
 
 from . import workload
-from .harness import Result, Sizes, Timed, compare, compare_rates, parallel, result
+from .harness import Result, Samples, Sizes, Timed, compare, compare_rates, parallel, result
 
 AREA = "Redis event log"
 NAMESPACE = "bench"
@@ -191,21 +191,24 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
                     reps,
                     blocks,
                 )
-                rows.append(
-                    result(
-                        AREA,
-                        f"load {thousands(count)} events",
-                        "raw XRANGE chunks + orjson.loads",
-                        samples,
-                        "events/s",
-                        0.90,
-                        SETTINGS,
-                    )
-                )
+                rows.append(load_result(AREA, count, samples, SETTINGS))
             rows += memory_results(ours, client, sizes.load_large)
             return rows
         finally:
             client.close()
+
+
+def load_result(area: str, count: int, samples: Samples, settings: str) -> Result:
+    """The row of a load of ``count`` events against the raw chunked ``XRANGE``."""
+    return result(
+        area,
+        f"load {thousands(count)} events",
+        "raw XRANGE chunks + orjson.loads",
+        samples,
+        "events/s",
+        0.90,
+        settings,
+    )
 
 
 def load_side(ours: OurLog, count: int) -> Timed:
