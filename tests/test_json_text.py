@@ -55,7 +55,7 @@ def _refused(data: object) -> bool:
     return False
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(hostile_texts())
 def test_the_text_path_takes_what_the_data_path_takes_and_stores_the_same_bytes(text):
     try:
