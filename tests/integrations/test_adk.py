@@ -575,6 +575,26 @@ def test_listing_reads_only_the_sessions_it_returns(url: str) -> None:
     ]
 
 
+def test_a_session_whose_log_is_gone_leaves_the_indexes_at_the_next_read(url: str) -> None:
+    """A log expired (a store's ttl) or deleted by a delete_session that died before
+    its index update: the session is not found, not listed, and its id can be taken."""
+
+    async def body(service: SessionStoreSessionService) -> Any:
+        for sid in ("gone", "kept", "listed-gone"):
+            made = await service.create_session(
+                app_name=APP, user_id=USER, session_id=sid, state={"app:a": sid}
+            )
+            if sid != "kept":
+                await service.store.events.delete(log_of(made))
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="gone") is None
+        listed = await service.list_sessions(app_name=APP)
+        index = await service.store.session(APP, USER_STATE, USER, "-").get_data(0)
+        again = await service.create_session(app_name=APP, user_id=USER, session_id="gone")
+        return [s.id for s in listed.sessions], sorted(index["sessions"]), again.id
+
+    assert on(url, body) == (["kept"], ["kept"], "gone")  # type: ignore[arg-type]
+
+
 async def fill_as(service: BaseSessionService, user: str, sid: str) -> None:
     session = await service.create_session(app_name=APP, user_id=user, session_id=sid)
     await service.append_event(session, text_event(sid, 100.0 + ord(sid)))

@@ -211,10 +211,7 @@ class SessionStoreSessionService(BaseSessionService):
             return
         with contextlib.suppress(LogNotFoundError):
             await self._events.delete(session_id_of(app_name, user_id, sid, incarnation))
-        await user.update(forgetting(USER, incarnation, sid), _WHEN)
-        app = self._handle(APP_STATE, app_name, _EXCHANGE)
-        if applied(await self._stored(app), incarnation) != NONE:
-            await app.update(forgetting(APP, incarnation), _WHEN)
+        await self._forget(app_name, user_id, sid, incarnation)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state, raw keys (no ``user:`` prefix); ``{}`` when none."""
@@ -309,7 +306,8 @@ class SessionStoreSessionService(BaseSessionService):
             read = await self._read(log_id, info.next_seq, config)
             names = (app_name, user_id, sid, incarnation)
             app, user = await self._repair(names, read, app, user)
-        except LogNotFoundError:
+        except LogNotFoundError:  # deleted, or expired (a store's ttl): out of the indexes
+            await self._forget(app_name, user_id, sid, incarnation)
             return None, app, user
         session = Session(
             id=sid,
@@ -321,6 +319,15 @@ class SessionStoreSessionService(BaseSessionService):
         )
         _mark(session, Mark.after(incarnation, read.last))
         return session, app, user
+
+    async def _forget(self, app_name: str, user_id: str, sid: str, incarnation: str) -> None:
+        """Take a session whose log is gone out of its user's index (while the index
+        still names ``incarnation``) and its incarnation out of the app and user values."""
+        user = self._handle(USER_STATE, app_name, user_id)
+        await user.update(forgetting(USER, incarnation, sid), _WHEN)
+        app = self._handle(APP_STATE, app_name, _EXCHANGE)
+        if applied(await self._stored(app), incarnation) != NONE:
+            await app.update(forgetting(APP, incarnation), _WHEN)
 
     async def _repair(
         self, names: tuple[str, str, str, str], read: _Read, app: Any, user: Any
