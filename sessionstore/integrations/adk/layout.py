@@ -198,7 +198,8 @@ def creating(
         _, entries, _ = _parts_of(stored, INDEX[USER])
         if entries.get(session) not in (None, replaces):
             raise Taken(session)
-        return applying(USER, incarnation, [(0, delta)], listed=(session, incarnation))(stored)
+        pending = [(0, delta)] if delta else []
+        return applying(USER, incarnation, pending, listed=(session, incarnation))(stored)
 
     return create
 
