@@ -174,6 +174,27 @@ def test_an_event_delivered_again_is_stored_once(url: str) -> None:
     assert on(url, body) == (1, 1) == asyncio.run(body(InMemorySessionService()))
 
 
+def test_an_append_made_again_after_a_lost_reply_is_stored_once(url: str) -> None:
+    """A retry of ``append_event`` with the session object as it was before the call
+    (whose reply never came): accepted, the event stored once, its deltas applied once."""
+
+    async def body(service: BaseSessionService) -> Any:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        before = session.model_copy(deep=True)
+        event = text_event("once", 5.0, n=1, **{"user:k": 1, "app:k": 1})
+        await service.append_event(session, event.model_copy(deep=True))
+        await service.append_event(before, event.model_copy(deep=True))
+        await service.append_event(before, text_event("then", 6.0, **{"user:k": 2}))
+        found = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        return [e.id for e in found.events], found.state, before.state
+
+    assert on(url, body) == (
+        ["once@5.0", "then@6.0"],
+        {"n": 1, "user:k": 2, "app:k": 1},
+        {"n": 1, "user:k": 2, "app:k": 1},
+    )
+
+
 @pytest.mark.parametrize(
     "config",
     [

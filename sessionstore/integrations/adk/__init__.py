@@ -61,7 +61,10 @@ since finds its log gone: :class:`StaleSessionError` when the id was created aga
 :class:`AdkSessionNotFoundError` otherwise. A session object without that marker (rebuilt
 from JSON, made by another service) is taken as current when its last event is the
 stored last one. An event equal to one the object holds (same id) is taken as delivered
-again and not stored twice, as ADK's in-memory service does.
+again and not stored twice, as ADK's in-memory service does; a record follows from the
+event and the object alone (its id is the event's), so a call made again with the object
+as it was (a retry after a lost reply) stores the same record, which the store takes as
+an applied replay: the event is stored once and its deltas applied once.
 
 Reads cost what they return: ``get_session`` reads the app and user values, the log's
 metadata (``info``) and then only the events from the last state snapshot or from the

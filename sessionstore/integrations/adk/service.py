@@ -224,9 +224,10 @@ class SessionStoreSessionService(BaseSessionService):
         out of date (also when its session was deleted and created again),
         :class:`AdkSessionNotFoundError` when it is not stored; nothing is written then.
         An event equal to one ``session`` holds already (same id) is taken as delivered
-        again and not stored twice. The appended event is the commit point; its app and
-        user deltas are applied right after it, each once (by this call, or by the next
-        reader of the session if this process dies first)."""
+        again and not stored twice, and so is a call made again with a copy of
+        ``session`` taken before (a retry after a lost reply). The appended event is the
+        commit point; its app and user deltas are applied right after it, each once (by
+        this call, or by the next reader of the session if this process dies first)."""
         if event.partial:
             return event
         if any(e.id == event.id and e == event for e in session.events):
@@ -243,8 +244,10 @@ class SessionStoreSessionService(BaseSessionService):
             if seq % SNAPSHOT_EVERY == 0:
                 before = await self._read(log_id, seq, _NO_EVENTS)
                 stored["state"] = {**before.state, **split["session"]}
+            # All of the record follows from the event and the object: a retry of a call
+            # whose reply was lost stores the same record, an applied replay.
             record = SessionEvent(
-                seq=seq, type=EVENT, time=_ms(event.timestamp), data=stored, id=secrets.token_hex(8)
+                seq=seq, type=EVENT, time=_ms(event.timestamp), data=stored, id=event.id or None
             )
             await self._events.append(log_id, [record])
         except SeqConflictError as exc:
