@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader
 from sessionstore.cli import app
-from sessionstore.cli.top_sample import LocalSampler, compare
+from sessionstore.cli.top_sample import LocalSampler, Snapshot, ValueState, compare
 
 #: How long top may take to print a refresh before the test fails (not a speed bound).
 PATIENCE = 30.0
@@ -214,3 +214,31 @@ def test_a_memory_store_is_refused_with_one_line():
     result = CliRunner().invoke(app, ["top", "--url", "memory://", "--once"])
     assert result.exit_code == 2
     assert "lives inside the one process that opened it" in result.stderr
+
+
+def _values(at: float, **records: dict[str, str]) -> Snapshot:
+    """A snapshot holding only values, each with its writer slots' records."""
+    found = {label: ValueState(False, slots, None) for label, slots in records.items()}
+    return Snapshot(at, 0, {}, found, len(found))
+
+
+def test_value_writes_of_a_known_slot_are_its_numbers_difference():
+    before = _values(0, x={"s1": "10:100:5000"}, y={"s1": "12:100:5000"})
+    after = _values(1, x={"s1": "15:101:5000"}, y={"s1": "19:101:5000"})
+    refresh = compare(before, after)
+    assert refresh.value_writes == 7  # the slot's largest number went from 12 to 19
+    assert [(rate.key, rate.writes) for rate in refresh.values] == [("x", 1), ("y", 1)]
+
+
+def test_a_slot_seen_first_counts_one_write_per_value_it_changed():
+    before = _values(0, x={}, y={"s1": "3:100:5000"})
+    after = _values(1, x={"s2": "900:101:5000"}, y={"s1": "3:100:5000", "s2": "901:101:5000"})
+    assert compare(before, after).value_writes == 2  # not 901: its earlier writes are unseen
+
+
+def test_a_value_sampled_for_the_first_time_counts_no_write_of_its_own():
+    before = _values(0, x={"s1": "3:100:5000"})
+    after = _values(1, x={"s1": "3:100:5000"}, z={"s9": "50:90:5000"})
+    refresh = compare(before, after)
+    assert refresh.value_writes == 0
+    assert {rate.key: rate.writes for rate in refresh.values} == {"x": 0, "z": 0}
