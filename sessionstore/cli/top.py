@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
-from rich.filesize import decimal
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +20,7 @@ from rich.text import Text
 from ..connection import mask_url, resolve_url
 from ..errors import SessionStoreError
 from .common import Json, Namespace, Url, check_exists, console, emit_json, fail
+from .tables import human_bytes
 from .text import count, plain
 from .top_sample import Refresh, Sampler, open_sampler, snapshots
 
@@ -159,7 +159,7 @@ def screen(refresh: Refresh, title: str, height: int | None) -> RenderableType:
     lines.append(
         plain(
             f"events {rate(refresh.events):,.1f}/s · {values} · leases held {refresh.leases}"
-            f" · {decimal(refresh.size)} in what was sampled"
+            f" · {human_bytes(refresh.size)} in what was sampled"
         )
     )
     sampled = f"sampled: {refresh.sessions_sampled} of {count(refresh.sessions_total, 'session')}"
@@ -176,7 +176,7 @@ def screen(refresh: Refresh, title: str, height: int | None) -> RenderableType:
         lines.append(
             plain(
                 f"server (all namespaces): {count(server.clients, 'client')} connected · "
-                f"{decimal(server.memory or 0)} used · {rate(refresh.commands) or 0:,.0f} "
+                f"{human_bytes(server.memory)} used · {rate(refresh.commands) or 0:,.0f} "
                 "commands/s"
             )
         )
@@ -196,7 +196,7 @@ def _sessions_table(refresh: Refresh, rows: int | None) -> RenderableType:
             f"{refresh.per_second(row.events):,.1f}",
             str(row.next_seq),
             "held" if row.busy else "-",
-            "-" if row.size is None else decimal(row.size),
+            human_bytes(row.size),
         )
     return _with_rest(table, len(refresh.sessions) - len(shown), "session")
 
@@ -209,7 +209,7 @@ def _values_table(refresh: Refresh, rows: int | None) -> RenderableType:
             plain(row.key),
             "history" if row.history else "plain",
             f"≥{row.writes}" if row.writes else "-",
-            "-" if row.size is None else decimal(row.size),
+            human_bytes(row.size),
         )
     return _with_rest(table, len(refresh.values) - len(shown), "value")
 
