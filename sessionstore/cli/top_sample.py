@@ -114,8 +114,9 @@ def open_sampler(url: str, namespace: str, cap: int) -> Sampler:
 
 class LocalSampler:
     """Files and SQLite, through the public API: the newest ``cap`` sessions by creation
-    (their ``info`` and ``stored_bytes``) and the number of values. Value writes leave
-    no counter there: values per second are not observed."""
+    (their ``info`` and ``stored_bytes``) and the number of values. The listings
+    (``events.list``, ``list_values``) are read whole: the public API has no bounded
+    one. Value writes leave no counter there: values per second are not observed."""
 
     def __init__(self, url: str, namespace: str, cap: int) -> None:
         self._store = sessionstore.connect(url, namespace)
