@@ -391,6 +391,18 @@ def test_namespaces_lists_a_namespace_whose_folder_name_is_shortened(tmp_path: P
     }
 
 
+def test_a_shortened_namespace_folder_without_its_name_file_is_named_by_its_records(
+    tmp_path: Path,
+) -> None:
+    """A folder made before the store wrote ``.namespace``: its values name it."""
+    url = store_url(tmp_path)
+    name = "v" * 300
+    with sessionstore.connect(url, namespace=name) as store:
+        store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
+    (tmp_path / "store" / encode_name(name) / ".namespace").unlink()
+    assert [(u.name, u.values) for u in sessionstore.namespaces(url)] == [(name, 1)]
+
+
 def test_a_shortened_namespace_folder_naming_another_namespace_is_not_listed(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,9 @@ Layout under the root, every name made safe by :func:`~.fsutil.encode_name`::
                           its modification time its expiry (renewed by its holder)
         .tmp.<pid>.*      a write in progress, or the leftover of a crashed one
     <namespace>/logs/<session id>.jsonl     (see :mod:`.jsonl`)
+    <namespace>/leases/<session id>.lock    (see :mod:`.leasefile`)
+    <namespace>/.namespace                  the namespace's name, when its folder's is
+                                            shortened (see below)
 
 The records and their reading and writing are :mod:`.value_records`.
 
@@ -23,8 +26,9 @@ not have made, raises :class:`~sessionstore.errors.UnsafePathError` naming it (a
 leaves it out with a warning). Records and locks are created 0600, folders 0700.
 
 A namespace whose folder name is shortened (over :data:`~.fsutil.MAX_NAME_BYTES`) has
-its full name in ``<namespace>/.namespace``, written when the folder is made, so that
-:func:`namespace_usage` lists it.
+its full name in ``<namespace>/.namespace``, written by the first write that finds it
+missing, so that :func:`namespace_usage` lists it (a folder without one is named by its
+value records).
 
 Records are replaced atomically, so reads take no lock and always see the latest
 completed write of any process; writes and read-compare-writes take the key's ``.lock``.
@@ -138,14 +142,28 @@ def _usage(store_root: StoreRoot, values: FileValues, namespace: str) -> dict[st
 
 def _namespace_of(store_root: StoreRoot, name: str) -> str | None:
     """The namespace whose folder is named ``name``: decoded, or for a shortened name
-    read from the folder (see :data:`.NAME_FILE`); None when it names none."""
+    read from the folder (see :data:`.NAME_FILE`), else (a folder made before the
+    store wrote that file) from the first value record that names a namespace
+    encoding to ``name``; None when it names none."""
     if DIGEST_MARK not in name:
         return decode_name(name)
     folder = store_root.walk((name,))
     if folder is None:
         return None
     with folder:
-        return namespace_named(folder)
+        named = namespace_named(folder)
+        if named is not None:
+            return named
+        values = folder.walk((VALUES_DIR,))
+    if values is None:
+        return None
+    now = now_ms()
+    with values:
+        for held, record in _records(values):
+            key = record_key(held, record, now)
+            if key is not None and encode_name(key.namespace) == name:
+                return key.namespace
+    return None
 
 
 class FileValues(ValueBackend):
