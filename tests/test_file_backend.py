@@ -391,29 +391,34 @@ def test_namespaces_lists_a_namespace_whose_folder_name_is_shortened(tmp_path: P
     }
 
 
+def _name_file(tmp_path: Path, name: str, *, values: bool) -> Path:
+    """The ``.namespace`` file of the namespace ``name`` once it holds a value (or, not
+    ``values``, a session)."""
+    with sessionstore.connect(store_url(tmp_path), namespace=name) as store:
+        if values:
+            store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
+        else:
+            _log_one(store)
+    found = tmp_path / "store" / encode_name(name) / ".namespace"
+    assert found.read_bytes() == name.encode()
+    return found
+
+
 def test_a_shortened_namespace_folder_without_its_name_file_is_named_by_its_records(
     tmp_path: Path,
 ) -> None:
     """A folder made before the store wrote ``.namespace``: its values name it."""
-    url = store_url(tmp_path)
-    name = "v" * 300
-    with sessionstore.connect(url, namespace=name) as store:
-        store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
-    (tmp_path / "store" / encode_name(name) / ".namespace").unlink()
-    assert [(u.name, u.values) for u in sessionstore.namespaces(url)] == [(name, 1)]
+    _name_file(tmp_path, "v" * 300, values=True).unlink()
+    usages = sessionstore.namespaces(store_url(tmp_path))
+    assert [(u.name, u.values) for u in usages] == [("v" * 300, 1)]
 
 
 def test_a_shortened_namespace_folder_naming_another_namespace_is_not_listed(
     tmp_path: Path,
 ) -> None:
-    url = store_url(tmp_path)
-    name = "n" * 300
-    with sessionstore.connect(url, namespace=name) as store:
-        _log_one(store)
-    name_file = tmp_path / "store" / encode_name(name) / ".namespace"
-    assert name_file.read_bytes() == name.encode()
-    name_file.write_bytes(b"m" * 300)  # a name the folder's digest does not match
-    assert sessionstore.namespaces(url) == []
+    # A name the folder's digest does not match.
+    _name_file(tmp_path, "n" * 300, values=False).write_bytes(b"m" * 300)
+    assert sessionstore.namespaces(store_url(tmp_path)) == []
 
 
 def test_a_root_moved_away_and_made_again_is_the_one_used(tmp_path: Path) -> None:
