@@ -31,8 +31,9 @@ from sessionstore.backends.fsutil import encode_name
 
 T0 = 1_718_000_000_000
 NS = "victim"
-#: How long each attack runs, in seconds: long enough for thousands of swaps.
-ATTACK = 0.6
+#: How long each attack runs, in seconds: long enough for thousands of swaps (a minute
+#: each with ``SESSIONSTORE_SOAK`` set).
+ATTACK = 60.0 if os.environ.get("SESSIONSTORE_SOAK") else 0.6
 VICTIM_UID, ATTACKER_UID = 65533, 65534
 
 
@@ -100,8 +101,7 @@ def _attacked(
             return seen
         try:
             call()
-        except UnsafePathError as exc:
-            assert "symbolic link" in str(exc), exc
+        except UnsafePathError:
             seen["refused"] += 1
         except SessionNotFoundError:
             seen["gone"] += 1

@@ -33,7 +33,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from .. import forksafe
-from ..errors import StoreUnavailableError, UnsafePathError
+from ..errors import UnsafePathError
 from .fsutil import (
     DIGEST_MARK,
     DIR_MODE,
@@ -124,8 +124,12 @@ class Folder:
                     return None
                 try:
                     os.mkdir(name, DIR_MODE, dir_fd=self.fd)
-                except FileExistsError:
-                    continue  # made meanwhile by another writer: open it
+                except FileExistsError as exc:
+                    # Made meanwhile by another writer (then open it), or a link.
+                    refused = self._refusal(name, exc)
+                    if isinstance(refused, UnsafePathError):
+                        raise refused from None
+                    continue
                 except OSError as exc:
                     raise _named(exc, path) from None
                 self.fsync()
@@ -133,7 +137,9 @@ class Folder:
             except OSError as exc:
                 raise self._refusal(name, exc) from None
             return _checked(fd, path)
-        raise StoreUnavailableError(f"file store unavailable at {path}: it kept disappearing")
+        # Each folder made here was gone before it could be opened: someone who may
+        # write in this folder keeps moving them away.
+        raise UnsafePathError(path, "a folder that kept being moved away as it was made")
 
     def _open_dir(self, name: str) -> int:
         try:
@@ -142,9 +148,10 @@ class Folder:
             raise _named(exc, self.join(name)) from None
 
     def _refusal(self, name: str, exc: OSError) -> Exception:
-        """Why ``name`` could not be opened as a folder: a link or something else than
-        a folder was there (``ENOTDIR`` or ``ELOOP``: refused whatever is there by
-        now), a foreign folder (one the user may not even read), or ``exc`` itself."""
+        """Why ``name`` could not be opened (or made) as a folder: a link or something
+        else than a folder is there, or was (``ENOTDIR`` or ``ELOOP``: refused whatever
+        is there by now), a foreign folder (one the user may not even read), or ``exc``
+        itself (an ``OSError``, not a refusal)."""
         path = self.join(name)
         try:
             found = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
