@@ -142,7 +142,7 @@ def _usage(store_root: StoreRoot, values: FileValues, namespace: str) -> dict[st
 
 def _namespace_of(store_root: StoreRoot, name: str) -> str | None:
     """The namespace whose folder is named ``name``: decoded, or for a shortened name
-    read from the folder (see :data:`.NAME_FILE`), else (a folder made before the
+    read from the folder (see :data:`.dirhandle.NAME_FILE`), else (a folder made before the
     store wrote that file) from the first value record that names a namespace
     encoding to ``name``; None when it names none."""
     if DIGEST_MARK not in name:

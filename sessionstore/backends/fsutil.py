@@ -189,7 +189,7 @@ def os_errors(path: str | os.PathLike[str]) -> Iterator[None]:
 
 def read_file(folder: Folder, name: str) -> bytes:
     """The whole content of the regular file ``name`` in ``folder`` (see
-    :meth:`.Folder.open`)."""
+    :meth:`.dirhandle.Folder.open`)."""
     fd = folder.open(name, os.O_RDONLY)
     try:
         return read_all(fd)
@@ -220,7 +220,7 @@ FOREIGN_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def foreign_folder(found: os.stat_result, user: int) -> str:
-    """What :meth:`.Folder.walk` says of a folder the store did not make."""
+    """What :meth:`.dirhandle.Folder.walk` says of a folder the store did not make."""
     mode = f"mode {stat.S_IMODE(found.st_mode):04o}"
     whose = "yours" if found.st_uid == user else f"owned by uid {found.st_uid}, not {user}"
     return (
@@ -242,7 +242,7 @@ def make_dirs(directory: Path) -> None:
     """Create ``directory`` and its missing parents durably (each new entry's parent is
     fsynced); concurrent creation by another process is fine. For folders the user chose
     (a store's root, a database's folder): the folders below a file store's root are
-    made by :meth:`.Folder.walk`."""
+    made by :meth:`.dirhandle.Folder.walk`."""
     missing: list[Path] = []
     current = directory
     while not current.is_dir():
@@ -310,7 +310,7 @@ def remove_durably(folder: Folder, name: str) -> None:
 @contextmanager
 def exclusive_lock(folder: Folder, name: str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the lock file ``name`` in ``folder`` (created if
-    missing; see :meth:`.Folder.open`). Lock files are never removed, so every holder
+    missing; see :meth:`.dirhandle.Folder.open`). Lock files are never removed, so every holder
     locks the same inode."""
     fd = folder.open(name, os.O_RDWR | os.O_CREAT)
     try:

@@ -20,7 +20,7 @@ CHUNK = 64 * 1024
 
 def open_existing(folder: Folder, name: str) -> int | None:
     """The file ``name`` in ``folder`` opened for reading, or None when there is no such
-    file (see :meth:`.Folder.open`)."""
+    file (see :meth:`.dirhandle.Folder.open`)."""
     try:
         return folder.open(name, os.O_RDONLY)
     except FileNotFoundError:
@@ -28,7 +28,7 @@ def open_existing(folder: Folder, name: str) -> int | None:
 
 
 def open_log(session_id: str, folder: Folder | None, name: str, flags: int) -> int:
-    """The log ``name`` in ``folder`` opened with ``flags`` (see :meth:`.Folder.open`);
+    """The log ``name`` in ``folder`` opened with ``flags`` (see :meth:`.dirhandle.Folder.open`);
     :class:`SessionNotFoundError` if absent (``folder`` None: the folder is missing)."""
     if folder is None:
         raise SessionNotFoundError(session_id)
