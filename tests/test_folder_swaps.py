@@ -257,8 +257,10 @@ def test_another_user_swapping_the_namespace_folder_never_gets_a_write(shared_ro
         return {name: seen[name] + session_seen[name] for name in seen}
 
     attacking = _as_user(ATTACKER_UID, attacker)
-    seen = _result(_as_user(VICTIM_UID, victim))
-    swaps = _result(attacking)
+    try:
+        seen = _result(_as_user(VICTIM_UID, victim))
+    finally:
+        swaps = _result(attacking)  # ended before the shared folder is removed
     assert list(attacker_dir.rglob("*")) == []
     assert isinstance(swaps, int) and swaps > 0
     assert isinstance(seen, dict) and seen["ok"] > 0 and seen["refused"] > 0, seen
