@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import sessionstore
 from sessionstore import AccessDeniedError, StoreUnavailableError
 from sessionstore.backends.files import FileValues
-from sessionstore.backends.fsutil import MAX_NAME_BYTES, TEMP_MAX_AGE, encode_name, temp_path
+from sessionstore.backends.fsutil import MAX_NAME_BYTES, TEMP_MAX_AGE, encode_name, temp_name
 from sessionstore.contracts import Refused, Stored
 from sessionstore.keys import ValueKey
 
@@ -259,7 +259,7 @@ def test_an_unreadable_record_reads_as_absent_with_a_warning(tmp_path: Path) -> 
 def _crash_while_writing(url: str) -> None:
     """Die between writing the temp file and renaming it, as a killed writer would."""
 
-    def die(*args: object) -> None:
+    def die(*args: object, **kwargs: object) -> None:
         os._exit(3)
 
     os.replace = die  # type: ignore[assignment]
@@ -277,8 +277,8 @@ def test_prepare_removes_temp_files_of_dead_writers_and_old_ones(tmp_path: Path)
     [crashed] = [p for p in directory.iterdir() if p.name.startswith(".tmp.")]
     assert f".tmp.{child.pid}." in crashed.name
 
-    live_young = temp_path(directory / "value.msgpack")
-    live_old = temp_path(directory / "history.msgpack")
+    live_young = directory / temp_name("value.msgpack")
+    live_old = directory / temp_name("history.msgpack")
     unrelated = directory / "notes.txt"
     for path in (live_young, live_old, unrelated):
         path.write_bytes(b"x")
@@ -360,3 +360,75 @@ def test_refused_permission_is_access_denied(tmp_path: Path) -> None:
         finally:
             values_dir.chmod(0o700)
     assert isinstance(caught.value.__cause__, PermissionError)
+
+
+# --- listing namespaces -----------------------------------------------------------------
+
+
+def _log_one(store: sessionstore.Store) -> None:
+    store.events.create(sessionstore.SessionHeader(id="s1"))
+    store.events.append("s1", [{"seq": 0, "type": "t", "time": 1}])
+
+
+def test_namespaces_lists_a_namespace_whose_folder_name_is_shortened(tmp_path: Path) -> None:
+    url = store_url(tmp_path)
+    long_names = ["n" * 300, "é" * 150 + "/x", "logs only " + "z" * 300]
+    for name in long_names[:2]:
+        with sessionstore.connect(url, namespace=name) as store:
+            store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
+            _log_one(store)
+    with sessionstore.connect(url, namespace=long_names[2]) as store:
+        _log_one(store)
+    with sessionstore.connect(url, namespace="short") as store:
+        store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
+    assert all(len(encode_name(name).encode()) <= MAX_NAME_BYTES for name in long_names)
+    found = {usage.name: (usage.sessions, usage.values) for usage in sessionstore.namespaces(url)}
+    assert found == {
+        long_names[0]: (1, 1),
+        long_names[1]: (1, 1),
+        long_names[2]: (1, 0),
+        "short": (0, 1),
+    }
+
+
+def _name_file(tmp_path: Path, name: str, *, values: bool) -> Path:
+    """The ``.namespace`` file of the namespace ``name`` once it holds a value (or, not
+    ``values``, a session)."""
+    with sessionstore.connect(store_url(tmp_path), namespace=name) as store:
+        if values:
+            store.session("BTC", "s", "e", "1h").set_data({"a": 1}, 1)
+        else:
+            _log_one(store)
+    found = tmp_path / "store" / encode_name(name) / ".namespace"
+    assert found.read_bytes() == name.encode()
+    return found
+
+
+def test_a_shortened_namespace_folder_without_its_name_file_is_named_by_its_records(
+    tmp_path: Path,
+) -> None:
+    """A folder made before the store wrote ``.namespace``: its values name it."""
+    _name_file(tmp_path, "v" * 300, values=True).unlink()
+    usages = sessionstore.namespaces(store_url(tmp_path))
+    assert [(u.name, u.values) for u in usages] == [("v" * 300, 1)]
+
+
+def test_a_shortened_namespace_folder_naming_another_namespace_is_not_listed(
+    tmp_path: Path,
+) -> None:
+    # A name the folder's digest does not match.
+    _name_file(tmp_path, "n" * 300, values=False).write_bytes(b"m" * 300)
+    assert sessionstore.namespaces(store_url(tmp_path)) == []
+
+
+def test_a_root_moved_away_and_made_again_is_the_one_used(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with sessionstore.connect(root.as_uri()) as store:
+        session = store.session("BTCUSDT", "strat", "binance", "1h")
+        session.set_data("old", 1)
+        root.rename(tmp_path / "moved")
+        assert session.get_data(1) is None
+        session.set_data("new", 2)
+        assert session.get_data(2) == "new"
+    with sessionstore.connect((tmp_path / "moved").as_uri()) as store:
+        assert store.session("BTCUSDT", "strat", "binance", "1h").get_data(2) == "old"

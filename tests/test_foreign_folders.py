@@ -11,6 +11,7 @@ another uid with ``chown``, as an attacker's own would be.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -116,3 +117,15 @@ def test_a_compute_lease_released_after_its_folder_was_swapped_touches_nothing_t
     store.close()
     assert errors and isinstance(errors[0], UnsafePathError)
     assert os.listdir(target) == []
+
+
+def test_namespaces_skips_a_namespace_folder_another_user_made_with_a_warning(tmp_path, caplog):
+    root = tmp_path / "store"
+    with sessionstore.connect(root.as_uri(), namespace="victim") as store:
+        store.session("BTC", "s", "e", "1h").set_data({"signal": "buy"}, T0)
+    planted = root / encode_name("shared") / "values"
+    planted.mkdir(parents=True)
+    os.chown(planted.parent, OTHER_UID, OTHER_UID)
+    with caplog.at_level(logging.WARNING, "sessionstore"):
+        assert [usage.name for usage in sessionstore.namespaces(str(root))] == ["victim"]
+    assert f"{planted.parent}" in caplog.text and str(OTHER_UID) in caplog.text

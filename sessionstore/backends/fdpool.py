@@ -5,7 +5,7 @@ A user takes a file's descriptor out of the pool (:meth:`FdPool.take`), so no ot
 thread of the process uses it meanwhile (``flock`` does not exclude holders of one
 descriptor), and gives it back unlocked (:meth:`FdPool.put_back`). Past
 :data:`HELD_FILES`, the file given back longest ago is closed. Whoever takes a
-descriptor checks that its path still names that file (:meth:`HeldFile.named_stat`)
+descriptor checks that its name still names that file (:meth:`HeldFile.named_stat`)
 before relying on it. A forked child never uses its parent's descriptors: it closes its
 copies (:meth:`FdPool.forked`), which leaves the parent's open.
 """
@@ -18,6 +18,10 @@ import threading
 import weakref
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dirhandle import Folder
 
 #: How many files one :class:`FdPool` keeps open.
 HELD_FILES = 32
@@ -42,12 +46,15 @@ class HeldFile:
             raise
         return cls(fd, st.st_dev, st.st_ino)
 
-    def named_stat(self, path: str) -> os.stat_result | None:
-        """The ``stat`` of ``path`` if it still names this file (not unlinked or
-        replaced), else None. An open descriptor keeps its inode from being reused, so
-        equal (``dev``, ``ino``) prove it is the same file."""
+    def named_stat(self, folder: Folder | None, name: str) -> os.stat_result | None:
+        """The ``stat`` of ``name`` in ``folder`` if it still names this file (not
+        unlinked or replaced, its folder not gone), else None. An open descriptor keeps
+        its inode from being reused, so equal (``dev``, ``ino``) prove it is the same
+        file."""
+        if folder is None:
+            return None
         try:
-            st = os.lstat(path)
+            st = folder.stat(name)
         except FileNotFoundError:
             return None
         return st if st.st_ino == self.ino and st.st_dev == self.dev else None

@@ -1,11 +1,10 @@
 """File-system helpers shared by the file backends: filename-safe names, durable atomic
 writes, directory fsync, ``flock`` locks, leftover temp files and ``OSError`` translation.
 
-The store never follows a symbolic link below its root (it makes none): every file is
-opened by :func:`open_file` (``O_NOFOLLOW``, and refused unless it is a regular file) and
-every folder is checked by :func:`check_dirs` (``lstat``) before a file in it is opened
-or created; either raises :class:`~sessionstore.errors.UnsafePathError` naming the path.
-Files are created with mode :data:`FILE_MODE` (0600) and folders with :data:`DIR_MODE`
+The store never follows a symbolic link below its root (it makes none): every file
+operation goes through a :class:`~.dirhandle.Folder`, a folder walked from the root
+without links and checked on its descriptor, and the helpers here take one and a name
+in it. Files are created with mode :data:`FILE_MODE` (0600) and folders with :data:`DIR_MODE`
 (0700): the umask can only narrow them.
 
 POSIX only: locking relies on ``fcntl.flock``, which holds per open file description, so
@@ -25,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from ..errors import (
@@ -32,8 +32,10 @@ from ..errors import (
     InvalidArgumentError,
     SessionStoreError,
     StoreUnavailableError,
-    UnsafePathError,
 )
+
+if TYPE_CHECKING:
+    from .dirhandle import Folder
 
 #: Encoded names longer than this (in UTF-8 bytes) are shortened to a prefix plus a digest.
 MAX_NAME_BYTES = 150
@@ -54,9 +56,6 @@ _SHOWN_CHARS = 300
 FILE_MODE = 0o600
 #: The mode of every folder the store creates.
 DIR_MODE = 0o700
-#: Added to every open by :func:`open_file`: a symbolic link fails (ELOOP) rather than be
-#: followed, and a FIFO or a device cannot block the open.
-_SAFE_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 _KEPT_ASCII = frozenset(string.ascii_letters + string.digits + "_-")
 _READ_CHUNK = 1 << 20
@@ -188,46 +187,23 @@ def os_errors(path: str | os.PathLike[str]) -> Iterator[None]:
         raise store_error(exc, path) from exc
 
 
-def open_file(path: str | os.PathLike[str], flags: int) -> int:
-    """``path`` opened with ``flags`` (and ``O_NOFOLLOW``; created with :data:`FILE_MODE`
-    when ``flags`` has ``O_CREAT``). Raises :class:`UnsafePathError` when ``path`` is a
-    symbolic link or not a regular file (nothing is read, written or created through it),
-    and ``OSError`` as ``os.open`` does otherwise (``FileNotFoundError`` when absent)."""
-    try:
-        fd = os.open(path, flags | _SAFE_OPEN, FILE_MODE)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(os.fspath(path), "a symbolic link") from None
-        if exc.errno == errno.EISDIR:
-            raise UnsafePathError(os.fspath(path), "a folder, not a file") from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise UnsafePathError(os.fspath(path), "not a regular file")
-    return fd
-
-
-def read_file(path: str | os.PathLike[str]) -> bytes:
-    """The whole content of the regular file ``path`` (see :func:`open_file`)."""
-    fd = open_file(path, os.O_RDONLY)
+def read_file(folder: Folder, name: str) -> bytes:
+    """The whole content of the regular file ``name`` in ``folder`` (see
+    :meth:`.dirhandle.Folder.open`)."""
+    fd = folder.open(name, os.O_RDONLY)
     try:
         return read_all(fd)
     finally:
         os.close(fd)
 
 
-def locked_elsewhere(path: Path) -> bool:
-    """Whether another open file description holds an exclusive ``flock`` on the file at
-    ``path`` (a live lease's holder: the kernel drops the lock with its process); False
-    when there is no such file. It probes with a shared lock, so two probes never take
-    each other for a holder."""
+def locked_elsewhere(folder: Folder, name: str) -> bool:
+    """Whether another open file description holds an exclusive ``flock`` on the file
+    ``name`` in ``folder`` (a live lease's holder: the kernel drops the lock with its
+    process); False when there is no such file. It probes with a shared lock, so two
+    probes never take each other for a holder."""
     try:
-        fd = open_file(path, os.O_RDONLY)
+        fd = folder.open(name, os.O_RDONLY)
     except FileNotFoundError:
         return False
     try:
@@ -239,34 +215,12 @@ def locked_elsewhere(path: Path) -> bool:
     return False
 
 
-def check_dirs(root: Path, directory: Path) -> None:
-    """Raise :class:`UnsafePathError` when a folder of ``directory`` below ``root`` (the
-    store's own root, resolved when it was opened) is a symbolic link, not a folder, or
-    not one the store could have made: owned by another user, or writable by its group
-    or by others (the store makes every folder :data:`DIR_MODE`, its user's own), so
-    that someone else could put records in it or swap what is there. Stops at the first
-    one missing (:func:`make_dirs` creates them as real folders)."""
-    current, user = root, os.geteuid()
-    for part in directory.relative_to(root).parts:
-        current = current / part
-        try:
-            found = os.lstat(current)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(found.st_mode):
-            raise UnsafePathError(os.fspath(current), "a symbolic link")
-        if not stat.S_ISDIR(found.st_mode):
-            raise UnsafePathError(os.fspath(current), "not a folder")
-        if found.st_uid != user or found.st_mode & FOREIGN_WRITE:
-            raise UnsafePathError(os.fspath(current), foreign_folder(found, user))
-
-
 #: Mode bits that let users other than the owner change a folder's entries.
 FOREIGN_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def foreign_folder(found: os.stat_result, user: int) -> str:
-    """What :func:`check_dirs` says of a folder the store did not make."""
+    """What :meth:`.dirhandle.Folder.walk` says of a folder the store did not make."""
     mode = f"mode {stat.S_IMODE(found.st_mode):04o}"
     whose = "yours" if found.st_uid == user else f"owned by uid {found.st_uid}, not {user}"
     return (
@@ -286,7 +240,9 @@ def fsync_dir(directory: Path) -> None:
 
 def make_dirs(directory: Path) -> None:
     """Create ``directory`` and its missing parents durably (each new entry's parent is
-    fsynced); concurrent creation by another process is fine."""
+    fsynced); concurrent creation by another process is fine. For folders the user chose
+    (a store's root, a database's folder): the folders below a file store's root are
+    made by :meth:`.dirhandle.Folder.walk`."""
     missing: list[Path] = []
     current = directory
     while not current.is_dir():
@@ -317,50 +273,46 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def temp_path(path: Path) -> Path:
-    """A fresh temp file name next to ``path``, carrying this process's pid."""
-    return path.with_name(f"{TEMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.{path.name}")
+def temp_name(name: str) -> str:
+    """A fresh temp file name next to the file ``name``, carrying this process's pid."""
+    return f"{TEMP_PREFIX}{os.getpid()}.{secrets.token_hex(4)}.{name}"
 
 
-def atomic_write(path: Path, data: bytes, temp: Path | None = None) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new content, never
-    a mix, and the new content survives a crash once this returns. ``temp`` names the
-    file written first (default: :func:`temp_path` of ``path``)."""
-    temp = temp or temp_path(path)
-    fd = open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+def atomic_write(folder: Folder, name: str, data: bytes, temp: str | None = None) -> None:
+    """Replace the file ``name`` in ``folder`` with ``data`` so that readers see the old
+    or the new content, never a mix, and the new content survives a crash once this
+    returns. ``temp`` names the file written first (default: :func:`temp_name`)."""
+    temp = temp or temp_name(name)
+    fd = folder.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
             write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, path)
+        folder.replace(temp, name)
     except BaseException:
         with suppress(OSError):
-            os.unlink(temp)
+            folder.unlink(temp)
         raise
-    fsync_dir(path.parent)
+    folder.fsync()
 
 
-def remove_durably(path: Path) -> None:
-    """Unlink ``path`` and fsync its directory; nothing to do when it is absent."""
+def remove_durably(folder: Folder, name: str) -> None:
+    """Unlink ``name`` and fsync ``folder``; nothing to do when it is absent."""
     try:
-        os.unlink(path)
+        folder.unlink(name)
     except FileNotFoundError:
         return
-    fsync_dir(path.parent)
+    folder.fsync()
 
 
 @contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the lock file ``path`` (created, with its folders,
-    if missing; see :func:`open_file`). Lock files are never removed, so every holder
+def exclusive_lock(folder: Folder, name: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the lock file ``name`` in ``folder`` (created if
+    missing; see :meth:`.dirhandle.Folder.open`). Lock files are never removed, so every holder
     locks the same inode."""
-    try:
-        fd = open_file(path, os.O_RDWR | os.O_CREAT)
-    except FileNotFoundError:
-        make_dirs(path.parent)
-        fd = open_file(path, os.O_RDWR | os.O_CREAT)
+    fd = folder.open(name, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -368,28 +320,24 @@ def exclusive_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def remove_stale_temps(directory: Path) -> None:
-    """Remove the temp files in ``directory`` left by crashed writers: those whose
+def remove_stale_temps(folder: Folder) -> None:
+    """Remove the temp files in ``folder`` left by crashed writers: those whose
     creating process is gone, and any older than :data:`TEMP_MAX_AGE`."""
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
-        return
     cutoff = time.time() - TEMP_MAX_AGE
-    for entry in entries:
+    for entry in folder.entries():
         pid = temp_owner(entry.name)
         if pid is None:
             continue
         try:
-            stale = not _alive(pid) or entry.stat(follow_symlinks=False).st_mtime < cutoff
+            stale = not _alive(pid) or folder.stat(entry.name).st_mtime < cutoff
             if stale:
-                os.unlink(entry.path)
+                folder.unlink(entry.name)
         except FileNotFoundError:
             continue
 
 
 def temp_owner(name: str) -> int | None:
-    """The pid in a name made by :func:`temp_path`, or None for any other name."""
+    """The pid in a name made by :func:`temp_name`, or None for any other name."""
     if not name.startswith(TEMP_PREFIX):
         return None
     pid = name[len(TEMP_PREFIX) :].partition(".")[0]

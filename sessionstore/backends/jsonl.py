@@ -28,14 +28,18 @@ only what was appended since, and a read without repair seeks to an indexed line
 ``repair`` (``load``) always parses the whole log. An append's seq decision rests on the
 committed end it has validated.
 
-Between appends the last few logs appended to stay open, unlocked (:mod:`.fdpool`). An
-append locks its log and checks with one ``stat`` that the path still names that file
-(a log deleted, pruned or replaced meanwhile is opened anew), which also gives the size
-and mtime compared with the remembered state: an append to an unchanged log costs
-``flock``, ``stat``, ``write``, ``fsync``, an ``fstat`` (the new mtime) and the unlock.
-Permissions are checked when a log is opened. A forked child closes its copies of the
-parent's descriptors and leases and starts afresh. :meth:`JsonlEvents.close` (or the
-backend's garbage collection) closes the logs; the backend stays usable.
+Every call walks the logs folder from the store's root without following a link and
+checks each folder on its descriptor (:mod:`.dirhandle`); the log is opened, created,
+renamed and removed relative to it, so a folder swapped for a link or for someone
+else's is never used. Between appends the last few logs appended to stay open, unlocked
+(:mod:`.fdpool`). An append walks to the logs folder, locks its log and checks with one
+``stat`` in that folder that its name still names that file (a log deleted, pruned or
+replaced meanwhile is opened anew), which also gives the size and mtime compared with
+the remembered state: an append to an unchanged log costs the walk, ``flock``, ``stat``,
+``write``, ``fsync``, an ``fstat`` (the new mtime) and the unlock. A forked child closes
+its copies of the parent's descriptors and leases and starts afresh.
+:meth:`JsonlEvents.close` (or the backend's garbage collection) closes the logs and the
+root's descriptor; the backend stays usable.
 
 Retention: the file's mtime is the session's last activity, so every append renews it. A
 log whose header has a ``ttl_ms`` expires ``ttl_ms`` after its mtime; :meth:`JsonlEvents.prune`
@@ -47,7 +51,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..contracts import EventBackend, EventBatch
@@ -62,18 +66,15 @@ from ..errors import (
 from ..eventlog import event_text, plan_append
 from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
+from .dirhandle import Folder, StoreRoot
 from .fdpool import FdPool, HeldFile
 from .fsutil import (
     atomic_write,
-    check_dirs,
     encode_name,
-    fsync_dir,
-    make_dirs,
-    open_file,
     os_errors,
     read_all,
     store_error,
-    temp_path,
+    temp_name,
 )
 from .jsonl_cache import LogState, LogStates
 from .jsonl_format import (
@@ -93,7 +94,7 @@ from .jsonl_io import (
     write_batch,
 )
 from .jsonl_listing import list_headers, list_infos, log_info, prune_logs
-from .leasefile import LEASES_DIR, LeaseFiles
+from .leasefile import LeaseFiles
 
 __all__ = ["JsonlEvents"]
 
@@ -111,8 +112,9 @@ class JsonlEvents(EventBackend):
     and checked against the file each time. :meth:`close` closes the open logs.
     """
 
-    def __init__(self, root: Path, namespace: str) -> None:
-        self._root = root
+    def __init__(self, root: Path, namespace: str, store_root: StoreRoot | None = None) -> None:
+        self._root = store_root if store_root is not None else StoreRoot(root)
+        self._namespace = namespace
         self._dir = root / encode_name(namespace) / LOGS_DIR
         self._dir_name = os.fspath(self._dir)
         self._pid = os.getpid()
@@ -120,15 +122,25 @@ class JsonlEvents(EventBackend):
         self._files: dict[str, str] = {}
         #: The logs kept open between appends; an append takes its log out while it runs.
         self._pool = FdPool()
-        self._lease_files = LeaseFiles(root, root / encode_name(namespace) / LEASES_DIR)
+        self._lease_files = LeaseFiles(self._root, namespace)
 
     def _path(self, session_id: str) -> Path:
-        return self._dir / (encode_name(session_id) + LOG_SUFFIX)
+        return self._dir / _name(session_id)
 
-    def _check_dirs(self) -> None:
-        """Refuse the logs folder when a folder of it below the root is a link (see
-        :func:`.check_dirs`); each log is opened with ``O_NOFOLLOW``."""
-        check_dirs(self._root, self._dir)
+    def _logs(self, *, create: bool = False) -> Folder | None:
+        """The logs folder, walked from the root without links (see :mod:`.dirhandle`);
+        None when it does not exist, unless ``create`` makes it."""
+        return self._root.namespace(self._namespace, (LOGS_DIR,), create=create)
+
+    @contextmanager
+    def _opened_logs(self) -> Iterator[Folder | None]:
+        """:meth:`_logs`, closed on leaving."""
+        folder = self._logs()
+        if folder is None:
+            yield None
+            return
+        with folder:
+            yield folder
 
     def _file(self, session_id: str) -> str:
         """:meth:`_path` as a string, remembered."""
@@ -136,7 +148,7 @@ class JsonlEvents(EventBackend):
         if name is None:
             if len(self._files) >= _REMEMBERED_LOGS:
                 self._files.clear()
-            name = os.path.join(self._dir_name, encode_name(session_id) + LOG_SUFFIX)
+            name = os.path.join(self._dir_name, _name(session_id))
             self._files[session_id] = name
         return name
 
@@ -148,12 +160,12 @@ class JsonlEvents(EventBackend):
         """Close the logs kept open between appends (the next append opens its log again)."""
         self._own()
         self._pool.close()
+        self._root.close()
 
     def exists(self, session_id: str) -> bool:
         path = self._path(session_id)
-        with os_errors(path):
-            self._check_dirs()
-            fd = open_existing(path)
+        with os_errors(path), self._opened_logs() as folder:
+            fd = None if folder is None else open_existing(folder, _name(session_id))
             if fd is None:
                 return False
             try:
@@ -171,31 +183,39 @@ class JsonlEvents(EventBackend):
         lease: Lease | None = None,
     ) -> int:
         path = self._file(session_id)
+        name = _name(session_id)
         try:
             self._own()
             log = self._pool.take(session_id)
             for _ in range(_REOPEN_ATTEMPTS):
-                if log is None:
-                    log = self._open_for_append(session_id, path, batch, header)
+                folder = None
                 try:
+                    folder = self._logs()
+                    if log is None:
+                        log, folder = self._open_for_append(session_id, folder, batch, header)
                     fcntl.flock(log.fd, fcntl.LOCK_EX)
-                    st = log.named_stat(path)
-                    if st is not None:
+                    st = log.named_stat(folder, name)
+                    if st is not None and folder is not None:
                         if lease is not None and self._lease_files.fences_off(session_id, lease):
                             raise taken_over(session_id)
                         next_seq = self._append_locked(
-                            log.fd, path, session_id, batch, header, ttl_ms, st
+                            log.fd, folder, path, session_id, batch, header, ttl_ms, st
                         )
                 except (SeqConflictError, SessionBusyError):
-                    self._pool.put_back(session_id, log)
+                    if log is not None:
+                        self._pool.put_back(session_id, log)
                     raise
                 except BaseException:
-                    log.discard()
+                    if log is not None:
+                        log.discard()
                     raise
+                finally:
+                    if folder is not None:
+                        folder.close()
                 if st is not None:
                     self._pool.put_back(session_id, log)
                     return next_seq
-                # Replaced or deleted since it was opened: open whatever the path names now.
+                # Replaced or deleted since it was opened: open whatever the name names now.
                 log.discard()
                 log = None
         except OSError as exc:
@@ -205,21 +225,28 @@ class JsonlEvents(EventBackend):
     def _open_for_append(
         self,
         session_id: str,
-        path: str,
+        folder: Folder | None,
         batch: EventBatch,
         header: SessionHeader | None,
-    ) -> HeldFile:
-        self._check_dirs()
+    ) -> tuple[HeldFile, Folder]:
+        """The log opened for appending, and the logs folder it is in: ``folder``, or
+        the one made for the first log (``folder`` None: it was missing)."""
+        name = _name(session_id)
+        if folder is not None:
+            with suppress(FileNotFoundError):
+                return HeldFile.of(folder.open(name, os.O_RDWR | os.O_APPEND)), folder
+        if header is None:
+            raise SessionNotFoundError(session_id)
+        # Refuse a batch that cannot start a new log before creating its file.
+        plan_append(session_id, 0, batch, _no_events)
+        made = folder if folder is not None else self._logs(create=True)
+        assert made is not None
         try:
-            fd = open_file(path, os.O_RDWR | os.O_APPEND)
-        except FileNotFoundError:
-            if header is None:
-                raise SessionNotFoundError(session_id) from None
-            # Refuse a batch that cannot start a new log before creating its file.
-            plan_append(session_id, 0, batch, _no_events)
-            make_dirs(self._dir)
-            fd = open_file(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        return HeldFile.of(fd)
+            return HeldFile.of(made.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)), made
+        except BaseException:
+            if made is not folder:
+                made.close()
+            raise
 
     def _drop(self, session_id: str) -> None:
         """Forget ``session_id``'s log: its state, and its descriptor if kept open."""
@@ -230,6 +257,7 @@ class JsonlEvents(EventBackend):
     def _append_locked(
         self,
         fd: int,
+        folder: Folder,
         path: str,
         session_id: str,
         batch: EventBatch,
@@ -237,7 +265,8 @@ class JsonlEvents(EventBackend):
         ttl_ms: int | None,
         st: os.stat_result,
     ) -> int:
-        """Append under the lock, ``st`` describing the file open as ``fd``."""
+        """Append under the lock, ``st`` describing the file open as ``fd`` in
+        ``folder``."""
         seen, parsed = self._states.catch_up(fd, session_id, st, path)
         new_header = None  # the header line, when this append materialises the session
         if seen.header is None:
@@ -265,7 +294,7 @@ class JsonlEvents(EventBackend):
             os.fsync(fd)
         write_batch(fd, path, data, seen.end)
         if seen.header is None:
-            fsync_dir(self._dir)
+            folder.fsync()
         header_len = 0 if new_header is None else len(new_header)
         first = batch.events[0].seq
         st = os.fstat(fd)
@@ -295,7 +324,6 @@ class JsonlEvents(EventBackend):
         path = self._path(session_id)
         self._own()
         with os_errors(path):
-            self._check_dirs()
             if not repair:
                 return self._read_range(session_id, path, from_seq, limit)
             log = self._load(session_id, path, repair=False)
@@ -310,12 +338,18 @@ class JsonlEvents(EventBackend):
         self, session_id: str, path: Path, from_seq: int, limit: int | None
     ) -> tuple[SessionHeader, list[SessionEvent]]:
         """See :meth:`LogStates.read_range`; under a shared lock."""
-        fd = open_log(session_id, path, os.O_RDONLY)
+        fd = self._open_log(session_id, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             return self._states.read_range(fd, session_id, from_seq, limit, os.fspath(path))
         finally:
             os.close(fd)
+
+    def _open_log(self, session_id: str, flags: int) -> int:
+        """The session's log opened with ``flags`` in the logs folder walked from the
+        root; :class:`SessionNotFoundError` when either is missing."""
+        with self._opened_logs() as folder:
+            return open_log(session_id, folder, _name(session_id), flags)
 
     # --- leases: an OS file lock, released by the kernel when the process dies -------
 
@@ -343,8 +377,7 @@ class JsonlEvents(EventBackend):
         """From the header line and the end of the file: the log is not parsed."""
         path = self._file(session_id)
         with os_errors(path):
-            self._check_dirs()
-            fd = open_log(session_id, path, os.O_RDONLY)
+            fd = self._open_log(session_id, os.O_RDONLY)
             try:
                 line = first_line(fd)
                 if line is None:
@@ -361,41 +394,39 @@ class JsonlEvents(EventBackend):
 
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every log :meth:`list` lists."""
-        with os_errors(self._dir):
-            self._check_dirs()
-            return list_infos(self._dir, self.lease_busy)
+        with os_errors(self._dir), self._opened_logs() as folder:
+            return [] if folder is None else list_infos(folder, self.lease_busy)
 
     def list(self) -> list[SessionHeader]:
         """Headers read from the first line of each log; logs without a complete header
         are skipped, and so (with a warning on the ``sessionstore`` logger) are logs
         whose header is damaged, of another format version or names another session,
         and files that cannot be read."""
-        with os_errors(self._dir):
-            self._check_dirs()
-            return list_headers(self._dir)
+        with os_errors(self._dir), self._opened_logs() as folder:
+            return [] if folder is None else list_headers(folder)
 
     def prune(self, now_ms: int) -> int:
         """Remove every log whose header has a ``ttl_ms`` and whose mtime is at least
         that long before ``now_ms``; logs without a complete or readable header stay."""
-        with os_errors(self._dir):
-            self._check_dirs()
-            return prune_logs(self._dir, now_ms, self._drop)
+        with os_errors(self._dir), self._opened_logs() as folder:
+            return 0 if folder is None else prune_logs(folder, now_ms, self._drop)
 
     @contextmanager
-    def _exclusive(self, session_id: str, path: Path, doing: str) -> Iterator[int]:
-        """The log open as a descriptor under the exclusive lock, still named by
-        ``path`` (a log replaced meanwhile is opened anew); ``SessionNotFoundError``
-        when it has no complete header."""
-        with os_errors(path):
-            self._check_dirs()
+    def _exclusive(self, session_id: str, path: Path, doing: str) -> Iterator[tuple[int, Folder]]:
+        """The log open as a descriptor under the exclusive lock, still named by its
+        name in the logs folder (a log replaced meanwhile is opened anew), and that
+        folder; ``SessionNotFoundError`` when it has no complete header."""
+        name = _name(session_id)
+        with os_errors(path), self._opened_logs() as folder:
             for _ in range(_REOPEN_ATTEMPTS):
-                fd = open_log(session_id, path, os.O_RDONLY)
+                fd = open_log(session_id, folder, name, os.O_RDONLY)
+                assert folder is not None
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
-                    if still_named(fd, path):
+                    if still_named(fd, folder, name):
                         if first_line(fd) is None:
                             raise SessionNotFoundError(session_id)
-                        yield fd
+                        yield fd, folder
                         return
                 finally:
                     os.close(fd)
@@ -403,14 +434,14 @@ class JsonlEvents(EventBackend):
 
     def delete(self, session_id: str) -> None:
         path = self._path(session_id)
-        with self._exclusive(session_id, path, "a delete"):
+        with self._exclusive(session_id, path, "a delete") as (_, folder):
             self._drop(session_id)
-            os.unlink(path)
-            fsync_dir(self._dir)
+            folder.unlink(_name(session_id))
+            folder.fsync()
 
     def stored_bytes(self, session_id: str) -> int:
-        path = self._path(session_id)
-        fd = open_log(session_id, path, os.O_RDONLY)
+        with os_errors(self._path(session_id)):
+            fd = self._open_log(session_id, os.O_RDONLY)
         try:
             if first_line(fd) is None:
                 raise SessionNotFoundError(session_id)
@@ -424,21 +455,22 @@ class JsonlEvents(EventBackend):
         append waiting for the lock finds the path replaced and opens the new file. The
         copy's mtime is now, so the retention runs from now."""
         path = self._path(session_id)
-        with self._exclusive(session_id, path, "a change of retention") as fd:
+        with self._exclusive(session_id, path, "a change of retention") as (fd, folder):
             raw = read_all(fd)
             line = raw[: raw.index(b"\n")]
             header, _ = parse_header_line(session_id, line, os.fspath(path))
             self._drop(session_id)
             # The temp file's name does not end in the log suffix: never listed.
-            temp = temp_path(path.with_name(path.name + ".rewrite"))
-            atomic_write(path, header_line(header, ttl_ms) + raw[len(line) + 1 :], temp)
-            mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
+            name = _name(session_id)
+            temp = temp_name(name + ".rewrite")
+            atomic_write(folder, name, header_line(header, ttl_ms) + raw[len(line) + 1 :], temp)
+            mtime_ms = folder.stat(name).st_mtime_ns // 1_000_000
         return None if ttl_ms is None else mtime_ms + ttl_ms
 
     def _load(self, session_id: str, path: Path, *, repair: bool) -> ParsedLog:
         """Parse the log under a shared lock or, to repair, under the exclusive lock,
         cutting off its torn tail durably; remember its state for the next append."""
-        fd = open_log(session_id, path, os.O_RDWR if repair else os.O_RDONLY)
+        fd = self._open_log(session_id, os.O_RDWR if repair else os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if repair else fcntl.LOCK_SH)
             raw = read_all(fd)
@@ -453,6 +485,11 @@ class JsonlEvents(EventBackend):
             return log
         finally:
             os.close(fd)
+
+
+def _name(session_id: str) -> str:
+    """The file name of the session's log."""
+    return encode_name(session_id) + LOG_SUFFIX
 
 
 def _no_events(first: int, last: int) -> list[bytes]:

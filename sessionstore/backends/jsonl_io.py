@@ -5,38 +5,44 @@ after an offset, the end of its committed events, and the write of one batch."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SessionNotFoundError, StoreUnavailableError
-from .fsutil import open_file, store_error
+from .fsutil import store_error
 from .jsonl_format import MalformedLine, parse_event
+
+if TYPE_CHECKING:
+    from .dirhandle import Folder
 
 #: How many bytes one ``pread`` of a log asks for, at least.
 CHUNK = 64 * 1024
 
 
-def open_existing(path: str | Path) -> int | None:
-    """``path`` opened for reading, or None when there is no such file (see
-    :func:`.open_file`)."""
+def open_existing(folder: Folder, name: str) -> int | None:
+    """The file ``name`` in ``folder`` opened for reading, or None when there is no such
+    file (see :meth:`.dirhandle.Folder.open`)."""
     try:
-        return open_file(path, os.O_RDONLY)
+        return folder.open(name, os.O_RDONLY)
     except FileNotFoundError:
         return None
 
 
-def open_log(session_id: str, path: str | Path, flags: int) -> int:
-    """The log at ``path`` opened with ``flags`` (see :func:`.open_file`);
-    :class:`SessionNotFoundError` if absent."""
+def open_log(session_id: str, folder: Folder | None, name: str, flags: int) -> int:
+    """The log ``name`` in ``folder`` opened with ``flags`` (see :meth:`.dirhandle.Folder.open`);
+    :class:`SessionNotFoundError` if absent (``folder`` None: the folder is missing)."""
+    if folder is None:
+        raise SessionNotFoundError(session_id)
     try:
-        return open_file(path, flags)
+        return folder.open(name, flags)
     except FileNotFoundError:
         raise SessionNotFoundError(session_id) from None
 
 
-def still_named(fd: int, path: Path) -> bool:
-    """Whether ``path`` still names the file open as ``fd`` (not unlinked or replaced)."""
+def still_named(fd: int, folder: Folder, name: str) -> bool:
+    """Whether ``name`` in ``folder`` still names the file open as ``fd`` (not unlinked
+    or replaced)."""
     try:
-        named = os.lstat(path)
+        named = folder.stat(name)
     except FileNotFoundError:
         return False
     held = os.fstat(fd)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..leases import Lease, next_epoch
 from ..when import now_ms
-from .fsutil import check_dirs, encode_name, locked_elsewhere, make_dirs, open_file, os_errors
+from .dirhandle import StoreRoot
+from .fsutil import encode_name, locked_elsewhere, os_errors
 
 #: The folder of the lease files, in the namespace's folder.
 LEASES_DIR = "leases"
@@ -28,19 +29,21 @@ LEASE_SUFFIX = ".lock"
 
 
 class LeaseFiles:
-    """The lease files of one namespace's sessions, in ``directory`` below ``root``, and
-    the leases this object holds. Its garbage collection releases them."""
+    """The lease files of ``namespace``'s sessions below the store's ``root``, and the
+    leases this object holds; the folder is walked from the root on every call (see
+    :mod:`.dirhandle`). Its garbage collection releases them."""
 
-    def __init__(self, root: Path, directory: Path) -> None:
+    def __init__(self, root: StoreRoot, namespace: str) -> None:
         self._root = root
-        self._dir = directory
+        self._namespace = namespace
+        self._dir = root.path / encode_name(namespace) / LEASES_DIR
         #: Leases held: session id -> (owner, locked descriptor, epoch).
         self._held: dict[str, tuple[str, int, int]] = {}
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _close_all, self._held)
 
     def _path(self, session_id: str) -> Path:
-        return self._dir / (encode_name(session_id) + LEASE_SUFFIX)
+        return self._dir / _name(session_id)
 
     def acquire(self, session_id: str, owner: str) -> int:
         """Take the session's lease for ``owner``: its epoch once it is ``owner``'s, 0
@@ -50,9 +53,10 @@ class LeaseFiles:
             held = self._held.get(session_id)
             if held is not None:
                 return held[2] if held[0] == owner else 0
-            check_dirs(self._root, self._dir)
-            make_dirs(self._dir)
-            fd = open_file(path, os.O_RDWR | os.O_CREAT)
+            folder = self._root.namespace(self._namespace, (LEASES_DIR,), create=True)
+            assert folder is not None
+            with folder:
+                fd = folder.open(_name(session_id), os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 epoch = next_epoch(_epoch_of(fd), now_ms())
@@ -79,15 +83,18 @@ class LeaseFiles:
         held = self._held.get(session_id)
         if held is not None:
             return (held[0], held[2]) != lease
-        path = self._path(session_id)
-        with os_errors(path):
-            check_dirs(self._root, self._dir)
-            if locked_elsewhere(path):
-                return True
-            try:
-                fd = open_file(path, os.O_RDONLY)
-            except FileNotFoundError:
+        with os_errors(self._path(session_id)):
+            folder = self._root.namespace(self._namespace, (LEASES_DIR,))
+            if folder is None:
                 return False
+            with folder:
+                name = _name(session_id)
+                if locked_elsewhere(folder, name):
+                    return True
+                try:
+                    fd = folder.open(name, os.O_RDONLY)
+                except FileNotFoundError:
+                    return False
             try:
                 return _epoch_of(fd) > lease.epoch
             finally:
@@ -109,16 +116,22 @@ class LeaseFiles:
         held = self._held.get(session_id)
         if held is not None:
             return held[0] != owner
-        path = self._path(session_id)
-        with os_errors(path):
-            check_dirs(self._root, self._dir)
-            return locked_elsewhere(path)
+        with os_errors(self._path(session_id)):
+            folder = self._root.namespace(self._namespace, (LEASES_DIR,))
+            if folder is None:
+                return False
+            with folder:
+                return locked_elsewhere(folder, _name(session_id))
 
     def forked(self) -> None:
         """In a forked child: a new lock, and the copies of the parent's lease
         descriptors closed (the parent's leases stay the parent's)."""
         self._lock = threading.Lock()
         _close_all(self._held)
+
+
+def _name(session_id: str) -> str:
+    return encode_name(session_id) + LEASE_SUFFIX
 
 
 def _epoch_of(fd: int) -> int:

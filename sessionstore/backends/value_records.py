@@ -15,8 +15,7 @@ Callers hold the key's lock around a write and a read-compare-write.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import msgpack
 
@@ -25,38 +24,41 @@ from ..errors import UnsafePathError
 from ..keys import ValueKey
 from .fsutil import atomic_write, read_file, remove_durably
 
+if TYPE_CHECKING:
+    from .dirhandle import Folder
+
 #: One version of a history: (when, payload; None for a clear).
 Version = tuple[int, bytes | None]
 #: A plain record as stored (its expiry, None for never, beside it).
 Plain = tuple[Stored, int | None]
 
 
-def expired(path: Path, now: int) -> bool:
-    """Whether the record at ``path`` is readable and past its expiry."""
+def expired(folder: Folder, name: str, now: int) -> bool:
+    """Whether the record ``name`` in ``folder`` is readable and past its expiry."""
     try:
-        record = msgpack.unpackb(read_file(path), raw=False)
+        record = msgpack.unpackb(read_file(folder, name), raw=False)
     except (OSError, ValueError, TypeError, UnsafePathError):
         return False
     expires_at = record.get("expires_at") if isinstance(record, dict) else None
     return _is_int(expires_at) and expires_at <= now
 
 
-def record_key(path: Path, now: int) -> ValueKey | None:
-    """The key a record says it belongs to; None when it has expired, and (with a
-    warning) when unreadable."""
+def record_key(folder: Folder, name: str, now: int) -> ValueKey | None:
+    """The key the record ``name`` in ``folder`` says it belongs to; None when it has
+    expired, and (with a warning) when unreadable."""
     try:
-        record = msgpack.unpackb(read_file(path), raw=False)
+        record = msgpack.unpackb(read_file(folder, name), raw=False)
         fields = record["key"]
-        key = ValueKey(*(fields[name] for name in _KEY_FIELDS))
+        key = ValueKey(*(fields[field] for field in _KEY_FIELDS))
     except FileNotFoundError:
         return None
     except UnsafePathError as exc:
-        _ignore(path, str(exc))
+        _ignore(folder, name, str(exc))
         return None
     except (ValueError, TypeError, KeyError) as exc:
-        _ignore(path, f"not a record with a key ({exc!r:.200})")
+        _ignore(folder, name, f"not a record with a key ({exc!r:.200})")
         return None
-    valid, expires_at = _expires_at(path, record)
+    valid, expires_at = _expires_at(folder, name, record)
     return key if valid and _live(expires_at, now) else None
 
 
@@ -79,53 +81,55 @@ def _pack(record: dict[str, Any]) -> bytes:
     return packed
 
 
-def _ignore(path: Path, why: str) -> None:
-    warnings.warn(f"sessionstore: ignoring {path}: {why}", RuntimeWarning, stacklevel=2)
+def _ignore(folder: Folder, name: str, why: str) -> None:
+    warnings.warn(
+        f"sessionstore: ignoring {folder.join(name)}: {why}", RuntimeWarning, stacklevel=2
+    )
 
 
-def _load(key: ValueKey, path: Path) -> dict[str, Any] | None:
-    """The record stored at ``path`` for ``key``; None when absent, unreadable or another
-    key's (the last two with a warning)."""
+def _load(key: ValueKey, folder: Folder, name: str) -> dict[str, Any] | None:
+    """The record ``name`` stored in ``folder`` for ``key``; None when absent, unreadable
+    or another key's (the last two with a warning)."""
     try:
-        raw = read_file(path)
+        raw = read_file(folder, name)
     except FileNotFoundError:
         return None
     try:
         record = msgpack.unpackb(raw, raw=False)
     except (ValueError, TypeError) as exc:
-        _ignore(path, f"not a msgpack record ({exc})")
+        _ignore(folder, name, f"not a msgpack record ({exc})")
         return None
     if not isinstance(record, dict):
-        _ignore(path, "not a msgpack map")
+        _ignore(folder, name, "not a msgpack map")
         return None
     stored_key = record.get("key")
     if stored_key != _key_record(key):
-        _ignore(path, f"it holds the record of {stored_key!r:.300}, not of {key.label()!r}")
+        _ignore(folder, name, f"it holds the record of {stored_key!r:.300}, not of {key.label()!r}")
         return None
     return record
 
 
-def _expires_at(path: Path, record: dict[str, Any]) -> tuple[bool, int | None]:
+def _expires_at(folder: Folder, name: str, record: dict[str, Any]) -> tuple[bool, int | None]:
     """(valid, the record's expiry): absent is valid and None; anything but an int is
     invalid, with a warning."""
     expires_at = record.get("expires_at")
     if expires_at is None or _is_int(expires_at):
         return True, expires_at
-    _ignore(path, "its 'expires_at' is not an int")
+    _ignore(folder, name, "its 'expires_at' is not an int")
     return False, None
 
 
-def read_plain(key: ValueKey, path: Path) -> Plain | None:
-    """The plain record of ``key`` and its expiry, expired or not; None when absent or
-    unreadable."""
-    record = _load(key, path)
+def read_plain(key: ValueKey, folder: Folder, name: str) -> Plain | None:
+    """The plain record of ``key`` (the file ``name`` in ``folder``) and its expiry,
+    expired or not; None when absent or unreadable."""
+    record = _load(key, folder, name)
     if record is None:
         return None
     when, payload = record.get("when"), record.get("payload")
     if not _is_int(when) or not isinstance(payload, bytes):
-        _ignore(path, "the record lacks an int 'when' or a bytes 'payload'")
+        _ignore(folder, name, "the record lacks an int 'when' or a bytes 'payload'")
         return None
-    valid, expires_at = _expires_at(path, record)
+    valid, expires_at = _expires_at(folder, name, record)
     return (Stored(payload, when), expires_at) if valid else None
 
 
@@ -149,28 +153,35 @@ def new_expiry(ttl_ms: int | None, found: Plain | None, now: int) -> int | None:
 
 
 def write_plain(
-    key: ValueKey, path: Path, payload: bytes | None, when: int, expires_at: int | None
+    key: ValueKey,
+    folder: Folder,
+    name: str,
+    payload: bytes | None,
+    when: int,
+    expires_at: int | None,
 ) -> None:
     if payload is None:
-        remove_durably(path)
+        remove_durably(folder, name)
         return
     record: dict[str, Any] = {"key": _key_record(key), "when": when, "payload": payload}
     if expires_at is not None:
         record["expires_at"] = expires_at
-    atomic_write(path, _pack(record))
+    atomic_write(folder, name, _pack(record))
 
 
-def read_versions(key: ValueKey, path: Path, now: int) -> tuple[list[Version], int | None]:
-    """Every stored version of ``key``, oldest first, and the history's expiry; none
-    once it has expired."""
-    record = _load(key, path)
+def read_versions(
+    key: ValueKey, folder: Folder, name: str, now: int
+) -> tuple[list[Version], int | None]:
+    """Every stored version of ``key`` (the history ``name`` in ``folder``), oldest
+    first, and the history's expiry; none once it has expired."""
+    record = _load(key, folder, name)
     if record is None:
         return [], None
     raw = record.get("versions")
     if not isinstance(raw, list) or not all(_is_version(item) for item in raw):
-        _ignore(path, "the record lacks a list of [when, payload] versions")
+        _ignore(folder, name, "the record lacks a list of [when, payload] versions")
         return [], None
-    valid, expires_at = _expires_at(path, record)
+    valid, expires_at = _expires_at(folder, name, record)
     if not valid or not _live(expires_at, now):
         return [], None
     return sorted({item[0]: item[1] for item in raw}.items()), expires_at
@@ -196,7 +207,8 @@ def as_of(versions: list[Version], when: int) -> Stored | None:
 
 def write_versions(
     key: ValueKey,
-    path: Path,
+    folder: Folder,
+    name: str,
     versions: list[Version],
     payload: bytes | None,
     when: int,
@@ -214,11 +226,11 @@ def write_versions(
     kept.sort(key=lambda version: version[0])
     if max_versions is not None:
         kept = kept[-max_versions:]
-    write_record(key, path, kept, expires_at)
+    write_record(key, folder, name, kept, expires_at)
 
 
 def write_record(
-    key: ValueKey, path: Path, versions: list[Version], expires_at: int | None
+    key: ValueKey, folder: Folder, name: str, versions: list[Version], expires_at: int | None
 ) -> None:
     """Replace the history record of ``key`` by ``versions`` (oldest first)."""
     record: dict[str, Any] = {
@@ -227,7 +239,7 @@ def write_record(
     }
     if expires_at is not None:
         record["expires_at"] = expires_at
-    atomic_write(path, _pack(record))
+    atomic_write(folder, name, _pack(record))
 
 
 def _is_int(value: object) -> TypeGuard[int]:
