@@ -337,6 +337,22 @@ def chart(results: Sequence[Result], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
+#: The line after which ``benchmarks.md`` holds sections that benchmarks of their own
+#: write (``python -m benchmarks.adk_sessions``, ...): a full run keeps them as they are.
+KEPT_MARKER = "<!-- Sections below come from benchmarks of their own; a full run keeps them. -->"
+
+
+def kept_sections(path: Path) -> str:
+    """The marker and what follows it in the ``benchmarks.md`` at ``path`` (nothing when
+    it has none)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return ""
+    at = text.find(KEPT_MARKER)
+    return "" if at < 0 else "\n" + text[at:]
+
+
 def write(
     results: Sequence[Result],
     growths: Sequence[Growth],
@@ -344,11 +360,13 @@ def write(
     descriptions: Sequence[str],
     out: Path,
 ) -> list[Path]:
-    """Write ``benchmarks.md`` to ``out``, and ``benchmarks.png`` when there are rows to
-    chart; return the paths written."""
+    """Write ``benchmarks.md`` to ``out`` (keeping :func:`kept_sections` of the one there),
+    and ``benchmarks.png`` when there are rows to chart; return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "benchmarks.md"]
-    written[0].write_text(markdown(results, growths, info, descriptions))
+    written[0].write_text(
+        markdown(results, growths, info, descriptions) + kept_sections(written[0])
+    )
     if results:
         passed = sum(r.passed for r in results)
         title = f"sessionstore benchmarks, {info.date}: {passed} of {len(results)} targets met"
