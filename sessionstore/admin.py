@@ -10,7 +10,7 @@ import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from .connection import REDIS_SCHEMES, file_root, resolve_url, scheme_of
-from .errors import SessionNotFoundError
+from .errors import CorruptDataError, SessionNotFoundError
 from .results import NamespaceUsage, ValueRef, namespace_usages
 
 if TYPE_CHECKING:
@@ -96,11 +96,17 @@ def namespace_bytes(store: Store) -> int:
     """What the namespace of ``store`` takes where it is stored: every session's
     ``events.stored_bytes`` (see it for what each backend counts) and every value's
     payloads (:func:`value_usage`). Reads every value's records and each session's size:
-    an inspection, not a hot path. A session or value removed meanwhile counts 0."""
+    an inspection, not a hot path. A session or value removed meanwhile, or a value
+    whose records are damaged, counts 0."""
     total = 0
     for info in store.events.list_info():
         try:
             total += store.events.stored_bytes(info.header.id)
         except SessionNotFoundError:
             continue
-    return total + sum(value_usage(store, ref).bytes for ref in store.list_values())
+    for ref in store.list_values():
+        try:
+            total += value_usage(store, ref).bytes
+        except CorruptDataError:
+            continue
+    return total

@@ -17,7 +17,7 @@ from rich.table import Table
 from ..admin import value_usage
 from ..codec import load_value
 from ..contracts import Stored
-from ..errors import InvalidArgumentError
+from ..errors import CorruptDataError, InvalidArgumentError
 from ..results import ValueRecords
 from ..when import MAX_ABS_EPOCH_MS, to_epoch_ms
 from .common import (
@@ -34,6 +34,7 @@ from .common import (
     guarded,
     iso,
     json_text,
+    note,
     open_store,
     retention,
     say_nothing_found,
@@ -198,13 +199,19 @@ def list_values(url: Url = None, namespace: Namespace = "default", json: Json = 
     """Every stored value of the namespace, with its size (bytes of its stored payloads),
     its records (1, or a history's versions) and when it expires (wall clock), read from
     each value's records. Nothing is cut or left out: when the table is wider than the
-    terminal each value is a block of lines instead. --json: one object per value
-    (symbol, strategy, exchange, frame, mode, history, bytes, records, expires_at: epoch
-    ms or null)."""
+    terminal each value is a block of lines instead. A damaged value is listed as such
+    (and said on stderr); the others are listed all the same. --json: one object per
+    value (symbol, strategy, exchange, frame, mode, history, bytes, records, expires_at:
+    epoch ms or null; records null for a damaged value)."""
     rows: list[dict[str, Any]] = []
     with open_store(url, namespace, existing=True) as store:
         for ref in store.list_values():
-            usage = value_usage(store, ref)
+            try:
+                usage = value_usage(store, ref)
+            except CorruptDataError as exc:
+                note(f"value {', '.join(ref[:5])} is damaged: {exc}")
+                rows.append({**ref._asdict(), "bytes": None, "records": None, "expires_at": None})
+                continue
             if usage.records:  # removed or expired since it was listed
                 rows.append({**ref._asdict(), **usage._asdict()})
     if not rows:
@@ -220,8 +227,12 @@ def list_values(url: Url = None, namespace: Namespace = "default", json: Json = 
                 *(plain(row[name]) for name in ("symbol", "strategy", "exchange", "frame", "mode")),
                 "history" if row["history"] else "value",
                 human_bytes(row["bytes"]),
-                str(row["records"]),
-                "never" if row["expires_at"] is None else iso(row["expires_at"]),
+                "DAMAGED" if row["records"] is None else str(row["records"]),
+                "-"
+                if row["records"] is None
+                else "never"
+                if row["expires_at"] is None
+                else iso(row["expires_at"]),
             ]
             for row in rows
         ],
