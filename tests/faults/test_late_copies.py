@@ -99,8 +99,9 @@ def run_held(
             seen.append(value)
             return (value or 0) + 1
 
-        # A write that stores a value sends its index entry's call (index_add.lua) first.
-        held = proxy.hold_requests("FCALL", skip=0 if op == "delete" else 1)
+        # A history write sends its index entry's call (index_add.lua) first; a plain
+        # value's write function checks the entry itself, in its one call.
+        held = proxy.hold_requests("FCALL", skip=1 if history and op != "delete" else 0)
         if op == "set_data":
             returned = mine.set_data("late", T0)
         elif op == "update":
