@@ -397,6 +397,10 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
         f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}",
     ]
     meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
+    [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
+    assert entry_id == b"0-1"
+    event = b'{"seq":0,"type":"note","time":%d,"data":{}}' % T0
+    assert fields == {b"events": b"[" + event + b"]"}
     assert meta == {
         b"id": b"run-1",
         b"version": b"1",
@@ -404,11 +408,32 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
         b"next_seq": b"1",
         b"last_time": str(T0).encode(),
         b"entries": b"1",
+        b"bytes": str(len(fields[b"events"])).encode(),
     }
-    [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
-    assert entry_id == b"0-1"
-    event = b'{"seq":0,"type":"note","time":%d,"data":{}}' % T0
-    assert fields == {b"events": b"[" + event + b"]"}
+    client.close()
+
+
+def test_a_log_without_a_byte_count_is_counted_by_reading_it_in_pages(redis_server, ns):
+    """A log materialised before appends counted its bytes (no ``bytes`` field) is
+    counted by reading its entries below ``next_seq`` (a torn tail left out), in pages;
+    appends leave it uncounted; a damaged count is damage."""
+    meta, stream = keys.log_keys(ns, "old")
+    client = raw(redis_server.url)
+    with sessionstore.connect(redis_server.url, ns) as store:
+        store.events.create(SessionHeader(id="old"))
+        for seq in range(250):  # three pages of entries
+            store.events.append("old", [SessionEvent(seq=seq, type="note", time=T0)])
+        counted = store.events.stored_bytes("old")
+        assert counted == sum(len(f[b"events"]) for _, f in client.xrange(stream))
+        client.hdel(meta, "bytes")
+        client.xadd(stream, {"events": b"[torn]"}, id="250-1")
+        assert store.events.stored_bytes("old") == counted
+        store.events.append("old", [SessionEvent(seq=250, type="note", time=T0)])
+        assert client.hget(meta, "bytes") is None
+        assert store.events.stored_bytes("old") > counted
+        client.hset(meta, "bytes", "-1")
+        with pytest.raises(CorruptLogError):
+            store.events.stored_bytes("old")
     client.close()
 
 

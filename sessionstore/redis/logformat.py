@@ -1,7 +1,10 @@
 """The event-log format on Redis, as pure functions shared by the sync and async backends.
 
 A session is a meta hash (header fields as plain text, an absent field is None, plus
-``next_seq``, ``last_time`` and, for a session with a retention, ``ttl_ms``) and a stream.
+``next_seq``, ``last_time``, ``entries``, ``bytes`` -- the length of the ``events``
+texts of its entries below ``next_seq``, what ``stored_bytes`` reports; absent for a log
+materialised before it was counted -- and, for a session with a retention, ``ttl_ms``)
+and a stream.
 Each stream entry holds the events of one append (at most :data:`ENTRY_EVENTS` of them;
 a longer append writes several entries in the same script call): its id is ``<seq of
 its last event>-<number of events>`` and its one field ``events`` is a JSON array of the
@@ -153,6 +156,24 @@ def decode_info(
     else:
         expires_at = _optional_int(session_id, meta, b"expires_at")
     return SessionInfo(header, next_seq, last_time, expires_at, busy)
+
+
+def stored_count(session_id: str, name: str, raw: Any) -> int:
+    """A count the meta hash holds (``bytes``, ``next_seq``): a whole number from 0 within
+    64 bits, else :class:`CorruptLogError` naming the field."""
+    found = stored_int(raw)
+    if found is None or not 0 <= found <= INT64_MAX:
+        raise CorruptLogError(session_id, f"the meta hash's {name} is {raw!r:.40}")
+    return found
+
+
+def entry_bytes(fields: Mapping[Any, Any] | Sequence[Any]) -> int:
+    """The stored text of a stream entry (an ``XRANGE`` reply's fields, as a mapping or
+    a flat list): its ``events`` text, or the values of the fields of an entry of the
+    first layout; what ``log_append.lua`` adds to the meta hash's ``bytes`` for an entry
+    it writes."""
+    values = fields.values() if isinstance(fields, Mapping) else fields[1::2]
+    return sum(len(value) for value in values)
 
 
 def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int | None:

@@ -17,6 +17,8 @@ backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logf
 * ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
   session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
   ``list_info``: the index listing as for ``list``, then the leases, pipelined.
+* ``stored_bytes``: ``HMGET meta bytes next_seq`` (the count ``log_append.lua`` keeps);
+  a log without it is read in pages (:meth:`LogOps.stored_bytes`).
 * ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
   :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
   whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
@@ -57,12 +59,25 @@ from .durability import (
     wait_ms,
 )
 from .index import Listing, Queue, list_steps, session_entry
-from .logformat import append_args, decode_append, decode_header, decode_info, restore_id
+from .logformat import (
+    append_args,
+    decode_append,
+    decode_header,
+    decode_info,
+    entry_bytes,
+    restore_id,
+    stored_count,
+)
 from .logparse import READ_ATTEMPTS, LogRead
 from .pools import is_cluster
 from .replies import refused, text
 
 log = logging.getLogger("sessionstore")
+#: The most torn-tail entries one ``log_cut_tail.lua`` call cuts (its ``TAIL_CUT``): a
+#: reply that cut as many is followed by another call.
+TAIL_CUT = 1000
+#: Entries per ``XRANGE`` page when the bytes of a log that has no count are counted.
+COUNT_PAGE = 100
 
 
 def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
@@ -320,9 +335,12 @@ class LogOps:
         if plan.tail:
             yield from self.check_durable(client)
             with self._guard("log_cut_tail.lua", meta):
-                yield from scripts.run_steps(
-                    client, "log_cut_tail", [meta, stream], plan.cut_args()
-                )
+                while True:
+                    reply = yield from scripts.run_steps(
+                        client, "log_cut_tail", [meta, stream], plan.cut_args()
+                    )
+                    if text(reply[0]) != "OK" or int(reply[1]) < TAIL_CUT:
+                        break
 
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)
@@ -414,15 +432,25 @@ class LogOps:
             raise SessionNotFoundError(session_id)
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
-        names = self._keys(session_id)
-        with self._guard("MEMORY USAGE", names[0]):
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.memory_usage(name)
-            sizes = yield pipe.execute
-        if sizes[0] is None:
+        """The ``bytes`` field of the meta hash (see :mod:`.logformat`); a log
+        materialised before it was counted is counted here, by reading its entries below
+        ``next_seq`` in pages (see :func:`entry_bytes`)."""
+        meta, stream = self._keys(session_id)
+        with self._guard("HMGET", meta):
+            counted, next_seq = yield functools.partial(client.hmget, meta, "bytes", "next_seq")
+        if counted is None and next_seq is None:
             raise SessionNotFoundError(session_id)
-        return sum(int(size or 0) for size in sizes)
+        if counted is not None:
+            return stored_count(session_id, "bytes", counted)
+        end = restore_id(stored_count(session_id, "next_seq", next_seq))
+        total, start = 0, "-"
+        while True:
+            with self._guard("XRANGE", stream):
+                page = yield functools.partial(client.xrange, stream, start, end, COUNT_PAGE)
+            total += sum(entry_bytes(fields) for _, fields in page)
+            if len(page) < COUNT_PAGE:
+                return total
+            start = "(" + text(page[-1][0])
 
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)
