@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import local, peers, redis_log, report, scale, values, workload, writers
+from . import local, peers, redis_log, report, scale, tenant_attack, values, workload, writers
 from .harness import Growth, Result, Sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +37,12 @@ GROUPS: dict[str, list[Group]] = {
     ],
     "writers": [writers.writer_results],
     "scale": [scale.scale_results],
+    "tenants": [tenant_attack.attack_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
-    module.__doc__ or "" for module in (workload, redis_log, values, peers, local, writers, scale)
+    module.__doc__ or ""
+    for module in (workload, redis_log, values, peers, local, writers, scale, tenant_attack)
 ]
 
 
