@@ -3,11 +3,14 @@
 The least-privilege user of a namespace may ``HSET`` its own keys, so it can fill a
 value's seq hash (the writer-slot records of :mod:`sessionstore.redis.writerslots`) with
 any number of records, of any size, and call the library's functions with arguments of
-its own. None of that may make a function's work grow with what is stored: a value
-write's trim looks at a fixed sample whatever its bound argument, a record is measured
-before it is parsed, and arguments past their sizes are refused. Measured on a real
-redis-server by the server's own accounting of each call (``INFO commandstats``), with
-an admin's ``PING`` answered meanwhile.
+its own; it can fill a history with versions and a log with entries alike. None of that
+may make a function's work grow with what is stored: a value write's trim looks at a
+fixed sample whatever its bound argument, a record is measured before it is parsed,
+arguments past their sizes are refused, a history write removes at most
+``HISTORY_DROP_MAX`` versions, a torn tail is cut at most 1,000 entries a call, a delete
+unlinks. Measured on a real redis-server by the server's own accounting of each call
+(``INFO commandstats``), with an admin's ``PING`` answered meanwhile. With
+``SESSIONSTORE_SOAK=1`` the histories hold a million planted versions.
 """
 
 from __future__ import annotations
