@@ -382,7 +382,8 @@ class EventBackend(ABC):
         """How many bytes the session takes where it is stored: the log file's size
         (files), the length of its rows' stored text (SQLite), the length of its
         stream entries' stored event text (Redis: counted by the appends in the meta
-        hash, read in O(1)), the canonical text of its events (memory).
+        hash, read in O(1); estimated from its two ends for a log materialised before
+        that count), the canonical text of its events (memory).
         ``SessionNotFoundError`` if it is not materialised."""
 
     @abstractmethod

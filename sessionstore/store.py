@@ -246,7 +246,8 @@ class EventLog(EventLogBase[EventBackend]):
 
     def stored_bytes(self, session_id: str) -> int:
         """How many bytes the session takes in the store (files: its log file; SQLite:
-        its rows' text; Redis: its events' stored text, as the appends counted it).
+        its rows' text; Redis: its events' stored text, as the appends counted it, or
+        estimated for a log written before they did).
         ``SessionNotFoundError`` if it is not materialised."""
         return run(event_flows.stored_bytes(self._lifecycle, session_id), self._backend)
 

@@ -3,7 +3,8 @@
 A session is a meta hash (header fields as plain text, an absent field is None, plus
 ``next_seq``, ``last_time``, ``entries``, ``bytes`` -- the length of the ``events``
 texts of its entries below ``next_seq``, what ``stored_bytes`` reports; absent for a log
-materialised before it was counted -- and, for a session with a retention, ``ttl_ms``)
+materialised before it was counted, whose size is estimated -- and, for a session
+with a retention, ``ttl_ms``)
 and a stream.
 Each stream entry holds the events of one append (at most :data:`ENTRY_EVENTS` of them;
 a longer append writes several entries in the same script call): its id is ``<seq of
@@ -174,6 +175,18 @@ def entry_bytes(fields: Mapping[Any, Any] | Sequence[Any]) -> int:
     it writes."""
     values = fields.values() if isinstance(fields, Mapping) else fields[1::2]
     return sum(len(value) for value in values)
+
+
+def estimated_bytes(entries: int, first: Sequence[Any], last: Sequence[Any]) -> int:
+    """The bytes of a log of ``entries`` stream entries that has no count, from ``first``
+    and ``last``, the ``XRANGE`` and ``XREVRANGE`` replies of as many entries at each of
+    its ends: their sum when they hold every entry (a short log: exact), else their mean
+    :func:`entry_bytes` times ``entries`` (an estimate)."""
+    seen = {bytes(entry_id): fields for entry_id, fields in (*first, *last)}
+    total = sum(entry_bytes(fields) for fields in seen.values())
+    if len(seen) >= entries or not seen:
+        return total
+    return round(total / len(seen) * entries)
 
 
 def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int | None:

@@ -17,8 +17,8 @@ backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logf
 * ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
   session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
   ``list_info``: the index listing as for ``list``, then the leases, pipelined.
-* ``stored_bytes``: ``HMGET meta bytes next_seq`` (the count ``log_append.lua`` keeps);
-  a log without it is read in pages (:meth:`LogOps.stored_bytes`).
+* ``stored_bytes``: ``HMGET meta bytes next_seq entries`` (the count ``log_append.lua``
+  keeps); a log without it is estimated from its two ends (:meth:`LogOps.stored_bytes`).
 * ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
   :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
   whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
@@ -64,7 +64,7 @@ from .logformat import (
     decode_append,
     decode_header,
     decode_info,
-    entry_bytes,
+    estimated_bytes,
     restore_id,
     stored_count,
 )
@@ -76,8 +76,8 @@ log = logging.getLogger("sessionstore")
 #: The most torn-tail entries one ``log_cut_tail.lua`` call cuts (its ``TAIL_CUT``): a
 #: reply that cut as many is followed by another call.
 TAIL_CUT = 1000
-#: Entries per ``XRANGE`` page when the bytes of a log that has no count are counted.
-COUNT_PAGE = 100
+#: Entries read at each end of a log that has no byte count to estimate it.
+SAMPLE_ENTRIES = 50
 
 
 def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
@@ -432,25 +432,27 @@ class LogOps:
             raise SessionNotFoundError(session_id)
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
-        """The ``bytes`` field of the meta hash (see :mod:`.logformat`); a log
-        materialised before it was counted is counted here, by reading its entries below
-        ``next_seq`` in pages (see :func:`entry_bytes`)."""
+        """The ``bytes`` field of the meta hash (see :mod:`.logformat`); for a log
+        materialised before it was counted, :func:`estimated_bytes` of its first and last
+        :data:`SAMPLE_ENTRIES` entries below ``next_seq`` (two reads, whatever its size)."""
         meta, stream = self._keys(session_id)
         with self._guard("HMGET", meta):
-            counted, next_seq = yield functools.partial(client.hmget, meta, "bytes", "next_seq")
+            counted, next_seq, entries = yield functools.partial(
+                client.hmget, meta, "bytes", "next_seq", "entries"
+            )
         if counted is None and next_seq is None:
             raise SessionNotFoundError(session_id)
         if counted is not None:
             return stored_count(session_id, "bytes", counted)
-        end = restore_id(stored_count(session_id, "next_seq", next_seq))
-        total, start = 0, "-"
-        while True:
-            with self._guard("XRANGE", stream):
-                page = yield functools.partial(client.xrange, stream, start, end, COUNT_PAGE)
-            total += sum(entry_bytes(fields) for _, fields in page)
-            if len(page) < COUNT_PAGE:
-                return total
-            start = "(" + text(page[-1][0])
+        seqs = stored_count(session_id, "next_seq", next_seq)
+        held = seqs if entries is None else stored_count(session_id, "entries", entries)
+        end = restore_id(seqs)
+        with self._guard("XRANGE+XREVRANGE", stream):
+            pipe = client.pipeline(transaction=False)
+            pipe.xrange(stream, "-", end, SAMPLE_ENTRIES)
+            pipe.xrevrange(stream, end, "-", SAMPLE_ENTRIES)
+            first, last = yield pipe.execute
+        return estimated_bytes(held, first, last)
 
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)
