@@ -3,8 +3,11 @@
 -- KEYS[1] - the session's meta hash (header fields, next_seq, last_time, entries: the
 --           number of stream entries below next_seq, absent for a log of the first
 --           layout, which has one per event; bytes: the length of the "events" texts
---           of those entries, absent for a log materialised before it was counted,
---           which stays uncounted; and for a session with a ttl: ttl_ms, expires_at)
+--           of those entries, and bytes_to: the next_seq it counts to, both absent for
+--           a log materialised before they were kept, which stays uncounted, and
+--           removed once an append that did not count them (a client of an older
+--           version) moved next_seq past bytes_to; and for a session with a ttl:
+--           ttl_ms, expires_at)
 -- KEYS[2] - the session's event stream: one entry per stored run of at most 1000
 --           events, id "<seq of its last event>-<its number of events>", one field
 --           "events" holding the events as a JSON array, one event object per line.
@@ -173,12 +176,14 @@ end
 -- Load the meta hash: the three fields that matter, or all of it to compare a header.
 local stored, found, next_seq, ttl
 if nheader < 0 then
-  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries', 'bytes')
+  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries', 'bytes',
+    'bytes_to')
   if not (got[1] or got[2] or got[3]) and redis.call('EXISTS', meta) == 0 then
     return {'NOTFOUND'}
   end
   found, next_seq = true, got[1]
-  stored = {version = got[2], ttl_ms = got[3], entries = got[4], bytes = got[5]}
+  stored = {version = got[2], ttl_ms = got[3], entries = got[4], bytes = got[5],
+    bytes_to = got[6]}
 else
   local size = redis.call('HLEN', meta)
   if size > META_FIELDS then
@@ -207,7 +212,8 @@ else
     local own = 0
     for name, _ in pairs(stored) do
       if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms'
-          and name ~= 'expires_at' and name ~= 'entries' and name ~= 'bytes' then
+          and name ~= 'expires_at' and name ~= 'entries' and name ~= 'bytes'
+          and name ~= 'bytes_to' then
         own = own + 1
       end
     end
@@ -235,9 +241,12 @@ if not held then
   return {'CORRUPT', 'the meta hash has no valid entries'}
 end
 -- The bytes counted so far: 0 for a session this call materialises, nil for one
--- materialised before they were counted.
+-- materialised before they were counted or appended to since by a call that did not
+-- count (its count is then dropped).
 local counted = not found and 0 or nil
-if stored['bytes'] then
+local stale = stored['bytes'] or stored['bytes_to']
+if stored['bytes'] and stored['bytes_to'] == next_seq then
+  stale = false
   counted = stored_integer(stored['bytes'])
   if not counted or counted < 0 then
     return {'CORRUPT', 'the meta hash has no valid bytes'}
@@ -319,6 +328,8 @@ if counted then
   end
   commit[#commit + 1] = 'bytes'
   commit[#commit + 1] = string.format('%d', counted)
+  commit[#commit + 1] = 'bytes_to'
+  commit[#commit + 1] = after
 end
 if not found then
   for i = 6, 5 + 2 * nheader do
@@ -336,6 +347,9 @@ if ttl then
   commit[#commit + 1] = string.format('%d', ms + tonumber(ttl))
 end
 redis.call('HSET', meta, unpack(commit))
+if stale then
+  redis.call('HDEL', meta, 'bytes', 'bytes_to')
+end
 if ttl then
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', stream, ttl)

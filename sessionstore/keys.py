@@ -35,6 +35,7 @@ key                                                     type    fields / members
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
                                                                  ``entries`` (stream entries),                         none
                                                                  ``bytes`` (their events text),
+                                                                 ``bytes_to`` (the seq counted to),
                                                                  ``ttl_ms`` (absent = no ttl),
                                                                  ``expires_at`` (server ms, with ttl)
 ``ss:<ns>:log:{<session id>}:events``                   stream  one entry per append (<= 1000        log_*.lua       same as ``:meta``

@@ -1,10 +1,11 @@
 """The event-log format on Redis, as pure functions shared by the sync and async backends.
 
 A session is a meta hash (header fields as plain text, an absent field is None, plus
-``next_seq``, ``last_time``, ``entries``, ``bytes`` -- the length of the ``events``
-texts of its entries below ``next_seq``, what ``stored_bytes`` reports; absent for a log
-materialised before it was counted, whose size is estimated -- and, for a session
-with a retention, ``ttl_ms``)
+``next_seq``, ``last_time``, ``entries``, ``bytes`` and ``bytes_to`` -- the length of
+the ``events`` texts of its entries below ``bytes_to``, what ``stored_bytes`` reports
+while ``bytes_to`` is ``next_seq``; absent for a log materialised before they were
+kept, and dropped by the next append once a client of an older version appended, so
+such a log's size is estimated -- and, for a session with a retention, ``ttl_ms``)
 and a stream.
 Each stream entry holds the events of one append (at most :data:`ENTRY_EVENTS` of them;
 a longer append writes several entries in the same script call): its id is ``<seq of

@@ -17,8 +17,9 @@ backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logf
 * ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
   session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
   ``list_info``: the index listing as for ``list``, then the leases, pipelined.
-* ``stored_bytes``: ``HMGET meta bytes next_seq entries`` (the count ``log_append.lua``
-  keeps); a log without it is estimated from its two ends (:meth:`LogOps.stored_bytes`).
+* ``stored_bytes``: ``HMGET meta bytes bytes_to next_seq entries`` (the count
+  ``log_append.lua`` keeps); a log without a count up to ``next_seq`` is estimated from
+  its two ends (:meth:`LogOps.stored_bytes`).
 * ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
   :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
   whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
@@ -432,17 +433,19 @@ class LogOps:
             raise SessionNotFoundError(session_id)
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
-        """The ``bytes`` field of the meta hash (see :mod:`.logformat`); for a log
-        materialised before it was counted, :func:`estimated_bytes` of its first and last
-        :data:`SAMPLE_ENTRIES` entries below ``next_seq`` (two reads, whatever its size)."""
+        """The ``bytes`` field of the meta hash while its ``bytes_to`` is ``next_seq``
+        (see :mod:`.logformat`); else (a log materialised before it was counted, or
+        appended to by a client of an older version since) :func:`estimated_bytes` of its
+        first and last :data:`SAMPLE_ENTRIES` entries below ``next_seq`` (two reads,
+        whatever its size)."""
         meta, stream = self._keys(session_id)
         with self._guard("HMGET", meta):
-            counted, next_seq, entries = yield functools.partial(
-                client.hmget, meta, "bytes", "next_seq", "entries"
+            counted, counted_to, next_seq, entries = yield functools.partial(
+                client.hmget, meta, "bytes", "bytes_to", "next_seq", "entries"
             )
-        if counted is None and next_seq is None:
+        if next_seq is None and counted is None:
             raise SessionNotFoundError(session_id)
-        if counted is not None:
+        if counted is not None and counted_to == next_seq:
             return stored_count(session_id, "bytes", counted)
         seqs = stored_count(session_id, "next_seq", next_seq)
         held = seqs if entries is None else stored_count(session_id, "entries", entries)
