@@ -15,7 +15,19 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import local, peers, redis_log, report, scale, tenant_attack, values, workload, writers
+from . import (
+    async_api,
+    json_text,
+    local,
+    peers,
+    redis_log,
+    report,
+    scale,
+    tenant_attack,
+    values,
+    workload,
+    writers,
+)
 from .harness import Growth, Result, Sizes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +40,14 @@ from benchmarks.servers import RedisServer  # noqa: E402
 Group = Callable[[str, Sizes], Sequence[Result | Growth]]
 
 GROUPS: dict[str, list[Group]] = {
-    "redis-log": [redis_log.append_results, redis_log.load_results, redis_log.scaling_results],
+    "redis-log": [
+        redis_log.append_results,
+        json_text.text_append_results,
+        redis_log.load_results,
+        redis_log.scaling_results,
+    ],
     "values": [values.get_set_results, values.update_results],
+    "async": [async_api.async_results],
     "peers": [peers.peer_results],
     "local": [
         lambda _url, sizes: local.sqlite_results(sizes),
@@ -42,7 +60,18 @@ GROUPS: dict[str, list[Group]] = {
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
     module.__doc__ or ""
-    for module in (workload, redis_log, values, peers, local, writers, scale, tenant_attack)
+    for module in (
+        workload,
+        redis_log,
+        json_text,
+        values,
+        async_api,
+        peers,
+        local,
+        writers,
+        scale,
+        tenant_attack,
+    )
 ]
 
 

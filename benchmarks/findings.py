@@ -161,11 +161,13 @@ look-ahead check and the handle remembering the record for the next `update`."""
     "Redis values: set_data": f"""\
 Most of the gap is the exactly-once write on the server: `FCALL` of `value_swap` costs
 9.4 us per call by `INFO commandstats` in this scenario against 0.45 us for the
-baseline's `HSET` (five commands in the function: the writer slot's record read and
-written, `TIME`, `PTTL`, the value; see "What exactly once costs" in
+baseline's `HSET` (the writer slot's record measured, read and written, `TIME`, `PTTL`,
+the index entry's `ZSCORE`, the value; see "What exactly once costs" in
 `docs/operations.md`, and `python -m benchmarks.value_write_cost`: a function doing
-nothing but that `HSET` already costs several times the `HSET`). On the client the call
-carries 13 arguments that redis-py encodes one by one, and:
+nothing but that `HSET` already costs several times the `HSET`, and the record
+bookkeeping is most of the rest). On a single server the index entry is checked in the
+same call (one function call a write); a cluster sends `index_add` apart. On the client
+the call carries 17 arguments that redis-py encodes one by one, and:
 
 {_FACADE}
 

@@ -26,10 +26,10 @@ import redis
 
 import sessionstore
 from sessionstore import SessionHeader, keys
-from sessionstore.redis.library import lua_dir
+from sessionstore.redis import library
 
 from . import workload
-from .harness import Result, Sizes, Timed, compare, compare_rates, parallel, result
+from .harness import Result, Samples, Sizes, Timed, compare, compare_rates, parallel, result
 
 AREA = "Redis event log"
 NAMESPACE = "bench"
@@ -43,6 +43,9 @@ def connect(url: str) -> sessionstore.Store:
 
 class OurLog:
     """One session of ours, appended to in pre-built batches."""
+
+    #: Builds the batches a side appends (``first``, ``calls``, ``size``).
+    make_batches = staticmethod(workload.batches)
 
     def __init__(self, store: sessionstore.Store, session_id: str | None = None) -> None:
         self.log = store.events
@@ -58,7 +61,7 @@ class OurLog:
         self.next_seq = end
 
     def side(self, calls: int, size: int) -> Timed:
-        prepared = workload.batches(self.next_seq, calls, size)
+        prepared = self.make_batches(self.next_seq, calls, size)
         self.next_seq += calls * size
         append, session_id = self.log.append, self.id
 
@@ -74,9 +77,11 @@ class RawLog:
     """The baseline's session: the same meta hash and stream, appended to by ``EVALSHA``
     of ``lua/log_append.lua`` with arguments built directly from the events."""
 
+    make_batches = staticmethod(workload.batches)
+
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.sha = client.script_load((lua_dir() / "log_append.lua").read_text())
+        self.sha = client.script_load(library.script("log_append").source)
         self.keys = keys.log_keys(NAMESPACE, f"raw-{uuid.uuid4().hex[:12]}")
         header = ["id", "raw", "version", "1", "created_at", str(workload.T0)]
         first = workload.events(0, 1)
@@ -84,7 +89,7 @@ class RawLog:
         self.next_seq = 1
 
     def side(self, calls: int, size: int) -> Timed:
-        prepared = workload.batches(self.next_seq, calls, size)
+        prepared = self.make_batches(self.next_seq, calls, size)
         self.next_seq += calls * size
         evalsha, sha, (meta, stream) = self.client.evalsha, self.sha, self.keys
 
@@ -132,13 +137,22 @@ def raw_load(client: redis.Redis, stream: str, chunk: int = 1000) -> list[dict[s
         start = "(" + entries[-1][0].decode()
 
 
-def append_results(url: str, sizes: Sizes) -> list[Result]:
+def append_results(
+    url: str,
+    sizes: Sizes,
+    sides: tuple[type[OurLog], type[RawLog]] = (OurLog, RawLog),
+    what: str = "event",
+    baseline: str = "raw EVALSHA of log_append.lua",
+) -> list[Result]:
+    """Appends of 1 and 100 events per call (``what`` names them in the rows), ours
+    against the raw script call; the ``sides`` build the batches each appends."""
+    our_side, raw_side = sides
     with connect(url) as store:
         client = redis.Redis.from_url(url)
         try:
             rows = []
             for size, calls, target in ((1, sizes.calls, 0.90), (100, sizes.batch_calls, 0.90)):
-                ours, raw = OurLog(store), RawLog(client)
+                ours, raw = our_side(store), raw_side(client)
                 samples = compare(
                     lambda ours=ours, calls=calls, size=size: ours.side(calls, size),
                     lambda raw=raw, calls=calls, size=size: raw.side(calls, size),
@@ -148,8 +162,8 @@ def append_results(url: str, sizes: Sizes) -> list[Result]:
                 rows.append(
                     result(
                         AREA,
-                        f"append {size} event{'s' if size > 1 else ''} per call",
-                        "raw EVALSHA of log_append.lua",
+                        f"append {size} {what}{'s' if size > 1 else ''} per call",
+                        baseline,
                         samples,
                         "events/s",
                         target,
@@ -177,21 +191,24 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
                     reps,
                     blocks,
                 )
-                rows.append(
-                    result(
-                        AREA,
-                        f"load {thousands(count)} events",
-                        "raw XRANGE chunks + orjson.loads",
-                        samples,
-                        "events/s",
-                        0.90,
-                        SETTINGS,
-                    )
-                )
+                rows.append(load_result(AREA, count, samples, SETTINGS))
             rows += memory_results(ours, client, sizes.load_large)
             return rows
         finally:
             client.close()
+
+
+def load_result(area: str, count: int, samples: Samples, settings: str) -> Result:
+    """The row of a load of ``count`` events against the raw chunked ``XRANGE``."""
+    return result(
+        area,
+        f"load {thousands(count)} events",
+        "raw XRANGE chunks + orjson.loads",
+        samples,
+        "events/s",
+        0.90,
+        settings,
+    )
 
 
 def load_side(ours: OurLog, count: int) -> Timed:

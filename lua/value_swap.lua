@@ -5,6 +5,9 @@
 --
 -- KEYS[1] - the value hash: fields v (msgpack bytes) and w (when, integer text)
 -- KEYS[2] - the value's seq hash (see _seq.lua)
+-- KEYS[3] - optional: the namespace's values index, whose entry for the value is added
+--           or refreshed (see _index.lua) with the write, after every check: the
+--           write of index_add.lua in the same call, where the index shares the server
 -- ARGV[1] to ARGV[4] - this call's writer slot, its number, its resend window (ms) and
 --           the seq hash's bound (see _seq.lua)
 -- ARGV[5] - a retention in ms, after which the hash expires ("0": the hash keeps
@@ -15,6 +18,8 @@
 -- ARGV[8] - the new w
 -- ARGV[9] - the expected v (only when ARGV[6] is "1")
 -- ARGV[10] - the expected w (only when ARGV[6] is "1")
+-- the last three ARGV (only with KEYS[3]) - the entry's score, its refresh cutoff and
+--           its member (index_add.lua's ARGV)
 -- returns "OK" when the record was written (it equalled the expected one, or none was
 --         expected), or when this call was applied before (nothing written);
 --         {"CONFLICT", v, w} when it did not: the record found, nil v and w when there
@@ -36,6 +41,10 @@ end
 -- script here, before anything has changed. A clear also drops the field t of the
 -- older layout, so that no hash is left without a value.
 if ARGV[7] ~= '' then
+  if KEYS[3] then
+    local n = #ARGV
+    index_touch(KEYS[3], ARGV[n - 2], ARGV[n - 1], ARGV[n])
+  end
   redis.call('HSET', KEYS[1], 'v', ARGV[7], 'w', ARGV[8])
   if ARGV[5] ~= '0' then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])

@@ -40,6 +40,7 @@ from .errors import (
     UnsafePathError,
     UnsupportedVersionError,
 )
+from .jsontext import JSONText
 from .models import FORMAT_VERSION, SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, NamespaceUsage, ValueRecords, ValueRef
@@ -60,6 +61,7 @@ __all__ = [
     "EventLog",
     "EventTimeOrderError",
     "InvalidArgumentError",
+    "JSONText",
     "LibraryMissingError",
     "LoadedSession",
     "NamespaceNotEmptyError",

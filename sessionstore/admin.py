@@ -1,14 +1,20 @@
 """Questions about a whole store rather than one namespace (an operator's, mostly).
 
-:func:`namespaces` lists the namespaces of a store, whatever its backend.
+:func:`namespaces` lists the namespaces of a store, whatever its backend;
+:func:`namespace_bytes` and :func:`value_usage` say what a namespace and a value take.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, NamedTuple
 
 from .connection import REDIS_SCHEMES, file_root, resolve_url, scheme_of
-from .results import NamespaceUsage, namespace_usages
+from .errors import SessionNotFoundError
+from .results import NamespaceUsage, ValueRef, namespace_usages
+
+if TYPE_CHECKING:
+    from .store import Store
 
 
 def namespaces(
@@ -62,3 +68,39 @@ def _live_counts(
                 "values": len(store.list_values()),
             }
     return counts
+
+
+class ValueUsage(NamedTuple):
+    """What one listed value holds, as :func:`value_usage` finds it."""
+
+    #: Bytes of its stored payloads (the plain record, or every version of a history).
+    bytes: int
+    #: How many records a read of it sees (1 for a plain value, the versions of a history).
+    records: int
+    #: When it expires (epoch ms of the backend's clock), None: never.
+    expires_at: int | None
+
+
+def value_usage(store: Store, ref: ValueRef) -> ValueUsage:
+    """The size, record count and expiry of the value ``ref`` names (as
+    ``store.list_values()`` lists it): its records read as ``Session.records`` reads them,
+    a history's every version included."""
+    found = store.session(*ref[:4], mode=ref.mode, history=ref.history).records()
+    kept = found.versions if ref.history else [found.plain] if found.plain else []
+    expires_at = found.history_expires_at if ref.history else found.plain_expires_at
+    size = sum(len(stored.payload or b"") for stored in kept)
+    return ValueUsage(size, len(kept), expires_at)
+
+
+def namespace_bytes(store: Store) -> int:
+    """What the namespace of ``store`` takes where it is stored: every session's
+    ``events.stored_bytes`` (see it for what each backend counts) and every value's
+    payloads (:func:`value_usage`). Reads every value's records and each session's size:
+    an inspection, not a hot path. A session or value removed meanwhile counts 0."""
+    total = 0
+    for info in store.events.list_info():
+        try:
+            total += store.events.stored_bytes(info.header.id)
+        except SessionNotFoundError:
+            continue
+    return total + sum(value_usage(store, ref).bytes for ref in store.list_values())

@@ -72,7 +72,23 @@ def append(
             return 0
         _, stored = yield Call(EventBackend.read, session_id, 0)
         return len(stored)
-    next_seq: int = yield Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
+    call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
+    return (yield from _append_created(pending, header, call))
+
+
+def _append_created(
+    pending: PendingSessions, header: SessionHeader | None, call: Call
+) -> Flow[int]:
+    """Make ``call`` (an append); a pending ``header`` is forgotten once the append
+    stored it, or once the append found the session stored with another header (the
+    :class:`SessionExistsError` raised then says the create did not take, as
+    :meth:`create` of a stored id says it: later appends go to the stored session)."""
+    try:
+        next_seq: int = yield call
+    except SessionExistsError:
+        if header is not None:
+            pending.materialised(header)
+        raise
     if header is not None:
         pending.materialised(header)
     return next_seq
@@ -91,10 +107,7 @@ def append_stored(
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
     call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms, lease=lease)
-    next_seq: int = yield call
-    if header is not None:
-        pending.materialised(header)
-    return next_seq
+    return (yield from _append_created(pending, header, call))
 
 
 def load(lifecycle: Lifecycle, session_id: str, lease: Lease | None = None) -> Flow[LoadedSession]:

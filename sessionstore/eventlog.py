@@ -25,6 +25,7 @@ from .harness import TOOL_NOT_STARTED as TOOL_NOT_STARTED
 from .harness import TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN
 from .harness import harness_warnings as harness_warnings
 from .jsondata import JSONLossError, dump_lossless, short_repr
+from .jsontext import TEXT_TYPES, IndexedLossError, checked_texts
 from .models import (
     FORMAT_VERSION,
     INT64_MAX,
@@ -141,7 +142,9 @@ _NOT_A_BATCH = (SessionEvent, Mapping, str, bytes)
 
 def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> EventBatch:
     """Validate a batch for ``append`` and encode each event as canonical JSON (see
-    :func:`event_text`).
+    :func:`event_text`). An event's data may be JSON text (:mod:`sessionstore.jsontext`):
+    checked with one parse and kept as it is in the event's text (the batch's events
+    keep it as they were given).
 
     Raises :class:`InvalidArgumentError` for an event that is not a valid
     :class:`SessionEvent`, :class:`SeqConflictError` for a gap inside the batch,
@@ -164,6 +167,7 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
     well_formed = harness.WELL_FORMED
     first = 0
     objects = True  # every event's data is a dict
+    texted: list[int] = []  # the events whose data is JSON text
     for index, raw in enumerate(events):
         event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
         seq, kind, event_id, time = event.seq, event.type, event.id, event.time
@@ -187,17 +191,23 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
         elif seq != first + index:
             raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
         data = event.data
-        is_dict = type(data) is dict
-        objects = objects and is_dict
-        quick = well_formed.get(kind)
-        if quick is not None and not (is_dict and quick(data)):
-            suspect.append(event)
         checked.append(event)
+        if type(data) in TEXT_TYPES:
+            texted.append(index)
+        else:
+            is_dict = type(data) is dict
+            objects = objects and is_dict
+            quick = well_formed.get(kind)
+            if quick is not None and not (is_dict and quick(data)):
+                suspect.append(event)
         if event_id is None:
             records.append({"seq": seq, "type": kind, "time": time, "data": data})
         else:
             records.append({"seq": seq, "type": kind, "time": time, "data": data, "id": event_id})
-    texts = _lossless_texts(checked, records, objects)
+    if texted:
+        texts = _texts_with_json_text(checked, records, texted, suspect)
+    else:
+        texts = _lossless_texts(checked, records, objects)
     # Harness fields are judged once the data is known to be JSON, so that lossy data
     # is reported as such.
     for event in suspect:
@@ -266,6 +276,58 @@ def _lossless_texts(
     for event in events:
         _dump_data(event)  # names the first event whose data does not survive
     return [dumps(record) for record in records]
+
+
+def _texts_with_json_text(
+    events: list[SessionEvent],
+    records: list[dict[str, Any]],
+    texted: list[int],
+    suspect: list[SessionEvent],
+) -> list[bytes]:
+    """The texts of a batch in which the events at ``texted`` have data that is JSON
+    text (see :mod:`sessionstore.jsontext`): its canonical form goes into the event's
+    text as it is; the other events are encoded as usual. A harness event's fields are
+    read from the parsed object (added to ``suspect`` when they need a closer look)."""
+    raw = msgspec.Raw
+    given = [events[index].data for index in texted]
+    try:
+        canonical, parsed = checked_texts(
+            [bytes(data) if type(data) is raw else data for data in given]
+        )
+    except IndexedLossError as exc:
+        event = events[texted[exc.index]]
+        raise NotJSONSerializableError(event.type, event.seq, exc.path, exc.reason) from None
+    fragment = orjson.Fragment
+    for index, text in zip(texted, canonical, strict=True):
+        records[index]["data"] = fragment(text)
+    if len(texted) == len(events):
+        texts = list(map(orjson.dumps, records))
+    else:
+        texts = _mixed_texts(events, records, set(texted))
+    well_formed = harness.WELL_FORMED
+    for index, data in zip(texted, parsed, strict=True):
+        quick = well_formed.get(events[index].type)
+        if quick is not None and not quick(data):
+            suspect.append(events[index].model_copy(update={"data": data}))
+    return texts
+
+
+def _mixed_texts(
+    events: list[SessionEvent], records: list[dict[str, Any]], texted: set[int]
+) -> list[bytes]:
+    """The texts of a batch mixing data that is text (at ``texted``, whose records hold
+    it as a fragment already) and Python data (checked as usual)."""
+    plain = [index for index in range(len(events)) if index not in texted]
+    found = _lossless_texts(
+        [events[index] for index in plain],
+        [records[index] for index in plain],
+        all(type(events[index].data) is dict for index in plain),
+    )
+    texts = dict(zip(plain, found, strict=True))
+    return [
+        texts[index] if index in texts else orjson.dumps(record)
+        for index, record in enumerate(records)
+    ]
 
 
 def new_event(seq: int, type: object, time: int, data: object) -> SessionEvent:

@@ -208,7 +208,10 @@ class EventLog(EventLogBase[EventBackend]):
 
         ``ttl`` (seconds > 0) is the session's retention, stored with it at its first
         append; it replaces the store's ``ttl`` for this session. A bad ``ttl`` raises
-        ``InvalidArgumentError``.
+        ``InvalidArgumentError``. ``SessionExistsError`` when the id is stored already;
+        when another process stores it first (with another header), that first append
+        raises it instead and this header is forgotten: later appends go to the stored
+        session.
         """
         flow = event_flows.create(self._pending, self._lifecycle, header, self._retention(ttl))
         run(flow, self._backend)

@@ -19,8 +19,11 @@ import threading
 import time
 from typing import Any
 
+import msgspec
+
 from .contracts import EventBackend
 from .flows import run
+from .jsontext import JSONText
 from .models import SessionEvent, SessionHeader
 from .writer_buffer import WriterBuffer, WriterContext, open_buffer
 
@@ -80,7 +83,10 @@ class WriterShell:
         return self._buffer.next_seq
 
     def emit(
-        self, type: str, data: dict[str, Any] | None = None, time: object = None
+        self,
+        type: str,
+        data: dict[str, Any] | JSONText | msgspec.Raw | None = None,
+        time: object = None,
     ) -> SessionEvent:
         """Snapshot and check ``data`` (see
         :meth:`~sessionstore.writer_buffer.WriterBuffer.make`), queue the event (seq

@@ -15,6 +15,8 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
+import msgspec
+
 from . import event_flows, telemetry
 from .contracts import EventBatch
 from .errors import (
@@ -26,6 +28,7 @@ from .errors import (
 )
 from .eventlog import encode_batch
 from .flows import Flow
+from .jsontext import TEXT_TYPES, JSONText
 from .leases import Lease, taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
@@ -127,7 +130,7 @@ class WriterBuffer:
             raise StoreClosedError(f"writer of session {self.session_id!r} is closed")
 
     def make(
-        self, type: str, data: dict[str, Any] | None, at: object = None
+        self, type: str, data: dict[str, Any] | JSONText | msgspec.Raw | None, at: object = None
     ) -> tuple[SessionEvent, float | None]:
         """Snapshot, check and queue the next event; return it (with data of its own)
         and the time the writer must be served at, if it must be queued for it now.
@@ -149,7 +152,7 @@ class WriterBuffer:
             return self._queue(type, data, at)
 
     def _queue(
-        self, type: str, data: dict[str, Any] | None, at: object
+        self, type: str, data: dict[str, Any] | JSONText | msgspec.Raw | None, at: object
     ) -> tuple[SessionEvent, float | None]:
         self.check_open()
         if at is None:
@@ -307,16 +310,17 @@ class WriterBuffer:
 
 def check_emit(event_type: object, data: object) -> None:
     """Refuse what ``emit`` cannot log: the type must be a non-empty str, the data a
-    dict or None."""
+    dict, JSON text (:class:`~sessionstore.jsontext.JSONText`, ``msgspec.Raw``) or
+    None."""
     if not isinstance(event_type, str):
         raise InvalidArgumentError(
             f"emit: the event type must be a str, not {_kind(event_type)} {event_type!r:.40}"
         )
     if not event_type:
         raise InvalidArgumentError("emit: the event type must not be empty")
-    if data is not None and not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict) and type(data) not in TEXT_TYPES:
         raise InvalidArgumentError(
-            f"emit({event_type!r:.40}): data must be a dict or None, not {_kind(data)}"
+            f"emit({event_type!r:.40}): data must be a dict, JSON text or None, not {_kind(data)}"
         )
 
 

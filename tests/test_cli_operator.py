@@ -117,7 +117,17 @@ def test_namespaces_lists_each_namespace_with_its_sessions_and_values(any_store)
         json.loads(line)
         for line in run("namespaces", "--url", any_store, "--json").stdout.splitlines()
     ]
-    assert {"name": ours[1], "sessions": 0, "values": 3} in rows
+    by_name = {row.pop("name"): row for row in rows}
+    assert {n: (r["sessions"], r["values"]) for n, r in by_name.items() if n in ours} == {
+        ours[0]: (2, 1),
+        ours[1]: (0, 3),
+        ours[2]: (1, 0),
+    }
+    with sessionstore.connect(any_store, ours[0]) as store:
+        sizes = [store.events.stored_bytes(info.id) for info in store.events.list()]
+        value = store.session("SYM0", "s", "e", "1h").records().plain
+        assert value is not None and value.payload is not None
+    assert by_name[ours[0]]["bytes"] == sum(sizes) + len(value.payload) and all(sizes)
     table = run("namespaces", "--url", any_store)
     assert table.exit_code == 0 and ours[0] in table.stdout
     # Counts are of what exists: a deleted session and value are not counted, and a

@@ -287,10 +287,19 @@ INDEX_ENTRY = fcall(
 
 def swap_call(slot: Any, number: int, payload: bytes = b"\x01") -> list[Any]:
     """The ``value_swap.lua`` call of a plain write of ``payload`` at WHEN, by ``slot``
-    numbered ``number`` (the writer-slot token every send of the call carries)."""
+    numbered ``number`` (the writer-slot token every send of the call carries), as a
+    cluster sends it (its index entry apart)."""
     window = Matches(lambda text: int(text) > 0, "window")
     head = [slot, str(number), window, str(keys.SEQ_FIELDS), "0", "-"]
     return fcall("value_swap", NAMES, [*head, payload, str(WHEN)])
+
+
+def with_entry(call: list[Any]) -> list[Any]:
+    """A ``value_swap.lua`` call as a single server gets it: taking its index entry
+    (the index key after its own, ``index_add.lua``'s ARGV after its own)."""
+    verb, function, count, *rest = call
+    entry_keys, entry_args = INDEX_ENTRY[3:4], INDEX_ENTRY[4:]
+    return [verb, function, count + 1, *rest[:count], *entry_keys, *rest[count:], *entry_args]
 
 
 def a_slot() -> Matches:
@@ -370,9 +379,9 @@ def test_a_function_lost_again_after_loading_raises_may_or_may_not_have_been_app
         play(
             mine.write(plain_client(), KEY, b"\x01", WHEN, None),
             [
-                send(INDEX_ENTRY, swap_call(slot, 1), reply=[1, MISSING]),
+                send(with_entry(swap_call(slot, 1)), reply=[MISSING]),
                 send(FUNCTION_LOAD, reply=[b"loaded"]),
-                send(INDEX_ENTRY, swap_call(slot, 1), reply=[1, MISSING]),
+                send(with_entry(swap_call(slot, 1)), reply=[MISSING]),
             ],
         )
     assert mine._slots.free == []
@@ -416,25 +425,25 @@ def test_noscript_loads_the_script_and_sends_evalsha_once_more_then_raises():
     assert "may or may not have been applied" in str(translated)
 
 
-def test_the_index_entry_goes_first_in_the_same_batch_and_its_refusal_is_raised():
+def test_a_plain_write_takes_its_index_entry_in_its_own_call_and_its_refusal_is_raised():
     mine = ops()
     slot = a_slot()
     play(
         mine.write(plain_client(), KEY, b"\x01", WHEN, None),
-        [send(INDEX_ENTRY, swap_call(slot, 1), reply=[1, b"OK"])],
+        [send(with_entry(swap_call(slot, 1)), reply=[b"OK"])],
     )
-    # No entry is trusted: the next write sends it again, and the server leaves it as
-    # it is (0) while it is young.
+    # No entry is trusted: the next write sends it again (the server leaves it as it is
+    # while it is young).
     play(
         mine.write(plain_client(), KEY, b"\x02", WHEN, None),
-        [send(INDEX_ENTRY, swap_call(slot.seen[0], 2, b"\x02"), reply=[0, b"OK"])],
+        [send(with_entry(swap_call(slot.seen[0], 2, b"\x02")), reply=[b"OK"])],
     )
     full = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
     other = ops()
     with pytest.raises(StoreUnavailableError, match="out of memory"):
         play(
             other.write(plain_client(), KEY, b"\x01", WHEN, None),
-            [send(INDEX_ENTRY, swap_call(a_slot(), 1), reply=[full, full])],
+            [send(with_entry(swap_call(a_slot(), 1)), reply=[full])],
         )
 
 
@@ -449,10 +458,10 @@ def test_a_refused_swap_decodes_the_record_the_script_found():
     slot = a_slot()
     window = Matches(lambda text: int(text) > 0, "window")
     head = [slot, "1", window, str(keys.SEQ_FIELDS), "0", "1", b"\x02", str(WHEN)]
-    call = fcall("value_swap", NAMES, [*head, b"\x01", str(WHEN)])
+    call = with_entry(fcall("value_swap", NAMES, [*head, b"\x01", str(WHEN)]))
     found = play(
         ops().swap(plain_client(), KEY, expected, b"\x02", WHEN, None),
-        [send(INDEX_ENTRY, call, reply=[1, [b"CONFLICT", b"\x03", str(WHEN).encode()]])],
+        [send(call, reply=[[b"CONFLICT", b"\x03", str(WHEN).encode()]])],
     )
     assert found == Refused(Stored(b"\x03", WHEN))
 
@@ -617,13 +626,13 @@ def test_replicas_n_waits_in_the_same_batch_and_too_few_acks_raise_applied(async
     with pytest.raises(NotReplicatedError, match="only 1 of 2 replica"):
         play(
             mine.write(client, KEY, b"\x01", WHEN, None),
-            [send(INDEX_ENTRY, swap_call(slot, 1), wait, reply=[1, b"OK", 1])],
+            [send(with_entry(swap_call(slot, 1)), wait, reply=[b"OK", 1])],
             asynchronous,
         )
     assert [entry[0] for entry in mine._slots.free] == [slot.seen[0]]
     play(
         mine.write(client, KEY, b"\x01", WHEN, None),
-        [send(INDEX_ENTRY, swap_call(slot.seen[0], 2), wait, reply=[1, b"OK", 2])],
+        [send(with_entry(swap_call(slot.seen[0], 2)), wait, reply=[b"OK", 2])],
         asynchronous,
     )
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 import sessionstore
 
+from ..admin import namespace_bytes
 from ..connection import mask_url, resolve_url
 from ..namespace_delete import NamespaceBusyError, delete_namespace
 from .common import (
@@ -24,13 +24,16 @@ from .common import (
     fail,
     guarded,
 )
+from .tables import human_bytes, print_listing
 from .text import count, plain
 
 LISTING_HELP = (
-    "Every namespace of the store that holds data, with its sessions and values. On "
-    "Redis it reads the namespaces' indexes with SCAN, so it needs an admin's URL (counts "
-    "are index entries); on files and SQLite it counts what is stored. --json: one object "
-    'per namespace {"name", "sessions", "values"}. `namespaces delete NS` removes one.'
+    "Every namespace of the store that holds data, with its sessions, values and size "
+    "(bytes its sessions and values take where they are stored, as `sessions list` and "
+    "`values list` count them). On Redis it finds the namespaces' indexes with SCAN, so "
+    "it needs an admin's URL; counts are of sessions and values that exist. --json: one "
+    'object per namespace {"name", "sessions", "values", "bytes"}. `namespaces delete NS` '
+    "removes one."
 )
 
 app = typer.Typer(
@@ -45,26 +48,39 @@ def listing(ctx: typer.Context, url: Url = None, json: Json = False) -> None:
 
 
 def namespaces(url: Url = None, json: Json = False) -> None:
-    """Every namespace of the store that holds data, with its sessions and values. On
-    Redis it reads the namespaces' indexes with SCAN, so it needs an admin's URL (counts
-    are index entries); on files and SQLite it counts what is stored. --json: one object
-    per namespace {"name", "sessions", "values"}."""
+    """Every namespace of the store that holds data (see LISTING_HELP)."""
     resolved = resolve_url(url)
     try:
         check_exists(resolved)
-        usages = sessionstore.namespaces(resolved)
+        rows = [
+            {**usage._asdict(), "bytes": _bytes_of(resolved, usage.name)}
+            for usage in sessionstore.namespaces(resolved)
+        ]
     except sessionstore.SessionStoreError as exc:
         fail(exc, resolved, _admin_hint(exc, "listing namespaces"))
     if json:
-        emit_rows(usage._asdict() for usage in usages)
+        emit_rows(rows)
         return
-    if not usages:
+    if not rows:
         errors.print(plain(f"no namespace of {mask_url(resolved)} holds data"))
         return
-    table = Table("namespace", "sessions", "values")
-    for usage in usages:
-        table.add_row(plain(usage.name), str(usage.sessions), str(usage.values))
-    console.print(table)
+    print_listing(
+        ["namespace", "sessions", "values", "size"],
+        [
+            [
+                plain(row["name"]),
+                str(row["sessions"]),
+                str(row["values"]),
+                human_bytes(row["bytes"]),
+            ]
+            for row in rows
+        ],
+    )
+
+
+def _bytes_of(url: str, namespace: str) -> int:
+    with sessionstore.connect(url, namespace) as store:
+        return namespace_bytes(store)
 
 
 def _admin_hint(exc: Exception, what: str) -> str | None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.measure import Measurement
-from rich.table import Table
 from rich.text import Text
 
 from ..errors import (
@@ -43,7 +41,8 @@ from .common import (
     retention,
     say_nothing_found,
 )
-from .text import literal, plain, preview
+from .tables import human_bytes, print_listing
+from .text import plain, preview
 
 app = typer.Typer(help="Event-log sessions.", **APP_SETTINGS)
 
@@ -88,27 +87,18 @@ def last_events(store: Any, info: SessionInfo, count: int) -> list[SessionEvent]
 
 #: Columns of the ``sessions list`` table, with their headers. ``created`` is wall-clock
 #: time (when the session was created); ``last event`` is the logical time its last
-#: event carries (a backtest's candle time, say), not when it was written.
+#: event carries (a backtest's candle time, say), not when it was written; ``expires``
+#: is wall-clock time too.
 HEADERS = {
+    "id": "id",
     "created": "created (wall clock)",
     "events": "events",
     "bytes": "size",
     "last": "last event (logical time)",
     "state": "state",
     "busy": "busy",
+    "expires": "expires (wall clock)",
 }
-#: Which columns go first when the width does not hold them all: never the id.
-DROP_ORDER = ("created", "bytes", "last", "events", "busy", "state")
-
-
-def _size(count: int) -> str:
-    """A byte count for people: ``812 B``, ``14.2 KiB``, ``3.0 MiB``..."""
-    size, unit = float(count), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            break
-        size /= 1024
-    return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 @app.command("list")
@@ -118,14 +108,13 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     the event carries), turn state and busy (a live writer holds the session's lease) of
     every session, from metadata and the last events of each log (never a whole log).
     The turn state is read from the last 64 events: a final turn that began before them
-    is 'unknown'. Ids are never cut: on a narrow terminal or a pipe (80 columns unless
-    COLUMNS says) the other columns wrap, and the least useful are left out (said on
-    stderr). A damaged session is listed as such (and said on stderr); the others are
-    listed all the same. Size is what the session takes in the store (Redis: the
-    bytes of its stored event text, as its appends counted them; estimated for a log
-    written before they did). --json: one object per session (created_at: wall-clock
-    ms; last_activity: the logical time in ms of its last event; bytes; expires_at:
-    epoch ms or null)."""
+    is 'unknown'. Nothing is cut or left out: when the table is wider than the terminal
+    (80 columns on a pipe unless COLUMNS says) each session is a block of lines instead.
+    A damaged session is listed as such (and said on stderr); the others are listed all
+    the same. Size is what the session takes in the store (Redis: the bytes of its
+    stored event text, as its appends counted them; estimated for a log written before
+    they did). --json: one object per session (created_at: wall-clock ms; last_activity:
+    the logical time in ms of its last event; bytes; expires_at: epoch ms or null)."""
     rows: list[dict[str, Any]] = []
     with open_store(url, namespace, existing=True) as store:
         try:
@@ -168,45 +157,23 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
         print_session_table(rows)
 
 
-def _cells(row: dict[str, Any]) -> dict[str, Text | str]:
-    return {
+def _cells(row: dict[str, Any]) -> list[Text | str]:
+    cells: dict[str, Text | str] = {
+        "id": plain(row["id"]),
         "created": iso(row["created_at"]),
         "events": "-" if row["events"] is None else str(row["events"]),
-        "bytes": "-" if row["bytes"] is None else _size(row["bytes"]),
+        "bytes": human_bytes(row["bytes"]),
         "last": iso(row["last_activity"]),
         "state": Text("CORRUPT", style="red") if row["state"] == "corrupt" else plain(row["state"]),
         "busy": Text("busy", style="yellow") if row["busy"] else "-",
+        "expires": "never" if row["expires_at"] is None else iso(row["expires_at"]),
     }
-
-
-def session_table(rows: list[dict[str, Any]], columns: list[str], id_width: int) -> Table:
-    table = Table(expand=False)
-    table.add_column("id", no_wrap=True, min_width=id_width)
-    for name in columns:
-        table.add_column(HEADERS[name], overflow="fold")
-    for row in rows:
-        cells = _cells(row)
-        table.add_row(plain(row["id"]), *(cells[name] for name in columns))
-    return table
+    return [cells[name] for name in HEADERS]
 
 
 def print_session_table(rows: list[dict[str, Any]]) -> None:
-    """The table of ``sessions list``, ids whole (see :func:`list_sessions`)."""
-    id_width = max((len(literal(row["id"])) for row in rows), default=2)
-    columns = [name for name in HEADERS]
-    while True:
-        table = session_table(rows, columns, id_width)
-        needed = Measurement.get(console, console.options.update_width(10**6), table).minimum
-        if needed <= console.width or not columns:
-            break
-        columns.remove(next(name for name in DROP_ORDER if name in columns))
-    left_out = [HEADERS[name] for name in HEADERS if name not in columns]
-    # Wider than the terminal only when the id column alone is: then lines run long.
-    console.print(table, width=max(console.width, needed), crop=False)
-    if left_out:
-        errors.print(
-            plain(f"note: left out for width: {', '.join(left_out)} (--json has every field)")
-        )
+    """The table of ``sessions list`` (see :func:`list_sessions`)."""
+    print_listing(list(HEADERS.values()), [_cells(row) for row in rows])
 
 
 def describe(event: SessionEvent) -> str:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ..admin import value_usage
 from ..codec import load_value
 from ..contracts import Stored
 from ..errors import InvalidArgumentError
@@ -37,6 +38,7 @@ from .common import (
     retention,
     say_nothing_found,
 )
+from .tables import human_bytes, print_listing
 from .text import plain, shorten
 
 app = typer.Typer(help="Session values.", **APP_SETTINGS)
@@ -193,20 +195,37 @@ def print_versions(found: ValueRecords, at: int, json: bool) -> None:
 @app.command("list")
 @guarded
 def list_values(url: Url = None, namespace: Namespace = "default", json: Json = False) -> None:
-    """Every stored value of the namespace. --json: one object per value."""
+    """Every stored value of the namespace, with its size (bytes of its stored payloads),
+    its records (1, or a history's versions) and when it expires (wall clock), read from
+    each value's records. Nothing is cut or left out: when the table is wider than the
+    terminal each value is a block of lines instead. --json: one object per value
+    (symbol, strategy, exchange, frame, mode, history, bytes, records, expires_at: epoch
+    ms or null)."""
+    rows: list[dict[str, Any]] = []
     with open_store(url, namespace, existing=True) as store:
-        refs = store.list_values()
-    if not refs:
+        for ref in store.list_values():
+            usage = value_usage(store, ref)
+            if usage.records:  # removed or expired since it was listed
+                rows.append({**ref._asdict(), **usage._asdict()})
+    if not rows:
         say_nothing_found("values", url, namespace)
     if json:
-        emit_rows(ref._asdict() for ref in refs)
+        emit_rows(rows)
         return
-    if not refs:
-        return
-    table = Table("symbol", "strategy", "exchange", "frame", "mode", "kind")
-    for ref in refs:
-        table.add_row(*(plain(part) for part in ref[:5]), "history" if ref.history else "value")
-    console.print(table)
+    headers = ["symbol", "strategy", "exchange", "frame", "mode", "kind", "size", "records"]
+    print_listing(
+        [*headers, "expires (wall clock)"],
+        [
+            [
+                *(plain(row[name]) for name in ("symbol", "strategy", "exchange", "frame", "mode")),
+                "history" if row["history"] else "value",
+                human_bytes(row["bytes"]),
+                str(row["records"]),
+                "never" if row["expires_at"] is None else iso(row["expires_at"]),
+            ]
+            for row in rows
+        ],
+    )
 
 
 @app.command()

@@ -137,9 +137,6 @@ class SessionStoreSession:
         )
         self.store = store
         self._owns_store = False
-        # Every adapter creates a log with this same header, so that processes racing to
-        # create it agree (the store refuses a second, different header).
-        self._header = SessionHeader(id=self.session_id, created_at=0)
         self._lock = AnyLoopLock()
         self._log = _Folded()
         #: Where the next append is tried first: the stored next seq as last seen.
@@ -280,6 +277,10 @@ class SessionStoreSession:
             except SessionNotFoundError:
                 await self._create()
                 first = 0
+            except SessionExistsError:
+                # Created meanwhile by another process, with its own creation time: the
+                # store forgot this one's header, the next try appends to that session.
+                pass
             await self._pause(attempt)
         raise ConcurrentModificationError(
             f"add_items to session {self.session_id!r} lost {WRITE_ATTEMPTS} races in a row"
@@ -289,7 +290,7 @@ class SessionStoreSession:
         # Exists already: created meanwhile by another process or another session of
         # this store.
         with contextlib.suppress(SessionExistsError):
-            await self.store.events.create(self._header)
+            await self.store.events.create(SessionHeader(id=self.session_id))
 
     @staticmethod
     async def _pause(attempt: int) -> None:

@@ -28,12 +28,13 @@ a node for the keys of every ``FCALL`` with ``COMMAND GETKEYS``).
 
 A write that can create data names its index entry (``first``: an :class:`Entry`, the
 call of ``index_add.lua`` that :mod:`sessionstore.redis.index` builds): on a single server
-it is sent in the same pipeline, before the write (one round trip); on a cluster, where
-the index lives in another slot, as a call of its own before the write. Either way data
-never exists without its index entry. With ``replicas:N`` (:func:`run_then_wait_steps`)
-the entry is as durable as the data: on a single server the ``WAIT`` after the script
-covers it; on a cluster it is followed by a ``WAIT`` of its own on the index's node, and
-too few acknowledgements raise before the data is written.
+it is sent in the same pipeline, before the write (one round trip), or folded into the
+write's own call for a script that takes it (:data:`TAKES_ENTRY`: one call); on a
+cluster, where the index lives in another slot, as a call of its own before the write.
+Either way data never exists without its index entry. With ``replicas:N``
+(:func:`run_then_wait_steps`) the entry is as durable as the data: on a single server
+the ``WAIT`` after the script covers it; on a cluster it is followed by a ``WAIT`` of its
+own on the index's node, and too few acknowledgements raise before the data is written.
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ from .retry import RETRIES, retry_delay
 Arg = str | bytes | int
 #: A command as redis-py's ``execute_command`` takes it.
 Command = Sequence[Arg]
+
+
+#: The write scripts that take their index entry themselves: where the index shares the
+#: connection (a single server), its key follows theirs and its ``index_add.lua``
+#: arguments follow their own, and the write is one call instead of two.
+TAKES_ENTRY = frozenset({"value_swap"})
 
 
 class Entry(NamedTuple):
@@ -236,6 +243,8 @@ def _pipeline_steps(
     of ``then``). A server without Functions gets the batch again by ``EVALSHA``; a server
     without the function or the scripts gets them loaded there and the batch again, once."""
     evalsha = uses_evalsha(client)
+    if first is not None and found.name in TAKES_ENTRY:
+        keys, args, first = [*keys, *first.keys], [*args, *first.args], None
     calls = [] if first is None else [(script(first.name), first.keys, first.args)]
     calls.append((found, keys, args))
     asked: list[Command] = [] if asking is None else [asking]

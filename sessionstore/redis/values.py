@@ -21,7 +21,9 @@ the same operations on their client.
 
 Every write that stores a value sends its index entry first (``index_add.lua``, which
 writes only when the entry is missing or old: see :mod:`.index`), in the same round trip
-on a single server (see :mod:`.scripts`); a clear sends none.
+on a single server (see :mod:`.scripts`); a clear sends none. On a single server a plain
+value's write takes its entry in its own call (``value_swap.lua`` with the index key:
+one function call a write instead of two).
 
 With ``durability="replicas:N"`` every write is followed by ``WAIT N`` in the same round
 trip (:func:`.scripts.run_then_wait_steps`; the index entry of a creating write too), and

@@ -91,6 +91,21 @@ def test_creating_an_existing_id_raises(store, open_store, backend):
             open_store().events.create(header("dup"))
 
 
+def test_a_create_raced_by_another_store_is_refused_once_then_forgotten(store, open_store, backend):
+    if backend == "memory":
+        pytest.skip("a memory:// store is its one connect: no other store shares it")
+    other = open_store()
+    store.events.create(header("raced", created_at=1))
+    other.events.create(header("raced", created_at=2))
+    assert other.events.append("raced", [ev(0)]) == 1
+    with pytest.raises(SessionExistsError):
+        store.events.append("raced", [ev(0)])
+    # The refused header is forgotten: the next append goes to the stored session.
+    assert store.events.append("raced", [ev(1)]) == 2
+    loaded = store.events.load("raced")
+    assert loaded.header.created_at == 2 and seqs(loaded.events) == [0, 1]
+
+
 def test_a_header_of_an_unknown_version_cannot_be_created(store):
     with pytest.raises(UnsupportedVersionError):
         store.events.create(SessionHeader(id="v", version=99))

@@ -35,12 +35,14 @@ import sessionstore  # noqa: E402
 from sessionstore import InvalidArgumentError, SessionStoreError, aio  # noqa: E402
 from sessionstore.integrations.adk import (  # noqa: E402
     SNAPSHOT_EVERY,
+    USER_STATE,
     AdkSessionNotFoundError,
     SessionAlreadyExistsError,
     SessionStoreSessionService,
     StaleSessionError,
     session_id,
 )
+from sessionstore.integrations.adk.layout import Mark  # noqa: E402
 
 APP, USER = "shop", "user-1"
 Body = Callable[[BaseSessionService], Awaitable[Any]]
@@ -69,6 +71,13 @@ def as_in_memory(url: str, body: Body) -> None:
     """``body`` returns on the service what it returns on ADK's InMemorySessionService."""
     expected = asyncio.run(body(InMemorySessionService()))
     assert on(url, body) == expected
+
+
+def log_of(session: Any) -> str:
+    """The event log of the incarnation ``session`` (a session object) belongs to."""
+    mark = Mark.of(session._storage_update_marker)
+    assert mark is not None
+    return session_id(session.app_name, session.user_id, session.id, mark.incarnation)
 
 
 def text_event(text: str, at: float, **delta: Any) -> Event:
@@ -165,6 +174,27 @@ def test_an_event_delivered_again_is_stored_once(url: str) -> None:
     assert on(url, body) == (1, 1) == asyncio.run(body(InMemorySessionService()))
 
 
+def test_an_append_made_again_after_a_lost_reply_is_stored_once(url: str) -> None:
+    """A retry of ``append_event`` with the session object as it was before the call
+    (whose reply never came): accepted, the event stored once, its deltas applied once."""
+
+    async def body(service: BaseSessionService) -> Any:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        before = session.model_copy(deep=True)
+        event = text_event("once", 5.0, n=1, **{"user:k": 1, "app:k": 1})
+        await service.append_event(session, event.model_copy(deep=True))
+        await service.append_event(before, event.model_copy(deep=True))
+        await service.append_event(before, text_event("then", 6.0, **{"user:k": 2}))
+        found = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        return [e.id for e in found.events], found.state, before.state
+
+    assert on(url, body) == (
+        ["once@5.0", "then@6.0"],
+        {"n": 1, "user:k": 2, "app:k": 1},
+        {"n": 1, "user:k": 2, "app:k": 1},
+    )
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -225,12 +255,13 @@ def test_temp_state_is_never_stored(url: str) -> None:
         )
         await service.append_event(session, text_event("x", 1.0, **{"temp:b": 2, "k": 3}))
         assert session.events[0].actions.state_delta == {"k": 3}
+        return log_of(session)
 
-    on(url, body, ns)
+    log_id = on(url, body, ns)
     if url.startswith("memory:"):
         return
     with sessionstore.connect(url, ns) as store:
-        stored = store.events.read_from(session_id(APP, USER, "s"), 0)
+        stored = store.events.read_from(log_id, 0)
     assert "temp:" not in str([e.data for e in stored])
 
 
@@ -359,6 +390,30 @@ def test_appending_to_a_deleted_session_raises_adks_not_found(url: str) -> None:
             await service.append_event(session, text_event("late", 1.0))
         assert isinstance(refused.value, ValueError)
         assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
+
+    on(url, body)
+
+
+def test_an_object_of_a_session_deleted_and_created_again_is_refused(url: str) -> None:
+    """The session is created again under its id and reaches the event count an old
+    object saw: the old object (and one rebuilt without the service's marker) is
+    refused, and the new session keeps exactly its own events."""
+
+    async def body(service: BaseSessionService) -> None:
+        await fill(service, "s", 2)
+        old = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        rebuilt = old.model_copy(deep=True)
+        rebuilt._storage_update_marker = None
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s")
+        new = await fill(service, "s", 2, start=2e9)
+        with pytest.raises(StaleSessionError, match="deleted and created again"):
+            await service.append_event(old, text_event("late", 3e9, n="late"))
+        with pytest.raises(StaleSessionError):
+            await service.append_event(rebuilt, text_event("late", 3e9, n="late"))
+        found = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert found.events == new.events and [e.timestamp for e in found.events] == [2e9, 2e9 + 1]
+        assert found.state == {"n": 1}
+        await service.append_event(found, text_event("goes on", 4e9))
 
     on(url, body)
 
@@ -512,19 +567,74 @@ def test_an_append_is_one_store_call_and_one_more_per_scope_it_changes(url: str)
     ]
 
 
+def test_listing_reads_only_the_sessions_it_returns(url: str) -> None:
+    """Among many sessions of other apps and users, a listing reads the indexes, then
+    each session it returns (metadata, and its last snapshot onward), nothing else:
+    never the namespace's list of logs."""
+
+    async def body(service: SessionStoreSessionService) -> list[Any]:
+        for app in ("other-1", "other-2", "other-3"):
+            for i in range(8):
+                await service.create_session(app_name=app, user_id=f"u{i % 3}", session_id=f"x{i}")
+        for user, sid in ((USER, "a"), (USER, "b"), ("user-2", "c")):
+            await fill_as(service, user, sid)
+        made: list[str] = []
+        handle = service._handle
+        service._events = Calls(service._events, made)
+        service._handle = lambda *key: Calls(handle(*key), made)  # type: ignore[method-assign]
+        seen = []
+        for user in (USER, None):
+            made.clear()
+            listed = await service.list_sessions(app_name=APP, user_id=user)
+            seen.append(([s.id for s in listed.sessions], sorted(made)))
+        return seen
+
+    per_session = ["info", "read_from"]
+    assert on(url, body) == [  # type: ignore[arg-type]
+        (["a", "b"], sorted(["get_data"] * 2 + per_session * 2)),
+        (["a", "b", "c"], sorted(["get_data"] * 3 + per_session * 3)),
+    ]
+
+
+def test_a_session_whose_log_is_gone_leaves_the_indexes_at_the_next_read(url: str) -> None:
+    """A log expired (a store's ttl) or deleted by a delete_session that died before
+    its index update: the session is not found, not listed, and its id can be taken."""
+
+    async def body(service: SessionStoreSessionService) -> Any:
+        for sid in ("gone", "kept", "listed-gone"):
+            made = await service.create_session(
+                app_name=APP, user_id=USER, session_id=sid, state={"app:a": sid}
+            )
+            if sid != "kept":
+                await service.store.events.delete(log_of(made))
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="gone") is None
+        listed = await service.list_sessions(app_name=APP)
+        index = await service.store.session(APP, USER_STATE, USER, "-").get_data(0)
+        again = await service.create_session(app_name=APP, user_id=USER, session_id="gone")
+        return [s.id for s in listed.sessions], sorted(index["sessions"]), again.id
+
+    assert on(url, body) == (["kept"], ["kept"], "gone")  # type: ignore[arg-type]
+
+
+async def fill_as(service: BaseSessionService, user: str, sid: str) -> None:
+    session = await service.create_session(app_name=APP, user_id=user, session_id=sid)
+    await service.append_event(session, text_event(sid, 100.0 + ord(sid)))
+
+
 # --- construction -------------------------------------------------------------------------
 
 
 def test_a_service_on_a_store_given_leaves_it_open(url: str) -> None:
-    async def body() -> list[str]:
+    async def body() -> tuple[list[str], list[str]]:
         store = aio.connect(url, namespace())
         async with SessionStoreSessionService(store) as service:
-            await fill(service, "s", 1)
+            session = await fill(service, "s", 1)
         found = [h.id for h in await store.events.list()]
         await store.close()
-        return found
+        return found, [log_of(session)]
 
-    assert asyncio.run(body()) == [session_id(APP, USER, "s")]
+    found, made = asyncio.run(body())
+    assert found == made
 
 
 def test_a_service_on_a_sync_store_given_shares_it_with_sync_code(url: str) -> None:
@@ -540,12 +650,12 @@ def test_a_service_on_a_sync_store_given_shares_it_with_sync_code(url: str) -> N
                 await service.append_event(found, text_event("x", 5.0, **{"user:k": 1}))
                 with pytest.raises(StaleSessionError):
                     await service.append_event(stale, text_event("y", 6.0))
-                return session.events + [found.events[-1]]
+                return session.events + [found.events[-1]], log_of(session)
 
-        made = asyncio.run(body())
-        stored = store.events.read_from(session_id(APP, USER, "s"), 1)
+        made, log_id = asyncio.run(body())
+        stored = store.events.read_from(log_id, 1)
         assert [Event.model_validate(e.data["event"]) for e in stored] == made
-        assert store.session(APP, "adk-user-state", USER, "-").get_data(0) == {"k": 1}
+        assert store.session(APP, USER_STATE, USER, "-").get_data(0)["state"] == {"k": 1}
 
 
 def test_a_service_takes_connect_options_with_a_url_only() -> None:
@@ -557,8 +667,9 @@ def test_a_service_takes_connect_options_with_a_url_only() -> None:
 
 
 def test_log_ids_of_parts_with_separators_never_collide() -> None:
-    assert session_id("a/b", "c", "d") != session_id("a", "b/c", "d")
-    assert session_id("a:b", "c", "d") != session_id("a", "b:c", "d")
+    assert session_id("a/b", "c", "d", "i") != session_id("a", "b/c", "d", "i")
+    assert session_id("a:b", "c", "d", "i") != session_id("a", "b:c", "d", "i")
+    assert session_id("a", "b", "c/d", "i") != session_id("a", "b", "c", "d/i")
 
 
 @pytest.fixture(scope="module")

@@ -345,6 +345,30 @@ def test_concurrent_adds_all_land_once(opened):
             assert texts[at + 1] == f"{index}:{n}:b"
 
 
+def test_a_session_has_its_real_creation_time_when_stores_race_to_create_it(ours):
+    if ours.kind == "memory":
+        pytest.skip("a memory:// store is its one connect: no other store shares it")
+    before = datetime.now().timestamp() * 1000
+    sessions = [
+        SessionStoreSession("raced", aio.connect(ours.url, ours.namespace)) for _ in range(3)
+    ]
+
+    def adder(session: SessionStoreSession, index: int) -> Any:
+        async def add() -> None:
+            for n in range(3):
+                await session.add_items([user(f"{index}:{n}")])
+            await session.store.close()
+
+        return add
+
+    ours.gather(*(adder(session, index) for index, session in enumerate(sessions)))
+    assert sorted(said(ours.open("raced").get_items())) == sorted(
+        f"{index}:{n}" for index in range(3) for n in range(3)
+    )
+    info = ours.run(ours.store().events.info, "raced")
+    assert before - 1000 <= info.header.created_at <= datetime.now().timestamp() * 1000
+
+
 class StandInModel(Model):
     """A model that records the input of each call and answers ``reply <n>``."""
 
