@@ -11,12 +11,17 @@ library's functions against them in a loop:
   versions (refused: it would drop more than a call may) and one after them that trims
   the history to 3 versions;
 * *planted field*: an append replayed against the planted entry (refused as a
-  conflict once compared).
+  conflict once compared);
+* *nothing planted*: the calls of *planted records* on a value without planted data,
+  the reference: what any busy tenant costs the others on a shared machine.
 
 Meanwhile the victim calls ``set_data``, ``get_data`` and a one-event ``append`` in turn,
-each call timed, and an admin ``PING`` s. Each row compares the victim's (or the
-admin's) latency percentile during the attack with the same calls without it (lower is
-better; the target is the ratio it must stay under).
+each call timed, and an admin ``PING`` s. The attacker's process runs throughout and
+attacks in every other window of the victim's calls (``reps`` of each, alternating which
+comes first, as the machine is shared). Each row compares a percentile of the victim's
+(or the admin's) latencies in the windows with the attack with the same percentile of
+those without it, pooled over the windows; its ratio is the median of the windows'
+ratios (lower is better; the target is the ratio it must stay under).
 """
 
 from __future__ import annotations
@@ -46,13 +51,15 @@ AREA = "tenants"
 PASSWORD = "bench-tenant-password"
 T0 = 1_718_000_000_000
 VALUE = ValueKey("attacker", "PLANT", "s", "e", "1h", "backtest")
+#: The value of the reference attack: nothing planted.
+UNPLANTED = ValueKey("attacker", "PLAIN", "s", "e", "1h", "backtest")
 #: (p50 target, p99 target) of the victim's latency ratio during an attack.
 TARGETS = {"p50": 2.0, "p99": 3.0}
 
 
 def attack_results(_url: str, sizes: Sizes) -> list[Result]:
     """The rows of both attacks, on a server of their own (users, planted data)."""
-    planted, field_mb, victim_calls = sizes.planted, sizes.planted_field_mb, sizes.victim_rounds
+    planted, field_mb = sizes.planted, sizes.planted_field_mb
     with RedisServer() as server:
         admin = redis.Redis(port=server.port)
         install(admin)
@@ -61,10 +68,10 @@ def attack_results(_url: str, sizes: Sizes) -> list[Result]:
         _plant(admin, planted, field_mb)
         url = f"redis://victim:{PASSWORD}@127.0.0.1:{server.port}/0?durability=none"
         rows: list[Result] = []
-        for attack, label in (("records", f"{planted:,} planted records"),
+        for attack, label in (("plain", "nothing planted (the same calls)"),
+                              ("records", f"{planted:,} planted records"),
                               ("field", f"a {field_mb} MB planted field")):  # fmt: skip
-            quiet = _victim(url, server.port, victim_calls)
-            loud = _victim(url, server.port, victim_calls, attack=attack)
+            quiet, loud = _windows(url, server.port, attack, sizes)
             rows += _rows(label, quiet, loud)
         admin.close()
     return rows
@@ -97,13 +104,19 @@ def _events(count: int) -> list[SessionEvent]:
     return [SessionEvent(seq=i, type="note", time=T0 + i, data={"i": i}) for i in range(count)]
 
 
-def _attack(port: int, attack: str, stop: Any) -> None:
-    """The attacker's loop, in a process of its own, until ``stop`` is set."""
+def _attack(port: int, attack: str, go: Any, stop: Any) -> None:
+    """The attacker's loop, in a process of its own: attacking while ``go`` is set,
+    until ``stop`` is."""
     client = redis.Redis(port=port, username="attacker", password=PASSWORD)
     url = _attacker_url(client)
-    calls = _record_calls(client) if attack == "records" else _field_calls(url)
+    if attack == "field":
+        calls = _field_calls(url)
+    else:
+        calls = _record_calls(client, VALUE if attack == "records" else UNPLANTED)
     number = 0
     while not stop.is_set():
+        if not go.wait(0.05):
+            continue
         number += 1
         for call in calls:
             with contextlib.suppress(redis.RedisError, SessionStoreError):
@@ -111,7 +124,7 @@ def _attack(port: int, attack: str, stop: Any) -> None:
     client.close()
 
 
-def _record_calls(client: redis.Redis) -> list[Callable[[int], Any]]:
+def _record_calls(client: redis.Redis, key: ValueKey) -> list[Callable[[int], Any]]:
     swap, forget, history = (
         script(n).function for n in ("value_swap", "value_forget", "history_set")
     )
@@ -122,22 +135,22 @@ def _record_calls(client: redis.Redis) -> list[Callable[[int], Any]]:
     def write(n: int) -> Any:
         args = layout.swap_args(layout.ANY, b"\x02", T0, (f"slot-{n}", 1), 1000)
         args[3] = "0"  # the seq hash's bound, as a hostile caller passes it
-        return fcall(swap, layout.plain_keys(VALUE), args)
+        return fcall(swap, layout.plain_keys(key), args)
 
     def delete(n: int) -> Any:
         args = layout.forget_args((f"forget-{n}", 1), 1000)
         args[3] = "0"
-        return fcall(forget, layout.forget_keys(VALUE), args)
+        return fcall(forget, layout.forget_keys(key), args)
 
     def rewrite(n: int) -> Any:
         args = layout.history_set_args(b"\x02", T0, None, None, False, (f"early-{n}", 1), 1000)
-        return fcall(history, layout.history_set_keys(VALUE), args)
+        return fcall(history, layout.history_set_keys(key), args)
 
     def trim(n: int) -> Any:
         args = layout.history_set_args(
             b"\x02", T0 + 10**9 + n, 3, None, False, (f"late-{n}", 1), 1000
         )
-        return fcall(history, layout.history_set_keys(VALUE), args)
+        return fcall(history, layout.history_set_keys(key), args)
 
     return [write, delete, rewrite, trim]
 
@@ -147,14 +160,37 @@ def _field_calls(url: str) -> list[Callable[[int], Any]]:
     return [lambda _n: store.events.append("s", _events(2))]
 
 
-def _victim(url: str, port: int, calls: int, attack: str | None = None) -> dict[str, list[float]]:
+#: Latencies (ms) by whose they are ("victim", "ping"), one list per window.
+Windows = dict[str, list[list[float]]]
+
+
+def _windows(url: str, port: int, attack: str, sizes: Sizes) -> tuple[Windows, Windows]:
+    """The victim's and the admin's latencies in ``sizes.reps`` windows without the
+    attack and as many with it, taking turns."""
+    go, stop = multiprocessing.Event(), multiprocessing.Event()
+    attacker = multiprocessing.Process(target=_attack, args=(port, attack, go, stop))
+    attacker.start()
+    quiet: Windows = {"victim": [], "ping": []}
+    loud: Windows = {"victim": [], "ping": []}
+    try:
+        for number in range(sizes.reps):
+            for attacking in (False, True) if number % 2 else (True, False):
+                if attacking:
+                    go.set()
+                else:
+                    go.clear()
+                time.sleep(0.5)  # the attacker's current call ends, or its loop is under way
+                found = _victim(url, port, sizes.victim_rounds, f"{attack}-{number}-{attacking}")
+                for who, figures in found.items():
+                    (loud if attacking else quiet)[who].append(figures)
+    finally:
+        stop.set()
+        attacker.join(timeout=30)
+    return quiet, loud
+
+
+def _victim(url: str, port: int, rounds: int, session_id: str) -> dict[str, list[float]]:
     """Latencies (ms) of the victim's calls and of the admin's PINGs meanwhile."""
-    stop = multiprocessing.Event()
-    attacker = None
-    if attack is not None:
-        attacker = multiprocessing.Process(target=_attack, args=(port, attack, stop))
-        attacker.start()
-        time.sleep(1.0)  # the loop under way
     pings: list[float] = []
     done = threading.Event()
 
@@ -170,12 +206,11 @@ def _victim(url: str, port: int, calls: int, attack: str | None = None) -> dict[
     pinger = threading.Thread(target=ping)
     pinger.start()
     found: list[float] = []
-    session_id = f"victim-{attack or 'quiet'}"
     try:
         with sessionstore.connect(url, "victim") as store:
             value = store.session("BTCUSDT", "victim", "e", "1h")
             store.events.create(SessionHeader(id=session_id))
-            for i in range(calls):
+            for i in range(rounds):
                 event = SessionEvent(seq=i, type="note", time=T0 + i, data={"i": i})
                 for timed in (
                     functools.partial(value.set_data, {"i": i}, T0 + i),
@@ -189,9 +224,6 @@ def _victim(url: str, port: int, calls: int, attack: str | None = None) -> dict[
     finally:
         done.set()
         pinger.join()
-        stop.set()
-        if attacker is not None:
-            attacker.join(timeout=30)
     return {"victim": found, "ping": pings}
 
 
@@ -199,7 +231,7 @@ def _percentile(figures: list[float], part: float) -> float:
     return statistics.quantiles(figures, n=100, method="inclusive")[int(part * 100) - 1]
 
 
-def _rows(label: str, quiet: dict[str, list[float]], loud: dict[str, list[float]]) -> list[Result]:
+def _rows(label: str, quiet: Windows, loud: Windows) -> list[Result]:
     rows = []
     for who, name in (("victim", "other tenant's calls"), ("ping", "admin's PING")):
         for level, part in (("p50", 0.5), ("p99", 0.99)):
@@ -208,12 +240,16 @@ def _rows(label: str, quiet: dict[str, list[float]], loud: dict[str, list[float]
                     area=AREA,
                     scenario=f"{name} {level} during an attack with {label}",
                     baseline_name="the same calls without the attack",
-                    ours=_percentile(loud[who], part),
-                    baseline=_percentile(quiet[who], part),
+                    ours=_percentile([f for window in loud[who] for f in window], part),
+                    baseline=_percentile([f for window in quiet[who] for f in window], part),
                     unit="ms",
                     target=TARGETS[level],
-                    settings=f"{len(loud[who])} calls",
+                    settings=f"{len(loud[who])} windows of each",
                     lower_is_better=True,
+                    samples={
+                        "ours": [_percentile(window, part) for window in loud[who]],
+                        "baseline": [_percentile(window, part) for window in quiet[who]],
+                    },
                 )
             )
     return rows
