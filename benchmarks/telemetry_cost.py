@@ -8,8 +8,14 @@ call of a mix (``set_data``, then ``get_data`` of a plain value, and an
   ``flows.arun`` replaced by the drivers for the measurement);
 * ``off``: telemetry present, no provider set (what a user without OpenTelemetry, or
   without an SDK configured, gets);
+* ``seam``: providers that record nothing (the API's no-op providers, subclassed so
+  that they count as set): what :mod:`sessionstore.telemetry` itself costs, without
+  any SDK's work;
 * ``metrics``: the OpenTelemetry SDK's meter provider recording every instrument, and
   no tracer provider (no spans);
+* ``sampled``: ``metrics`` plus the SDK's tracer provider with a sampler keeping one
+  trace in a hundred (``ParentBased(TraceIdRatioBased(0.01))``): what a production
+  setup that samples traces pays;
 * ``on``: the OpenTelemetry SDK recording every instrument and span: a
   ``MeterProvider`` with an in-memory reader and a ``TracerProvider`` whose
   ``BatchSpanProcessor`` hands the spans to an exporter that drops them (the export
@@ -17,7 +23,8 @@ call of a mix (``set_data``, then ``get_data`` of a plain value, and an
 
 Each mode runs ``--calls`` calls, ``--rounds`` times, the modes taking turns (a shared
 machine slows whatever runs when it is busy); the median of each mode's fastest rounds
-is printed, and the ratios ``off / bare``, ``metrics / off`` and ``on / off``.
+is printed, by wall clock and by the calling thread's CPU time, and what each mode adds
+over ``off`` (see :func:`main`).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from sessionstore import flows, telemetry  # noqa: E402
 from sessionstore.drive import drive  # noqa: E402
 
 WHEN = 1_700_000_000_000
-MODES = ("bare", "off", "metrics", "on")
+MODES = ("bare", "off", "seam", "metrics", "sampled", "on")
 
 
 def _bare_run(flow: Any, backend: Any) -> Any:
@@ -66,8 +73,10 @@ def _mode(mode: str) -> Iterator[None]:
         for module in _runners():
             module.run = _bare_run  # type: ignore[attr-defined]
     try:
-        if mode in ("metrics", "on"):
-            _configure_sdk(spans=mode == "on")
+        if mode == "seam":
+            telemetry.configure(**_null_providers())
+        elif mode in ("metrics", "sampled", "on"):
+            _configure_sdk(mode)
         yield
     finally:
         flows.run = original
@@ -83,13 +92,15 @@ def _runners() -> Sequence[Any]:
 
 
 @functools.cache
-def _sdk_providers() -> tuple[Any, Any]:
-    """One meter and one tracer provider of the SDK, made once (each tracer provider's
-    batch processor runs a thread of its own)."""
+def _sdk_providers() -> dict[str, Any]:
+    """One meter provider and two tracer providers (every span; one trace in a hundred)
+    of the SDK, made once (each tracer provider's batch processor runs a thread of its
+    own)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     class Dropping(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
@@ -97,17 +108,33 @@ def _sdk_providers() -> tuple[Any, Any]:
 
     # A busy machine starves the export thread: spans it drops are not the point here.
     logging.getLogger("opentelemetry.sdk").setLevel(logging.ERROR)
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(BatchSpanProcessor(Dropping()))
-    return MeterProvider(metric_readers=[InMemoryMetricReader()]), tracer_provider
+    every = TracerProvider()
+    every.add_span_processor(BatchSpanProcessor(Dropping()))
+    sampled = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)))
+    sampled.add_span_processor(BatchSpanProcessor(Dropping()))
+    meter = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return {"meter": meter, "on": every, "sampled": sampled}
 
 
-def _configure_sdk(spans: bool) -> None:
-    meter_provider, tracer_provider = _sdk_providers()
-    if spans:
-        telemetry.configure(meter_provider=meter_provider, tracer_provider=tracer_provider)
-    else:  # no global tracer provider is set here: metrics only
-        telemetry.configure(meter_provider=meter_provider)
+@functools.cache
+def _null_providers() -> dict[str, Any]:
+    """Providers that record nothing, yet count as set (the API's own do not)."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    class NullMeters(NoOpMeterProvider):
+        pass
+
+    class NullTracers(NoOpTracerProvider):
+        pass
+
+    return {"meter_provider": NullMeters(), "tracer_provider": NullTracers()}
+
+
+def _configure_sdk(mode: str) -> None:
+    providers = _sdk_providers()
+    # No global tracer provider is set here: "metrics" records no span.
+    telemetry.configure(meter_provider=providers["meter"], tracer_provider=providers.get(mode))
 
 
 def _calls(store: sessionstore.Store) -> Callable[[int], None]:
@@ -126,9 +153,12 @@ def _calls(store: sessionstore.Store) -> Callable[[int], None]:
     return call
 
 
-def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
-    """Microseconds per mix of calls, one figure per round, by mode."""
-    found: dict[str, list[float]] = {mode: [] for mode in MODES}
+def measure(url: str, rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
+    """Microseconds per mix of calls, one figure per round, by clock (``wall``, and
+    ``cpu``: the calling thread's CPU time) and mode."""
+    found: dict[str, dict[str, list[float]]] = {"wall": {}, "cpu": {}}
+    for clock in found.values():
+        clock.update({mode: [] for mode in MODES})
     with sessionstore.connect(url, "telemetry-bench") as store:
         call = _calls(store)
         for n in range(calls):  # warm: connections, scripts, caches
@@ -136,10 +166,11 @@ def measure(url: str, rounds: int, calls: int) -> dict[str, list[float]]:
         for _ in range(rounds):
             for mode in MODES:
                 with _mode(mode):
-                    started = time.perf_counter()
+                    started, used = time.perf_counter(), time.thread_time()
                     for n in range(calls):
                         call(n)
-                    found[mode].append((time.perf_counter() - started) / calls * 1e6)
+                    found["cpu"][mode].append((time.thread_time() - used) / calls * 1e6)
+                    found["wall"][mode].append((time.perf_counter() - started) / calls * 1e6)
     return found
 
 
@@ -150,14 +181,16 @@ def _typical(figures: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Per backend three rows: wall-clock and CPU microseconds per mix by mode, and the
+    ``added`` row: the CPU time a mode adds to the calling thread over ``off``, as a
+    share of the fastest wall-clock round of ``off`` (what the caller waits for). On a busy
+    machine the wall-clock figures swing (the SDK's export thread competes for a core
+    too); the CPU time of the calling thread swings far less."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=300)
     options = parser.parse_args(argv)
-    print(
-        f"{'backend':8} {'bare us':>8} {'off us':>8} {'metrics us':>10} {'on us':>8} "
-        f"{'off/bare':>9} {'metrics/off':>12} {'on/off':>7}"
-    )
+    print(f"{'backend':8} {'row':8} " + " ".join(f"{mode:>8}" for mode in MODES))
     with tempfile.TemporaryDirectory() as folder, RedisServer() as server:
         urls = {
             "memory": "memory://",
@@ -166,11 +199,14 @@ def main(argv: list[str] | None = None) -> None:
         }
         for name, url in urls.items():
             found = measure(url, options.rounds, options.calls)
-            bare, off, metrics, on = (_typical(found[mode]) for mode in MODES)
-            print(
-                f"{name:8} {bare:8.1f} {off:8.1f} {metrics:10.1f} {on:8.1f} "
-                f"{off / bare:9.3f} {metrics / off:12.3f} {on / off:7.3f}"
-            )
+            wall = {mode: _typical(found["wall"][mode]) for mode in MODES}
+            cpu = {mode: _typical(found["cpu"][mode]) for mode in MODES}
+            print(f"{name:8} {'wall us':8} " + " ".join(f"{wall[m]:8.1f}" for m in MODES))
+            print(f"{name:8} {'cpu us':8} " + " ".join(f"{cpu[m]:8.1f}" for m in MODES))
+            # The fastest round of ``off``: the share is never flattered by a slow machine.
+            fastest = min(found["wall"]["off"])
+            added = {m: (cpu[m] - cpu["off"]) / fastest * 100 for m in MODES}
+            print(f"{name:8} {'added %':8} " + " ".join(f"{added[m]:8.1f}" for m in MODES))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -97,6 +98,12 @@ INSTRUMENTS = (
         "{acquisition}",
         "Attempts to take a lease, by kind and outcome.",
     ),
+    (
+        "takeovers",
+        "sessionstore.lease.takeovers",
+        "{takeover}",
+        "Leases taken from a holder that failed, died, lapsed or was paused.",
+    ),
     ("computes", "sessionstore.compute.outcomes", "{call}", "get_or_compute calls, by outcome."),
     (
         "cache",
@@ -108,6 +115,8 @@ INSTRUMENTS = (
 
 #: Backend calls that take a lease: the lease's kind.
 _LEASE_CALLS = {"acquire_lease": "writer", "acquire_compute_lease": "compute"}
+#: The operations of a writer holding its lease: a takeover fences them off.
+_WRITER_CALLS = frozenset({"writer.flush", "writer.close"})
 
 #: ``db.system.name`` by URL scheme (the local stores have no registered name).
 _SYSTEMS = {
@@ -128,31 +137,63 @@ class Scope:
     """Where a backend's operations happen: ``db.system.name``, ``db.namespace`` and
     whether its value reads may be answered from a cache (``?cache=yes``)."""
 
-    __slots__ = ("system", "namespace", "caches", "_attributes", "_names")
+    __slots__ = ("system", "namespace", "caches", "_attributes", "_operations")
 
     def __init__(self, system: str, namespace: str, caches: bool = False) -> None:
         self.system = system
         self.namespace = namespace
         self.caches = caches
-        self._attributes: dict[str, dict[str, str]] = {}
-        self._names: dict[str, str] = {}
+        self._attributes = {"db.system.name": system, "db.namespace": namespace}
+        self._operations: dict[str, Operation] = {}
 
     def span_name(self, operation: str) -> str:
         """``{db.operation.name} {db.namespace}``, as the conventions name a client span."""
-        found = self._names.get(operation)
-        if found is None:
-            found = self._names[operation] = f"{operation} {self.namespace}".rstrip()
-        return found
+        return self.operation(operation).span_name
 
     def attributes(self, operation: str | None = None) -> dict[str, str]:
         """The attributes of ``operation`` here (made once; never changed by a caller)."""
-        key = operation or ""
-        found = self._attributes.get(key)
+        return self._attributes if operation is None else self.operation(operation).attributes
+
+    def operation(self, name: str) -> Operation:
+        """The :class:`Operation` of the flow named ``name`` (its qualified name, or an
+        operation's name) here, made at its first call."""
+        found = self._operations.get(name)
         if found is None:
-            found = {"db.system.name": self.system, "db.namespace": self.namespace}
-            if operation is not None:
-                found["db.operation.name"] = operation
-            self._attributes[key] = found
+            found = self._operations[name] = Operation(self, OPERATIONS.get(name, name))
+        return found
+
+
+class Operation:
+    """What every call of one operation in one :class:`Scope` shares, made once: its
+    span name and attribute dicts (the SDK is handed the same dict on every call; no
+    caller changes it)."""
+
+    __slots__ = (
+        "name",
+        "span_name",
+        "attributes",
+        "redis",
+        "compute",
+        "writes",
+        "_variants",
+    )
+
+    def __init__(self, scope: Scope, name: str) -> None:
+        self.name = name
+        self.span_name = f"{name} {scope.namespace}".rstrip()
+        self.attributes = {**scope.attributes(), "db.operation.name": name}
+        self.redis = scope.system == "redis"
+        self.compute = name == "get_or_compute"
+        self.writes = name in _WRITER_CALLS
+        self._variants: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def with_(self, *pairs: str) -> dict[str, str]:
+        """The operation's attributes plus ``pairs`` (name, value, name, value...),
+        made once per distinct ``pairs``."""
+        found = self._variants.get(pairs)
+        if found is None:
+            found = {**self.attributes, **dict(zip(pairs[::2], pairs[1::2], strict=True))}
+            self._variants[pairs] = found
         return found
 
 
@@ -278,6 +319,7 @@ class Telemetry:
     resends: Any
     waits: Any
     leases: Any
+    takeovers: Any
     computes: Any
     cache: Any
 
@@ -285,7 +327,9 @@ class Telemetry:
         from opentelemetry import context, trace
 
         self._trace = trace
-        self._context = context
+        self._attach = context.attach
+        self._detach = context.detach
+        self._in_context = trace.set_span_in_context
         self._client = trace.SpanKind.CLIENT
         self.record_ids = record_ids
         self.tracer = (
@@ -294,6 +338,7 @@ class Telemetry:
             else tracer_provider.get_tracer("sessionstore", __version__)
         )
         self._writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
+        self._taken: weakref.WeakSet[Any] = weakref.WeakSet()
         self.metered = meter_provider is not None
         if meter_provider is None:
             return
@@ -326,8 +371,14 @@ class Telemetry:
         drive: Callable[..., Any],
     ) -> Any:
         """``drive(flow, ...)`` recorded: a span around it, its duration and outcome."""
-        with self._watch(flow, backend) as watch:
-            return drive(flow, watch.resolver(backend, resolve, False))
+        watch = _Watch(self, flow, backend, resolve, False)
+        try:
+            result = drive(flow, watch.resolve)
+        except BaseException as error:
+            watch.finish(error)
+            raise
+        watch.finish(None)
+        return result
 
     async def arun(
         self,
@@ -337,46 +388,44 @@ class Telemetry:
         adrive: Callable[..., Any],
     ) -> Any:
         """:meth:`run` for the async driver."""
-        with self._watch(flow, backend) as watch:
-            return await adrive(flow, watch.resolver(backend, resolve, True))
-
-    def _watch(self, flow: Any, backend: Any) -> _Watch:
-        scope: Scope = getattr(backend, SCOPE_ATTR, _UNBOUND)
-        name = flow.__qualname__
-        operation = OPERATIONS.get(name, name)
-        attributes = scope.attributes(operation)
-        span = None
-        if self.tracer is not None:
-            span = self.tracer.start_span(
-                scope.span_name(operation),
-                kind=self._client,
-                attributes={**attributes, **_ids(flow)} if self.record_ids else attributes,
-            )
-        return _Watch(self, operation, attributes, span)
+        watch = _Watch(self, flow, backend, resolve, True)
+        try:
+            result = await adrive(flow, watch.resolve)
+        except BaseException as error:
+            watch.finish(error)
+            raise
+        watch.finish(None)
+        return result
 
     # -- outside a flow ---------------------------------------------------------------
 
     def cache_read(self, backend: object, hit: bool) -> None:
         scope: Scope = getattr(backend, SCOPE_ATTR, _UNBOUND)
         if self.metered and scope.caches:
-            attributes = scope.attributes("get_data")
-            self.cache.add(1, {**attributes, "sessionstore.cache.result": "hit" if hit else "miss"})
+            read = scope.operation("get_data")
+            self.cache.add(1, read.with_("sessionstore.cache.result", "hit" if hit else "miss"))
 
     def resent(self, reason: str) -> None:
+        watch = _running.get()
         if self.metered:
-            self.resends.add(1, {"db.system.name": "redis", "sessionstore.resend.reason": reason})
-        span = self._trace.get_current_span()
-        if span.is_recording():
-            span.add_event("resend", {"sessionstore.resend.reason": reason})
+            pair = ("sessionstore.resend.reason", reason)
+            attributes = (
+                {"db.system.name": "redis", pair[0]: reason}
+                if watch is None
+                else watch.operation.with_(*pair)
+            )
+            self.resends.add(1, attributes)
+        if watch is not None and watch.span is not None:
+            watch.span.add_event("resend", {"sessionstore.resend.reason": reason})
 
     def connection_waited(self, seconds: float, pool: str) -> None:
         if self.metered:
             self.waits.record(
                 seconds, {"db.system.name": "redis", "db.client.connection.pool.name": pool}
             )
-        span = self._trace.get_current_span()
-        if span.is_recording():
-            span.add_event("connection wait", {"sessionstore.wait.seconds": seconds})
+        watch = _running.get()
+        if watch is not None and watch.span is not None:
+            watch.span.add_event("connection wait", {"sessionstore.wait.seconds": seconds})
 
     def track_writer(self, buffer: Any, backend: object) -> None:
         if self.metered:
@@ -393,82 +442,105 @@ class Telemetry:
             yield Observation(depth, scope.attributes())
 
 
+#: The operation running in this thread or task, on a Redis backend (where resends and
+#: connection waits happen), so that they carry its attributes and land on its span.
+_running: ContextVar[_Watch | None] = ContextVar("sessionstore_telemetry_watch", default=None)
+
+
 class _Watch:
-    """What one operation did: its span, its pauses and leases, its outcome."""
+    """One operation from start to finish: its span (only while it records), its
+    pauses and leases, its outcome. Made and finished by :meth:`Telemetry.run`: no
+    context manager, no closure per call."""
 
     __slots__ = (
         "telemetry",
         "operation",
-        "attributes",
+        "backend",
+        "resolve_step",
+        "is_async",
         "span",
         "started",
         "paused",
         "held",
         "applied",
         "using",
+        "running",
+        "buffer",
     )
 
     def __init__(
-        self, telemetry: Telemetry, operation: str, attributes: dict[str, str], span: Any
+        self,
+        telemetry: Telemetry,
+        flow: Any,
+        backend: Any,
+        resolve_step: Callable[[Any, Any], Any],
+        is_async: bool,
     ) -> None:
+        operation = getattr(backend, SCOPE_ATTR, _UNBOUND).operation(flow.__qualname__)
         self.telemetry = telemetry
         self.operation = operation
-        self.attributes = attributes
-        self.span = span
-        self.started = time.perf_counter()
+        self.backend = backend
+        self.resolve_step = resolve_step
+        self.is_async = is_async
         self.paused = False  # a Sleep, or a lease found busy
         self.held = False  # user code ran under a compute lease
         self.applied = False  # user code ran (update's fn): once more is a retry
         self.using: Any = None
+        self.running: Any = None
+        # The writer whose flush or close this is: a takeover is counted once per writer.
+        self.buffer = _owner(flow) if operation.writes and telemetry.metered else None
+        span = None
+        tracer = telemetry.tracer
+        if tracer is not None:
+            attributes = operation.attributes
+            span = tracer.start_span(
+                operation.span_name,
+                kind=telemetry._client,
+                attributes={**attributes, **_ids(flow)} if telemetry.record_ids else attributes,
+            )
+            if span.is_recording():  # a span the sampler dropped is never made current
+                self.using = telemetry._attach(telemetry._in_context(span))
+            else:
+                span = None
+        self.span = span
+        if operation.redis:
+            self.running = _running.set(self)
+        self.started = time.perf_counter()
 
-    def __enter__(self) -> _Watch:
-        """Make the span current (the caller's stays its parent) until :meth:`__exit__`."""
-        if self.span is not None:
-            telemetry = self.telemetry
-            self.using = telemetry._context.attach(telemetry._trace.set_span_in_context(self.span))
-        return self
+    def resolve(self, step: Any) -> Any:
+        """The driver's step resolver: the backend's, noting pauses, retries, leases."""
+        kind = type(step).__name__
+        if kind == "Call":
+            lease = _LEASE_CALLS.get(step.name)
+            if lease is None:
+                return self.resolve_step(self.backend, step)
+            return self._leasing(lease, self.resolve_step(self.backend, step))
+        if kind == "Sleep":
+            self.pause(step.seconds)
+        elif kind == "Apply":
+            if self.applied:
+                self.retry()
+            self.applied = True
+        elif kind == "Hold":
+            self.held = True
+            if self.span is not None:
+                self.span.add_event("compute")
+        return self.resolve_step(self.backend, step)
 
-    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
-        try:
-            self.finish(error)
-        finally:
-            if self.using is not None:
-                self.telemetry._context.detach(self.using)
+    def _leasing(self, lease: str, resolved: Any) -> Any:
+        if self.is_async:
 
-    def resolver(
-        self, backend: Any, resolve: Callable[[Any, Any], Any], is_async: bool
-    ) -> Callable[[Any], Any]:
-        def resolving(step: Any) -> Any:
-            kind = type(step).__name__
-            if kind == "Sleep":
-                self.pause(step.seconds)
-            elif kind == "Apply":
-                if self.applied:
-                    self.retry()
-                self.applied = True
-            elif kind == "Hold":
-                self.held = True
-                if self.span is not None:
-                    self.span.add_event("compute")
-            elif kind == "Call" and step.name in _LEASE_CALLS:
-                resolved = resolve(backend, step)
-                lease = _LEASE_CALLS[step.name]
-                if is_async:
+            async def leased() -> Any:
+                return self.leased(lease, await resolved())
 
-                    async def leased() -> Any:
-                        return self.leased(lease, await resolved())
-
-                    return leased
-                return lambda: self.leased(lease, resolved())
-            return resolve(backend, step)
-
-        return resolving
+            return leased
+        return lambda: self.leased(lease, resolved())
 
     def pause(self, seconds: float) -> None:
         """A wait for another caller's result, or a back-off before a retry."""
         self.paused = True
         if self.span is not None:
-            name = "wait" if self.operation == "get_or_compute" else "backoff"
+            name = "wait" if self.operation.compute else "backoff"
             self.span.add_event(name, {"sessionstore.pause.seconds": seconds})
 
     def retry(self) -> None:
@@ -476,7 +548,7 @@ class _Watch:
         if self.span is not None:
             self.span.add_event("retry")
         if self.telemetry.metered:
-            self.telemetry.retries.add(1, self.attributes)
+            self.telemetry.retries.add(1, self.operation.attributes)
 
     def leased(self, kind: str, taken: Any) -> Any:
         if taken:
@@ -488,36 +560,53 @@ class _Watch:
             self.span.add_event(
                 "lease", {"sessionstore.lease.kind": kind, "sessionstore.lease.outcome": outcome}
             )
-        if self.telemetry.metered:
-            self.telemetry.leases.add(
-                1,
-                {
-                    **self.attributes,
-                    "sessionstore.lease.kind": kind,
-                    "sessionstore.lease.outcome": outcome,
-                },
-            )
+        telemetry = self.telemetry
+        if telemetry.metered:
+            pairs = ("sessionstore.lease.kind", kind, "sessionstore.lease.outcome", outcome)
+            telemetry.leases.add(1, self.operation.with_(*pairs))
+            if outcome == "takeover":
+                telemetry.takeovers.add(1, self.operation.with_(*pairs[:2]))
         return taken
 
     def finish(self, error: BaseException | None) -> None:
         elapsed = time.perf_counter() - self.started
         telemetry = self.telemetry
-        attributes = self.attributes
-        if error is not None:
-            attributes = {**attributes, "error.type": type(error).__qualname__}
-        if telemetry.metered:
-            telemetry.duration.record(elapsed, attributes)
-            if self.operation == "get_or_compute":
-                telemetry.computes.add(
-                    1, {**self.attributes, "sessionstore.compute.outcome": self._computed(error)}
-                )
-        span = self.span
-        if span is not None:
-            if error is not None:
-                kind = type(error).__qualname__
-                span.set_attribute("error.type", kind)
-                span.set_status(telemetry._trace.Status(telemetry._trace.StatusCode.ERROR, kind))
-            span.end()
+        operation = self.operation
+        try:
+            if telemetry.metered:
+                if error is None:
+                    telemetry.duration.record(elapsed, operation.attributes)
+                else:
+                    self._failed(error, elapsed)
+                if operation.compute:
+                    outcome = self._computed(error)
+                    telemetry.computes.add(
+                        1, operation.with_("sessionstore.compute.outcome", outcome)
+                    )
+            span = self.span
+            if span is not None:
+                if error is not None:
+                    kind = type(error).__qualname__
+                    span.set_attribute("error.type", kind)
+                    span.set_status(
+                        telemetry._trace.Status(telemetry._trace.StatusCode.ERROR, kind)
+                    )
+                span.end()
+        finally:
+            if self.running is not None:
+                _running.reset(self.running)
+            if self.using is not None:
+                telemetry._detach(self.using)
+
+    def _failed(self, error: BaseException, elapsed: float) -> None:
+        telemetry = self.telemetry
+        kind = type(error).__qualname__
+        telemetry.duration.record(elapsed, self.operation.with_("error.type", kind))
+        buffer = self.buffer
+        if kind == "SessionBusyError" and buffer is not None and buffer not in telemetry._taken:
+            # A writer's flush or close refused by its fence: another writer took it over.
+            telemetry._taken.add(buffer)
+            telemetry.takeovers.add(1, self.operation.with_("sessionstore.lease.kind", "writer"))
 
     def _computed(self, error: BaseException | None) -> str:
         if error is not None:
@@ -525,6 +614,12 @@ class _Watch:
         if self.held:
             return "computed"
         return "waited" if self.paused else "reused"
+
+
+def _owner(flow: Any) -> Any:
+    """The object whose method ``flow`` is (a writer's buffer), read from its frame."""
+    frame = getattr(flow, "gi_frame", None) or getattr(flow, "cr_frame", None)
+    return None if frame is None else frame.f_locals.get("self")
 
 
 def _ids(flow: Any) -> dict[str, str]:

@@ -69,7 +69,7 @@ def test_the_rule_is_stated_in_the_top_level_help():
 
 def test_every_subcommand_takes_json():
     group = typer.main.get_command(app)
-    assert len(ALL) == 17  # demo, doctor, acl, copy, export, import, namespaces delete, 6 + 4
+    assert len(ALL) == 18  # demo, doctor, acl, copy, export, import, top, namespaces delete, 6 + 4
     for path in ALL:
         command: Any = group
         for name in path:

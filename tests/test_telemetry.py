@@ -376,6 +376,72 @@ def test_writer_leases_queue_depth_and_flushes(
     assert sum(p.count for p in flushes) >= 1
 
 
+def _takeovers(recorded: Recorded) -> dict[tuple[str, str], int]:
+    return {
+        (str(p.attributes["sessionstore.lease.kind"]), str(p.attributes["db.operation.name"])): (
+            p.value
+        )
+        for p in recorded.points("sessionstore.lease.takeovers")
+    }
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_compute_lease_taken_from_a_failed_holder_is_a_takeover(
+    recorded: Recorded, kind: str, url: str, namespace: str
+) -> None:
+    with sessionstore.connect(url, namespace) as store:
+        handle = store.session("A", "b", "c", "1h", history=True)
+        started, fail = threading.Event(), threading.Event()
+
+        def failing() -> int:
+            started.set()
+            fail.wait(10)
+            raise RuntimeError("the holder fails")
+
+        def holder() -> None:
+            with pytest.raises(RuntimeError):
+                handle.get_or_compute(WHEN, failing)
+
+        holding = threading.Thread(target=holder)
+        holding.start()
+        started.wait(10)
+        waiter = threading.Thread(target=handle.get_or_compute, args=(WHEN, lambda: 2))
+        waiter.start()
+        time.sleep(0.1)  # the waiter finds the lease held
+        fail.set()
+        holding.join(10)
+        waiter.join(10)
+        assert handle.get_data(WHEN) == 2
+    assert _takeovers(recorded) == {("compute", "get_or_compute"): 1}
+    outcomes = {
+        str(p.attributes["sessionstore.lease.outcome"]): p.value
+        for p in recorded.points("sessionstore.lease.acquisitions")
+    }
+    assert outcomes["takeover"] == 1 and outcomes["acquired"] == 1 and outcomes["busy"] >= 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_writer_whose_lease_was_taken_over_counts_one_takeover(
+    recorded: Recorded, kind: str, url: str, namespace: str
+) -> None:
+    header = _header()
+    with sessionstore.connect(url, namespace) as store:
+        paused = store.events.writer(header, lease=0.2, window=60)
+        paused.emit("note", {"n": 0})
+        paused.flush()
+        with paused._drain_lock:  # nothing renews its lease, which expires
+            time.sleep(0.3)
+            store.events.writer(header).close()  # another writer takes it over
+        paused.emit("note", {"n": 1})
+        for _ in range(2):
+            with pytest.raises(SessionBusyError):
+                paused.flush()
+        with pytest.raises(SessionBusyError):
+            paused.close()
+    assert _takeovers(recorded) == {("writer", "writer.flush"): 1}
+    assert recorded.metric_units()["sessionstore.lease.takeovers"] == "{takeover}"
+
+
 def test_a_lost_update_race_is_a_retry(
     recorded: Recorded, kind: str, url: str, namespace: str
 ) -> None:
@@ -528,10 +594,16 @@ def test_a_library_load_is_a_resend(recorded: Recorded, redis_server: Any) -> No
     finally:
         admin.close()
     reasons = {
-        str(p.attributes["sessionstore.resend.reason"]): p.value
+        str(p.attributes["sessionstore.resend.reason"]): p
         for p in recorded.points("sessionstore.redis.resends")
     }
-    assert reasons.get("library_load", 0) >= 1
+    assert reasons["library_load"].value >= 1
+    assert dict(reasons["library_load"].attributes) == {
+        "db.system.name": "redis",
+        "db.namespace": "resend",
+        "db.operation.name": "set_data",
+        "sessionstore.resend.reason": "library_load",
+    }
     span = [s for s in recorded.spans() if s.attributes["db.operation.name"] == "set_data"][-1]
     assert "resend" in [event.name for event in span.events]
 

@@ -9,6 +9,7 @@ from .acl import acl
 from .common import APP_SETTINGS, JSON_RULE, guarded
 from .demo import demo
 from .doctor import doctor
+from .top import top
 from .transfer import copy, export, import_
 
 HELP = (
@@ -36,6 +37,7 @@ app.command("acl")(guarded(acl))
 app.command("copy")(guarded(copy))
 app.command("export")(guarded(export))
 app.command("import")(guarded(import_))
+app.command("top")(guarded(top))
 app.add_typer(namespaces.app, name="namespaces")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(values.app, name="values")
