@@ -419,7 +419,7 @@ def test_a_log_without_a_byte_count_is_estimated_from_its_two_ends(redis_server,
     measured from its first and last 50 entries below ``next_seq`` (a torn tail left
     out): exactly when they are all of it, else their mean times its entries; appends
     leave it uncounted, and drop a count that an append of a client of an older
-    version left stale; a damaged count is damage."""
+    version left stale; a damaged count is measured around."""
     client = raw(redis_server.url)
     with sessionstore.connect(redis_server.url, ns) as store:
         for session_id, count in (("short", 90), ("long", 400)):
@@ -452,11 +452,14 @@ def test_a_log_without_a_byte_count_is_estimated_from_its_two_ends(redis_server,
         )
         store.events.append("mixed", [SessionEvent(seq=2, type="n", time=T0)])
         assert client.hmget(meta, "bytes", "bytes_to") == [None, None]
+        # A damaged count, or next_seq, is measured around: a size is never refused.
         store.events.create(SessionHeader(id="bad"))
         store.events.append("bad", [SessionEvent(seq=0, type="n", time=T0)])
-        client.hset(keys.log_keys(ns, "bad")[0], "bytes", "-1")
-        with pytest.raises(CorruptLogError):
-            store.events.stored_bytes("bad")
+        meta, stream = keys.log_keys(ns, "bad")
+        exact = store.events.stored_bytes("bad")
+        for field, damage in (("bytes", "-1"), ("next_seq", "x"), ("entries", "1e3")):
+            client.hset(meta, field, damage)
+            assert store.events.stored_bytes("bad") == exact, field
     client.close()
 
 

@@ -160,13 +160,11 @@ def decode_info(
     return SessionInfo(header, next_seq, last_time, expires_at, busy)
 
 
-def stored_count(session_id: str, name: str, raw: Any) -> int:
-    """A count the meta hash holds (``bytes``, ``next_seq``): a whole number from 0 within
-    64 bits, else :class:`CorruptLogError` naming the field."""
+def whole_count(raw: Any) -> int | None:
+    """A count the meta hash holds (``bytes``, ``next_seq``, ``entries``): a whole
+    number from 0 within 64 bits, else None."""
     found = stored_int(raw)
-    if found is None or not 0 <= found <= INT64_MAX:
-        raise CorruptLogError(session_id, f"the meta hash's {name} is {raw!r:.40}")
-    return found
+    return found if found is not None and 0 <= found <= INT64_MAX else None
 
 
 def entry_bytes(fields: Mapping[Any, Any] | Sequence[Any]) -> int:

@@ -67,7 +67,7 @@ from .logformat import (
     decode_info,
     estimated_bytes,
     restore_id,
-    stored_count,
+    whole_count,
 )
 from .logparse import READ_ATTEMPTS, LogRead
 from .pools import is_cluster
@@ -434,10 +434,11 @@ class LogOps:
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
         """The ``bytes`` field of the meta hash while its ``bytes_to`` is ``next_seq``
-        (see :mod:`.logformat`); else (a log materialised before it was counted, or
-        appended to by a client of an older version since) :func:`estimated_bytes` of its
-        first and last :data:`SAMPLE_ENTRIES` entries below ``next_seq`` (two reads,
-        whatever its size)."""
+        (see :mod:`.logformat`); else (a log materialised before it was counted, appended
+        to by a client of an older version since, or whose count is damaged)
+        :func:`estimated_bytes` of its first and last :data:`SAMPLE_ENTRIES` entries
+        below ``next_seq`` (two reads, whatever its size). A size is never refused for
+        damage: a damaged ``next_seq`` or ``entries`` is measured as the stream is."""
         meta, stream = self._keys(session_id)
         with self._guard("HMGET", meta):
             counted, counted_to, next_seq, entries = yield functools.partial(
@@ -445,17 +446,19 @@ class LogOps:
             )
         if next_seq is None and counted is None:
             raise SessionNotFoundError(session_id)
-        if counted is not None and counted_to == next_seq:
-            return stored_count(session_id, "bytes", counted)
-        seqs = stored_count(session_id, "next_seq", next_seq)
-        held = seqs if entries is None else stored_count(session_id, "entries", entries)
-        end = restore_id(seqs)
-        with self._guard("XRANGE+XREVRANGE", stream):
+        count = whole_count(counted)
+        if count is not None and counted_to == next_seq:
+            return count
+        seqs = whole_count(next_seq)
+        held = seqs if entries is None else whole_count(entries)
+        end = "+" if seqs is None else restore_id(seqs)
+        with self._guard("XRANGE+XREVRANGE+XLEN", stream):
             pipe = client.pipeline(transaction=False)
             pipe.xrange(stream, "-", end, SAMPLE_ENTRIES)
             pipe.xrevrange(stream, end, "-", SAMPLE_ENTRIES)
-            first, last = yield pipe.execute
-        return estimated_bytes(held, first, last)
+            pipe.xlen(stream)
+            first, last, length = yield pipe.execute
+        return estimated_bytes(int(length) if held is None else held, first, last)
 
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)
