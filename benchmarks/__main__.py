@@ -23,6 +23,7 @@ from . import (
     redis_log,
     report,
     scale,
+    tenant_attack,
     values,
     workload,
     writers,
@@ -54,11 +55,23 @@ GROUPS: dict[str, list[Group]] = {
     ],
     "writers": [writers.writer_results],
     "scale": [scale.scale_results],
+    "tenants": [tenant_attack.attack_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
     module.__doc__ or ""
-    for module in (workload, redis_log, json_text, values, async_api, peers, local, writers, scale)
+    for module in (
+        workload,
+        redis_log,
+        json_text,
+        values,
+        async_api,
+        peers,
+        local,
+        writers,
+        scale,
+        tenant_attack,
+    )
 ]
 
 

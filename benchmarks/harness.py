@@ -68,6 +68,12 @@ class Sizes:
     scale_sessions: tuple[int, ...] = (100, 1_000, 10_000)
     scale_values: tuple[int, ...] = (100, 1_000, 10_000)
     scale_workers: tuple[int, ...] = (1, 2, 4, 8)
+    #: What the attacking tenant plants (``benchmarks/tenant_attack.py``): records of a
+    #: seq hash and versions of a history, the megabytes of one event entry; and the
+    #: rounds of the victim's three calls.
+    planted: int = 1_000_000
+    planted_field_mb: int = 16
+    victim_rounds: int = 200
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -89,6 +95,9 @@ class Sizes:
             scale_sessions=(10, 100, 300),
             scale_values=(10, 100, 300),
             scale_workers=(1, 2),
+            planted=20_000,
+            planted_field_mb=1,
+            victim_rounds=30,
         )
 
 

@@ -22,6 +22,9 @@
 -- ARGV[12] - the expected version's value ("" for a clear; only when ARGV[10] is "1")
 -- returns "OK" when written or when this call was applied before (nothing written),
 --         "CONFLICT" when the comparison failed (nothing written)
+-- raises INVALID (nothing written) when a write that is not a put would drop more than
+--         HISTORY_DROP_MAX (_history.lua) later versions: its work is bounded by what
+--         the call brings, never by how many versions are stored after its time
 
 local at, values = KEYS[1], KEYS[2]
 local when = ARGV[6]
@@ -40,18 +43,20 @@ if ARGV[9] == '1' then
     return 'CONFLICT'
   end
 end
+local later = {}
+if ARGV[9] ~= 'put' then
+  later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf', 'LIMIT', 0, HISTORY_DROP_MAX + 1)
+  if #later > HISTORY_DROP_MAX then
+    error({err = 'INVALID a write at ' .. when .. ' would drop more than ' .. HISTORY_DROP_MAX
+      .. ' later versions of the history ' .. at .. ' (at most ' .. HISTORY_DROP_MAX
+      .. ' a call): delete the value, or write at a later time'})
+  end
+end
 -- The first write grows memory, so under maxmemory (noeviction) Redis refuses the
 -- script here, before anything has changed.
 redis.call('HSET', values, when, ARGV[7])
 redis.call('ZADD', at, when, when)
-
-if ARGV[9] ~= 'put' then
-  local later = redis.call('ZRANGEBYSCORE', at, '(' .. when, '+inf')
-  if #later > 0 then
-    redis.call('ZREMRANGEBYSCORE', at, '(' .. when, '+inf')
-    history_hdel(values, later)
-  end
-end
+history_drop(at, values, later)
 history_trim(at, values, ARGV[8], ARGV[5])
 
 seq_remember(KEYS[3], ARGV)

@@ -2,8 +2,12 @@
 --
 -- KEYS[1] - the session's meta hash (header fields, next_seq, last_time, entries: the
 --           number of stream entries below next_seq, absent for a log of the first
---           layout, which has one per event; and for a session with a ttl: ttl_ms,
---           expires_at)
+--           layout, which has one per event; bytes: the length of the "events" texts
+--           of those entries, and bytes_to: the next_seq it counts to, both absent for
+--           a log materialised before they were kept, which stays uncounted, and
+--           removed once an append that did not count them (a client of an older
+--           version) moved next_seq past bytes_to; and for a session with a ttl:
+--           ttl_ms, expires_at)
 -- KEYS[2] - the session's event stream: one entry per stored run of at most 1000
 --           events, id "<seq of its last event>-<its number of events>", one field
 --           "events" holding the events as a JSON array, one event object per line.
@@ -33,7 +37,9 @@
 --         {"NOTFOUND"}           no such session and no header given
 --         {"EXISTS"}             the stored header differs from the given one
 --         {"VERSION", version}   the stored header has another format version
---         {"CORRUPT", detail}    the meta hash or the stream is damaged
+--         {"CORRUPT", detail}    the meta hash or the stream is damaged, or holds more
+--                                than the library writes (more than META_FIELDS fields,
+--                                a torn tail of more than TAIL_ENTRIES entries)
 -- A session with a ttl_ms also gets "expires_at" in its meta hash: the server's TIME
 -- (ms) plus ttl_ms, when both keys expire.
 -- Every check runs before the first write; next_seq is written last, so entries whose
@@ -41,6 +47,13 @@
 -- ttl_ms then has both its keys expire ttl_ms from now, together (the script's clock
 -- stands still). Seqs are computed as Lua numbers: exact below 2^53, which next_seq
 -- never reaches.
+-- The work of a call is bounded by what it brings, never by what the keys hold (a tenant
+-- may write its own keys by hand): the meta hash is read whole only when it holds at most
+-- META_FIELDS fields, a torn tail is cut only when it holds at most TAIL_ENTRIES entries,
+-- and a replay reads at most as many entries as it brings events.
+
+local META_FIELDS = 32
+local TAIL_ENTRIES = 1000
 
 local meta, stream = KEYS[1], KEYS[2]
 local first = ARGV[1]
@@ -132,7 +145,8 @@ end
 local function stored_texts(from, to)
   local found, start = {}, string.format('%d-0', from)
   while true do
-    local chunk = redis.call('XRANGE', stream, start, '+', 'COUNT', 64)
+    -- each entry holds at least one event: never more entries than events wanted
+    local chunk = redis.call('XRANGE', stream, start, '+', 'COUNT', math.min(64, to - from + 1 - #found))
     if #chunk == 0 then
       return nil
     end
@@ -162,12 +176,20 @@ end
 -- Load the meta hash: the three fields that matter, or all of it to compare a header.
 local stored, found, next_seq, ttl
 if nheader < 0 then
-  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries')
+  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries', 'bytes',
+    'bytes_to')
   if not (got[1] or got[2] or got[3]) and redis.call('EXISTS', meta) == 0 then
     return {'NOTFOUND'}
   end
-  found, next_seq, stored = true, got[1], {version = got[2], ttl_ms = got[3], entries = got[4]}
+  found, next_seq = true, got[1]
+  stored = {version = got[2], ttl_ms = got[3], entries = got[4], bytes = got[5],
+    bytes_to = got[6]}
 else
+  local size = redis.call('HLEN', meta)
+  if size > META_FIELDS then
+    return {'CORRUPT', 'the meta hash ' .. meta .. ' holds ' .. size
+      .. ' fields, which the library never writes'}
+  end
   local flat = redis.call('HGETALL', meta)
   stored = {}
   for i = 1, #flat, 2 do
@@ -190,7 +212,8 @@ else
     local own = 0
     for name, _ in pairs(stored) do
       if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms'
-          and name ~= 'expires_at' and name ~= 'entries' then
+          and name ~= 'expires_at' and name ~= 'entries' and name ~= 'bytes'
+          and name ~= 'bytes_to' then
         own = own + 1
       end
     end
@@ -217,6 +240,18 @@ local held = stored_integer(stored['entries'] or next_seq)
 if not held then
   return {'CORRUPT', 'the meta hash has no valid entries'}
 end
+-- The bytes counted so far: 0 for a session this call materialises, nil for one
+-- materialised before they were counted or appended to since by a call that did not
+-- count (its count is then dropped).
+local counted = not found and 0 or nil
+local stale = stored['bytes'] or stored['bytes_to']
+if stored['bytes'] and stored['bytes_to'] == next_seq then
+  stale = false
+  counted = stored_integer(stored['bytes'])
+  if not counted or counted < 0 then
+    return {'CORRUPT', 'the meta hash has no valid bytes'}
+  end
+end
 if first ~= next_seq then
   local batch_last = first_number + count - 1
   if first_number > stored_next or batch_last >= stored_next then
@@ -242,7 +277,11 @@ end
 -- (XLEN is O(1), the probe O(log n)); entries past it are a torn tail, cut off here.
 local tail = redis.call('XRANGE', stream, next_seq .. '-0', '+', 'COUNT', 1)
 if #tail > 0 or redis.call('XLEN', stream) ~= held then
-  tail = redis.call('XRANGE', stream, next_seq .. '-0', '+')
+  tail = redis.call('XRANGE', stream, next_seq .. '-0', '+', 'COUNT', TAIL_ENTRIES + 1)
+  if #tail > TAIL_ENTRIES then
+    return {'CORRUPT', 'the stream ' .. stream .. ' holds more than ' .. TAIL_ENTRIES
+      .. ' entries past next_seq ' .. next_seq .. ', a torn tail the library never writes'}
+  end
   local ids = {}
   for i = 1, #tail do
     local last, n = span(tail[i][1])
@@ -283,6 +322,15 @@ end
 
 local after = string.format('%d', first_number + count)
 local commit = {'next_seq', after, 'last_time', last_time, 'entries', held + #adds}
+if counted then
+  for _, add in ipairs(adds) do
+    counted = counted + #add[2]
+  end
+  commit[#commit + 1] = 'bytes'
+  commit[#commit + 1] = string.format('%d', counted)
+  commit[#commit + 1] = 'bytes_to'
+  commit[#commit + 1] = after
+end
 if not found then
   for i = 6, 5 + 2 * nheader do
     commit[#commit + 1] = ARGV[i]
@@ -299,6 +347,9 @@ if ttl then
   commit[#commit + 1] = string.format('%d', ms + tonumber(ttl))
 end
 redis.call('HSET', meta, unpack(commit))
+if stale then
+  redis.call('HDEL', meta, 'bytes', 'bytes_to')
+end
 if ttl then
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', stream, ttl)

@@ -5,6 +5,8 @@
 -- Flagged allow-oom (it runs under maxmemory, so memory can be freed), it adds to memory
 -- only after it removed a key: a call that found nothing to remove records nothing
 -- (changing nothing, it is linearized at its resend, which then removes what is there).
+-- UNLINK: a history of any size costs the call a fixed few steps (the server frees a
+-- big key in the background).
 --
 -- KEYS[1] - the plain value hash (fields v, w)
 -- KEYS[2] - the history versions zset
@@ -25,7 +27,7 @@ local found = 0
 if redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1 then
   found = 1
 end
-if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
+if redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3]) > 0 then
   seq_remember(KEYS[4], ARGV, ':' .. found)
 end
 return found

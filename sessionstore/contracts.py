@@ -380,10 +380,11 @@ class EventBackend(ABC):
     @abstractmethod
     def stored_bytes(self, session_id: str) -> int:
         """How many bytes the session takes where it is stored: the log file's size
-        (files), the length of its rows' stored text (SQLite), the server's ``MEMORY
-        USAGE`` of its keys (Redis: an estimate that samples a long stream), the
-        canonical text of its events (memory). ``SessionNotFoundError`` if it is not
-        materialised."""
+        (files), the length of its rows' stored text (SQLite), the length of its
+        stream entries' stored event text (Redis: counted by the appends in the meta
+        hash, read in O(1); estimated from its two ends for a log materialised before
+        that count), the canonical text of its events (memory).
+        ``SessionNotFoundError`` if it is not materialised."""
 
     @abstractmethod
     def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:

@@ -34,6 +34,8 @@ key                                                     type    fields / members
                                                                  parent_id fork_seq`` (absent = None),  log_delete.lua  set, same as
                                                                  ``next_seq``, ``last_time``,                          ``:events``; else
                                                                  ``entries`` (stream entries),                         none
+                                                                 ``bytes`` (their events text),
+                                                                 ``bytes_to`` (the seq counted to),
                                                                  ``ttl_ms`` (absent = no ttl),
                                                                  ``expires_at`` (server ms, with ttl)
 ``ss:<ns>:log:{<session id>}:events``                   stream  one entry per append (<= 1000        log_*.lua       same as ``:meta``

@@ -249,8 +249,9 @@ class EventLog(EventLogBase[EventBackend]):
 
     def stored_bytes(self, session_id: str) -> int:
         """How many bytes the session takes in the store (files: its log file; SQLite:
-        its rows' text; Redis: the server's ``MEMORY USAGE`` of its keys, an estimate for
-        a long log). ``SessionNotFoundError`` if it is not materialised."""
+        its rows' text; Redis: its events' stored text, as the appends counted it, or
+        estimated for a log written before they did).
+        ``SessionNotFoundError`` if it is not materialised."""
         return run(event_flows.stored_bytes(self._lifecycle, session_id), self._backend)
 
     def set_ttl(self, session_id: str, ttl: float | None) -> int | None:

@@ -397,6 +397,10 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
         f"{prefix}val:{{BTCUSDT:llm:binance:1h:backtest}}",
     ]
     meta = client.hgetall(f"{prefix}log:{{run-1}}:meta")
+    [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
+    assert entry_id == b"0-1"
+    event = b'{"seq":0,"type":"note","time":%d,"data":{}}' % T0
+    assert fields == {b"events": b"[" + event + b"]"}
     assert meta == {
         b"id": b"run-1",
         b"version": b"1",
@@ -404,11 +408,58 @@ def test_the_key_layout_is_readable_with_redis_cli(redis_server, ns):
         b"next_seq": b"1",
         b"last_time": str(T0).encode(),
         b"entries": b"1",
+        b"bytes": str(len(fields[b"events"])).encode(),
+        b"bytes_to": b"1",
     }
-    [(entry_id, fields)] = client.xrange(f"{prefix}log:{{run-1}}:events")
-    assert entry_id == b"0-1"
-    event = b'{"seq":0,"type":"note","time":%d,"data":{}}' % T0
-    assert fields == {b"events": b"[" + event + b"]"}
+    client.close()
+
+
+def test_a_log_without_a_byte_count_is_estimated_from_its_two_ends(redis_server, ns):
+    """A log materialised before appends counted its bytes (no ``bytes`` field) is
+    measured from its first and last 50 entries below ``next_seq`` (a torn tail left
+    out): exactly when they are all of it, else their mean times its entries; appends
+    leave it uncounted, and drop a count that an append of a client of an older
+    version left stale; a damaged count is measured around."""
+    client = raw(redis_server.url)
+    with sessionstore.connect(redis_server.url, ns) as store:
+        for session_id, count in (("short", 90), ("long", 400)):
+            meta, stream = keys.log_keys(ns, session_id)
+            store.events.create(SessionHeader(id=session_id))
+            for seq in range(count):
+                store.events.append(session_id, [SessionEvent(seq=seq, type="n", time=T0)])
+            counted = store.events.stored_bytes(session_id)
+            assert counted == sum(len(f[b"events"]) for _, f in client.xrange(stream))
+            client.hdel(meta, "bytes")
+            client.xadd(stream, {"events": b"[" + b"x" * 10_000 + b"]"}, id=f"{count}-1")
+            client.config_resetstat()
+            found = store.events.stored_bytes(session_id)
+            assert client.info("commandstats")["cmdstat_xrange"]["calls"] == 1
+            if count <= 100:
+                assert found == counted
+            else:
+                assert abs(found - counted) < counted * 0.05
+        store.events.append("long", [SessionEvent(seq=400, type="n", time=T0)])
+        assert client.hmget(meta, "bytes", "bytes_to") == [None, None]
+        # Counted, then appended to by a client of an older version, which does not count:
+        # the count is stale, the size estimated, and the next append drops the count.
+        store.events.create(SessionHeader(id="mixed"))
+        store.events.append("mixed", [SessionEvent(seq=0, type="n", time=T0)])
+        meta, stream = keys.log_keys(ns, "mixed")
+        client.xadd(stream, {"events": b"[" + b"o" * 1000 + b"]"}, id="1-1")
+        client.hset(meta, mapping={"next_seq": 2, "entries": 2})
+        assert store.events.stored_bytes("mixed") == sum(
+            len(f[b"events"]) for _, f in client.xrange(stream)
+        )
+        store.events.append("mixed", [SessionEvent(seq=2, type="n", time=T0)])
+        assert client.hmget(meta, "bytes", "bytes_to") == [None, None]
+        # A damaged count, or next_seq, is measured around: a size is never refused.
+        store.events.create(SessionHeader(id="bad"))
+        store.events.append("bad", [SessionEvent(seq=0, type="n", time=T0)])
+        meta, stream = keys.log_keys(ns, "bad")
+        exact = store.events.stored_bytes("bad")
+        for field, damage in (("bytes", "-1"), ("next_seq", "x"), ("entries", "1e3")):
+            client.hset(meta, field, damage)
+            assert store.events.stored_bytes("bad") == exact, field
     client.close()
 
 

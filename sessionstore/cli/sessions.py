@@ -111,10 +111,10 @@ def list_sessions(url: Url = None, namespace: Namespace = "default", json: Json 
     is 'unknown'. Nothing is cut or left out: when the table is wider than the terminal
     (80 columns on a pipe unless COLUMNS says) each session is a block of lines instead.
     A damaged session is listed as such (and said on stderr); the others are listed all
-    the same. Size is what the session takes in the store (Redis: the server's MEMORY
-    USAGE estimate). --json: one object per session (created_at:
-    wall-clock ms; last_activity: the logical time in ms of its last event; bytes;
-    expires_at: epoch ms or null)."""
+    the same. Size is what the session takes in the store (Redis: the bytes of its
+    stored event text, as its appends counted them; estimated for a log written before
+    they did). --json: one object per session (created_at: wall-clock ms; last_activity:
+    the logical time in ms of its last event; bytes; expires_at: epoch ms or null)."""
     rows: list[dict[str, Any]] = []
     with open_store(url, namespace, existing=True) as store:
         try:

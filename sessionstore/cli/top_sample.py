@@ -17,8 +17,10 @@ what was tried:
   the slot is new (a writer that started, or was not seen, before);
 - **leases held**: the writer leases of the sampled sessions (compute leases cannot be
   found without ``SCAN``);
-- **bytes**: what the sampled sessions and values take (Redis ``MEMORY USAGE``, as
-  ``sessions list`` shows it; files and SQLite: ``events.stored_bytes``);
+- **bytes**: what the sampled sessions and values take (Redis: a session's event text
+  as its appends counted it, as ``sessions list`` shows it, none for a log without a
+  count up to its ``next_seq``; a plain value's payload, ``HSTRLEN``; none for a history,
+  whose versions are not read; files and SQLite: ``events.stored_bytes``);
 - **server** (Redis only): clients connected, memory used and commands processed,
   server-wide (``INFO persistence clients memory stats``, which the user may read,
   see :mod:`sessionstore.redis.acl`; left out when refused).
@@ -41,6 +43,7 @@ import sessionstore
 from .. import keys
 from ..connection import REDIS_SCHEMES, scheme_of
 from ..errors import InvalidArgumentError
+from ..redis.stored_numbers import stored_int
 
 #: A seq hash with more fields than this was not made by the library (it keeps about
 #: 64): its records are not read.
@@ -143,8 +146,9 @@ class LocalSampler:
 class RedisSampler:
     """Redis, Sentinel and Cluster, with the least-privilege user's commands: the
     namespace's index (``ZCARD``, ``ZREVRANGEBYSCORE ... LIMIT``), then one pipeline of
-    ``HGET``, ``EXISTS``, ``HLEN`` and ``MEMORY USAGE`` for what it sampled, one of
-    ``HGETALL`` for the values' seq hashes, and one ``INFO``."""
+    ``HMGET``, ``EXISTS``, ``HLEN`` and ``HSTRLEN`` for what it sampled, one of
+    ``HGETALL`` for the values' seq hashes, and one ``INFO``: a fixed few steps of
+    server work for each key sampled."""
 
     def __init__(self, url: str, namespace: str, cap: int) -> None:
         from ..redis.boundary import ErrorBoundary
@@ -187,20 +191,19 @@ class RedisSampler:
     def _sessions(self, client: Any, session_ids: list[str]) -> dict[str, SessionState]:
         if not session_ids:
             return {}
-        with self._guard("HGET+EXISTS+MEMORY USAGE", "the sampled sessions"):
+        with self._guard("HMGET+EXISTS", "the sampled sessions"):
             pipe = client.pipeline(transaction=False)
             for session_id in session_ids:
-                meta, stream = keys.log_keys(self._namespace, session_id)
-                pipe.hget(meta, "next_seq")
+                meta, _ = keys.log_keys(self._namespace, session_id)
+                pipe.hmget(meta, "next_seq", "bytes", "bytes_to")
                 pipe.exists(keys.log_lease_key(self._namespace, session_id))
-                pipe.memory_usage(meta)
-                pipe.memory_usage(stream)
             replies = iter(pipe.execute())
         sessions = {}
         for session_id in session_ids:
-            next_seq, lease, *sizes = (next(replies) for _ in range(4))
+            (next_seq, counted, counted_to), lease = next(replies), next(replies)
             if next_seq is not None or lease:  # else not written yet, or gone
-                sessions[session_id] = SessionState(int(next_seq or 0), bool(lease), _sum(sizes))
+                size = _count(counted) if counted_to == next_seq else None
+                sessions[session_id] = SessionState(int(next_seq or 0), bool(lease), size)
         return sessions
 
     def _values(
@@ -208,18 +211,18 @@ class RedisSampler:
     ) -> dict[str, ValueState]:
         if not value_keys:
             return {}
-        with self._guard("HLEN+MEMORY USAGE", "the sampled values"):
+        with self._guard("HLEN+HSTRLEN", "the sampled values"):
             pipe = client.pipeline(transaction=False)
             for key, history in value_keys:
                 pipe.hlen(keys.seq_key(key))
-                data = keys.history_keys(key) if history else (keys.value_key(key),)
-                for name in data:
-                    pipe.memory_usage(name)
+                if not history:
+                    pipe.hstrlen(keys.value_key(key), "v")
             replies = iter(pipe.execute())
-            lengths, sizes = [], []
+            lengths: list[int] = []
+            sizes: list[int | None] = []
             for _, history in value_keys:
                 lengths.append(int(next(replies)))
-                sizes.append(_sum([next(replies) for _ in range(2 if history else 1)]))
+                sizes.append(None if history else int(next(replies)) or None)
         readable = [
             (index, keys.seq_key(key))
             for index, (key, _) in enumerate(value_keys)
@@ -270,10 +273,11 @@ def _text(reply: Any) -> str:
     return reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
 
 
-def _sum(sizes: list[Any]) -> int | None:
-    """The total of ``MEMORY USAGE`` replies (None for a key that is gone)."""
-    found = [int(size) for size in sizes if size is not None]
-    return sum(found) if found else None
+def _count(raw: Any) -> int | None:
+    """A session's byte count as its meta hash holds it; None when it holds none, or
+    one that is not a whole number from 0."""
+    found = stored_int(raw)
+    return found if found is not None and found >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,21 @@ and not ``EVAL``, ``EVALSHA``, ``SCRIPT`` or ``FUNCTION`` (so no ``FUNCTION LIST
 would show every library's code). A function's own calls are held to the user's commands
 and key pattern. The function names carry the library's version, so a new version is
 granted before its clients start (:func:`grant_functions_args`, additive, for a rolling
-upgrade) and the whole line is run again once no older client is left. ``MEMORY USAGE``
-is granted for session sizes (a function's own calls need the grant too); its arguments
-cannot be limited by a rule, so the user can ask for ``SAMPLES 0``, which walks a whole
-key of its namespace (see docs/operations.md). ``INFO`` is
+upgrade) and the whole line is run again once no older client is left.
+
+A rule cannot limit a command's arguments, so a command whose server work on a big key
+of the user's own can grow past what it returns and what it is sent is granted only where
+the library cannot do without it. Not granted: ``MEMORY USAGE`` (``SAMPLES 0`` walks a
+whole key; session sizes come from the count the appends keep, see :mod:`.logformat`),
+``ZREMRANGEBYSCORE`` and ``ZREMRANGEBYRANK`` (the history writes remove versions by
+name); the functions delete with ``UNLINK``. The rest costs what Redis's own commands
+cost any client: ``HGETALL``, ``XRANGE``, ``XREAD`` and ``ZRANGE`` by rank cost what they
+return (a tenant reading its own big key pays for its own reply). The exceptions, which
+the functions need: ``ZRANGEBYSCORE``, ``ZREVRANGEBYSCORE`` and ``ZRANGE ... BYSCORE``
+step over a ``LIMIT`` offset (the library's calls use 0); ``DEL`` or ``SET`` over a big
+key frees it at once unless the server frees in the background
+(``lazyfree-lazy-user-del``, ``lazyfree-lazy-server-del``; see docs/operations.md).
+``INFO`` is
 granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
 section (finding out whether the server is a cluster node). Redis checks only the first
 argument of such a rule: ``INFO persistence clients`` passes, and so any INFO section may
@@ -58,11 +69,10 @@ COMMANDS = (
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "pexpire", "pexpiretime", "pttl", "persist", "memory|usage", "get", "set",
+    "exists", "del", "unlink", "pexpire", "pexpiretime", "pttl", "persist", "get", "set",
     "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen", "hstrlen",
     "object|encoding",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
-    "zremrangebyscore", "zremrangebyrank",
     "xadd", "xdel", "xlen", "xrange", "xread", "xsetid",
 )  # fmt: skip
 

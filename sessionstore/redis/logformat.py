@@ -1,7 +1,12 @@
 """The event-log format on Redis, as pure functions shared by the sync and async backends.
 
 A session is a meta hash (header fields as plain text, an absent field is None, plus
-``next_seq``, ``last_time`` and, for a session with a retention, ``ttl_ms``) and a stream.
+``next_seq``, ``last_time``, ``entries``, ``bytes`` and ``bytes_to`` -- the length of
+the ``events`` texts of its entries below ``bytes_to``, what ``stored_bytes`` reports
+while ``bytes_to`` is ``next_seq``; absent for a log materialised before they were
+kept, and dropped by the next append once a client of an older version appended, so
+such a log's size is estimated -- and, for a session with a retention, ``ttl_ms``)
+and a stream.
 Each stream entry holds the events of one append (at most :data:`ENTRY_EVENTS` of them;
 a longer append writes several entries in the same script call): its id is ``<seq of
 its last event>-<number of events>`` and its one field ``events`` is a JSON array of the
@@ -153,6 +158,34 @@ def decode_info(
     else:
         expires_at = _optional_int(session_id, meta, b"expires_at")
     return SessionInfo(header, next_seq, last_time, expires_at, busy)
+
+
+def whole_count(raw: Any) -> int | None:
+    """A count the meta hash holds (``bytes``, ``next_seq``, ``entries``): a whole
+    number from 0 within 64 bits, else None."""
+    found = stored_int(raw)
+    return found if found is not None and 0 <= found <= INT64_MAX else None
+
+
+def entry_bytes(fields: Mapping[Any, Any] | Sequence[Any]) -> int:
+    """The stored text of a stream entry (an ``XRANGE`` reply's fields, as a mapping or
+    a flat list): its ``events`` text, or the values of the fields of an entry of the
+    first layout; what ``log_append.lua`` adds to the meta hash's ``bytes`` for an entry
+    it writes."""
+    values = fields.values() if isinstance(fields, Mapping) else fields[1::2]
+    return sum(len(value) for value in values)
+
+
+def estimated_bytes(entries: int, first: Sequence[Any], last: Sequence[Any]) -> int:
+    """The bytes of a log of ``entries`` stream entries that has no count, from ``first``
+    and ``last``, the ``XRANGE`` and ``XREVRANGE`` replies of as many entries at each of
+    its ends: their sum when they hold every entry (a short log: exact), else their mean
+    :func:`entry_bytes` times ``entries`` (an estimate)."""
+    seen = {bytes(entry_id): fields for entry_id, fields in (*first, *last)}
+    total = sum(entry_bytes(fields) for fields in seen.values())
+    if len(seen) >= entries or not seen:
+        return total
+    return round(total / len(seen) * entries)
 
 
 def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int | None:

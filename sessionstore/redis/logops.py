@@ -17,6 +17,9 @@ backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logf
 * ``info``: ``HGETALL meta`` and ``EXISTS lease`` pipelined (``last_time`` and, for a
   session with a ttl, ``expires_at`` are kept in the meta hash by ``log_append.lua``);
   ``list_info``: the index listing as for ``list``, then the leases, pipelined.
+* ``stored_bytes``: ``HMGET meta bytes bytes_to next_seq entries`` (the count
+  ``log_append.lua`` keeps); a log without a count up to ``next_seq`` is estimated from
+  its two ends (:meth:`LogOps.stored_bytes`).
 * ``exists``: ``EXISTS meta``; ``list``: the namespace's sessions index (see
   :mod:`.index`): ``ZRANGE``, then pipelined ``HGETALL`` of each meta hash; a session
   whose header is damaged is skipped and logged (logger ``sessionstore``), never hiding
@@ -57,12 +60,25 @@ from .durability import (
     wait_ms,
 )
 from .index import Listing, Queue, list_steps, session_entry
-from .logformat import append_args, decode_append, decode_header, decode_info, restore_id
+from .logformat import (
+    append_args,
+    decode_append,
+    decode_header,
+    decode_info,
+    estimated_bytes,
+    restore_id,
+    whole_count,
+)
 from .logparse import READ_ATTEMPTS, LogRead
 from .pools import is_cluster
 from .replies import refused, text
 
 log = logging.getLogger("sessionstore")
+#: The most torn-tail entries one ``log_cut_tail.lua`` call cuts (its ``TAIL_CUT``): a
+#: reply that cut as many is followed by another call.
+TAIL_CUT = 1000
+#: Entries read at each end of a log that has no byte count to estimate it.
+SAMPLE_ENTRIES = 50
 
 
 def _servers(client: Any, display_url: str) -> list[tuple[str, Any]]:
@@ -320,9 +336,12 @@ class LogOps:
         if plan.tail:
             yield from self.check_durable(client)
             with self._guard("log_cut_tail.lua", meta):
-                yield from scripts.run_steps(
-                    client, "log_cut_tail", [meta, stream], plan.cut_args()
-                )
+                while True:
+                    reply = yield from scripts.run_steps(
+                        client, "log_cut_tail", [meta, stream], plan.cut_args()
+                    )
+                    if text(reply[0]) != "OK" or int(reply[1]) < TAIL_CUT:
+                        break
 
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)
@@ -414,15 +433,32 @@ class LogOps:
             raise SessionNotFoundError(session_id)
 
     def stored_bytes(self, client: Any, session_id: str) -> Steps[int]:
-        names = self._keys(session_id)
-        with self._guard("MEMORY USAGE", names[0]):
-            pipe = client.pipeline(transaction=False)
-            for name in names:
-                pipe.memory_usage(name)
-            sizes = yield pipe.execute
-        if sizes[0] is None:
+        """The ``bytes`` field of the meta hash while its ``bytes_to`` is ``next_seq``
+        (see :mod:`.logformat`); else (a log materialised before it was counted, appended
+        to by a client of an older version since, or whose count is damaged)
+        :func:`estimated_bytes` of its first and last :data:`SAMPLE_ENTRIES` entries
+        below ``next_seq`` (two reads, whatever its size). A size is never refused for
+        damage: a damaged ``next_seq`` or ``entries`` is measured as the stream is."""
+        meta, stream = self._keys(session_id)
+        with self._guard("HMGET", meta):
+            counted, counted_to, next_seq, entries = yield functools.partial(
+                client.hmget, meta, "bytes", "bytes_to", "next_seq", "entries"
+            )
+        if next_seq is None and counted is None:
             raise SessionNotFoundError(session_id)
-        return sum(int(size or 0) for size in sizes)
+        count = whole_count(counted)
+        if count is not None and counted_to == next_seq:
+            return count
+        seqs = whole_count(next_seq)
+        held = seqs if entries is None else whole_count(entries)
+        end = "+" if seqs is None else restore_id(seqs)
+        with self._guard("XRANGE+XREVRANGE+XLEN", stream):
+            pipe = client.pipeline(transaction=False)
+            pipe.xrange(stream, "-", end, SAMPLE_ENTRIES)
+            pipe.xrevrange(stream, end, "-", SAMPLE_ENTRIES)
+            pipe.xlen(stream)
+            first, last, length = yield pipe.execute
+        return estimated_bytes(int(length) if held is None else held, first, last)
 
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)

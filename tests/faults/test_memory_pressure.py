@@ -13,6 +13,7 @@ again, and what was refused can simply be retried.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,19 @@ from support.redis_server import RedisServer
 import sessionstore
 import sessionstore.aio
 from sessionstore import SessionHeader, SessionStoreError, StoreUnavailableError
+from sessionstore.keys import (
+    ValueKey,
+    compute_lease_key,
+    history_keys,
+    index_keys,
+    log_epoch_key,
+    log_keys,
+    log_lease_key,
+)
+from sessionstore.models import FORMAT_VERSION
+from sessionstore.redis import valueformat as layout
+from sessionstore.redis.acl import setuser_args
+from sessionstore.redis.library import FREEING, READ_ONLY, install, library, script, scripts
 
 from . import figures
 from .figures import figures_run  # noqa: F401 - used by pytestmark
@@ -198,3 +212,101 @@ def test_at_maxmemory_writes_fail_cleanly_leave_nothing_partial_and_work_again(s
         client.delete(junk)
         client.close()
         store.close()
+
+
+# A tenant at maxmemory ------------------------------------------------------------------
+
+#: ``maxmemory`` of the tenant test's server, and what one call of the loop may bring: a
+#: call accepted just below the limit stores its arguments once past it (as any write
+#: command does), and the server holds a command's arguments while it reads them.
+MAXMEMORY = 32 * 1024 * 1024
+BIG = 1024 * 1024
+SLACK = 4 * BIG
+#: Rounds of the tenant's loop (every function, once each); more with SESSIONSTORE_SOAK.
+ROUNDS = 200 if os.environ.get("SESSIONSTORE_SOAK") else 12
+#: The longest token a function stores (lua/_limits.lua).
+TOKEN = "t" * 64
+
+
+def _tenant_calls(namespace: str, round_: int) -> list[tuple[str, list[Any], list[Any]]]:
+    """(function, keys, args) of every function of the library, with the largest
+    arguments each takes: 64-byte tokens and writer slots, values, members and event
+    texts of :data:`BIG` bytes; a new value and session each round. The functions that
+    remove (flagged ``allow-oom``) are sent for a value and a session never written, so
+    the data of the writes that were accepted stays."""
+    vkey = ValueKey(namespace, f"S{round_}", "s", "e", "1h", "backtest")
+    ghost = ValueKey(namespace, f"G{round_}", "s", "e", "1h", "backtest")
+    gone = log_keys(namespace, f"g{round_}")
+    meta, stream = log_keys(namespace, f"s{round_}")
+    lease = [log_lease_key(namespace, f"s{round_}"), log_epoch_key(namespace, f"s{round_}")]
+    at, values = history_keys(vkey)
+    index = index_keys(namespace)[1]
+    member = "m" * BIG
+    marks = [(TOKEN, n * 10**6 + round_) for n in range(1, 5)]
+    event = b'[{"seq":0,"type":"note","time":1,"data":"' + b"x" * BIG + b'"}]'
+    header = ["1", "id", f"s{round_}"]
+    append = ["0", str(FORMAT_VERSION), "0", "0-0", *header, "1", "1", event, ""]
+    return [
+        ("version", [], []),
+        ("index_add", [index], [str(T0), str(T0), member]),
+        ("value_swap", layout.plain_keys(vkey),
+         layout.swap_args(layout.ANY, b"v" * BIG, T0, marks[0], 60_000)),
+        ("history_set", layout.history_set_keys(vkey),
+         layout.history_set_args(b"h" * BIG, T0, 3, None, False, marks[1], 60_000)),
+        ("compute_lease", [compute_lease_key(vkey, T0 + 1)], ["take", TOKEN, "60000"]),
+        ("compute_put", layout.compute_put_keys(vkey, T0 + 1),
+         layout.compute_put_args(b"c" * BIG, T0 + 1, 3, TOKEN, marks[2], 60_000)),
+        ("history_get", [at, values], [str(T0 + 1)]),
+        ("history_page", [at, values], [str(T0 + 1), "1000"]),
+        ("value_expire", [layout.plain_keys(vkey)[0], at, values], ["60000"]),
+        ("log_append", [meta, stream], append),
+        ("log_expire", [meta, stream], ["60000"]),
+        ("lease_acquire", lease, [TOKEN, "60000"]),
+        ("lease_renew", lease, [TOKEN, "1", "60000"]),
+        ("lease_release", lease, [TOKEN]),
+        ("log_cut_tail", [*gone], ["1", "0-18446744073709551615"]),
+        ("log_delete", [*gone], []),
+        ("value_forget", layout.forget_keys(ghost), layout.forget_args(marks[3], 60_000)),
+        ("index_forget", [index], [str(T0), "g" * BIG]),
+    ]  # fmt: skip
+
+
+def test_a_tenant_calling_every_function_at_maxmemory_never_passes_it():
+    """The least-privilege user of a namespace calls every function of the library with
+    the largest arguments each takes, round after round, on a server filled to within a
+    few megabytes of ``maxmemory`` (noeviction): calls that grow memory are refused once
+    it is reached, those flagged ``allow-oom`` (which run past it, so memory can be
+    freed) never grow it, and used memory never passes ``maxmemory`` by more than what
+    one call brings."""
+    namespace = f"tenant-{uuid.uuid4().hex[:8]}"
+    with RedisServer(durable=False) as own:
+        admin = redis.Redis(port=own.port)
+        install(admin)
+        admin.execute_command(*setuser_args("tenant", "tenant-password", namespace))
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", MAXMEMORY)
+        number = 0
+        while int(admin.info("memory")["used_memory"]) < MAXMEMORY - SLACK:
+            admin.hset("junk", f"f{number}", b"j" * CHUNK)
+            number += 1
+        tenant = redis.Redis(port=own.port, username="tenant", password="tenant-password")
+        called, refused, peak = set(), 0, 0
+        for round_ in range(ROUNDS):
+            for name, keys_, args in _tenant_calls(namespace, round_):
+                function = library().version_function if name == "version" else script(name)
+                verb = "FCALL_RO" if name in READ_ONLY or name == "version" else "FCALL"
+                target = function if isinstance(function, str) else function.function
+                try:
+                    tenant.execute_command(verb, target, len(keys_), *keys_, *args)
+                except redis.exceptions.OutOfMemoryError:
+                    assert name not in FREEING, f"{name} is flagged allow-oom"
+                    refused += 1
+                called.add(name)
+                memory = admin.info("memory")
+                peak = max(peak, int(memory["used_memory"]))
+        assert peak <= MAXMEMORY + SLACK, f"used memory reached {peak / 2**20:.1f} MiB"
+        assert int(admin.info("memory")["used_memory_peak"]) <= MAXMEMORY + SLACK
+        assert called == {*scripts(), "version"}, "a function of the library was not called"
+        assert refused >= ROUNDS, "the loop never reached maxmemory"
+        tenant.close()
+        admin.close()

@@ -3,15 +3,19 @@
 The least-privilege user of a namespace may ``HSET`` its own keys, so it can fill a
 value's seq hash (the writer-slot records of :mod:`sessionstore.redis.writerslots`) with
 any number of records, of any size, and call the library's functions with arguments of
-its own. None of that may make a function's work grow with what is stored: a value
-write's trim looks at a fixed sample whatever its bound argument, a record is measured
-before it is parsed, and arguments past their sizes are refused. Measured on a real
-redis-server by the server's own accounting of each call (``INFO commandstats``), with
-an admin's ``PING`` answered meanwhile.
+its own; it can fill a history with versions and a log with entries alike. None of that
+may make a function's work grow with what is stored: a value write's trim looks at a
+fixed sample whatever its bound argument, a record is measured before it is parsed,
+arguments past their sizes are refused, a history write removes at most
+``HISTORY_DROP_MAX`` versions, a torn tail is cut at most 1,000 entries a call, a delete
+unlinks. Measured on a real redis-server by the server's own accounting of each call
+(``INFO commandstats``), with an admin's ``PING`` answered meanwhile. With
+``SESSIONSTORE_SOAK=1`` the histories hold a million planted versions.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -19,13 +23,15 @@ import pytest
 import redis
 
 import sessionstore
-from sessionstore import CorruptDataError
+from sessionstore import CorruptDataError, InvalidArgumentError
 from sessionstore.keys import ValueKey, history_keys, seq_key
 from sessionstore.redis.library import install, script
 from sessionstore.redis.valueformat import (
     ANY,
     forget_args,
     forget_keys,
+    history_set_args,
+    history_set_keys,
     plain_keys,
     swap_args,
 )
@@ -37,6 +43,11 @@ PLANTED = 200_000
 #: Server time a call may take here (ms): its own work is microseconds; this leaves
 #: room for a loaded test machine, far below what walking the planted records costs.
 BOUND_MS = 50
+#: Versions planted in one history: a million with SESSIONSTORE_SOAK=1, else enough to
+#: be well past what one call may remove (HISTORY_DROP_MAX of lua/_history.lua).
+PLANTED_VERSIONS = 1_000_000 if os.environ.get("SESSIONSTORE_SOAK") else 5_000
+#: The most versions one history write removes (lua/_history.lua).
+HISTORY_DROP_MAX = 1_000
 
 
 @pytest.fixture
@@ -187,7 +198,7 @@ def test_a_replay_against_a_planted_entry_of_separators_costs_what_the_call_brin
         with pytest.raises(SeqConflictError):
             store.events.append("s", events)
         stats = client.info("commandstats")["cmdstat_fcall"]
-    # Reading the planted entry into the function costs its size once (about 150 ms for
+    # Reading the planted entry into the function costs its size once (about 40 ms for
     # these 16 MB here); splitting it into 8 million pieces took seconds (BUSY to every
     # other client meanwhile).
     assert stats["usec"] / stats["calls"] < 1_000_000
@@ -202,3 +213,107 @@ def test_a_token_past_its_size_is_refused_before_it_is_stored(client, namespace,
     with pytest.raises(redis.exceptions.ResponseError, match="^INVALID"):
         client.execute_command("FCALL", script(name).function, len(keys_), *keys_, *args)
     assert client.exists(*keys_) == 0
+
+
+def _plant_versions(client: redis.Redis, key: ValueKey, whens: range) -> None:
+    at, values = history_keys(key)
+    pipe = client.pipeline(transaction=False)
+    for start in range(whens.start, whens.stop, 10_000):
+        part = range(start, min(start + 10_000, whens.stop))
+        pipe.zadd(at, {str(w): w for w in part})
+        pipe.hset(values, mapping={str(w): b"\x01" for w in part})
+    pipe.execute()
+
+
+def test_a_write_before_planted_later_versions_is_refused_naming_the_key(
+    client, namespace, redis_server
+):
+    """A history write drops the versions after its time; past HISTORY_DROP_MAX of them
+    (planted: the tenant may write its history keys) it is refused, in microseconds of
+    server time and before anything is written, with an error naming the history."""
+    key = ValueKey(namespace, "LATER", "s", "e", "1h", "backtest")
+    at, _ = history_keys(key)
+    _plant_versions(client, key, range(T0 + 1, T0 + 1 + PLANTED_VERSIONS))
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        session = store.session("LATER", "s", "e", "1h", history=True)
+        with pytest.raises(InvalidArgumentError) as refused:
+            session.set_data(1, T0)
+    assert at in str(refused.value) and "later versions" in str(refused.value)
+    assert client.zcard(at) == PLANTED_VERSIONS and client.zscore(at, str(T0)) is None
+    args = history_set_args(b"\x02", T0, None, None, False, ("slot", 1), 1000)
+    client.config_resetstat()
+    with pytest.raises(redis.exceptions.ResponseError, match="^INVALID"):
+        client.execute_command(
+            "FCALL", script("history_set").function, 3, *history_set_keys(key), *args
+        )
+    usec = client.info("commandstats")["cmdstat_fcall"]["usec"]
+    assert usec < BOUND_MS * 1000, f"the refusal took {usec / 1000:.1f} ms of server time"
+    # A put keeps the later versions: written at once.
+    put = history_set_args(b"\x02", T0, None, None, "put", ("slot", 2), 1000)
+    usec = _fcall_usec(client, script("history_set").function, history_set_keys(key), put)
+    assert usec < BOUND_MS * 1000 and client.zcard(at) == PLANTED_VERSIONS + 1
+
+
+def test_a_trim_of_a_planted_history_removes_a_bounded_number_a_write(client, namespace):
+    """A write through a handle keeping 3 versions of a history that holds many more
+    (planted, or after the bound was lowered) removes at most HISTORY_DROP_MAX of the
+    oldest per write: the history shrinks by as many each write, each in milliseconds."""
+    key = ValueKey(namespace, "TRIM", "s", "e", "1h", "backtest")
+    at, values = history_keys(key)
+    _plant_versions(client, key, range(T0, T0 + PLANTED_VERSIONS))
+    end = T0 + PLANTED_VERSIONS
+    for number in (1, 2):
+        args = history_set_args(b"\x02", end + number, 3, None, False, ("slot", number), 1000)
+        usec = _fcall_usec(client, script("history_set").function, history_set_keys(key), args)
+        assert usec < BOUND_MS * 1000, f"the trim took {usec / 1000:.1f} ms"
+        left = PLANTED_VERSIONS + number - number * HISTORY_DROP_MAX
+        assert client.zcard(at) == left and client.hlen(values) == left
+    oldest = client.zrange(at, 0, 0)
+    assert oldest == [str(T0 + 2 * HISTORY_DROP_MAX).encode()]
+
+
+def test_a_forget_of_a_planted_big_history_costs_the_call_a_few_steps(client, namespace):
+    """``value_forget`` unlinks the history's keys: the server frees a big one in the
+    background, so a values hash of 100,000 planted fields costs the call microseconds (a
+    DEL freed it in the call, answering nobody meanwhile)."""
+    key = ValueKey(namespace, "FORGET", "s", "e", "1h", "backtest")
+    _plant(client, history_keys(key)[1], 100_000, b"\x01")
+    client.zadd(history_keys(key)[0], {str(T0): T0})
+    args = forget_args(("slot", 1), 1000)
+    usec = _fcall_usec(client, script("value_forget").function, forget_keys(key), args)
+    # A DEL took about 75 ms here; the unlink takes microseconds.
+    assert usec < 10_000, f"the forget took {usec / 1000:.1f} ms of server time"
+    assert client.exists(*history_keys(key)) == 0
+
+
+def _plant_tail(client: redis.Redis, stream: str, first: int, count: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    for seq in range(first, first + count):
+        pipe.xadd(stream, {"events": b'[{"seq":%d}]' % seq}, id=f"{seq}-1")
+    pipe.execute()
+
+
+def test_a_planted_torn_tail_is_cut_a_bounded_number_of_entries_a_call(
+    client, namespace, redis_server
+):
+    """1,500 entries planted past ``next_seq``: an append refuses them as damage naming
+    the stream (no append of the library leaves more than 1,000), nothing written; a
+    load cuts them, at most 1,000 a call, and the log works again."""
+    from sessionstore import CorruptLogError, SessionEvent, SessionHeader
+    from sessionstore.keys import log_keys
+
+    meta, stream = log_keys(namespace, "torn")
+    note = [SessionEvent(seq=0, type="note", time=T0)]
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        store.events.create(SessionHeader(id="torn"))
+        store.events.append("torn", note)
+        _plant_tail(client, stream, 1, 1_500)
+        with pytest.raises(CorruptLogError) as refused:
+            store.events.append("torn", [SessionEvent(seq=1, type="note", time=T0)])
+        assert stream in str(refused.value)
+        assert client.hget(meta, "next_seq") == b"1" and client.xlen(stream) == 1_501
+        client.config_resetstat()
+        assert [e.seq for e in store.events.load("torn").events] == [0]
+        calls = client.info("commandstats")["cmdstat_fcall"]["calls"]
+        assert client.xlen(stream) == 1 and calls == 2
+        assert store.events.append("torn", [SessionEvent(seq=1, type="note", time=T0)]) == 2

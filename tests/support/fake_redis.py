@@ -41,9 +41,6 @@ GAPS: dict[str, str] = {
         "no XSETID, which log_append.lua needs to lower a stream's last id after cutting"
         " a torn tail"
     ),
-    "test_stored_bytes_grows_with_the_log_and_names_a_missing_session": (
-        "no MEMORY USAGE, which stored_bytes asks the server for"
-    ),
 }
 
 
