@@ -57,3 +57,14 @@ def test_the_event_log_example_inspects_a_live_session_from_another_process_and_
 @pytest.mark.slow
 def test_running_it_twice_starts_afresh(tmp_path):
     assert run("eventlog.py", tmp_path) == run("eventlog.py", tmp_path)
+
+
+def test_the_adk_example_runs_one_session_in_two_processes_twice(tmp_path):
+    pytest.importorskip("google.adk")
+    first, second = run("adk_session.py", tmp_path), run("adk_session.py", tmp_path)
+    for out in (first, second):
+        assert "'hello' -> run 1" in out and "'and again' -> run 3" in out
+        assert "('user', 'and again'), ('counter', 'run 3')]" in out
+    assert "state: {'app:runs': 3, 'runs': 3, 'user:runs': 3}" in first
+    assert "state: {'app:runs': 6, 'runs': 3, 'user:runs': 6}" in second
+    assert "temp:" not in first + second
