@@ -407,8 +407,14 @@ def parsing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(jsonl_format, "parse_event", counted_event)
     monkeypatch.setattr(jsonl_io, "parse_event", counted_event)
+    validated_whole = jsonl_cache.validated_whole
+
+    def counted_validation(*args: Any) -> Any:
+        counts["logs"] += 1
+        return validated_whole(*args)
+
     monkeypatch.setattr(jsonl, "parse_log", counted_log)
-    monkeypatch.setattr(jsonl_cache, "parse_log", counted_log)
+    monkeypatch.setattr(jsonl_cache, "validated_whole", counted_validation)
     return counts
 
 
@@ -944,3 +950,36 @@ def test_the_index_an_append_keeps_is_the_one_a_whole_parse_finds(
     assert tuple(kept.offsets) == tuple(whole.offsets)
     for number, offset in enumerate(whole.offsets):
         assert raw.startswith(b'{"seq":%d,' % (number * jsonl_format.INDEX_EVERY), offset)
+
+
+def test_a_log_is_validated_in_bounded_memory(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The first read of a log validates it whole, a chunk at a time: what it holds at
+    once grows with its batches (each is parsed whole), not with the log (a copy of a
+    long log reads it so)."""
+    import tracemalloc
+
+    monkeypatch.setattr(jsonl_cache, "VALIDATE_CHUNK", 1 << 16)
+    url = (tmp_path / "store").as_uri()
+    with sessionstore.connect(url, "ns") as store:
+        store.events.create(HEADER)
+        for first in range(0, 12_000, 200):
+            data = {"text": "x" * 200}
+            store.events.append(
+                SID,
+                [
+                    SessionEvent(seq=s, type="n", time=s, data=data)
+                    for s in range(first, first + 200)
+                ],
+            )
+    size = next((tmp_path / "store").rglob("*.jsonl")).stat().st_size
+    with sessionstore.connect(url, "ns") as store:
+        tracemalloc.start()
+        try:
+            assert [e.seq for e in store.events.read_from(SID, 11_990)] == list(
+                range(11_990, 12_000)
+            )
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert store.events.info(SID).next_seq == 12_000
+    assert size > 2_500_000 and peak < size / 4, (size, peak)

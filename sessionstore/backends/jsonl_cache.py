@@ -11,9 +11,10 @@ unchanged (same size and mtime) or only grown, its committed bytes at the start 
 before the committed end still as they were (:meth:`LogState.continues`). A log whose
 file is unchanged since is not read again; one that only grew has just its new bytes
 parsed (other writers' batches, or a torn tail); any other change, or a log not seen
-yet, is parsed whole. Then a read seeks to the indexed line at or before ``from_seq``
-and parses only the lines it returns, so it costs what it returns once the log is
-validated.
+yet, is validated whole, a chunk at a time (:func:`validated_whole`: memory bounded by
+a chunk and a batch, not by the log). Then a read seeks to the indexed line at or
+before ``from_seq`` and parses only the lines it returns, so it costs what it returns
+once the log is validated.
 
 The rule for damage: every byte a read or an append depends on has been validated once
 in this process, so damage anywhere in a log is found by the first read of it (whatever
@@ -32,21 +33,23 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import SessionNotFoundError, StoreUnavailableError
+from ..errors import CorruptLogError, SessionNotFoundError, StoreUnavailableError
 from ..models import SessionEvent, SessionHeader
-from .fsutil import read_all
 from .jsonl_format import (
     INDEX_EVERY,
+    Events,
     ParsedLog,
     batch_offsets,
     parse_batches,
-    parse_log,
+    parse_header,
     parse_range,
 )
 from .jsonl_io import read_from
 
 #: How many committed bytes at the start and before the end of a log identify it.
 PROBE = 256
+#: How many bytes a whole validation reads at a time (:func:`validated_whole`).
+VALIDATE_CHUNK = 1 << 20
 #: How many logs' states one :class:`LogStates` keeps; past it, it forgets them all.
 REMEMBERED_LOGS = 1024
 
@@ -189,6 +192,55 @@ class LogState:
         )
 
 
+def validated_whole(
+    fd: int, session_id: str, st: os.stat_result, where: str
+) -> tuple[LogState, Events]:
+    """The state of the log open as ``fd`` (described by ``st``), validated whole as
+    :func:`~.jsonl_format.parse_log` validates it, but read :data:`VALIDATE_CHUNK` bytes
+    at a time, batch by batch: what it keeps is the offset index and the events of the
+    last batches parsed (the last ones before its next seq), so its memory does not grow
+    with the log."""
+    raw = os.pread(fd, VALIDATE_CHUNK, 0)
+    first = raw.find(b"\n")
+    while first < 0 and len(raw) < st.st_size:  # a header line longer than a chunk
+        more = os.pread(fd, VALIDATE_CHUNK, len(raw))
+        if not more:
+            break
+        raw += more
+        first = raw.find(b"\n")
+    if first < 0:  # no complete header line: absent
+        absent = LogState(st.st_dev, st.st_ino, len(raw), st.st_mtime_ns, None, 0, 0, b"", b"", ())
+        return absent, Events(session_id, [])
+    header = parse_header(session_id, raw[:first], where)
+    if header.id != session_id:
+        raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
+    head = raw[: min(PROBE, st.st_size)]
+    base, buffer = first + 1, raw[first + 1 :]  # buffer: the bytes from a batch's start
+    offsets: list[int] = []
+    next_seq, end, tail = 0, base, raw[max(0, base - PROBE) : base]
+    last = Events(session_id, [])
+    while True:
+        more = os.pread(fd, VALIDATE_CHUNK, base + len(buffer))
+        buffer += more
+        events, cut, found = parse_batches(session_id, buffer, 0, next_seq, next_seq + 2)
+        if len(events):
+            next_seq += len(events)
+            offsets += (base + offset for offset in found)
+            end = base + cut
+            tail = (tail + buffer[max(0, cut - PROBE) : cut])[-PROBE:]
+            last = events
+        if not more:
+            break
+        base, buffer = base + cut, buffer[cut:]
+    head = head[: min(PROBE, end)]
+    size = base + len(buffer)
+    state = LogState(
+        st.st_dev, st.st_ino, size, st.st_mtime_ns, header, next_seq, end, head, tail,
+        tuple(offsets),
+    )  # fmt: skip
+    return state, last
+
+
 class LogStates:
     """The states of the logs last validated, by session id (at most
     :data:`REMEMBERED_LOGS`). Reads and appends of the log share them."""
@@ -228,11 +280,9 @@ class LogStates:
         if before is not None and before.unchanged(st):
             return before, []
         if before is None or not before.continues(fd, st):
-            raw = read_all(fd)
-            log = parse_log(session_id, raw, where)
-            seen = LogState.parsed_whole(st, log, raw, len(raw))
+            seen, last = validated_whole(fd, session_id, st, where)
             self.remember(session_id, seen, st)
-            return seen, log.events
+            return seen, last
         raw = read_from(fd, before.end) if st.st_size > before.end else b""
         line = before.next_seq + 2  # the header and one line per event come before
         parsed, cut, found = parse_batches(session_id, raw, 0, before.next_seq, line)
