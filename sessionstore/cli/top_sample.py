@@ -43,7 +43,6 @@ import sessionstore
 from .. import keys
 from ..connection import REDIS_SCHEMES, scheme_of
 from ..errors import InvalidArgumentError
-from ..redis.stored_numbers import stored_int
 
 #: A seq hash with more fields than this was not made by the library (it keeps about
 #: 64): its records are not read.
@@ -276,6 +275,8 @@ def _text(reply: Any) -> str:
 def _count(raw: Any) -> int | None:
     """A session's byte count as its meta hash holds it; None when it holds none, or
     one that is not a whole number from 0."""
+    from ..redis.stored_numbers import stored_int  # the Redis package only for Redis
+
     found = stored_int(raw)
     return found if found is not None and found >= 0 else None
 
