@@ -18,6 +18,8 @@ The modules, in the order a call goes through them:
 * :mod:`.listing`, :mod:`.ownership`, :mod:`.retention`: the flows (no I/O) of
   ``get_tuple``/``list``; ``put``/``put_writes``/``delete_thread`` and who may write a
   thread; ``prune``/``delete_for_runs`` and the ttl of a thread;
+* :mod:`.compaction`: how ``prune`` and ``delete_for_runs`` give back the space of what
+  they remove, with nothing lost while other runners read and write;
 * :mod:`.access`: reading a thread (folded, kept, brought up to date) and appending to
   it, seq-checked and retried after a lost race; ``copy_thread``;
 * :mod:`.thread` (a log folded), :mod:`.layout` (a thread's log and its events, and how

@@ -20,12 +20,25 @@ from sessionstore import (
     ConcurrentModificationError,
     EventTimeOrderError,
     SeqConflictError,
+    SessionEvent,
     SessionExistsError,
     SessionHeader,
     SessionNotFoundError,
 )
 
-from .layout import AFTER, DELETED, Entries, Names, chained, now_ms, session_id, thread_ids, valid
+from .layout import (
+    AFTER,
+    DELETED,
+    HOLDING,
+    Entries,
+    Names,
+    backup_id,
+    chained,
+    now_ms,
+    session_id,
+    thread_ids,
+    valid,
+)
 from .thread import Thread
 
 _T = TypeVar("_T")
@@ -52,9 +65,10 @@ class Call(NamedTuple):
 Flow = Generator[Call, Any, _T]
 
 
-def backoff(attempt: int) -> Flow[None]:
-    """Wait a little (jittered, growing) once a write lost more than a few races in a row."""
-    if attempt > _EAGER_RETRIES:
+def backoff(attempt: int, *, eager: int = _EAGER_RETRIES) -> Flow[None]:
+    """Wait a little (jittered, growing) once a write lost more than ``eager`` races in
+    a row."""
+    if attempt > eager:
         yield Call(SLEEP, (random.uniform(0, min(0.001 * 2**attempt, 0.05)),))
 
 
@@ -80,11 +94,11 @@ class Threads:
         (memory, files, SQLite). With ``refresh`` (a read by the saver's user when it
         was made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now."""
         sid = session_id(thread_id)
-        thread = yield from self._fetch(sid)
+        thread = yield from self._fetch(thread_id)
         if self.ttl is not None and thread.next_seq and self._lapsed(thread):
             # The store decides: its prune removes the log only when it has expired.
             yield Call("prune")
-            thread = yield from self._fetch(sid)
+            thread = yield from self._fetch(thread_id)
         if refresh and self.refresh_on_read and self.ttl is not None and thread.next_seq:
             with contextlib.suppress(SessionNotFoundError):
                 yield Call("set_ttl", (sid, self.ttl))
@@ -94,18 +108,29 @@ class Threads:
         assert self.ttl is not None
         return thread.last_time + self.ttl * 1000 < now_ms()
 
-    def _fetch(self, sid: str) -> Flow[Thread]:
+    def _fetch(self, thread_id: str) -> Flow[Thread]:
+        """The log as stored; while a compaction has deleted it and not yet written it
+        anew, the sealed log it keeps meanwhile (see :mod:`.compaction`)."""
+        sid = session_id(thread_id)
         with self._lock:
             known = self._known.get(sid)
-        try:
-            if known is not None and known.next_seq > 0:
+        if known is not None and known.next_seq > 0:
+            with contextlib.suppress(SessionNotFoundError):
                 events = yield Call("read_from", (sid, known.next_seq - 1))
                 if events and known.continued_by(events[0]):
                     return self.keep(sid, known.extended(events[1:]))
-            events = yield Call("read_from", (sid, 0))
-        except SessionNotFoundError:
-            events = []
+        events = yield from self.events(thread_id)
         return self.keep(sid, Thread().extended(events))
+
+    def events(self, thread_id: str) -> Flow[list[SessionEvent]]:
+        """Every event of the thread's log (none when there is no log); while a
+        compaction has deleted it and not yet written it anew, those of the sealed log
+        it keeps meanwhile (see :mod:`.compaction`)."""
+        for sid in (session_id(thread_id), backup_id(thread_id)):
+            with contextlib.suppress(SessionNotFoundError):
+                events: list[SessionEvent] = yield Call("read_from", (sid, 0))
+                return events
+        return []
 
     def keep(self, sid: str, thread: Thread) -> Thread:
         """Remember ``thread`` as the log ``sid`` was last seen; return it."""
@@ -128,17 +153,22 @@ class Threads:
         entries: Callable[[Thread], Entries],
         *,
         create: bool = True,
-    ) -> Flow[None]:
+    ) -> Flow[list[SessionEvent]]:
         """Append the events ``entries(thread)`` ((type, data) pairs, made from the
         thread as stored; it raises to refuse the write) where the log ends, as one
-        batch; after a lost race, read what landed first and make them again. A log
-        that does not exist is created when ``create``, else nothing is written."""
+        batch, and return them; after a lost race, read what landed first and make them
+        again; while the thread is sealed (a compaction is under way), wait. A log that
+        does not exist is created when ``create``, else nothing is written (nor when
+        ``entries`` makes none): ``[]``."""
         sid = session_id(thread_id)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             thread = yield from self.read(thread_id)
+            if thread.sealed:
+                yield from backoff(attempt, eager=0)
+                continue
             made = entries(thread)
             if not made:
-                return
+                return []
             stamp = max(now_ms(), thread.last_time)
             batch = chained(made, thread.next_seq, thread.valid_id, stamp)
             try:
@@ -147,15 +177,17 @@ class Threads:
                 pass
             except SessionNotFoundError:
                 if not create:
-                    return
+                    return []
                 yield from self.create(sid)
             else:
                 # What is kept is the thread as read: the next read starts from the
                 # last event read, so it finds the log deleted meanwhile, if it was.
-                return
+                return batch
             yield from backoff(attempt)
         raise ConcurrentModificationError(
-            f"a write to thread {thread_id!r} lost {WRITE_ATTEMPTS} races in a row"
+            f"a write to thread {thread_id!r} lost {WRITE_ATTEMPTS} races in a row, or "
+            f"waited that long for a compaction to end (its sealed log is kept as "
+            f"{backup_id(thread_id)!r} while it runs)"
         )
 
     def names(self, thread_id: str | None) -> Flow[Names]:
@@ -168,14 +200,12 @@ class Threads:
     def copy(self, source: str, target: str) -> Flow[None]:
         """Append what counts of the source (since its last deletion) to the target, as
         one batch: the target gets it all at once, after what it holds."""
-        try:
-            events = yield Call("read_from", (session_id(source), 0))
-        except SessionNotFoundError:
-            return
+        events = yield from self.events(source)
         counted = valid(events)
         starts = [i + 1 for i, event in enumerate(counted) if event.type == DELETED]
         copied = [
             (e.type, {k: v for k, v in e.data.items() if k != AFTER})
             for e in counted[starts[-1] if starts else 0 :]
+            if e.type in HOLDING
         ]
         yield from self.append(target, lambda thread: copied)

@@ -12,7 +12,18 @@ and every write to it is one durable, seq-checked, all-or-nothing append. Its ev
   ``delete_for_runs``: those checkpoints and their writes are gone from then on;
 * ``deleted``: ``data = {"before": id}``, the first event of a log written anew by
   ``delete_thread``: nothing of the thread before it, and every checkpoint made before
-  ``id`` (a checkpoint id made at the deletion) belongs to the deleted thread.
+  ``id`` (a checkpoint id made at the deletion) belongs to the deleted thread;
+* ``seal``: ``data = {}``, appended by a compaction (and by ``delete_thread``) before it
+  rewrites the log: while it is the last event that counts, nobody else writes;
+* ``open``: ``data = {}``, the end of a compaction's rewrite: writes go on after it;
+* ``blobs``: ``data = {"ns", "blobs"}``, what a compaction leaves of a ``checkpoint``
+  event whose checkpoint was removed: the channel values a kept checkpoint still uses;
+* ``void``: ``data = {}``, what a compaction leaves of an event that no longer holds
+  anything (a removed checkpoint, its writes, an event that counted for nothing).
+
+A compaction (see :mod:`.compaction`) keeps every event's seq, id and :data:`AFTER`, so
+the log it writes chains as the one it replaces; while it runs, the sealed log is also
+kept as ``langgraph-compacting:<thread_id>`` (:data:`BACKUP_PREFIX`).
 
 Every event's data also names (:data:`AFTER`) the last event that counted when it was
 written; an event naming another counts for nothing. Values, checkpoints and metadata
@@ -34,6 +45,14 @@ CHECKPOINT = "checkpoint"
 WRITES = "writes"
 REMOVE = "remove"
 DELETED = "deleted"
+SEAL = "seal"
+OPEN = "open"
+BLOBS = "blobs"
+VOID = "void"
+#: What ``copy_thread`` copies: the events that hold the thread, not those of its log.
+HOLDING = (CHECKPOINT, WRITES, REMOVE, BLOBS)
+#: While a compaction of thread ``T`` runs, its sealed log is kept as ``BACKUP_PREFIX + T``.
+BACKUP_PREFIX = "langgraph-compacting:"
 #: The field of every event's data naming the id of the last event that counted when it
 #: was written (None for the first). Only an event naming the last event that counts
 #: before it counts: one written by a writer that read a log since deleted (and landed on
@@ -54,9 +73,20 @@ def session_id(thread_id: Any) -> str:
     return PREFIX + str(thread_id)
 
 
+def backup_id(thread_id: Any) -> str:
+    """Where a compaction keeps the sealed log of ``thread_id`` while it runs."""
+    return BACKUP_PREFIX + str(thread_id)
+
+
 def thread_ids(session_ids: list[str]) -> Names:
-    """The threads among the event logs ``session_ids``, in their order."""
-    return [sid[len(PREFIX) :] for sid in session_ids if sid.startswith(PREFIX)]
+    """The threads among the event logs ``session_ids``, in their order, each once (a
+    thread being compacted may have two logs for a moment)."""
+    found: dict[str, None] = {}
+    for sid in session_ids:
+        for prefix in (PREFIX, BACKUP_PREFIX):
+            if sid.startswith(prefix):
+                found.setdefault(sid[len(prefix) :])
+    return list(found)
 
 
 def chained(made: Entries, first: int, after: str | None, stamp: int) -> list[SessionEvent]:

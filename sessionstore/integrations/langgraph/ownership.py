@@ -12,7 +12,8 @@ write that lost the race to another reads what landed first and is checked again
   ``put`` without a parent (a new thread's first checkpoint) is checked only against a
   deletion: two runners starting one new thread at once each put one, and the one that
   continues from the older finds it is not the latest at its next ``put``;
-* ``delete_thread`` deletes the log and writes it anew with a ``deleted`` event; a
+* ``delete_thread`` seals the log (waiting for a compaction under way, see
+  :mod:`.compaction`), deletes it and writes it anew with a ``deleted`` event; a
   ``put`` whose parent is not stored, and a ``put`` without a parent or a
   ``put_writes`` of a checkpoint made before the deletion, raise
   :class:`.ThreadDeletedError`: a graph still running never brings the thread back.
@@ -32,7 +33,7 @@ from sessionstore import ConcurrentModificationError, SeqConflictError, SessionN
 
 from .access import WRITE_ATTEMPTS, Call, Flow, Threads, backoff
 from .errors import ThreadConflictError, ThreadDeletedError
-from .layout import CHECKPOINT, DELETED, WRITES, Entries, chained, now_ms, session_id
+from .layout import CHECKPOINT, DELETED, SEAL, WRITES, Entries, chained, now_ms, session_id
 from .thread import Thread
 
 #: Sources of checkpoints that branch off on purpose: LangGraph's replay from an
@@ -79,6 +80,8 @@ def delete(threads: Threads, thread_id: str) -> Flow[None]:
     first (a late one, or one as concurrent as this call) is deleted again."""
     sid = session_id(thread_id)
     mark = {"before": str(uuid6())}
+    # Sealed first: a compaction under way ends before (see .compaction).
+    yield from threads.append(thread_id, lambda thread: [(SEAL, {})], create=False)
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         with contextlib.suppress(SessionNotFoundError):
             yield Call("delete", (sid,))

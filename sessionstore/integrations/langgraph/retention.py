@@ -1,8 +1,9 @@
 """What a thread keeps, as flows: ``prune`` and ``delete_for_runs`` remove checkpoints
-(with their writes) and neither creates a thread; ``delete_for_runs`` reads every thread
-of the namespace. The ttl of a thread (the saver's ``ttl``) is kept by :mod:`.access`:
-the logs it creates get it, every append moves their expiry, and so does a read when
-the saver was made with ``refresh_on_read``."""
+(with their writes) and give their space back (:mod:`.compaction`); neither creates a
+thread; ``delete_for_runs`` reads every thread of the namespace. The ttl of a thread
+(the saver's ``ttl``) is kept by :mod:`.access`: the logs it creates get it, every
+append moves their expiry, and so does a read when the saver was made with
+``refresh_on_read``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sessionstore import InvalidArgumentError
 
 from .access import Flow, Threads
 from .codec import Codec
+from .compaction import compact
 from .layout import REMOVE, Doomed
 from .ownership import delete
 
@@ -19,14 +21,14 @@ from .ownership import delete
 STRATEGIES = ("keep_latest", "delete")
 
 
-def remove(threads: Threads, thread_id: str, doomed: Doomed) -> Flow[None]:
-    """Remove the checkpoints ``doomed`` ((namespace, id) pairs) from the thread."""
+def remove(threads: Threads, codec: Codec, thread_id: str, doomed: Doomed) -> Flow[None]:
+    """Remove the checkpoints ``doomed`` ((namespace, id) pairs) from the thread, and
+    what only they hold from the store."""
     if doomed:
-        data = {"checkpoints": doomed}
-        yield from threads.append(thread_id, lambda thread: [(REMOVE, data)], create=False)
+        yield from compact(threads, codec, thread_id, [(REMOVE, {"checkpoints": doomed})])
 
 
-def prune(threads: Threads, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
+def prune(threads: Threads, codec: Codec, thread_ids: Sequence[str], strategy: str) -> Flow[None]:
     """``"keep_latest"``: keep only the latest checkpoint of each namespace of each
     thread (with its writes); ``"delete"``: delete the threads."""
     if strategy not in STRATEGIES:
@@ -43,7 +45,7 @@ def prune(threads: Threads, thread_ids: Sequence[str], strategy: str) -> Flow[No
             for ns, saved in thread.checkpoints.items()
             for checkpoint_id in sorted(saved)[:-1]
         ]
-        yield from remove(threads, thread_id, doomed)
+        yield from remove(threads, codec, thread_id, doomed)
 
 
 def delete_for_runs(threads: Threads, codec: Codec, run_ids: Sequence[str]) -> Flow[None]:
@@ -60,4 +62,4 @@ def delete_for_runs(threads: Threads, codec: Codec, run_ids: Sequence[str]) -> F
             for checkpoint_id, entry in saved.items()
             if codec.metadata(entry).get("run_id") in runs
         ]
-        yield from remove(threads, thread_id, doomed)
+        yield from remove(threads, codec, thread_id, doomed)

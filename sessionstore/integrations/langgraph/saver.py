@@ -191,7 +191,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep only the latest checkpoint of each namespace of each
         thread (with its writes); ``"delete"``: delete the threads."""
-        self._run(retention.prune(self._threads, thread_ids, strategy))
+        self._run(retention.prune(self._threads, self._codec, thread_ids, strategy))
 
     def get_next_version(self, current: str | int | float | None, channel: None = None) -> str:
         """A version greater than ``current``: the next integer, zero-padded, with a
@@ -273,7 +273,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """:meth:`prune`, awaited."""
-        await self._arun(retention.prune(self._threads, thread_ids, strategy))
+        await self._arun(retention.prune(self._threads, self._codec, thread_ids, strategy))
 
     async def aclose(self) -> None:
         """:meth:`close`, awaited."""

@@ -15,7 +15,7 @@ from typing import Any
 from sessionstore import SessionEvent
 
 from .errors import ThreadDeletedError
-from .layout import AFTER, CHECKPOINT, DELETED, REMOVE, WRITES
+from .layout import AFTER, BLOBS, CHECKPOINT, DELETED, REMOVE, SEAL, WRITES
 
 #: A packed serde output: ``[type, base64 of the bytes]`` (see :mod:`.codec`).
 Packed = list[str]
@@ -49,6 +49,8 @@ class Thread:
     valid_id: str | None = None
     #: The mark of the last deletion: checkpoints made before it are of the deleted thread.
     deleted_before: str | None = None
+    #: Whether the last event that counts is a ``seal``: a compaction is under way.
+    sealed: bool = False
 
     def check_not_deleted(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was made before the
@@ -72,11 +74,11 @@ class Thread:
             {key: dict(stored) for key, stored in self.writes.items()},
             deleted_before=self.deleted_before,
         )
-        thread.valid_id = self.valid_id
+        thread.valid_id, thread.sealed = self.valid_id, self.sealed
         for event in events:
             if event.data.get(AFTER) == thread.valid_id:
                 thread._fold(event)
-                thread.valid_id = event.id
+                thread.valid_id, thread.sealed = event.id, event.type == SEAL
         last = events[-1]
         thread.next_seq, thread.last_time, thread.last = (
             last.seq + 1,
@@ -87,12 +89,13 @@ class Thread:
 
     def _fold(self, event: SessionEvent) -> None:
         data = event.data
-        if event.type == CHECKPOINT:
+        if event.type in (CHECKPOINT, BLOBS):
             ns = data["ns"]
             for channel, version, value in data["blobs"]:
                 self.blobs[(ns, channel, version)] = value
-            saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
-            self.checkpoints.setdefault(ns, {})[data["id"]] = saved
+            if event.type == CHECKPOINT:
+                saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
+                self.checkpoints.setdefault(ns, {})[data["id"]] = saved
         elif event.type == WRITES:
             stored = self.writes.setdefault((data["ns"], data["checkpoint"]), {})
             task, path = data["task"], data["path"]
