@@ -26,7 +26,8 @@ the first. A compaction whose process dies between 1 and 4 leaves the thread rea
 but sealed: writers wait, then raise :class:`~sessionstore.ConcurrentModificationError`
 naming the copy. Nothing is lost: the log (or, after 3 began, the copy) holds it all.
 What stays of a removed checkpoint is its events' seqs, ids and types, and its ``remove``
-entry: a few dozen bytes each.
+entry: a few dozen bytes each. The log written anew has the retention of the saver that
+compacts (its ``ttl``, else the store's).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def compact(threads: Threads, codec: Codec, thread_id: str, entries: Entries) ->
             f"does not wait for its seal; what it held is kept in {backup!r}"
         ) from None
     threads.keep(sid, Thread().extended(rewritten))
-    yield Call("delete", (backup,))
+    with contextlib.suppress(SessionNotFoundError):
+        yield Call("delete", (backup,))
 
 
 def compacted(events: list[SessionEvent], codec: Codec) -> list[SessionEvent]:
