@@ -30,7 +30,7 @@ def get_tuple(
     saved = thread.checkpoints.get(ns)
     if not saved:
         return None
-    checkpoint_id = get_checkpoint_id(config) or max(saved)
+    checkpoint_id = get_checkpoint_id(config) or thread.latest(ns)
     if checkpoint_id not in saved:
         return None
     return codec.tuple(thread_id, thread, ns, checkpoint_id)

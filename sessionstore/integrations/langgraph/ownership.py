@@ -53,8 +53,8 @@ def put(threads: Threads, thread_id: str, data: dict[str, Any], source: object) 
             thread.check_not_deleted(thread_id, ns, checkpoint_id)
         elif parent not in saved:
             raise ThreadDeletedError(thread_id, ns, parent)
-        elif (latest := max(saved)) != parent and source not in BRANCHING:
-            raise ThreadConflictError(thread_id, ns, parent, latest)
+        elif (latest := thread.latest(ns)) != parent and source not in BRANCHING:
+            raise ThreadConflictError(thread_id, ns, parent, str(latest))
         return [(CHECKPOINT, data)]
 
     yield from threads.append(thread_id, entries)

@@ -10,7 +10,7 @@ never replaces a newer one as the latest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sessionstore import SessionEvent
 
@@ -51,6 +51,8 @@ class Thread:
     deleted_before: str | None = None
     #: Whether the last event that counts is a ``seal``: a compaction is under way.
     sealed: bool = False
+    #: The latest checkpoint id of each namespace (kept as the log folds).
+    _latest: dict[str, str] = field(default_factory=dict)
 
     def check_not_deleted(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was made before the
@@ -63,21 +65,28 @@ class Thread:
         is the one folded)."""
         return event.id is not None and (event.seq, event.id) == self.last
 
+    def latest(self, ns: str) -> str | None:
+        """The id of the latest checkpoint of namespace ``ns``; None when it has none."""
+        return self._latest.get(ns)
+
     def extended(self, events: list[SessionEvent]) -> Thread:
         """This thread with ``events`` (the next ones of its log) folded in; this one
-        stays as it was (other readers may hold it)."""
+        stays as it was (other readers may hold it). Only what the events change is
+        copied: the inner tables they touch, and the outer ones (a copy in C)."""
         if not events:
             return self
         thread = Thread(
-            {ns: dict(saved) for ns, saved in self.checkpoints.items()},
+            dict(self.checkpoints),
             dict(self.blobs),
-            {key: dict(stored) for key, stored in self.writes.items()},
+            dict(self.writes),
             deleted_before=self.deleted_before,
         )
         thread.valid_id, thread.sealed = self.valid_id, self.sealed
+        thread._latest = dict(self._latest)
+        owned: set[int] = set()  # the inner tables this extension copied
         for event in events:
             if event.data.get(AFTER) == thread.valid_id:
-                thread._fold(event)
+                thread._fold(event, owned)
                 thread.valid_id, thread.sealed = event.id, event.type == SEAL
         last = events[-1]
         thread.next_seq, thread.last_time, thread.last = (
@@ -87,7 +96,7 @@ class Thread:
         )
         return thread
 
-    def _fold(self, event: SessionEvent) -> None:
+    def _fold(self, event: SessionEvent, owned: set[int]) -> None:
         data = event.data
         if event.type in (CHECKPOINT, BLOBS):
             ns = data["ns"]
@@ -95,17 +104,38 @@ class Thread:
                 self.blobs[(ns, channel, version)] = value
             if event.type == CHECKPOINT:
                 saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
-                self.checkpoints.setdefault(ns, {})[data["id"]] = saved
+                _own(self.checkpoints, ns, owned)[data["id"]] = saved
+                self._latest[ns] = max(self._latest.get(ns, ""), data["id"])
         elif event.type == WRITES:
-            stored = self.writes.setdefault((data["ns"], data["checkpoint"]), {})
+            stored = _own(self.writes, (data["ns"], data["checkpoint"]), owned)
             task, path = data["task"], data["path"]
             for idx, channel, value in data["writes"]:
                 if idx < 0 or (task, idx) not in stored:
                     stored[(task, idx)] = (channel, value, path)
         elif event.type == REMOVE:
             for ns, checkpoint_id in data["checkpoints"]:
-                self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+                if checkpoint_id in self.checkpoints.get(ns, {}):
+                    saved_ns = _own(self.checkpoints, ns, owned)
+                    del saved_ns[checkpoint_id]
+                    if self._latest.get(ns) == checkpoint_id:
+                        self._latest.pop(ns)
+                        if saved_ns:
+                            self._latest[ns] = max(saved_ns)
                 self.writes.pop((ns, checkpoint_id), None)
         elif event.type == DELETED:
-            self.checkpoints, self.blobs, self.writes = {}, {}, {}
+            self.checkpoints, self.blobs, self.writes, self._latest = {}, {}, {}, {}
             self.deleted_before = max(self.deleted_before or "", data["before"])
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _own(outer: dict[_K, dict[Any, _V]], key: _K, owned: set[int]) -> dict[Any, _V]:
+    """``outer[key]``, copied first (once per extension) when another thread may hold it."""
+    inner = outer.get(key)
+    if inner is None or id(inner) not in owned:
+        inner = dict(inner) if inner is not None else {}
+        outer[key] = inner
+        owned.add(id(inner))
+    return inner
