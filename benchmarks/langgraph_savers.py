@@ -48,6 +48,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import START, StateGraph  # noqa: E402
 
+import sessionstore  # noqa: E402
 from benchmarks.servers import RedisServer  # noqa: E402
 from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
 
@@ -59,20 +60,15 @@ TEXT = "x" * 200
 
 @contextmanager
 def savers(folder: Path, redis_url: str) -> Iterator[dict[str, Callable[[str], Any]]]:
-    """A context per saver: ``open(name)`` gives a fresh saver (a new database, folder or
-    namespace) and its stored-bytes probe."""
+    """Each saver's maker: ``make(tag)`` gives a fresh saver (a new database, folder or
+    namespace) and its stored-bytes probe; all are closed at the end."""
     opened: list[Any] = []
 
     def ours(url: str) -> Callable[[str], tuple[Any, Callable[[], int]]]:
         def make(tag: str) -> tuple[Any, Callable[[], int]]:
-            saver = SessionStoreSaver(url.format(tag=tag), namespace=f"bench-{tag}")
-            opened.append(saver)
-
-            def size() -> int:
-                assert saver._sync is not None
-                return saver._sync.events.stored_bytes(session_id("t"))
-
-            return saver, size
+            store = sessionstore.connect(url.format(tag=tag), f"bench-{tag}")
+            opened.append(store)
+            return SessionStoreSaver(store), lambda: store.events.stored_bytes(session_id("t"))
 
         return make
 
