@@ -42,14 +42,14 @@ def expires_at(store: sessionstore.Store, thread_id: str) -> int:
 
 
 def test_a_thread_past_its_ttl_is_gone(store: sessionstore.Store) -> None:
-    saver = SessionStoreSaver(store, ttl=0.3)
+    saver = SessionStoreSaver(store, ttl=0.15)
     root = put(saver, "t", None)
     saver.put_writes(
         {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}},
         [("log", ["pending"])],
         "task-1",
     )
-    time.sleep(0.6)
+    time.sleep(0.35)
     assert saver.get_tuple(thread("t")) is None
     assert list(saver.list(None)) == []
     assert store.events.list() == []  # nothing of it is listed any more
