@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
-import redis  # noqa: E402
+from faults import test_lost_reply as lost_reply  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 from support.tcp_proxy import TcpProxy  # noqa: E402
@@ -28,28 +28,15 @@ from integrations.test_langgraph import (  # noqa: E402
 )
 from sessionstore import StoreUnavailableError  # noqa: E402
 from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
-from sessionstore.redis.library import install  # noqa: E402
 from sessionstore.redis.retry import RETRIES  # noqa: E402
 
+#: The fault suite's redis-server (its functions installed, so that a lost reply is never
+#: a "Function not found") and the proxy in front of it; its reading of a lost reply.
+server, proxy, applied = lost_reply.server, lost_reply.proxy, lost_reply.applied
 #: A short timeout: a lost reply shows up as a closed connection at once anyway.
 TIMEOUT = 1.0
 #: The request that carries an append: a function call.
 WRITE = "FCALL"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer(durable=True) as own:
-        client = redis.Redis(port=own.port)
-        install(client)  # so that a lost reply is never a "Function not found"
-        client.close()
-        yield own
-
-
-@pytest.fixture
-def proxy(server: RedisServer) -> Iterator[TcpProxy]:
-    with TcpProxy(server.port) as own:
-        yield own
 
 
 @pytest.fixture
@@ -67,11 +54,6 @@ def savers(
 
 def on(checkpoint_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
-
-
-def applied(reply: bytes) -> bool:
-    """Whether a swallowed reply says the server did the work (not an error)."""
-    return not reply.startswith(b"-")
 
 
 def stored_types(saver: SessionStoreSaver) -> list[str]:

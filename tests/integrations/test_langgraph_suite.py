@@ -25,8 +25,6 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import tarfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -41,6 +39,7 @@ if os.environ.get("SESSIONSTORE_LANGGRAPH_TESTS") != "1":
 pytest.importorskip("langgraph")
 
 from conftest import url_for  # noqa: E402
+from support.sdist import fetch_tests, outcomes  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -81,42 +80,8 @@ SUITE_BACKENDS = ["memory", "file", "sqlite", "redis"]
 def langgraph_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dir holding LangGraph's tests of :data:`TAKEN`, from the installed version's sdist."""
     version = importlib.metadata.version("langgraph")
-    download = tmp_path_factory.mktemp("langgraph-sdist")
-    fetched = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        + ["--quiet", f"langgraph=={version}", "-d", str(download)],
-        capture_output=True,
-        text=True,
-    )
-    sdists = sorted(download.glob("langgraph-*.tar.gz"))
-    if fetched.returncode != 0 or not sdists:
-        pytest.skip(
-            f"could not download the sdist of langgraph {version}: "
-            f"{(fetched.stderr or fetched.stdout).strip()[-500:]}"
-        )
-    tests = tmp_path_factory.mktemp("langgraph-tests")
-    prefix = f"langgraph-{version}/"
-    with tarfile.open(sdists[0]) as sdist:
-        members = [sdist.getmember(prefix + path) for path in TAKEN]
-        for member in members:
-            member.name = member.name[len(prefix) :]
-        sdist.extractall(tests, members=members, filter="data")
-    return tests
-
-
-def outcomes(report: Path) -> dict[str, tuple[str, str]]:
-    """test id -> (passed | skipped | failed | error, message) from a JUnit XML report."""
-    found = {}
-    for case in ET.parse(report).iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("skipped", "failure", "error"):
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                message = child.get("message") or ""
-                break
-        found[name] = (outcome, message)
-    return found
+    into = tmp_path_factory.mktemp("langgraph")
+    return fetch_tests("langgraph", version, f"langgraph-{version}", TAKEN, into)
 
 
 @pytest.mark.parametrize("backend", SUITE_BACKENDS)
