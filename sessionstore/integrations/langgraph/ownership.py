@@ -20,6 +20,10 @@ write that lost the race to another reads what landed first and is checked again
   A write that took seq 0 of the new log before the ``deleted`` event is deleted again.
   ``put_writes`` of a checkpoint not stored yet is accepted otherwise (LangGraph does
   not wait for the ``put`` of a checkpoint before writing for it).
+
+LangGraph marks some branches of its own as it marks a second runner's continuation,
+and those are refused as well: a stateful subgraph's checkpoints after a replay or a
+fork of its parent, and a run resumed from a pinned checkpoint that was superseded.
 """
 
 from __future__ import annotations
