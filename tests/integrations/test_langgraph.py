@@ -94,8 +94,8 @@ def stepped_put(saver: SessionStoreSaver, parent: str) -> tuple[Any, dict[str, A
     step (each step the call it makes: ``saver._call`` makes it), and its checkpoint."""
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent}}
     made, md, versions = checkpoint()
-    _, _, data = saver._checkpoint_event(config, made, md, versions)
-    return saver._put("t", data, "loop"), made
+    _, flow = saver._put(config, made, md, versions)
+    return flow, made
 
 
 def assert_one_chain(saver: SessionStoreSaver, thread_id: str) -> None:
@@ -379,7 +379,7 @@ def test_a_put_that_lost_the_race_is_checked_again_and_refused(
     with pytest.raises(SeqConflictError) as lost:
         two._call(append)
     read = flow.throw(lost.value)
-    assert read[0] == "read_from"
+    assert read.name == "read_from"
     with pytest.raises(ThreadConflictError):
         flow.send(two._call(read))
     assert_one_chain(two, "t")
@@ -428,7 +428,7 @@ def test_a_write_that_read_a_log_since_deleted_counts_for_nothing(
     flow, made = stepped_put(running, root)
     read = next(flow)
     append = flow.send(running._call(read))
-    assert (append[0], append[2][0].seq) == ("append", 1)
+    assert (append.name, append.args[1][0].seq) == ("append", 1)
     admin.delete_thread("t")  # the log anew: one "deleted" event, next seq 1
     running._call(append)
     with pytest.raises(StopIteration):

@@ -1,0 +1,211 @@
+"""Reading and writing a thread's log: the one core every method of the saver runs.
+
+Each operation is a flow (no I/O): a generator that yields the event-log calls it makes
+(:class:`Call`) and gets each one's answer back, or the store error it raised thrown
+into it; :mod:`.driver` runs flows against the sync or the async event log. A saver's
+:class:`Threads` keeps the last 64 threads it read, as folded, and reads only the events
+appended since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, TypeVar
+
+from sessionstore import (
+    ConcurrentModificationError,
+    EventTimeOrderError,
+    SeqConflictError,
+    SessionEvent,
+    SessionExistsError,
+    SessionHeader,
+    SessionNotFoundError,
+)
+
+from .layout import (
+    AFTER,
+    DELETED,
+    HOLDING,
+    Entries,
+    Names,
+    backup_id,
+    chained,
+    now_ms,
+    session_id,
+    thread_ids,
+    valid,
+)
+from .thread import Thread
+
+_T = TypeVar("_T")
+
+#: How often a write retries after losing the race to another writer.
+WRITE_ATTEMPTS = 1000
+#: Losses in a row before the retries start to wait a little (jittered).
+_EAGER_RETRIES = 3
+#: How many threads a saver keeps as last read (each read then reads only what is new).
+THREADS_KEPT = 64
+#: The pseudo call that makes a flow wait (seconds), between retries.
+SLEEP = "_sleep"
+
+
+class Call(NamedTuple):
+    """A call a flow makes: the name of an event-log method (or :data:`SLEEP`), its
+    positional and its keyword arguments."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
+
+
+Flow = Generator[Call, Any, _T]
+
+
+def backoff(attempt: int, *, eager: int = _EAGER_RETRIES) -> Flow[None]:
+    """Wait a little (jittered, growing) once a write lost more than ``eager`` races in
+    a row."""
+    if attempt > eager:
+        yield Call(SLEEP, (random.uniform(0, min(0.001 * 2**attempt, 0.05)),))
+
+
+class Threads:
+    """The threads of one saver: how each is read (folded, kept, brought up to date) and
+    written (seq-checked appends, retried after a lost race), and the retention of the
+    logs it creates (see :mod:`.retention`)."""
+
+    def __init__(self, ttl: float | None = None, refresh_on_read: bool = False) -> None:
+        #: Seconds a thread is kept after its last write (None: for good).
+        self.ttl = ttl
+        #: Whether a read moves the thread's expiry to ``ttl`` from then, as a write does.
+        self.refresh_on_read = refresh_on_read
+        #: The threads read last, as folded (log id -> thread), the least recent first.
+        self._known: OrderedDict[str, Thread] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, thread_id: str, *, refresh: bool = False) -> Flow[Thread]:
+        """The thread as stored now. A thread read before is brought up to date with
+        the events appended since, once its last known event is found where it was (the
+        log was not deleted and written again meanwhile); else it is read whole. A
+        thread past its ttl is removed first where the store leaves that to a prune
+        (memory, files, SQLite). With ``refresh`` (a read by the saver's user when it
+        was made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now."""
+        sid = session_id(thread_id)
+        thread = yield from self._fetch(thread_id)
+        if self.ttl is not None and thread.next_seq and self._lapsed(thread):
+            # The store decides: its prune removes the log only when it has expired.
+            yield Call("prune")
+            thread = yield from self._fetch(thread_id)
+        if refresh and self.refresh_on_read and self.ttl is not None and thread.next_seq:
+            with contextlib.suppress(SessionNotFoundError):
+                yield Call("set_ttl", (sid, self.ttl))
+        return thread
+
+    def _lapsed(self, thread: Thread) -> bool:
+        assert self.ttl is not None
+        return thread.last_time + self.ttl * 1000 < now_ms()
+
+    def _fetch(self, thread_id: str) -> Flow[Thread]:
+        """The log as stored; while a compaction has deleted it and not yet written it
+        anew, the sealed log it keeps meanwhile (see :mod:`.compaction`)."""
+        sid = session_id(thread_id)
+        with self._lock:
+            known = self._known.get(sid)
+        if known is not None and known.next_seq > 0:
+            with contextlib.suppress(SessionNotFoundError):
+                events = yield Call("read_from", (sid, known.next_seq - 1))
+                if events and known.continued_by(events[0]):
+                    return self.keep(sid, known.extended(events[1:]))
+        events = yield from self.events(thread_id)
+        return self.keep(sid, Thread().extended(events))
+
+    def events(self, thread_id: str) -> Flow[list[SessionEvent]]:
+        """Every event of the thread's log (none when there is no log); while a
+        compaction has deleted it and not yet written it anew, those of the sealed log
+        it keeps meanwhile (see :mod:`.compaction`)."""
+        for sid in (session_id(thread_id), backup_id(thread_id)):
+            with contextlib.suppress(SessionNotFoundError):
+                events: list[SessionEvent] = yield Call("read_from", (sid, 0))
+                return events
+        return []
+
+    def keep(self, sid: str, thread: Thread) -> Thread:
+        """Remember ``thread`` as the log ``sid`` was last seen; return it."""
+        with self._lock:
+            self._known[sid] = thread
+            self._known.move_to_end(sid)
+            while len(self._known) > THREADS_KEPT:
+                self._known.popitem(last=False)
+        return thread
+
+    def create(self, sid: str) -> Flow[None]:
+        """Create the log ``sid`` (with the saver's ttl), unless another did first."""
+        header = SessionHeader(id=sid, created_at=0)
+        with contextlib.suppress(SessionExistsError):
+            yield Call("create", (header,), {"ttl": self.ttl})
+
+    def append(
+        self,
+        thread_id: str,
+        entries: Callable[[Thread], Entries],
+        *,
+        create: bool = True,
+    ) -> Flow[list[SessionEvent]]:
+        """Append the events ``entries(thread)`` ((type, data) pairs, made from the
+        thread as stored; it raises to refuse the write) where the log ends, as one
+        batch, and return them; after a lost race, read what landed first and make them
+        again; while the thread is sealed (a compaction is under way), wait. A log that
+        does not exist is created when ``create``, else nothing is written (nor when
+        ``entries`` makes none): ``[]``."""
+        sid = session_id(thread_id)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            thread = yield from self.read(thread_id)
+            if thread.sealed:
+                yield from backoff(attempt, eager=0)
+                continue
+            made = entries(thread)
+            if not made:
+                return []
+            stamp = max(now_ms(), thread.last_time)
+            batch = chained(made, thread.next_seq, thread.valid_id, stamp)
+            try:
+                yield Call("append", (sid, batch))
+            except (SeqConflictError, EventTimeOrderError):
+                pass
+            except SessionNotFoundError:
+                if not create:
+                    return []
+                yield from self.create(sid)
+            else:
+                # What is kept is the thread as read: the next read starts from the
+                # last event read, so it finds the log deleted meanwhile, if it was.
+                return batch
+            yield from backoff(attempt)
+        raise ConcurrentModificationError(
+            f"a write to thread {thread_id!r} lost {WRITE_ATTEMPTS} races in a row, or "
+            f"waited that long for a compaction to end (its sealed log is kept as "
+            f"{backup_id(thread_id)!r} while it runs)"
+        )
+
+    def names(self, thread_id: str | None) -> Flow[Names]:
+        """``[thread_id]``, or every thread of the namespace when it is None."""
+        if thread_id is not None:
+            return [thread_id]
+        headers = yield Call("list")
+        return thread_ids([h.id for h in headers])
+
+    def copy(self, source: str, target: str) -> Flow[None]:
+        """Append what counts of the source (since its last deletion) to the target, as
+        one batch: the target gets it all at once, after what it holds."""
+        events = yield from self.events(source)
+        counted = valid(events)
+        starts = [i + 1 for i, event in enumerate(counted) if event.type == DELETED]
+        copied = [
+            (e.type, {k: v for k, v in e.data.items() if k != AFTER})
+            for e in counted[starts[-1] if starts else 0 :]
+            if e.type in HOLDING
+        ]
+        yield from self.append(target, lambda thread: copied)

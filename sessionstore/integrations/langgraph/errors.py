@@ -1,0 +1,42 @@
+"""The errors a thread's owner meets: both are :class:`sessionstore.SessionStoreError`
+and both mean that nothing was written."""
+
+from __future__ import annotations
+
+from sessionstore import SessionStoreError
+
+
+class ThreadConflictError(SessionStoreError):
+    """A checkpoint was refused because its parent is no longer the latest checkpoint
+    of its thread and namespace: another runner of the thread (in this process or
+    another) wrote a newer one since this one read the thread. Nothing was written; the
+    thread keeps one chain. ``parent`` is the checkpoint this write continued from,
+    ``latest`` the newer one stored."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, parent: str, latest: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.parent = parent
+        self.latest = latest
+        super().__init__(
+            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): another runner wrote "
+            f"checkpoint {latest} after {parent}, which this checkpoint continues from; "
+            "nothing was written"
+        )
+
+
+class ThreadDeletedError(SessionStoreError):
+    """A write was refused because the checkpoint it belongs to or continues from
+    (``checkpoint_id``) is gone: the thread was deleted after it was made (or the
+    checkpoint was removed by ``prune`` or ``delete_for_runs``). Nothing was written:
+    a late write of a graph still running never brings a deleted thread back."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> None:
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): checkpoint "
+            f"{checkpoint_id} is gone (the thread was deleted after it was made); "
+            "nothing was written"
+        )

@@ -1,0 +1,83 @@
+"""What ``get_tuple`` and ``list`` find in the threads, as flows: the latest checkpoint
+of a namespace is the one with the greatest id, ``list`` gives a thread's checkpoints
+newest first, and ``list(None)`` reads every thread of the namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
+
+from .access import Flow, Threads
+from .codec import Codec
+from .thread import Thread
+
+#: What ``list`` gives.
+Tuples = list[CheckpointTuple]
+
+
+def get_tuple(
+    threads: Threads, codec: Codec, config: RunnableConfig
+) -> Flow[CheckpointTuple | None]:
+    """The checkpoint of ``config`` (its ``checkpoint_id``, else the latest of its
+    thread and ``checkpoint_ns``) with its pending writes; None when there is none."""
+    configurable = config["configurable"]
+    thread_id = configurable["thread_id"]
+    ns = configurable.get("checkpoint_ns", "")
+    thread = yield from threads.read(thread_id, refresh=True)
+    saved = thread.checkpoints.get(ns)
+    if not saved:
+        return None
+    checkpoint_id = get_checkpoint_id(config) or thread.latest(ns)
+    if checkpoint_id not in saved:
+        return None
+    return codec.tuple(thread_id, thread, ns, checkpoint_id)
+
+
+def list_checkpoints(
+    threads: Threads,
+    codec: Codec,
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Flow[Tuples]:
+    """The checkpoints ``list`` gives, thread by thread, up to ``limit``."""
+    found: Tuples = []
+    thread_id = config["configurable"]["thread_id"] if config is not None else None
+    for name in (yield from threads.names(thread_id)):
+        if limit is not None and len(found) >= limit:
+            break
+        thread = yield from threads.read(name, refresh=True)
+        found.extend(_listed(codec, name, thread, config, filter, before))
+    return found if limit is None else found[:limit]
+
+
+def _listed(
+    codec: Codec,
+    thread_id: str,
+    thread: Thread,
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+) -> Iterator[CheckpointTuple]:
+    configurable = config["configurable"] if config else {}
+    wanted_ns = configurable.get("checkpoint_ns")
+    wanted_id = configurable.get("checkpoint_id")
+    before_id = get_checkpoint_id(before) if before else None
+    found = [
+        (checkpoint_id, ns)
+        for ns, saved in thread.checkpoints.items()
+        if wanted_ns is None or ns == wanted_ns
+        for checkpoint_id in saved
+        if (not wanted_id or checkpoint_id == wanted_id)
+        and (not before_id or checkpoint_id < before_id)
+    ]
+    for checkpoint_id, ns in sorted(found, reverse=True):
+        if filter:
+            metadata = codec.metadata(thread.checkpoints[ns][checkpoint_id])
+            if not all(metadata.get(k) == v for k, v in filter.items()):
+                continue
+        yield codec.tuple(thread_id, thread, ns, checkpoint_id)

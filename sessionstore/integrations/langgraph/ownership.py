@@ -1,0 +1,103 @@
+"""Who may write a thread (LangGraph leaves it open; this saver chooses), as flows.
+
+A thread has one chain of checkpoints per namespace, written by one runner at a time.
+Every write is checked against the thread as stored at the seq it is appended at (a
+write that lost the race to another reads what landed first and is checked again), so:
+
+* a ``put`` whose parent is no longer the latest checkpoint of its namespace raises
+  :class:`.ThreadConflictError`: another runner, in this process or another, continued
+  the thread since this one read it. Nothing is written; the runner that wrote first
+  goes on. A branch made on purpose is kept: LangGraph marks a replay from an earlier
+  checkpoint ``source="fork"`` and ``update_state`` ``"update"`` (:data:`BRANCHING`). A
+  ``put`` without a parent (a new thread's first checkpoint) is checked only against a
+  deletion: two runners starting one new thread at once each put one, and the one that
+  continues from the older finds it is not the latest at its next ``put``;
+* ``delete_thread`` seals the log (waiting for a compaction under way, see
+  :mod:`.compaction`), deletes it and writes it anew with a ``deleted`` event; a
+  ``put`` whose parent is not stored, and a ``put`` without a parent or a
+  ``put_writes`` of a checkpoint made before the deletion, raise
+  :class:`.ThreadDeletedError`: a graph still running never brings the thread back.
+  A write that took seq 0 of the new log before the ``deleted`` event is deleted again.
+  ``put_writes`` of a checkpoint not stored yet is accepted otherwise (LangGraph does
+  not wait for the ``put`` of a checkpoint before writing for it).
+
+LangGraph marks some branches of its own as it marks a second runner's continuation,
+and those are refused as well: a stateful subgraph's checkpoints after a replay or a
+fork of its parent, and a run resumed from a pinned checkpoint that was superseded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from langgraph.checkpoint.base.id import uuid6
+
+from sessionstore import ConcurrentModificationError, SeqConflictError, SessionNotFoundError
+
+from .access import WRITE_ATTEMPTS, Call, Flow, Threads, backoff
+from .errors import ThreadConflictError, ThreadDeletedError
+from .layout import CHECKPOINT, DELETED, SEAL, WRITES, Entries, chained, now_ms, session_id
+from .thread import Thread
+
+#: Sources of checkpoints that branch off on purpose: LangGraph's replay from an
+#: earlier checkpoint ("fork") and ``update_state`` ("update").
+BRANCHING = ("fork", "update")
+
+
+def put(threads: Threads, thread_id: str, data: dict[str, Any], source: object) -> Flow[None]:
+    """Append the ``checkpoint`` event ``data``, refused as the module says."""
+    ns, checkpoint_id, parent = data["ns"], data["id"], data["parent"]
+
+    def entries(thread: Thread) -> Entries:
+        saved = thread.checkpoints.get(ns, {})
+        if checkpoint_id in saved:  # put again: it replaces itself
+            pass
+        elif parent is None:
+            thread.check_not_deleted(thread_id, ns, checkpoint_id)
+        elif parent not in saved:
+            raise ThreadDeletedError(thread_id, ns, parent)
+        elif (latest := thread.latest(ns)) != parent and source not in BRANCHING:
+            raise ThreadConflictError(thread_id, ns, parent, str(latest))
+        return [(CHECKPOINT, data)]
+
+    yield from threads.append(thread_id, entries)
+
+
+def put_writes(threads: Threads, thread_id: str, data: dict[str, Any]) -> Flow[None]:
+    """Append the ``writes`` event ``data``; refused for a checkpoint of a deleted thread."""
+    ns, checkpoint_id = data["ns"], data["checkpoint"]
+
+    def entries(thread: Thread) -> Entries:
+        # Writes may land before the put of their checkpoint (LangGraph does not
+        # wait for it): only a checkpoint of a deleted thread is refused.
+        if checkpoint_id not in thread.checkpoints.get(ns, {}):
+            thread.check_not_deleted(thread_id, ns, checkpoint_id)
+        return [(WRITES, data)]
+
+    yield from threads.append(thread_id, entries)
+
+
+def delete(threads: Threads, thread_id: str) -> Flow[None]:
+    """Delete the log, then start it again with a ``deleted`` event at seq 0, which
+    refuses every write of a checkpoint made before it. A write that took seq 0
+    first (a late one, or one as concurrent as this call) is deleted again."""
+    sid = session_id(thread_id)
+    mark = {"before": str(uuid6())}
+    # Sealed first: a compaction under way ends before (see .compaction).
+    yield from threads.append(thread_id, lambda thread: [(SEAL, {})], create=False)
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        with contextlib.suppress(SessionNotFoundError):
+            yield Call("delete", (sid,))
+        yield from threads.create(sid)
+        [tombstone] = chained([(DELETED, mark)], 0, None, now_ms())
+        try:
+            yield Call("append", (sid, [tombstone]))
+        except (SeqConflictError, SessionNotFoundError):
+            yield from backoff(attempt)
+            continue
+        threads.keep(sid, Thread().extended([tombstone]))
+        return
+    raise ConcurrentModificationError(
+        f"delete_thread of {thread_id!r} lost {WRITE_ATTEMPTS} races in a row"
+    )

@@ -1,0 +1,141 @@
+"""A thread as its log folds (no I/O).
+
+A checkpoint put again replaces the one of the same id (as in ``InMemorySaver``); a
+write of a task at a given index is kept once (the first), except the special channels
+(errors, interrupts), whose last write counts. The latest checkpoint of a namespace is
+the one with the greatest id (LangGraph's ids grow with time), so a checkpoint put late
+never replaces a newer one as the latest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sessionstore import SessionEvent
+
+from .errors import ThreadDeletedError
+from .layout import AFTER, BLOBS, CHECKPOINT, DELETED, REMOVE, SEAL, WRITES
+
+#: A packed serde output: ``[type, base64 of the bytes]`` (see :mod:`.codec`).
+Packed = list[str]
+
+
+@dataclass
+class Saved:
+    """A stored checkpoint: its packed checkpoint and metadata and its parent's id."""
+
+    checkpoint: Packed
+    metadata: Packed
+    parent: str | None
+
+
+@dataclass
+class Thread:
+    """A thread as its log folds, up to ``next_seq``: checkpoints by namespace and id,
+    channel values by (namespace, channel, version), writes by (namespace, checkpoint
+    id) then (task, idx) as (channel, value, task path). ``last`` tells the last event
+    folded from any other (its seq and random id)."""
+
+    checkpoints: dict[str, dict[str, Saved]] = field(default_factory=dict)
+    blobs: dict[tuple[str, str, Any], Packed | None] = field(default_factory=dict)
+    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, Packed, str]]] = field(
+        default_factory=dict
+    )
+    next_seq: int = 0
+    last_time: int = 0
+    last: tuple[int, str | None] | None = None
+    #: The id of the last event that counts (see :data:`.layout.AFTER`).
+    valid_id: str | None = None
+    #: The mark of the last deletion: checkpoints made before it are of the deleted thread.
+    deleted_before: str | None = None
+    #: Whether the last event that counts is a ``seal``: a compaction is under way.
+    sealed: bool = False
+    #: The latest checkpoint id of each namespace (kept as the log folds).
+    _latest: dict[str, str] = field(default_factory=dict)
+
+    def check_not_deleted(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was made before the
+        thread was last deleted."""
+        if self.deleted_before is not None and checkpoint_id <= self.deleted_before:
+            raise ThreadDeletedError(thread_id, ns, checkpoint_id)
+
+    def continued_by(self, event: SessionEvent) -> bool:
+        """Whether ``event`` is the last event folded here (so the log read on from it
+        is the one folded)."""
+        return event.id is not None and (event.seq, event.id) == self.last
+
+    def latest(self, ns: str) -> str | None:
+        """The id of the latest checkpoint of namespace ``ns``; None when it has none."""
+        return self._latest.get(ns)
+
+    def extended(self, events: list[SessionEvent]) -> Thread:
+        """This thread with ``events`` (the next ones of its log) folded in; this one
+        stays as it was (other readers may hold it). Only what the events change is
+        copied: the inner tables they touch, and the outer ones (a copy in C)."""
+        if not events:
+            return self
+        thread = Thread(
+            dict(self.checkpoints),
+            dict(self.blobs),
+            dict(self.writes),
+            deleted_before=self.deleted_before,
+        )
+        thread.valid_id, thread.sealed = self.valid_id, self.sealed
+        thread._latest = dict(self._latest)
+        owned: set[int] = set()  # the inner tables this extension copied
+        for event in events:
+            if event.data.get(AFTER) == thread.valid_id:
+                thread._fold(event, owned)
+                thread.valid_id, thread.sealed = event.id, event.type == SEAL
+        last = events[-1]
+        thread.next_seq, thread.last_time, thread.last = (
+            last.seq + 1,
+            last.time,
+            (last.seq, last.id),
+        )
+        return thread
+
+    def _fold(self, event: SessionEvent, owned: set[int]) -> None:
+        data = event.data
+        if event.type in (CHECKPOINT, BLOBS):
+            ns = data["ns"]
+            for channel, version, value in data["blobs"]:
+                self.blobs[(ns, channel, version)] = value
+            if event.type == CHECKPOINT:
+                saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
+                _own(self.checkpoints, ns, owned)[data["id"]] = saved
+                self._latest[ns] = max(self._latest.get(ns, ""), data["id"])
+        elif event.type == WRITES:
+            stored = _own(self.writes, (data["ns"], data["checkpoint"]), owned)
+            task, path = data["task"], data["path"]
+            for idx, channel, value in data["writes"]:
+                if idx < 0 or (task, idx) not in stored:
+                    stored[(task, idx)] = (channel, value, path)
+        elif event.type == REMOVE:
+            for ns, checkpoint_id in data["checkpoints"]:
+                if checkpoint_id in self.checkpoints.get(ns, {}):
+                    saved_ns = _own(self.checkpoints, ns, owned)
+                    del saved_ns[checkpoint_id]
+                    if self._latest.get(ns) == checkpoint_id:
+                        self._latest.pop(ns)
+                        if saved_ns:
+                            self._latest[ns] = max(saved_ns)
+                self.writes.pop((ns, checkpoint_id), None)
+        elif event.type == DELETED:
+            self.checkpoints, self.blobs, self.writes, self._latest = {}, {}, {}, {}
+            self.deleted_before = max(self.deleted_before or "", data["before"])
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _own(outer: dict[_K, dict[Any, _V]], key: _K, owned: set[int]) -> dict[Any, _V]:
+    """``outer[key]``, copied first (once per extension) when another thread may hold it."""
+    inner = outer.get(key)
+    if inner is None or id(inner) not in owned:
+        inner = dict(inner) if inner is not None else {}
+        outer[key] = inner
+        owned.add(id(inner))
+    return inner

@@ -1,0 +1,222 @@
+"""``prune`` and ``delete_for_runs`` give back the space of what they remove: the
+thread's log is rewritten without it (see ``sessionstore.integrations.langgraph
+.compaction``), on every backend, while other runners read and write the thread."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance")
+
+from conftest import BACKENDS, url_for  # noqa: E402
+
+import sessionstore  # noqa: E402
+from integrations.test_langgraph import assert_one_chain, checkpoint, thread  # noqa: E402
+from sessionstore import SeqConflictError, SessionStoreError  # noqa: E402
+from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
+from sessionstore.integrations.langgraph.access import SLEEP  # noqa: E402
+from sessionstore.integrations.langgraph.layout import BLOBS, OPEN, REMOVE, SEAL, VOID  # noqa: E402
+from sessionstore.integrations.langgraph.ownership import delete, put_writes  # noqa: E402
+from sessionstore.integrations.langgraph.retention import prune  # noqa: E402
+
+#: The size of each checkpoint's own channel value.
+BIG = 3000
+
+
+def put_big(saver: SessionStoreSaver, parent: str | None, step: int, run: str = "run-1") -> str:
+    """Put a checkpoint of thread "t" continuing from ``parent``, with a channel value
+    of its own (``BIG`` characters) and the "shared" one written by the first."""
+    made, metadata, _ = checkpoint(step=step, run_id=run)
+    version = str(step + 2)
+    made["channel_values"] = {"big": f"{step}:" + "x" * BIG, "shared": "from the first"}
+    made["channel_versions"] = {"big": version, "shared": "1"}
+    new_versions = {"big": version} if parent else {"big": version, "shared": "1"}
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent
+    stored = saver.put(config, made, metadata, new_versions)
+    saver.put_writes(stored, [("big", "w" * 500)], f"task-{step}")
+    return str(stored["configurable"]["checkpoint_id"])
+
+
+def grow(saver: SessionStoreSaver, steps: int, run: str = "run-1") -> list[str]:
+    ids: list[str] = []
+    for step in range(steps):
+        ids.append(put_big(saver, ids[-1] if ids else None, step, run))
+    return ids
+
+
+def assert_reads_as_latest(saver: SessionStoreSaver, latest: str, step: int) -> None:
+    found = saver.get_tuple(thread("t"))
+    assert found is not None and found.checkpoint["id"] == latest
+    assert found.checkpoint["channel_values"] == {
+        "big": f"{step}:" + "x" * BIG,
+        "shared": "from the first",
+    }
+    assert [w[1:] for w in found.pending_writes or []] == [("big", "w" * 500)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[sessionstore.Store]:
+    url = url_for(request.param, request, tmp_path)
+    with sessionstore.connect(url, f"t-lg-{uuid.uuid4().hex[:8]}") as opened:
+        yield opened
+
+
+def test_prune_gives_the_space_of_removed_checkpoints_back(store: sessionstore.Store) -> None:
+    saver = SessionStoreSaver(store)
+    ids = grow(saver, 6)
+    sid = session_id("t")
+    before = store.events.stored_bytes(sid)
+    count = len(store.events.read_from(sid, 0))
+    saver.prune(["t"])
+    assert store.events.stored_bytes(sid) < before / 3
+    events = store.events.read_from(sid, 0)
+    # Every event keeps its seq; the removed checkpoints and their writes hold nothing.
+    assert [e.seq for e in events] == list(range(count + 3))
+    assert [e.type for e in events[count:]] == [REMOVE, SEAL, OPEN]
+    assert {e.type for e in events[:count]} == {"checkpoint", "writes", BLOBS, VOID}
+    assert sum(e.type == "checkpoint" for e in events) == 1
+    assert not any("x" * BIG in str(e.data) for e in events[:count])
+    assert_reads_as_latest(saver, ids[-1], 5)
+    assert [t.checkpoint["id"] for t in saver.list(thread("t"))] == [ids[-1]]
+    assert store.events.list() != [] and not any(
+        h.id.startswith("langgraph-compacting:") for h in store.events.list()
+    )
+    put_big(saver, ids[-1], 6)  # the thread goes on
+    assert len(list(saver.list(thread("t")))) == 2
+
+
+def test_delete_for_runs_gives_their_space_back(store: sessionstore.Store) -> None:
+    saver = SessionStoreSaver(store)
+    kept = grow(saver, 2, run="run-1")
+    gone = [put_big(saver, kept[-1], 2, run="run-2")]
+    gone.append(put_big(saver, gone[-1], 3, run="run-2"))
+    before = store.events.stored_bytes(session_id("t"))
+    saver.delete_for_runs(["run-2"])
+    assert store.events.stored_bytes(session_id("t")) < before * 0.7
+    assert [t.checkpoint["id"] for t in saver.list(thread("t"))] == kept[::-1]
+    assert_reads_as_latest(saver, kept[-1], 1)
+
+
+@pytest.fixture(params=["file", "redis"])
+def savers(
+    request: pytest.FixtureRequest, tmp_path: Any
+) -> Iterator[tuple[SessionStoreSaver, SessionStoreSaver]]:
+    url = url_for(request.param, request, tmp_path)
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    with (
+        SessionStoreSaver(url, namespace=namespace) as one,
+        SessionStoreSaver(url, namespace=namespace) as two,
+    ):
+        yield one, two
+
+
+def test_a_runner_that_read_before_a_prune_reads_and_writes_on(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The other runner's put is driven step by step: it read the thread before the
+    prune and appends after it, where the seq it expected now holds the ``remove``."""
+    admin, runner = savers
+    ids = grow(admin, 4)
+    assert_reads_as_latest(runner, ids[-1], 3)  # the runner has it folded
+    made, metadata, _ = checkpoint()
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}
+    _, flow = runner._put(config, made, metadata, {})
+    append = flow.send(runner._call(next(flow)))
+    admin.prune(["t"])
+    assert_reads_as_latest(runner, ids[-1], 3)
+    with pytest.raises(SeqConflictError) as lost:
+        runner._call(append)
+    assert isinstance(drive(flow, runner._call, lambda s: False, flow.throw(lost.value)), Done)
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [made["id"], ids[-1]]
+    assert_one_chain(admin, "t")
+
+
+def advance(flow: Any, call: Any, step: Any) -> Any:
+    """Make ``step`` (its error thrown back into ``flow``); the next step, or
+    ``Done(result)`` once the flow has returned."""
+    try:
+        try:
+            reply = call(step)
+        except SessionStoreError as exc:
+            return flow.throw(exc)
+        return flow.send(reply)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+class Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.name = None
+
+
+def drive(flow: Any, call: Any, until: Any, step: Any = None) -> Any:
+    """Drive ``flow`` from ``step`` (its first when None) to the first step for which
+    ``until`` holds, not made; or to its end (``Done``)."""
+    step = next(flow) if step is None else step
+    while not isinstance(step, Done) and not until(step):
+        step = advance(flow, call, step)
+    return step
+
+
+def test_while_the_log_is_rewritten_readers_read_the_copy_and_writers_wait(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """The prune is driven step by step and held once it has deleted the log."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    main = session_id("t")
+    step = drive(flow, admin._call, lambda s: s.name == "delete" and s.args == (main,))
+    step = advance(flow, admin._call, step)  # the log is gone; its sealed copy holds it
+    found = runner.get_tuple(thread("t"))
+    assert found is not None and found.checkpoint["id"] == ids[-1]
+    assert [t.config["configurable"]["thread_id"] for t in runner.list(None)] == ["t"]
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}
+    _, data = runner._codec.writes_event(config, [("big", "late")], "task-9", "")
+    assert data is not None
+    writer = put_writes(runner._threads, "t", data)
+    waiting = drive(writer, runner._call, lambda s: s.name in (SLEEP, "append"))
+    assert waiting.name == SLEEP  # sealed: it waits instead of appending
+    assert isinstance(drive(flow, admin._call, lambda s: False, step), Done)
+    assert isinstance(drive(writer, runner._call, lambda s: False, waiting), Done)
+    found = admin.get_tuple(thread("t"))
+    assert found is not None and ("task-9", "big", "late") in (found.pending_writes or [])
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [ids[-1]]
+
+
+def test_delete_thread_waits_for_a_compaction_under_way(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    admin, runner = savers
+    grow(admin, 2)
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    step = drive(flow, admin._call, lambda s: s.name == "fork")
+    deleting = delete(runner._threads, "t")
+    waiting = drive(deleting, runner._call, lambda s: s.name in (SLEEP, "delete"))
+    assert waiting.name == SLEEP
+    assert isinstance(drive(flow, admin._call, lambda s: False, step), Done)
+    assert isinstance(drive(deleting, runner._call, lambda s: False, waiting), Done)
+    assert admin.get_tuple(thread("t")) is None
+    assert [h.id for h in admin._sync.events.list()] == [session_id("t")]
+
+
+def test_copy_thread_copies_a_compacted_thread_as_it_reads(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    admin, _ = savers
+    ids = grow(admin, 3)
+    admin.prune(["t"])
+    admin.copy_thread("t", "copy")
+    found = admin.get_tuple({"configurable": {"thread_id": "copy"}})
+    assert found is not None and found.checkpoint["id"] == ids[-1]
+    assert found.checkpoint["channel_values"]["shared"] == "from the first"
+    assert [t.checkpoint["id"] for t in admin.list({"configurable": {"thread_id": "copy"}})] == [
+        ids[-1]
+    ]

@@ -1,0 +1,127 @@
+"""Retention of LangGraph threads: the saver's ``ttl`` covers all of a thread, every
+write moves its expiry (and every read, when asked), a lapsed thread is gone; how an
+operator sees and deletes threads with the CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance")
+
+import redis  # noqa: E402
+from conftest import url_for  # noqa: E402
+from test_cli import cli  # noqa: E402
+
+import sessionstore  # noqa: E402
+from integrations.test_langgraph import put, thread  # noqa: E402
+from sessionstore import InvalidArgumentError, keys  # noqa: E402
+from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
+
+#: The backends whose retention differs: the local ones remove an expired log on a
+#: prune, Redis by itself.
+RETAINING = ["memory", "file", "sqlite", "redis"]
+
+
+@pytest.fixture(params=RETAINING)
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[sessionstore.Store]:
+    url = url_for(request.param, request, tmp_path)
+    with sessionstore.connect(url, f"t-lg-{uuid.uuid4().hex[:8]}") as opened:
+        yield opened
+
+
+def expires_at(store: sessionstore.Store, thread_id: str) -> int:
+    found = store.events.info(session_id(thread_id)).expires_at
+    assert found is not None
+    return found
+
+
+def test_a_thread_past_its_ttl_is_gone(store: sessionstore.Store) -> None:
+    saver = SessionStoreSaver(store, ttl=0.15)
+    root = put(saver, "t", None)
+    saver.put_writes(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}},
+        [("log", ["pending"])],
+        "task-1",
+    )
+    time.sleep(0.35)
+    assert saver.get_tuple(thread("t")) is None
+    assert list(saver.list(None)) == []
+    assert store.events.list() == []  # nothing of it is listed any more
+
+
+def test_every_write_moves_the_expiry_and_a_read_only_when_asked(
+    store: sessionstore.Store,
+) -> None:
+    saver = SessionStoreSaver(store, ttl=60)
+    reading = SessionStoreSaver(store, ttl=60, refresh_on_read=True)
+    root = put(saver, "t", None)
+    first = expires_at(store, "t")
+    assert first > time.time() * 1000 + 50_000
+    time.sleep(0.02)
+    saver.put_writes(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": root}},
+        [("log", ["pending"])],
+        "task-1",
+    )
+    written = expires_at(store, "t")
+    assert written > first
+    time.sleep(0.02)
+    assert saver.get_tuple(thread("t")) is not None
+    assert list(saver.list(thread("t")))
+    assert expires_at(store, "t") == written
+    time.sleep(0.02)
+    assert reading.get_tuple(thread("t")) is not None
+    assert expires_at(store, "t") > written
+
+
+def test_a_thread_deleted_and_begun_again_keeps_the_ttl(store: sessionstore.Store) -> None:
+    saver = SessionStoreSaver(store, ttl=60)
+    put(saver, "t", None)
+    saver.delete_thread("t")
+    assert expires_at(store, "t") > time.time() * 1000
+    put(saver, "t", None)
+    saver.copy_thread("t", "copy")
+    assert expires_at(store, "copy") > time.time() * 1000
+
+
+def test_every_redis_key_of_a_thread_expires(request: pytest.FixtureRequest, tmp_path: Any) -> None:
+    url = url_for("redis", request, tmp_path)
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    with SessionStoreSaver(url, namespace=namespace, ttl=60) as saver:
+        root = put(saver, "t", None)
+        put(saver, "t", root)
+        saver.prune(["t"])
+    meta, events = keys.log_keys(namespace, session_id("t"))
+    client = redis.Redis.from_url(url)
+    try:
+        found = client.keys(meta.removesuffix(":meta") + "*")
+        assert {meta.encode(), events.encode()} <= set(found)
+        assert all(0 < client.pttl(key) <= 60_000 for key in found), found
+    finally:
+        client.close()
+
+
+def test_a_bad_ttl_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="ttl"):
+        SessionStoreSaver("memory://", ttl=0)
+
+
+def test_threads_are_listed_with_their_size_and_expiry_and_deleted_by_the_cli(
+    tmp_path: Any,
+) -> None:
+    url = (tmp_path / "store").as_uri()
+    with SessionStoreSaver(url, namespace="graphs", ttl=3600) as saver:
+        put(saver, "order-7", None)
+        listed = cli("sessions", "list", "--url", url, "--namespace", "graphs", "--json")
+        [row] = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert row["id"] == "langgraph:order-7"
+        assert row["bytes"] > 0 and row["expires_at"] > time.time() * 1000
+        gone = cli("sessions", "delete", "langgraph:order-7", "--url", url, "--namespace", "graphs")
+        assert gone.returncode == 0, gone.stderr
+        assert saver.get_tuple(thread("order-7")) is None
