@@ -23,7 +23,6 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -39,6 +38,8 @@ if os.environ.get("SESSIONSTORE_SDK_TESTS") != "1":
 pytest.importorskip("agents")
 
 from conftest import BACKENDS, url_for  # noqa: E402
+from support.sdist import fetch_tests  # noqa: E402
+from support.sdist import outcomes as case_outcomes  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -60,57 +61,17 @@ MADE = "sessionstore_sessions"
 def sdk_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dir holding the SDK's session tests, from the sdist of the installed version."""
     version = importlib.metadata.version("openai-agents")
-    download = tmp_path_factory.mktemp("sdk-sdist")
-    fetched = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--quiet",
-            f"openai-agents=={version}",
-            "-d",
-            str(download),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    sdists = sorted(download.glob("openai_agents-*.tar.gz"))
-    if fetched.returncode != 0 or not sdists:
-        pytest.skip(
-            f"could not download the sdist of openai-agents {version}: "
-            f"{(fetched.stderr or fetched.stdout).strip()[-500:]}"
-        )
-    tests = tmp_path_factory.mktemp("sdk-tests")
-    prefix = f"openai_agents-{version}/"
-    with tarfile.open(sdists[0]) as sdist:
-        members = [sdist.getmember(prefix + path) for path in TAKEN]
-        for member in members:
-            member.name = member.name[len(prefix) :]
-        sdist.extractall(tests, members=members, filter="data")
-    return tests
+    into = tmp_path_factory.mktemp("sdk-sdist")
+    return fetch_tests("openai-agents", version, f"openai_agents-{version}", TAKEN, into)
 
 
 def outcomes(report: Path) -> tuple[dict[str, tuple[str, str]], int]:
     """test id -> (passed | skipped | failed | error, message) from a JUnit XML report, and
     how many SessionStoreSessions the tests made in all."""
-    found = {}
     made = sum(
         int(p.get("value") or 0) for p in ET.parse(report).iter("property") if p.get("name") == MADE
     )
-    for case in ET.parse(report).iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("skipped", "failure", "error"):
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                message = child.get("message") or ""
-                break
-        found[name] = (outcome, message)
-    return found, made
+    return case_outcomes(report), made
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
