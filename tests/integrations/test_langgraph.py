@@ -233,7 +233,27 @@ def durability_run(saver: Any) -> list[Any]:
     return seen
 
 
-@pytest.mark.parametrize("run", [interrupting_subgraph_run, durability_run])
+def stateful_subgraph_run(saver: Any) -> list[Any]:
+    """A graph whose subgraph keeps its own state across the parent's runs
+    (``checkpointer=True``), run three times and replayed from an earlier checkpoint:
+    what each call returned and the subgraph's log after each."""
+
+    def count(state: Steps) -> dict[str, Any]:
+        return {"log": [f"sub:{len(state['log'])}"]}
+
+    inner = StateGraph(Steps)
+    inner.add_node("count", count)
+    inner.add_edge(START, "count")
+    inner.add_edge("count", END)
+    graph = steps_graph(second=inner.compile(checkpointer=True)).compile(checkpointer=saver)
+    config = thread("t")
+    seen = [graph.invoke({"log": [f"run {n}"]}, config)["log"] for n in range(3)]
+    before = next(s for s in graph.get_state_history(config) if s.next == ("second",))
+    seen.append(graph.invoke(None, before.config)["log"])
+    return seen
+
+
+@pytest.mark.parametrize("run", [interrupting_subgraph_run, durability_run, stateful_subgraph_run])
 def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver, run: Any) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 

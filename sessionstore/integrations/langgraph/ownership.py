@@ -4,9 +4,9 @@ A thread has one chain of checkpoints per namespace, written by one runner at a 
 Every write is checked against the thread as stored at the seq it is appended at (a
 write that lost the race to another reads what landed first and is checked again), so:
 
-* a ``put`` whose parent is no longer the latest checkpoint of its namespace raises
-  :class:`.ThreadConflictError`: another runner, in this process or another, continued
-  the thread since this one read it. Nothing is written; the runner that wrote first
+* a ``put`` of the graph's own checkpoints (namespace ``""``) whose parent is no longer
+  the latest checkpoint there raises :class:`.ThreadConflictError`: another runner, in
+  this process or another, continued the thread since this one read it. Nothing is written; the runner that wrote first
   goes on. A branch made on purpose is kept: LangGraph marks a replay from an earlier
   checkpoint ``source="fork"`` and ``update_state`` ``"update"`` (:data:`BRANCHING`). A
   ``put`` without a parent (a new thread's first checkpoint) is checked only against a
@@ -21,9 +21,13 @@ write that lost the race to another reads what landed first and is checked again
   ``put_writes`` of a checkpoint not stored yet is accepted otherwise (LangGraph does
   not wait for the ``put`` of a checkpoint before writing for it).
 
-LangGraph marks some branches of its own as it marks a second runner's continuation,
-and those are refused as well: a stateful subgraph's checkpoints after a replay or a
-fork of its parent, and a run resumed from a pinned checkpoint that was superseded.
+A subgraph's checkpoints (namespaces of their own) are not checked: a stateful
+subgraph goes on from an older checkpoint of its own after each tick, replay or fork of
+its parent, which LangGraph does not mark as a branch; a second runner is refused at
+its next root ``put`` all the same (what it wrote in a subgraph first stays, a branch no
+root checkpoint leads to). Branches LangGraph does not mark in the root are refused: a
+replay from a subgraph's checkpoint, and a run resumed from a pinned checkpoint that
+was superseded.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from .errors import ThreadConflictError, ThreadDeletedError
 from .layout import CHECKPOINT, DELETED, SEAL, WRITES, Entries, chained, now_ms, session_id
 from .thread import Thread
 
+#: The namespace of a thread's own graph; a subgraph's checkpoints have namespaces of
+#: their own (``"child:<task>"``, or ``"child"`` for a stateful subgraph).
+ROOT = ""
 #: Sources of checkpoints that branch off on purpose: LangGraph's replay from an
 #: earlier checkpoint ("fork") and ``update_state`` ("update").
 BRANCHING = ("fork", "update")
@@ -57,7 +64,7 @@ def put(threads: Threads, thread_id: str, data: dict[str, Any], source: object) 
             thread.check_not_deleted(thread_id, ns, checkpoint_id)
         elif parent not in saved:
             raise ThreadDeletedError(thread_id, ns, parent)
-        elif (latest := thread.latest(ns)) != parent and source not in BRANCHING:
+        elif ns == ROOT and (latest := thread.latest(ns)) != parent and source not in BRANCHING:
             raise ThreadConflictError(thread_id, ns, parent, str(latest))
         return [(CHECKPOINT, data)]
 
