@@ -6,9 +6,10 @@ write that lost the race to another reads what landed first and is checked again
 
 * a ``put`` of the graph's own checkpoints (namespace ``""``) whose parent is no longer
   the latest checkpoint there raises :class:`.ThreadConflictError`: another runner, in
-  this process or another, continued the thread since this one read it. Nothing is written; the runner that wrote first
-  goes on. A branch made on purpose is kept: LangGraph marks a replay from an earlier
-  checkpoint ``source="fork"`` and ``update_state`` ``"update"`` (:data:`BRANCHING`). A
+  this process or another, continued the thread since this one read it. Nothing is
+  written; the runner that wrote first goes on. A branch made on purpose is kept:
+  LangGraph marks a replay from an earlier checkpoint ``source="fork"`` and
+  ``update_state`` ``"update"`` (:data:`BRANCHING`). A
   ``put`` without a parent (a new thread's first checkpoint) is checked only against a
   deletion: two runners starting one new thread at once each put one, and the one that
   continues from the older finds it is not the latest at its next ``put``;
