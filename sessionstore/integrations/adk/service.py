@@ -132,7 +132,7 @@ class SessionStoreSessionService(BaseSessionService):
         replaces = (await self._stored(user)).get("sessions", {}).get(sid)
         if replaces is not None and await self._exists(app_name, user_id, sid, replaces):
             raise SessionAlreadyExistsError(f"Session with id {sid} already exists.")
-        await self._events.create(SessionHeader(id=log_id, created_at=0))
+        await self._events.create(SessionHeader(id=log_id))
         await self._events.append(log_id, [first])
         # Listed in the app before the commit, so that a listing never misses the user.
         app = self._handle(APP_STATE, app_name, _EXCHANGE)

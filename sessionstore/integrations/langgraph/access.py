@@ -143,7 +143,7 @@ class Threads:
 
     def create(self, sid: str) -> Flow[None]:
         """Create the log ``sid`` (with the saver's ttl), unless another did first."""
-        header = SessionHeader(id=sid, created_at=0)
+        header = SessionHeader(id=sid)  # created now; a log another made first is kept
         with contextlib.suppress(SessionExistsError):
             yield Call("create", (header,), {"ttl": self.ttl})
 
@@ -175,6 +175,8 @@ class Threads:
                 yield Call("append", (sid, batch))
             except (SeqConflictError, EventTimeOrderError):
                 pass
+            except SessionExistsError:
+                pass  # another created the log first: this one's header is forgotten
             except SessionNotFoundError:
                 if not create:
                     return []
