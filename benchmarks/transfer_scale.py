@@ -7,9 +7,9 @@ data, about 80 bytes each) and 100 values; then a fresh process copies it to a S
 database (``--to sqlite``) or to a redis-server started here without persistence
 (``--to redis``, ``?durability=none``) and reports its wall time, events per second and
 peak resident memory (``ru_maxrss``). A copy streams events a page (1,000) at a time,
-so from SQLite or Redis the peak does not grow with the events, only with the number of
-sessions and values, whose listings it holds; the file store validates a whole log on
-its first read of it, so from files the peak grows with the longest session.
+so the peak does not grow with the events, only with the number of sessions and values,
+whose listings it holds (the file store validates a log it has not read yet a chunk at
+a time, so from files too).
 
 Example: ``python -m benchmarks.transfer_scale --events 100000 1000000 --from sqlite``.
 """
