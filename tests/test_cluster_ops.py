@@ -381,7 +381,9 @@ def test_a_slot_mid_migration_is_served_by_its_target(three_with_replicas, ns, d
     source = cluster.owner(keys.log_keys(ns, session_id)[0])
     target = next(n for n in cluster.primaries() if n is not source)
     url = f"{cluster.url}?durability={durability}"
-    with sessionstore.connect(url, ns, timeout=1) as store:
+    # A roomy timeout: WAIT gets 80% of it, and a loaded machine's replica can take
+    # longer than 0.8 s to confirm a write.
+    with sessionstore.connect(url, ns, timeout=5) as store:
         handle = store.session(symbol, "s", "e", "1h")
         handle.set_data({"n": 1}, T0)
         store.events.create(sessionstore.SessionHeader(id=session_id))
@@ -441,7 +443,7 @@ def test_a_slot_mid_migration_is_served_by_its_target_async(three_with_replicas,
 
     async def go() -> None:
         url = f"{cluster.url}?durability={durability}"
-        async with sessionstore.aio.connect(url, ns, timeout=1) as store:
+        async with sessionstore.aio.connect(url, ns, timeout=5) as store:
             handle = store.session(symbol, "s", "e", "1h")
             await handle.set_data({"n": 1}, T0)
             await store.events.create(sessionstore.SessionHeader(id=session_id))
