@@ -83,13 +83,16 @@ class ValueUsage(NamedTuple):
 
 def value_usage(store: Store, ref: ValueRef) -> ValueUsage:
     """The size, record count and expiry of the value ``ref`` names (as
-    ``store.list_values()`` lists it): its records read as ``Session.records`` reads them,
-    a history's every version included."""
-    found = store.session(*ref[:4], mode=ref.mode, history=ref.history).records()
-    kept = found.versions if ref.history else [found.plain] if found.plain else []
-    expires_at = found.history_expires_at if ref.history else found.plain_expires_at
-    size = sum(len(stored.payload or b"") for stored in kept)
-    return ValueUsage(size, len(kept), expires_at)
+    ``store.list_values()`` lists it): its records read as a copy reads them
+    (:func:`~sessionstore.transfer.records.value_item`), a history's every version
+    included."""
+    from .transfer.records import value_item
+
+    item = value_item(store, ref)
+    kept = item.versions if ref.history else [item.plain] if item.plain else []
+    return ValueUsage(
+        sum(len(stored.payload or b"") for stored in kept), len(kept), item.expires_at
+    )
 
 
 def namespace_bytes(store: Store) -> int:

@@ -214,7 +214,6 @@ def validated_whole(
     header = parse_header(session_id, raw[:first], where)
     if header.id != session_id:
         raise CorruptLogError(session_id, f"the header names session {header.id!r}", line=1)
-    head = raw[: min(PROBE, st.st_size)]
     base, buffer = first + 1, raw[first + 1 :]  # buffer: the bytes from a batch's start
     offsets: list[int] = []
     next_seq, end, tail = 0, base, raw[max(0, base - PROBE) : base]
@@ -232,7 +231,7 @@ def validated_whole(
         if not more:
             break
         base, buffer = base + cut, buffer[cut:]
-    head = head[: min(PROBE, end)]
+    head = raw[: min(PROBE, end)]  # the first chunk holds at least PROBE bytes, or all
     size = base + len(buffer)
     state = LogState(
         st.st_dev, st.st_ino, size, st.st_mtime_ns, header, next_seq, end, head, tail,
