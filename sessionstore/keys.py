@@ -61,7 +61,10 @@ key                                                     type    fields / members
 ``ss:<ns>:idx:{<ns>}:values``                           zset    member = a value's key name without  index_add.lua   none
                                                                  ``ss:<ns>:`` (``val:{...}`` or        before each
                                                                  ``hist:{...}:at``), score as above    write that
-                                                                                                      stores a value;
+                                                                                                      stores a value
+                                                                                                      (value_swap.lua
+                                                                                                      itself on one
+                                                                                                      server);
                                                                                                       index_forget.lua
 ======================================================  ======  ===================================  ==============  ==================
 
@@ -124,7 +127,9 @@ a least-privilege user may not run, and whose cost grows with the whole keyspace
 Their hash tag is the namespace: on a Cluster both live in one slot. Every write that
 can create data sends its index entry *first* (``index_add.lua``, score = the writer's
 wall clock in ms; on a single server in the same round trip, on a Cluster as a call of
-its own): the server adds the entry when it is missing and refreshes it when its score
+its own), except a plain value's write on a single server or Sentinel: ``value_swap.lua``
+takes the index as a key of its own and touches the entry itself (``_index.lua``),
+after its checks and before the data. Either way the server adds the entry when it is missing and refreshes it when its score
 is older than half of ``GRACE_MS``, else writes nothing. So data without its index
 entry never exists, also after the server lost its data (a restart without
 persistence, a lagging replica promoted): no client trusts an entry it added before.
