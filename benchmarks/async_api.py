@@ -25,7 +25,7 @@ from sessionstore.redis import library
 
 from . import workload
 from .harness import Result, Sizes, Timed, compare, result
-from .redis_log import NAMESPACE, load_result, raw_args
+from .redis_log import NAMESPACE, load_result, raw_args, raw_keys
 from .values import WHEN, _pack, _raw_key, _unpack
 
 AREA = "Async API (Redis)"
@@ -81,18 +81,18 @@ class RawAsyncLog:
     def __init__(self, loop: Loop, client: redis.asyncio.Redis) -> None:
         self.loop, self.client = loop, client
         self.sha = loop.run(client.script_load(library.script("log_append").source))
-        self.keys = keys.log_keys(NAMESPACE, f"raw-{uuid.uuid4().hex[:12]}")
+        self.keys = raw_keys()
         header = ["id", "raw", "version", "1", "created_at", str(workload.T0)]
-        loop.run(client.evalsha(self.sha, 2, *self.keys, *raw_args(workload.events(0, 1), header)))
+        loop.run(client.evalsha(self.sha, 3, *self.keys, *raw_args(workload.events(0, 1), header)))
         self.next_seq = 1
 
     def side(self, calls: int, size: int) -> Timed:
         prepared = workload.batches(self.next_seq, calls, size)
         self.next_seq += calls * size
-        meta, stream = self.keys
+        meta, stream, digests = self.keys
 
         def call(i: int) -> Awaitable[Any]:
-            return self.client.evalsha(self.sha, 2, meta, stream, *raw_args(prepared[i]))
+            return self.client.evalsha(self.sha, 3, meta, stream, digests, *raw_args(prepared[i]))
 
         return self.loop.side(calls, call, size)
 

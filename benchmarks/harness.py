@@ -69,10 +69,11 @@ class Sizes:
     scale_values: tuple[int, ...] = (100, 1_000, 10_000)
     scale_workers: tuple[int, ...] = (1, 2, 4, 8)
     #: What the attacking tenant plants (``benchmarks/tenant_attack.py``): records of a
-    #: seq hash and versions of a history, the megabytes of one event entry; and the
-    #: rounds of the victim's three calls.
+    #: seq hash and versions of a history, the megabytes of each planted field (an event
+    #: entry, a meta hash's field, a writer lease's owner); and the rounds of the
+    #: victim's three calls.
     planted: int = 1_000_000
-    planted_field_mb: int = 16
+    planted_field_mb: int = 48
     victim_rounds: int = 200
 
     @classmethod

@@ -27,6 +27,7 @@ import redis
 import sessionstore
 from sessionstore import SessionHeader, keys
 from sessionstore.redis import library
+from sessionstore.redis.logformat import event_digests
 
 from . import workload
 from .harness import Result, Samples, Sizes, Timed, compare, compare_rates, parallel, result
@@ -82,23 +83,29 @@ class RawLog:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.sha = client.script_load(library.script("log_append").source)
-        self.keys = keys.log_keys(NAMESPACE, f"raw-{uuid.uuid4().hex[:12]}")
+        self.keys = raw_keys()
         header = ["id", "raw", "version", "1", "created_at", str(workload.T0)]
         first = workload.events(0, 1)
-        client.evalsha(self.sha, 2, *self.keys, *raw_args(first, header))
+        client.evalsha(self.sha, 3, *self.keys, *raw_args(first, header))
         self.next_seq = 1
 
     def side(self, calls: int, size: int) -> Timed:
         prepared = self.make_batches(self.next_seq, calls, size)
         self.next_seq += calls * size
-        evalsha, sha, (meta, stream) = self.client.evalsha, self.sha, self.keys
+        evalsha, sha, (meta, stream, digests) = self.client.evalsha, self.sha, self.keys
 
         def run() -> int:
             for batch in prepared:
-                evalsha(sha, 2, meta, stream, *raw_args(batch))
+                evalsha(sha, 3, meta, stream, digests, *raw_args(batch))
             return calls * size
 
         return run
+
+
+def raw_keys() -> tuple[str, str, str]:
+    """Meta hash, stream and digest hash of a new session of the baseline's."""
+    session_id = f"raw-{uuid.uuid4().hex[:12]}"
+    return (*keys.log_keys(NAMESPACE, session_id), keys.log_digest_key(NAMESPACE, session_id))
 
 
 def raw_args(batch: list[Any], header: list[str] | None = None) -> list[Any]:
@@ -116,6 +123,7 @@ def raw_args(batch: list[Any], header: list[str] | None = None) -> list[Any]:
         len(pairs) // 2 if header else -1,
         *pairs,
         last.time,
+        event_digests(texts),
         len(batch),
         b"[" + b",\n".join(texts) + b"]",
         "",  # no owner token: a plain append

@@ -2,16 +2,19 @@
 
 On a ``redis-server`` of its own, two least-privilege users (``sessionstore acl``), one
 namespace each. The attacker plants, in its own keys and with plain commands, a value's
-seq hash of ``planted`` records, a history of ``planted`` versions and a log entry of
-``field_mb`` megabytes of event separators; then, in a process of its own, calls the
-library's functions against them in a loop:
+seq hash of ``planted`` records, a history of ``planted`` versions, and fields of
+``field_mb`` megabytes: a log entry of event separators, another log's ``next_seq`` and a
+writer lease's owner; then, in a process of its own, calls the library's functions
+against them in a loop:
 
 * *planted records*: a value write whose trim bound argument is 0 and a delete of the
   value (both through the planted seq hash), a history write before the planted
   versions (refused: it would drop more than a call may) and one after them that trims
   the history to 3 versions;
-* *planted field*: an append replayed against the planted entry (refused as a
-  conflict once compared);
+* *planted fields*: an append replayed against the planted entry (an applied replay:
+  its digests are compared, never the entry), an append to the log whose ``next_seq``
+  is planted and a writer taking the planted lease (both refused as damage, the field
+  measured, never read);
 * *nothing planted*: the calls of *planted records* on a value without planted data,
   the reference: what any busy tenant costs the others on a shared machine.
 
@@ -39,7 +42,7 @@ import redis
 
 import sessionstore
 from sessionstore import SessionEvent, SessionHeader, SessionStoreError
-from sessionstore.keys import ValueKey, history_keys, log_keys, seq_key
+from sessionstore.keys import ValueKey, history_keys, log_keys, log_lease_key, seq_key
 from sessionstore.redis import valueformat as layout
 from sessionstore.redis.acl import setuser_args
 from sessionstore.redis.library import install, script
@@ -70,7 +73,7 @@ def attack_results(_url: str, sizes: Sizes) -> list[Result]:
         rows: list[Result] = []
         for attack, label in (("plain", "nothing planted (the same calls)"),
                               ("records", f"{planted:,} planted records"),
-                              ("field", f"a {field_mb} MB planted field")):  # fmt: skip
+                              ("field", f"{field_mb} MB planted fields")):  # fmt: skip
             quiet, loud = _windows(url, server.port, attack, sizes)
             rows += _rows(label, quiet, loud)
         admin.close()
@@ -89,10 +92,14 @@ def _plant(admin: redis.Redis, planted: int, field_mb: int) -> None:
     with sessionstore.connect(_attacker_url(admin), "attacker") as store:
         store.events.create(SessionHeader(id="s"))
         store.events.append("s", _events(2))
+        store.events.create(SessionHeader(id="m"))
+        store.events.append("m", _events(1))
     _, stream = log_keys("attacker", "s")
     [(entry_id, _)] = admin.xrange(stream)
     admin.delete(stream)
     admin.xadd(stream, {"events": b"[" + b",\n" * (field_mb << 19) + b"]"}, id=entry_id)
+    admin.hset(log_keys("attacker", "m")[0], "next_seq", b"1" * (field_mb << 20))
+    admin.hset(log_lease_key("attacker", "w"), mapping={"owner": b"o" * (field_mb << 20)})
 
 
 def _attacker_url(client: redis.Redis) -> str:
@@ -157,7 +164,17 @@ def _record_calls(client: redis.Redis, key: ValueKey) -> list[Callable[[int], An
 
 def _field_calls(url: str) -> list[Callable[[int], Any]]:
     store = sessionstore.connect(url, "attacker")
-    return [lambda _n: store.events.append("s", _events(2))]
+
+    def take_lease(_n: int) -> Any:
+        writer = store.events.writer(SessionHeader(id="w"))
+        writer.emit("note", {})
+        writer.close()
+
+    return [
+        lambda _n: store.events.append("s", _events(2)),
+        lambda _n: store.events.append("m", _events(2)[1:]),
+        take_lease,
+    ]
 
 
 #: Latencies (ms) by whose they are ("victim", "ping"), one list per window.

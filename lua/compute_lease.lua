@@ -14,12 +14,12 @@
 
 local lease, token = KEYS[1], ARGV[2]
 check_token('a compute lease token', token)
-local held = redis.call('GET', lease)
+local held = bounded_get(lease, TOKEN_BYTES)
 if ARGV[1] == 'release' then
   if held ~= token then
     return 0
   end
-  redis.call('DEL', lease)
+  redis.call('UNLINK', lease)
   return 1
 end
 if ARGV[1] == 'renew' and held ~= token then

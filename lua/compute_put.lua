@@ -33,7 +33,7 @@ if redis.call('ZSCORE', at, when) then
     return {'FOUND', found}
   end
 end
-local held = redis.call('GET', lease)
+local held = bounded_get(lease, TOKEN_BYTES)
 if held and held ~= ARGV[9] then
   return 'BUSY'
 end
@@ -43,7 +43,7 @@ redis.call('HSET', values, when, ARGV[7])
 redis.call('ZADD', at, when, when)
 history_trim(at, values, ARGV[8], ARGV[5])
 if held then
-  redis.call('DEL', lease)
+  redis.call('UNLINK', lease)
 end
 
 seq_remember(KEYS[3], ARGV)

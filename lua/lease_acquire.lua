@@ -14,13 +14,13 @@
 -- Every check runs before the first write; the work is a fixed number of commands.
 
 check_token('a writer lease owner', ARGV[1])
-local held = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+local held = bounded_hmget(KEYS[1], {'owner', 'epoch'})
 if held[1] and held[1] ~= ARGV[1] then
   return 0
 end
 local epoch = held[1] and tonumber(held[2])
 if not epoch then
-  local stored = tonumber(redis.call('GET', KEYS[2])) or 0
+  local stored = tonumber(bounded_get(KEYS[2], 24)) or 0
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   epoch = math.max(math.abs(stored) + 1, ms)

@@ -8,13 +8,13 @@
 --         (nothing written)
 -- Every check runs before the first write; the work is a fixed number of commands.
 
-local held = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+local held = bounded_hmget(KEYS[1], {'owner', 'epoch'})
 if held[1] ~= ARGV[1] then
   return 0
 end
 local epoch = tonumber(held[2])
-local stored = tonumber(redis.call('GET', KEYS[2]))
-redis.call('DEL', KEYS[1])
+local stored = tonumber(bounded_get(KEYS[2], 24))
+redis.call('UNLINK', KEYS[1])
 if epoch and stored == epoch then
   -- KEEPTTL: the key keeps the session's expiry (see log_append.lua).
   redis.call('SET', KEYS[2], string.format('%d', -epoch), 'KEEPTTL')

@@ -14,12 +14,16 @@
 --         released (nothing written)
 -- Every check runs before the first write; the work is a fixed number of commands.
 
-local held = redis.call('HMGET', KEYS[1], 'owner', 'epoch')
+check_token('a writer lease owner', ARGV[1])
+if not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 19 then
+  error({err = 'INVALID a writer lease\'s epoch must be an integer of at most 19 digits'})
+end
+local held = bounded_hmget(KEYS[1], {'owner', 'epoch'})
 if held[1] then
   if held[1] ~= ARGV[1] or held[2] ~= ARGV[2] then
     return 0
   end
-elseif redis.call('GET', KEYS[2]) ~= ARGV[2] then
+elseif bounded_get(KEYS[2], 24) ~= ARGV[2] then
   return 0
 else
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', ARGV[2])

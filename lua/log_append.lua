@@ -13,9 +13,15 @@
 --           "events" holding the events as a JSON array, one event object per line.
 --           An entry of the first layout (id "<seq>-1", fields seq, type, time, data
 --           and id) is a run of one event and is read alike.
--- KEYS[3] - the session's epoch key: the newest lease's epoch (integer text, negated
+-- KEYS[3] - the session's digest hash: the digests of its newest DIGEST_SLOTS events,
+--           which a replay compares instead of reading the stored events. Event seq's
+--           digest (DIGEST_BYTES bytes) is in field b = floor(slot / BLOCK_EVENTS) (as
+--           integer text) at byte (slot % BLOCK_EVENTS) * DIGEST_BYTES, where slot =
+--           seq % DIGEST_SLOTS; each field a block of BLOCK_EVENTS digests, zero bytes
+--           where none was written. A field of another length is not a block (none).
+-- KEYS[4] - the session's epoch key: the newest lease's epoch (integer text, negated
 --           once released; see lease_acquire.lua); only with an epoch (ARGV[#ARGV]
---           not ""). A write gives it the expiry of the other two keys.
+--           not ""). A write gives it the expiry of the other keys.
 -- ARGV[1] - seq of the first event of the batch (integer text); the others follow it
 -- ARGV[2] - the header format version this client reads and writes
 -- ARGV[3] - the retention in ms to store with a session this call materialises, "0"
@@ -25,48 +31,64 @@
 -- ARGV[5] - number of header fields h, or "-1" when no header is given
 -- ARGV[6 .. 5+2h] - header field names and values (fields that are None left out)
 -- ARGV[6+2h] - the time of the batch's last event (integer text)
--- ARGV[7+2h .. #ARGV-1] - the entries to add, in pairs: number of events n >= 1, and
+-- ARGV[7+2h] - the digests of the batch's events, DIGEST_BYTES bytes each, in seq order
+--           (of each event text, its BLAKE2b digest of DIGEST_BYTES bytes)
+-- ARGV[8+2h .. #ARGV-1] - the entries to add, in pairs: number of events n >= 1, and
 --           the "events" text: "[" .. the n canonical event texts joined by ",\n" .. "]"
 -- ARGV[#ARGV] - the epoch of the lease of the writer appending (its fence, integer
 --           text), "" for a plain append, which does not look at the lease
 -- returns {"OK", next_seq}       the batch was written
 --         {"BUSY"}               a newer epoch is stored: another writer took the lease
 --                                over (whether it still holds it or released it since)
---         {"REPLAY", next_seq}   every event is already stored identically
---         {"CONFLICT", next_seq} the batch does not start at next_seq
+--         {"REPLAY", next_seq}   every event is already stored identically (its stored
+--                                digest is the one given)
+--         {"CONFLICT", next_seq} the batch does not start at next_seq and is not a replay
+--                                (also for events stored without a digest, by a client
+--                                of an older version, or more than DIGEST_SLOTS behind)
 --         {"NOTFOUND"}           no such session and no header given
 --         {"EXISTS"}             the stored header differs from the given one
 --         {"VERSION", version}   the stored header has another format version
+--         {"TAIL", next_seq, length, held} the stream holds `length` entries where the
+--                                meta hash counts `held` below next_seq: a torn tail
+--                                (nothing written); the caller cuts it and calls again
 --         {"CORRUPT", detail}    the meta hash or the stream is damaged, or holds more
 --                                than the library writes (more than META_FIELDS fields,
---                                a torn tail of more than TAIL_ENTRIES entries)
+--                                a field longer than FIELD_BYTES, a torn tail of more
+--                                than TAIL_ENTRIES entries)
 -- A session with a ttl_ms also gets "expires_at" in its meta hash: the server's TIME
--- (ms) plus ttl_ms, when both keys expire.
+-- (ms) plus ttl_ms, when its keys expire.
 -- Every check runs before the first write; next_seq is written last, so entries whose
 -- first event is at or past it are a torn tail, never part of the log. A session with a
--- ttl_ms then has both its keys expire ttl_ms from now, together (the script's clock
--- stands still). Seqs are computed as Lua numbers: exact below 2^53, which next_seq
--- never reaches.
+-- ttl_ms then has its keys expire ttl_ms from now, together (the script's clock stands
+-- still). Seqs are computed as Lua numbers: exact below 2^53, which next_seq never
+-- reaches.
 -- The work of a call is bounded by what it brings, never by what the keys hold (a tenant
--- may write its own keys by hand): the meta hash is read whole only when it holds at most
--- META_FIELDS fields, a torn tail is cut only when it holds at most TAIL_ENTRIES entries,
--- and a replay reads at most as many entries as it brings events.
+-- may write its own keys by hand): the meta hash's fields are read by name, each
+-- measured first (bounded_hmget, _limits.lua), when it holds at most META_FIELDS fields;
+-- the epoch is measured before it is read; no stream entry is ever read: a replay
+-- compares the stored digests of the events it brings, and a torn tail is left to the
+-- caller, who reads its ids (an entry a tenant planted may hold any number of bytes).
 
 local META_FIELDS = 32
 local TAIL_ENTRIES = 1000
+local DIGEST_BYTES = 8
+local DIGEST_SLOTS = 65536
+local BLOCK_EVENTS = 64
+local BLOCK_BYTES = BLOCK_EVENTS * DIGEST_BYTES
 
-local meta, stream = KEYS[1], KEYS[2]
+local meta, stream, digest_key = KEYS[1], KEYS[2], KEYS[3]
 local first = ARGV[1]
 local nheader = tonumber(ARGV[5])
 local at = 6 + 2 * math.max(nheader, 0)
 local last_time = ARGV[at]
+local digests = ARGV[at + 1]
 local first_number = tonumber(first)
 local fence = ARGV[#ARGV]
 
 -- Fencing: a writer whose lease was taken over since it took it writes nothing. Its own
 -- epoch, expired or released, stays the newest until another lease is taken.
 if fence ~= '' then
-  local stored = tonumber(redis.call('GET', KEYS[3])) or 0
+  local stored = tonumber(bounded_get(KEYS[4], 24)) or 0
   if math.abs(stored) > tonumber(fence) then
     return {'BUSY'}
   end
@@ -75,109 +97,62 @@ end
 -- The entries to add: {id, text}; `count` events in all.
 local adds = {}
 local seq = first_number
-for i = at + 1, #ARGV - 1, 2 do
+for i = at + 2, #ARGV - 1, 2 do
   local n = tonumber(ARGV[i])
   seq = seq + n
   adds[#adds + 1] = {string.format('%d-%d', seq - 1, n), ARGV[i + 1]}
 end
 local count = seq - first_number
+for i = 6, 5 + 2 * math.max(nheader, 0) do
+  if #ARGV[i] > FIELD_BYTES then
+    return redis.error_reply('INVALID a header field of ' .. #ARGV[i] .. ' bytes: at most '
+      .. FIELD_BYTES)
+  end
+end
+if #digests ~= count * DIGEST_BYTES then
+  return redis.error_reply('INVALID ' .. count .. ' events need ' .. count * DIGEST_BYTES
+    .. ' bytes of digests, not ' .. #digests)
+end
 
--- (seq of the last event, number of events) of an entry id; nil when malformed.
-local function span(id)
-  local last, n = string.match(id, '^(%d+)-(%d+)$')
-  last, n = tonumber(last), tonumber(n)
-  if not last or not n or n < 1 or n - 1 > last then
+-- Calls visit(block, at, from, size) for the runs of digest blocks that hold the digests
+-- of the `count` events from seq `from_seq` (the last DIGEST_SLOTS of them): the block's
+-- field, the run's byte offset in the block and in `digests`, its length; stops at the
+-- first visit that returns a value, and returns it.
+local function digest_runs(from_seq, visit)
+  local done = math.max(count - DIGEST_SLOTS, 0)
+  while done < count do
+    local slot = (from_seq + done) % DIGEST_SLOTS
+    local within = slot % BLOCK_EVENTS
+    local n = math.min(count - done, BLOCK_EVENTS - within)
+    local result = visit(string.format('%d', (slot - within) / BLOCK_EVENTS),
+      within * DIGEST_BYTES, done * DIGEST_BYTES, n * DIGEST_BYTES)
+    if result ~= nil then
+      return result
+    end
+    done = done + n
+  end
+end
+
+-- The stored block of that field, nil when there is none (a field of another length is
+-- measured, never read); raises CORRUPT when the digest key is not a hash.
+local function stored_block(field)
+  local size = redis.pcall('HSTRLEN', digest_key, field)
+  if type(size) == 'table' then
+    error({err = 'CORRUPT the digest key ' .. digest_key .. ' is not a hash'})
+  end
+  if size ~= BLOCK_BYTES then
     return nil
   end
-  return last, n
+  return redis.call('HGET', digest_key, field)
 end
 
--- The texts of the events of an "events" value, one per event; nil when it holds more
--- than `most` (a stored value is split only as far as its entry id says it holds: one
--- a tenant planted with millions of separators costs `most` pieces, not millions).
-local function split(value, most)
-  -- Between the "[" and the "]", without copying the value.
-  local texts, pos, last = {}, 2, #value - 1
-  while true do
-    local stop = string.find(value, ',\n', pos, true)
-    if not stop or stop > last then
-      texts[#texts + 1] = string.sub(value, pos, last)
-      return texts
-    end
-    if most and #texts >= most then
-      return nil
-    end
-    texts[#texts + 1] = string.sub(value, pos, stop - 1)
-    pos = stop + 2
-  end
-end
-
--- A string as orjson writes it in JSON: what an event text holds for a type or an id.
-local escapes = {['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b', ['\t'] = '\\t',
-  ['\n'] = '\\n', ['\f'] = '\\f', ['\r'] = '\\r'}
-local function quoted(text)
-  return '"' .. string.gsub(text, '[%z\1-\31"\\]', function(c)
-    return escapes[c] or string.format('\\u%04x', string.byte(c))
-  end) .. '"'
-end
-
--- The event texts of a stored entry of `n` events, nil when it is malformed; an entry
--- of the first layout gives the text its fields stand for.
-local function entry_texts(fields, n)
-  if #fields == 2 and fields[1] == 'events' then
-    local texts = split(fields[2], n)
-    return texts and #texts == n and texts or nil
-  end
-  local size = #fields
-  if n ~= 1 or not (size == 8 or (size == 10 and fields[9] == 'id')) or fields[1] ~= 'seq'
-      or fields[3] ~= 'type' or fields[5] ~= 'time' or fields[7] ~= 'data' then
-    return nil
-  end
-  local text = '{"seq":' .. fields[2] .. ',"type":' .. quoted(fields[4]) .. ',"time":'
-    .. fields[6] .. ',"data":' .. fields[8]
-  if size == 10 then
-    text = text .. ',"id":' .. quoted(fields[10])
-  end
-  return {text .. '}'}
-end
-
--- The texts of the stored events from seq `from` to `to`, nil unless all are there.
-local function stored_texts(from, to)
-  local found, start = {}, string.format('%d-0', from)
-  while true do
-    -- each entry holds at least one event: never more entries than events wanted
-    local chunk = redis.call('XRANGE', stream, start, '+', 'COUNT', math.min(64, to - from + 1 - #found))
-    if #chunk == 0 then
-      return nil
-    end
-    for _, entry in ipairs(chunk) do
-      local last, n = span(entry[1])
-      local texts = last and entry_texts(entry[2], n)
-      if not texts then
-        return nil
-      end
-      for i = 1, n do
-        local s = last - n + i
-        if s >= from and s <= to then
-          if s ~= from + #found then
-            return nil
-          end
-          found[#found + 1] = texts[i]
-        end
-      end
-      if last >= to then
-        return found
-      end
-      start = '(' .. entry[1]
-    end
-  end
-end
-
--- Load the meta hash: the three fields that matter, or all of it to compare a header.
-local stored, found, next_seq, ttl
+-- Load the meta hash: the fields that matter, and with a header every field the library
+-- writes there, to compare the header (each field measured before it is read).
+local META_NAMES = {'next_seq', 'version', 'ttl_ms', 'entries', 'bytes', 'bytes_to',
+  'last_time', 'expires_at'}
+local stored, found, next_seq, ttl, differs
 if nheader < 0 then
-  local got = redis.call('HMGET', meta, 'next_seq', 'version', 'ttl_ms', 'entries', 'bytes',
-    'bytes_to')
+  local got = bounded_hmget(meta, {unpack(META_NAMES, 1, 6)})
   if not (got[1] or got[2] or got[3]) and redis.call('EXISTS', meta) == 0 then
     return {'NOTFOUND'}
   end
@@ -190,13 +165,31 @@ else
     return {'CORRUPT', 'the meta hash ' .. meta .. ' holds ' .. size
       .. ' fields, which the library never writes'}
   end
-  local flat = redis.call('HGETALL', meta)
-  stored = {}
-  for i = 1, #flat, 2 do
-    stored[flat[i]] = flat[i + 1]
+  local names, header = {unpack(META_NAMES)}, {}
+  for i = 6, 5 + 2 * nheader, 2 do
+    if ARGV[i] ~= 'version' then
+      names[#names + 1] = ARGV[i]
+    end
+    header[ARGV[i]] = ARGV[i + 1]
   end
-  found = #flat > 0
+  local got = bounded_hmget(meta, names)
+  stored = {}
+  local present = 0
+  for i, name in ipairs(names) do
+    if got[i] then
+      stored[name] = got[i]
+      present = present + 1
+    end
+  end
+  found = size > 0
   next_seq = stored['next_seq']
+  -- A stored field the header does not name (and the library keeps no other) differs.
+  differs = present ~= size
+  for name, value in pairs(header) do
+    if stored[name] ~= value then
+      differs = true
+    end
+  end
 end
 
 if not found then
@@ -208,23 +201,8 @@ else
   if stored['version'] ~= ARGV[2] then
     return {'VERSION', stored['version'] or ''}
   end
-  if nheader >= 0 then
-    local own = 0
-    for name, _ in pairs(stored) do
-      if name ~= 'next_seq' and name ~= 'last_time' and name ~= 'ttl_ms'
-          and name ~= 'expires_at' and name ~= 'entries' and name ~= 'bytes'
-          and name ~= 'bytes_to' then
-        own = own + 1
-      end
-    end
-    if own ~= nheader then
-      return {'EXISTS'}
-    end
-    for i = 6, 5 + 2 * nheader, 2 do
-      if stored[ARGV[i]] ~= ARGV[i + 1] then
-        return {'EXISTS'}
-      end
-    end
+  if differs then
+    return {'EXISTS'}
   end
   if not stored_integer(next_seq) or stored_integer(next_seq) < 0 then
     return {'CORRUPT', 'the meta hash has no valid next_seq'}
@@ -257,67 +235,74 @@ if first ~= next_seq then
   if first_number > stored_next or batch_last >= stored_next then
     return {'CONFLICT', next_seq}
   end
-  local have = stored_texts(first_number, batch_last)
-  if not have then
+  if count > DIGEST_SLOTS then
     return {'CONFLICT', next_seq}
   end
-  local i = 0
-  for _, add in ipairs(adds) do
-    for _, text in ipairs(split(add[2])) do
-      i = i + 1
-      if have[i] ~= text then
-        return {'CONFLICT', next_seq}
-      end
+  local differs = digest_runs(first_number, function(field, at_block, from, size)
+    local block = stored_block(field)
+    if not block or string.sub(block, at_block + 1, at_block + size)
+        ~= string.sub(digests, from + 1, from + size) then
+      return true
     end
+  end)
+  if differs then
+    return {'CONFLICT', next_seq}
   end
   return {'REPLAY', next_seq}
 end
 
--- The stream must hold exactly `held` entries, none of them ending at or past next_seq
--- (XLEN is O(1), the probe O(log n)); entries past it are a torn tail, cut off here.
-local tail = redis.call('XRANGE', stream, next_seq .. '-0', '+', 'COUNT', 1)
-if #tail > 0 or redis.call('XLEN', stream) ~= held then
-  tail = redis.call('XRANGE', stream, next_seq .. '-0', '+', 'COUNT', TAIL_ENTRIES + 1)
-  if #tail > TAIL_ENTRIES then
-    return {'CORRUPT', 'the stream ' .. stream .. ' holds more than ' .. TAIL_ENTRIES
-      .. ' entries past next_seq ' .. next_seq .. ', a torn tail the library never writes'}
+-- The blocks of the batch's digests, read (a digest key of another type refuses the
+-- call) before anything is written, and written with the events.
+local fields, blocks = {}, {}
+digest_runs(first_number, function(field, at_block, from, size)
+  local block = blocks[field]
+  if not block then
+    fields[#fields + 1] = field
+    block = stored_block(field) or string.rep('\0', BLOCK_BYTES)
   end
-  local ids = {}
-  for i = 1, #tail do
-    local last, n = span(tail[i][1])
-    if not last or last - n + 1 < stored_next then
-      return {'CORRUPT', 'stream entry ' .. tail[i][1] .. ' spans next_seq ' .. next_seq}
-    end
-    ids[i] = tail[i][1]
-  end
-  local before = redis.call('XLEN', stream) - #tail
-  if before ~= held then
-    return {'CORRUPT', 'the stream holds ' .. before .. ' entries before next_seq ' .. next_seq
-      .. ', not ' .. held}
-  end
-  -- Cut off the torn tail and lower the stream's last id, which XDEL leaves in place,
-  -- so that the batch's ids are accepted again. unpack() is bounded by the Lua stack:
-  -- delete in slices.
-  for i = 1, #ids, 1000 do
-    redis.call('XDEL', stream, unpack(ids, i, math.min(i + 999, #ids)))
-  end
-  if redis.call('EXISTS', stream) == 1 then
-    redis.call('XSETID', stream, ARGV[4])
-  end
+  blocks[field] = string.sub(block, 1, at_block) .. string.sub(digests, from + 1, from + size)
+    .. string.sub(block, at_block + size + 1)
+end)
+
+-- The stream must hold exactly `held` entries (XLEN: O(1)). More are a torn tail, past
+-- next_seq, which this call never reads (a tenant may have made its entries of any size):
+-- TAIL asks the caller to cut it (log_cut_tail.lua, with the ids it read) and send the
+-- call again.
+local length = redis.call('XLEN', stream)
+if length > held + TAIL_ENTRIES then
+  return {'CORRUPT', 'the stream ' .. stream .. ' holds ' .. length - held .. ' entries more'
+    .. ' than the ' .. held .. ' before next_seq ' .. next_seq .. ', more than a torn tail'
+    .. ' the library writes (' .. TAIL_ENTRIES .. ')'}
+end
+if length ~= held then
+  return {'TAIL', next_seq, length, held}
 end
 
 -- A tail deleted by hand leaves the stream's last id above the batch's: lower it once
--- the first XADD is refused for it (nothing has been written yet).
+-- the first XADD is refused for it (nothing has been written yet); an entry still above
+-- it (a gap below next_seq hidden by as many entries past it) refuses the call.
 local added = redis.pcall('XADD', stream, adds[1][1], 'events', adds[1][2])
 if type(added) == 'table' and added.err then
   if not string.find(added.err, 'equal or smaller', 1, true) then
     return added
   end
-  redis.call('XSETID', stream, ARGV[4])
+  local lowered = redis.pcall('XSETID', stream, ARGV[4])
+  if type(lowered) == 'table' and lowered.err then
+    return {'CORRUPT', 'the stream ' .. stream .. ' holds ' .. held .. ' entries as the meta'
+      .. ' hash says, but some end at or past next_seq ' .. next_seq .. ': a gap before it'}
+  end
   redis.call('XADD', stream, adds[1][1], 'events', adds[1][2])
 end
 for i = 2, #adds do
   redis.call('XADD', stream, adds[i][1], 'events', adds[i][2])
+end
+for i = 1, #fields, 500 do
+  local pairs_ = {}
+  for j = i, math.min(i + 499, #fields) do
+    pairs_[#pairs_ + 1] = fields[j]
+    pairs_[#pairs_ + 1] = blocks[fields[j]]
+  end
+  redis.call('HSET', digest_key, unpack(pairs_))
 end
 
 local after = string.format('%d', first_number + count)
@@ -353,12 +338,13 @@ end
 if ttl then
   redis.call('PEXPIRE', meta, ttl)
   redis.call('PEXPIRE', stream, ttl)
+  redis.call('PEXPIRE', digest_key, ttl)
 end
 if fence ~= '' then
   if ttl then
-    redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[4], ttl)
   else
-    redis.call('PERSIST', KEYS[3])
+    redis.call('PERSIST', KEYS[4])
   end
 end
 return {'OK', after}

@@ -3,11 +3,12 @@
 --
 -- KEYS[1] - the session's meta hash
 -- KEYS[2] - the session's event stream
--- returns "OK" when both keys were deleted, "NOTFOUND" when the session does not
+-- KEYS[3] - the session's digest hash (see log_append.lua)
+-- returns "OK" when the keys were deleted, "NOTFOUND" when the session does not
 --         exist (nothing written)
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'NOTFOUND'
 end
-redis.call('UNLINK', KEYS[1], KEYS[2])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 return 'OK'

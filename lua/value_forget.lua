@@ -24,7 +24,7 @@ if said then
 end
 
 local found = 0
-if redis.call('HGET', KEYS[1], 'v') or redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('HEXISTS', KEYS[1], 'v') == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
   found = 1
 end
 if redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3]) > 0 then

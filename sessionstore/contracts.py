@@ -303,7 +303,10 @@ class EventBackend(ABC):
         differs from ``header`` raises ``SessionExistsError``; the batch's first seq must
         equal the stored next seq (else ``SeqConflictError``), unless every event of
         the batch is already stored identically (the same canonical text), which is an
-        applied replay: nothing is written. A torn tail is cut off durably before writing.
+        applied replay: nothing is written. (Redis tells by the events' digests, kept for
+        the newest 65,536 events of a log: a batch reaching further back, or events
+        stored by a client of an older version, conflicts.) A torn tail is cut off
+        durably before writing.
 
         ``ttl_ms`` is stored with a session this call materialises (it is ignored for a
         session already stored). In the same atomic step as the events, an append that

@@ -44,6 +44,10 @@ key                                                     type    fields / members
                                                                  events, one per line (an old entry
                                                                  ``<seq>-1``: fields ``seq type time
                                                                  data id``)
+``ss:<ns>:log:{<session id>}:digests``                  hash    the 8-byte digests of the newest     log_append.lua  same as ``:meta``
+                                                                 65,536 events: field ``<b>`` holds
+                                                                 slots ``64b .. 64b+63`` (slot =
+                                                                 seq % 65536), 512 bytes
 ``ss:<ns>:log:{<session id>}:lease``                    hash    ``owner`` = the live writer's        lease_*.lua     the writer's lease
                                                                  token, ``epoch`` = its lease's                       (10 s), renewed
                                                                  epoch                                                between 3/10 and
@@ -73,8 +77,8 @@ with ``ttl`` sets the key's expiry to that ttl from now with ``PEXPIRE``, inside
 script (``value_swap.lua``, ``history_set.lua``: on both keys of a
 history). A write without a ttl leaves a key's expiry as it was. A log session created
 with a ttl keeps it in ``ttl_ms`` of its meta hash, and every ``log_append.lua`` that
-writes ends with ``PEXPIRE`` of the meta hash and the stream by ``ttl_ms``: the two keys
-always carry the same expiry and vanish together.
+writes ends with ``PEXPIRE`` of the meta hash, the stream and the digest hash by
+``ttl_ms``: the three keys always carry the same expiry and vanish together.
 
 Exactly once: every value write (set, clear, compare-and-set, delete; plain and history)
 carries a writer slot and a number: each value backend keeps a pool of slots (a random
@@ -119,7 +123,10 @@ gives the key the expiry of the session's other keys. ``log_delete.lua`` leaves 
 few bytes; a lease taken after the delete still gets a larger epoch, by the ``TIME``
 floor), as does a writer that closes without appending to a session with a ttl. ``next_seq`` is committed last by ``log_append.lua``: a
 stream entry at or past it is a torn tail, never part of the log; ``log_append.lua`` and
-``log_cut_tail.lua`` cut it off, ``log_delete.lua`` removes both keys of a session. Every script gets its keys in
+``log_cut_tail.lua`` cut it off, ``log_delete.lua`` removes the three keys of a session.
+An append that repeats stored events (a resend after a lost reply) is answered from the
+``digests`` hash alone, never by reading the stream, whose entries a tenant may have
+made of any size. Every script gets its keys in
 ``KEYS``, built here; the Lua never builds a key name.
 
 The two ``idx`` sorted sets index the namespace, so listing never needs ``SCAN`` (which
@@ -285,6 +292,12 @@ def log_keys(namespace: str, session_id: str) -> tuple[str, str]:
     """(meta hash, events stream) of one event-log session."""
     base = f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}"
     return f"{base}:meta", f"{base}:events"
+
+
+def log_digest_key(namespace: str, session_id: str) -> str:
+    """The digest hash of one event-log session: the digests of its newest events,
+    which tell a repeated append from a conflicting one (see :mod:`.redis.logformat`)."""
+    return f"{namespace_prefix(namespace)}{LOG_KIND}:{{{escape(session_id)}}}:digests"
 
 
 def log_meta_pattern(namespace: str) -> str:

@@ -1064,7 +1064,7 @@ def test_a_gap_hidden_by_a_torn_tail_is_corruption_not_a_tail(redis_server, ns, 
     client.xadd(stream, {"seq": 3, "type": "torn", "time": 1, "data": "{}"}, id="3-1")
     assert client.xlen(stream) == 3  # as many entries as next_seq
     before = snapshot(redis_server.url, ns)
-    with pytest.raises(CorruptLogError, match="2 entries before next_seq 3"):
+    with pytest.raises(CorruptLogError, match="end at or past next_seq 3: a gap before it"):
         events.append("s", batch(3, 1), None)
     assert snapshot(redis_server.url, ns) == before
     client.close()
@@ -1191,7 +1191,9 @@ def test_exists_list_and_delete(redis_server, ns, open_):
     events.delete("s1")
     assert not events.exists("s1")
     assert snapshot(redis_server.url, ns).keys() == {
-        k.encode() for i in (0, 2) for k in keys.log_keys(ns, f"s{i}")
+        k.encode()
+        for i in (0, 2)
+        for k in (*keys.log_keys(ns, f"s{i}"), keys.log_digest_key(ns, f"s{i}"))
     }
     with pytest.raises(SessionNotFoundError):
         events.delete("s1")
@@ -1571,18 +1573,23 @@ def _first_layout(url: str, ns: str, session_id: str, written: list[SessionEvent
 
 
 def test_a_log_of_the_first_layout_loads_and_takes_appends_and_replays(redis_server, ns, open_):
+    """A log of the first layout loads and takes appends; its old events have no digest,
+    so a batch repeating them conflicts, and the events appended since replay."""
     odd = stored(2, 'a"b\\c\n\x01/é', T0 + 2, {"n": 2, "s": "x\ty"})
     old = [*batch(0, 2).events, odd, *batch(3, 2).events]
     _first_layout(redis_server.url, ns, "old", old)
     events = open_(redis_server.url, ns).events
     assert events.read("old")[1] == old
     assert events.read("old", 3, limit=1)[1] == old[3:4]
-    assert events.append("old", batch_of(old[1:4]), None) == 5, "a replay over old entries"
+    with pytest.raises(SeqConflictError):
+        events.append("old", batch_of(old[1:4]), None)
     with pytest.raises(SeqConflictError):
         events.append("old", batch_of([stored(2, "other", T0 + 2, {"n": 2})]), None)
     assert events.append("old", batch(5, 3), None) == 8
     assert events.read("old")[1] == [*old, *batch(5, 3).events]
-    assert events.append("old", batch_of([old[4], *batch(5, 2).events]), None) == 8
+    assert events.append("old", batch(5, 2), None) == 8, "a replay of events of this layout"
+    with pytest.raises(SeqConflictError):
+        events.append("old", batch_of([old[4], *batch(5, 2).events]), None)
     assert events.read("old", 4, limit=2)[1] == [old[4], *batch(5, 1).events]
 
 

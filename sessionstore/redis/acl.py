@@ -22,12 +22,13 @@ of the user's own can grow past what it returns and what it is sent is granted o
 the library cannot do without it. Not granted: ``MEMORY USAGE`` (``SAMPLES 0`` walks a
 whole key; session sizes come from the count the appends keep, see :mod:`.logformat`),
 ``ZREMRANGEBYSCORE`` and ``ZREMRANGEBYRANK`` (the history writes remove versions by
-name); the functions delete with ``UNLINK``. The rest costs what Redis's own commands
+name); ``DEL`` (the functions delete with ``UNLINK``, which frees a big key in the
+background). The rest costs what Redis's own commands
 cost any client: ``HGETALL``, ``XRANGE``, ``XREAD`` and ``ZRANGE`` by rank cost what they
 return (a tenant reading its own big key pays for its own reply). The exceptions, which
 the functions need: ``ZRANGEBYSCORE``, ``ZREVRANGEBYSCORE`` and ``ZRANGE ... BYSCORE``
-step over a ``LIMIT`` offset (the library's calls use 0); ``DEL`` or ``SET`` over a big
-key frees it at once unless the server frees in the background
+step over a ``LIMIT`` offset (the library's calls use 0); ``SET`` over a big key frees
+it at once unless the server frees in the background
 (``lazyfree-lazy-user-del``, ``lazyfree-lazy-server-del``; see docs/operations.md).
 ``INFO`` is
 granted only for its ``persistence`` section (``durability="aof"``) and ``cluster``
@@ -69,7 +70,7 @@ COMMANDS = (
     # a cached value read (?cache=yes) notes its ttl in the same transaction
     "multi", "exec",
     # keys, hashes, sorted sets (values, the namespace index) and streams
-    "exists", "del", "unlink", "pexpire", "pexpiretime", "pttl", "persist", "get", "set",
+    "exists", "unlink", "pexpire", "pexpiretime", "pttl", "persist", "get", "set", "strlen",
     "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen", "hstrlen",
     "object|encoding",
     "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",

@@ -22,11 +22,18 @@ layout (id ``<seq>-1``, fields ``seq``, ``type``, ``time``, ``data`` and ``id`` 
 event has one) is an entry of one event and is read alike (the reader is
 :mod:`.logparse`), so logs written by it still load and can be appended to. Both keys
 of a session with a ``ttl_ms`` carry the same expiry, set by every append.
+
+A third key, the digest hash, holds :data:`DIGEST_BYTES` bytes per event (see
+:func:`event_digests`) for the newest :data:`DIGEST_SLOTS` events, in fields of 64
+digests each (``log_append.lua`` says where): an append that repeats stored events (a
+call sent again after a lost reply) is told apart from a conflicting one by those
+digests alone, so its cost never depends on what the stream holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from hashlib import blake2b
 from typing import Any
 
 from ..contracts import EventBatch
@@ -56,6 +63,13 @@ ENTRY_EVENTS = 1000
 EVENTS_FIELD = b"events"
 #: What separates the event texts of an ``events`` field.
 SEPARATOR = b",\n"
+#: The bytes of one event's digest in the session's digest hash (``DIGEST_BYTES`` in
+#: ``log_append.lua``), which keeps the digests of the newest :data:`DIGEST_SLOTS` events.
+DIGEST_BYTES = 8
+DIGEST_SLOTS = 65536
+#: The longest header field (name or value, UTF-8) a session on Redis stores: the
+#: library's scripts read no stored field longer (``FIELD_BYTES`` of ``lua/_limits.lua``).
+FIELD_BYTES = 65536
 
 
 def restore_id(next_seq: int) -> str:
@@ -67,6 +81,15 @@ def restore_id(next_seq: int) -> str:
 def stream_id(seq: int, part: int) -> str:
     """The stream id ``<seq>-<part>``."""
     return f"{seq}-{part}"
+
+
+def entry_start(entry_id: str) -> int:
+    """The seq of the first event of the entry ``<seq of its last event>-<number of
+    events>``; -1 for an id the library never writes."""
+    last, _, count = entry_id.partition("-")
+    if not (last.isdigit() and count.isdigit()) or not 1 <= int(count) <= int(last) + 1:
+        return -1
+    return int(last) - int(count) + 1
 
 
 # Header ----------------------------------------------------------------------------------
@@ -203,9 +226,14 @@ def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int 
 
 def _checked(value: str, what: str) -> str:
     try:
-        value.encode("utf-8")
+        size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidArgumentError(f"{what} {value!r:.60} is not valid Unicode") from exc
+    if size > FIELD_BYTES:
+        raise InvalidArgumentError(
+            f"{what} {value!r:.60} is {size} bytes, more than a session on Redis stores"
+            f" in a header field ({FIELD_BYTES})"
+        )
     return value
 
 
@@ -216,14 +244,15 @@ def append_args(
     epoch: int | None = None,
 ) -> list[str | bytes]:
     """ARGV of ``log_append.lua`` for a contiguous, non-empty batch: its first seq (the
-    others follow it), the header, the last event's time, the stream entries to add,
+    others follow it), the header, the last event's time, the events' digests
+    (:func:`event_digests`), the stream entries to add,
     each as its number of events and its ``events`` text (see :func:`entry_text`), at most
     :data:`ENTRY_EVENTS` events per entry, then the fencing lease ``epoch`` ("" for none).
     ``ttl_ms`` is the retention stored with a session the call materialises.
 
-    Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
-    (event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
-    anything is sent.
+    Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8 or
+    longer than :data:`FIELD_BYTES` (event text is checked by
+    :func:`~sessionstore.eventlog.encode_batch`), before anything is sent.
     """
     events, texts = batch.events, batch.texts
     if not events:
@@ -237,6 +266,7 @@ def append_args(
         "-1" if header is None else str(len(pairs) // 2),
         *pairs,
         str(events[-1].time),
+        event_digests(texts),
     ]
     if len(texts) <= ENTRY_EVENTS:
         args += (str(len(texts)), entry_text(texts))
@@ -246,6 +276,13 @@ def append_args(
             args += (str(len(part)), entry_text(part))
     args.append("" if epoch is None else str(epoch))
     return args
+
+
+def event_digests(texts: Sequence[bytes]) -> bytes:
+    """The digests of the event texts, in order: of each, the first :data:`DIGEST_BYTES`
+    bytes of its BLAKE2b digest. An event text names its seq, so two events at one seq
+    have one digest only when they are the same event."""
+    return b"".join([blake2b(text, digest_size=DIGEST_BYTES).digest() for text in texts])
 
 
 def entry_text(texts: Sequence[bytes]) -> bytes:

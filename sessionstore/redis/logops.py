@@ -1,10 +1,12 @@
 """The operations of session event logs on Redis, written once for the sync and async
-backends (:mod:`.events`): a meta hash and a stream per session (see :mod:`.logformat`).
+backends (:mod:`.events`): a meta hash, a stream and a digest hash per session (see
+:mod:`.logformat`).
 
 * ``append``: ``log_append.lua`` (checks -- a writer's lease first, its fence --, torn-tail
-  cut, XADDs, ``next_seq`` last, then ``PEXPIRE`` of both keys for a session with a ttl),
-  then ``WAIT`` in the same round trip for ``durability="replicas:N"``. A retry of the
-  same call after a lost reply finds its batch stored and returns it as an applied replay.
+  cut, the events' digests, XADDs, ``next_seq`` last, then ``PEXPIRE`` of the three keys
+  for a session with a ttl), then ``WAIT`` in the same round trip for
+  ``durability="replicas:N"``. A retry of the same call after a lost reply finds its
+  events' digests stored and returns it as an applied replay.
 * ``read``: ``HGETALL meta`` and ``XRANGE`` pipelined, then more XRANGE chunks for long
   logs. Damage is confirmed by reading the meta hash again (a session deleted meanwhile
   is not damage). With ``repair=True`` a torn tail is cut by ``log_cut_tail.lua``,
@@ -65,8 +67,10 @@ from .logformat import (
     decode_append,
     decode_header,
     decode_info,
+    entry_start,
     estimated_bytes,
     restore_id,
+    stream_id,
     whole_count,
 )
 from .logparse import READ_ATTEMPTS, LogRead
@@ -207,6 +211,10 @@ class LogOps:
     def _keys(self, session_id: str) -> tuple[str, str]:
         return keys.log_keys(self._namespace, session_id)
 
+    def _all_keys(self, session_id: str) -> list[str]:
+        """Meta hash, stream and digest hash: the keys a session's data lives in."""
+        return [*self._keys(session_id), keys.log_digest_key(self._namespace, session_id)]
+
     def _lease(self, session_id: str) -> str:
         return keys.log_lease_key(self._namespace, session_id)
 
@@ -262,19 +270,30 @@ class LogOps:
         # a key that does not exist would make Redis refuse the call (TRYAGAIN) while the
         # session's slot migrates.
         fence = [] if lease is None else [self._epoch(session_id)]
-        names = [*self._keys(session_id), *fence]
+        names = [*self._all_keys(session_id), *fence]
         args = append_args(batch, header, ttl_ms, None if lease is None else lease.epoch)
         # Only an append that may materialise the session (it carries the header) can
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
         replicas = self._durability.replicas
-        with self._guard("log_append.lua", names[0]):
-            if replicas:
-                reply, acks = yield from scripts.run_then_wait_steps(
-                    client, "log_append", names, args, replicas, self._wait_ms, first
+        while True:
+            with self._guard("log_append.lua", names[0]):
+                if replicas:
+                    reply, acks = yield from scripts.run_then_wait_steps(
+                        client, "log_append", names, args, replicas, self._wait_ms, first
+                    )
+                else:
+                    reply = yield from scripts.run_steps(client, "log_append", names, args, first)
+            if text(reply[0]) != "TAIL":
+                break
+            # A torn tail, which the script leaves to the caller: cut, then send again.
+            tail_from, length, held = (int(part) for part in reply[1:4])
+            if not (yield from self._cut_torn_tail(client, session_id, tail_from)):
+                raise CorruptLogError(
+                    session_id,
+                    f"the stream holds {length} entries where the meta hash counts {held}"
+                    f" before next_seq {tail_from}, and none past it",
                 )
-            else:
-                reply = yield from scripts.run_steps(client, "log_append", names, args, first)
         next_seq = decode_append(session_id, batch, reply)
         if replicas:
             check_acks(
@@ -335,13 +354,37 @@ class LogOps:
                 )
         if plan.tail:
             yield from self.check_durable(client)
-            with self._guard("log_cut_tail.lua", meta):
-                while True:
-                    reply = yield from scripts.run_steps(
-                        client, "log_cut_tail", [meta, stream], plan.cut_args()
+            yield from self._cut_torn_tail(client, plan.session_id, plan.next_seq)
+
+    def _cut_torn_tail(self, client: Any, session_id: str, next_seq: int) -> Steps[int]:
+        """Cut the entries that end at or past ``next_seq`` and return how many were cut:
+        this client reads their ids (``XRANGE``, :data:`TAIL_CUT` a round) and
+        ``log_cut_tail.lua`` deletes those, once it finds ``next_seq`` unchanged (the
+        script never reads an entry). An entry that starts before ``next_seq`` and ends
+        past it is damage (:class:`CorruptLogError`), never cut."""
+        meta, stream = self._keys(session_id)
+        cut = 0
+        while True:
+            with self._guard("XRANGE", stream):
+                tail = yield functools.partial(
+                    client.xrange, stream, stream_id(next_seq, 0), "+", TAIL_CUT
+                )
+            if not tail:
+                return cut
+            ids = [text(entry_id) for entry_id, _ in tail]
+            for entry_id in ids:
+                if entry_start(entry_id) < next_seq:
+                    raise CorruptLogError(
+                        session_id, f"stream entry {entry_id} spans next_seq {next_seq}"
                     )
-                    if text(reply[0]) != "OK" or int(reply[1]) < TAIL_CUT:
-                        break
+            args = [str(next_seq), restore_id(next_seq), *ids]
+            with self._guard("log_cut_tail.lua", meta):
+                reply = yield from scripts.run_steps(client, "log_cut_tail", [meta, stream], args)
+            if text(reply[0]) != "OK":
+                return cut
+            cut += int(reply[1])
+            if len(tail) < TAIL_CUT:
+                return cut
 
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)
@@ -426,7 +469,7 @@ class LogOps:
 
     def delete(self, client: Any, session_id: str) -> Steps[None]:
         yield from self.check_durable(client)
-        names = self._keys(session_id)
+        names = self._all_keys(session_id)
         with self._guard("log_delete.lua", names[0]):
             reply = yield from scripts.run_steps(client, "log_delete", names, [])
         if text(reply) == "NOTFOUND":
@@ -462,7 +505,7 @@ class LogOps:
 
     def set_retention(self, client: Any, session_id: str, ttl_ms: int | None) -> Steps[int | None]:
         yield from self.check_durable(client)
-        names = self._keys(session_id)
+        names = self._all_keys(session_id)
         with self._guard("log_expire.lua", names[0]):
             reply = yield from scripts.run_steps(client, "log_expire", names, [ttl_ms or 0])
         if text(reply) == "NOTFOUND":
@@ -470,7 +513,7 @@ class LogOps:
         return None if int(reply) < 0 else int(reply)
 
     def prune(self, client: Any) -> Steps[int]:
-        """The server expires sessions by itself, both keys together: only the index
+        """The server expires sessions by itself, their keys together: only the index
         entries of sessions gone are cleared (see :mod:`.index`); returns 0."""
         yield from self._listing(client, _exists_of(self._namespace))
         return 0

@@ -32,6 +32,7 @@ from sessionstore.keys import (
     compute_lease_key,
     history_keys,
     index_keys,
+    log_digest_key,
     log_epoch_key,
     log_keys,
     log_lease_key,
@@ -40,6 +41,7 @@ from sessionstore.models import FORMAT_VERSION
 from sessionstore.redis import valueformat as layout
 from sessionstore.redis.acl import setuser_args
 from sessionstore.redis.library import FREEING, READ_ONLY, install, library, script, scripts
+from sessionstore.redis.logformat import event_digests
 
 from . import figures
 from .figures import figures_run  # noqa: F401 - used by pytestmark
@@ -236,16 +238,28 @@ def _tenant_calls(namespace: str, round_: int) -> list[tuple[str, list[Any], lis
     the data of the writes that were accepted stays."""
     vkey = ValueKey(namespace, f"S{round_}", "s", "e", "1h", "backtest")
     ghost = ValueKey(namespace, f"G{round_}", "s", "e", "1h", "backtest")
-    gone = log_keys(namespace, f"g{round_}")
+    gone = [*log_keys(namespace, f"g{round_}"), log_digest_key(namespace, f"g{round_}")]
     meta, stream = log_keys(namespace, f"s{round_}")
+    digests = log_digest_key(namespace, f"s{round_}")
     lease = [log_lease_key(namespace, f"s{round_}"), log_epoch_key(namespace, f"s{round_}")]
     at, values = history_keys(vkey)
     index = index_keys(namespace)[1]
     member = "m" * BIG
     marks = [(TOKEN, n * 10**6 + round_) for n in range(1, 5)]
-    event = b'[{"seq":0,"type":"note","time":1,"data":"' + b"x" * BIG + b'"}]'
+    event = b'{"seq":0,"type":"note","time":1,"data":"' + b"x" * BIG + b'"}'
     header = ["1", "id", f"s{round_}"]
-    append = ["0", str(FORMAT_VERSION), "0", "0-0", *header, "1", "1", event, ""]
+    append = [
+        "0",
+        str(FORMAT_VERSION),
+        "0",
+        "0-0",
+        *header,
+        "1",
+        event_digests([event]),
+        "1",
+        b"[" + event + b"]",
+        "",
+    ]
     return [
         ("version", [], []),
         ("index_add", [index], [str(T0), str(T0), member]),
@@ -259,13 +273,13 @@ def _tenant_calls(namespace: str, round_: int) -> list[tuple[str, list[Any], lis
         ("history_get", [at, values], [str(T0 + 1)]),
         ("history_page", [at, values], [str(T0 + 1), "1000"]),
         ("value_expire", [layout.plain_keys(vkey)[0], at, values], ["60000"]),
-        ("log_append", [meta, stream], append),
-        ("log_expire", [meta, stream], ["60000"]),
+        ("log_append", [meta, stream, digests], append),
+        ("log_expire", [meta, stream, digests], ["60000"]),
         ("lease_acquire", lease, [TOKEN, "60000"]),
         ("lease_renew", lease, [TOKEN, "1", "60000"]),
         ("lease_release", lease, [TOKEN]),
-        ("log_cut_tail", [*gone], ["1", "0-18446744073709551615"]),
-        ("log_delete", [*gone], []),
+        ("log_cut_tail", gone[:2], ["1", "0-18446744073709551615"]),
+        ("log_delete", gone, []),
         ("value_forget", layout.forget_keys(ghost), layout.forget_args(marks[3], 60_000)),
         ("index_forget", [index], [str(T0), "g" * BIG]),
     ]  # fmt: skip

@@ -21,6 +21,7 @@ import time
 
 import pytest
 import redis
+from support.redis_helpers import namespace_snapshot
 
 import sessionstore
 from sessionstore import CorruptDataError, InvalidArgumentError
@@ -176,32 +177,32 @@ def test_a_long_history_is_inspected_in_a_page_a_call(client, namespace, redis_s
     assert calls <= 21
 
 
-def test_a_replay_against_a_planted_entry_of_separators_costs_what_the_call_brings(
-    client, namespace, redis_server
-):
-    """An entry of a log holding megabytes of event separators (planted: the stream is the
-    tenant's own key) is split only as far as its id says it holds events: a replayed
-    append compared against it is refused in microseconds, not after splitting it into
-    millions of pieces (the server answering nobody meanwhile)."""
+def test_a_replay_against_a_planted_big_entry_never_reads_it(client, namespace, redis_server):
+    """An entry of a log holding 48 MB (planted: the stream is the tenant's own key) is
+    never read by an append that repeats stored events or conflicts with them: the
+    function compares the events' digests (a few bytes each, kept apart from the
+    stream), so either answer costs what the call brings. Reading the entry cost 40 ms
+    of server time for 16 MB and 182 ms for 48 MB, every other client waiting."""
     from sessionstore import SeqConflictError, SessionEvent, SessionHeader
     from sessionstore.keys import log_keys
 
     events = [SessionEvent(seq=i, type="note", time=T0 + i, data={"i": i}) for i in range(2)]
+    other = [SessionEvent(seq=1, type="note", time=T0 + 1, data={"i": "other"})]
     with sessionstore.connect(redis_server.url, namespace) as store:
         store.events.create(SessionHeader(id="s"))
         store.events.append("s", events)
         _, stream = log_keys(namespace, "s")
         [(entry_id, _)] = client.xrange(stream)
         client.delete(stream)
-        client.xadd(stream, {"events": b"[" + b",\n" * (8 << 20) + b"]"}, id=entry_id)
+        client.xadd(stream, {"events": b"[" + b",\n" * (24 << 20) + b"]"}, id=entry_id)
         client.config_resetstat()
+        assert store.events.append("s", events) == 2
+        assert store.events.append("s", events[1:]) == 2
         with pytest.raises(SeqConflictError):
-            store.events.append("s", events)
+            store.events.append("s", other)
         stats = client.info("commandstats")["cmdstat_fcall"]
-    # Reading the planted entry into the function costs its size once (about 40 ms for
-    # these 16 MB here); splitting it into 8 million pieces took seconds (BUSY to every
-    # other client meanwhile).
-    assert stats["usec"] / stats["calls"] < 1_000_000
+    assert stats["calls"] == 3
+    assert stats["usec"] / stats["calls"] < BOUND_MS * 1000 / 10
 
 
 @pytest.mark.parametrize("name", ["lease_acquire", "compute_lease"])
@@ -317,3 +318,128 @@ def test_a_planted_torn_tail_is_cut_a_bounded_number_of_entries_a_call(
         calls = client.info("commandstats")["cmdstat_fcall"]["calls"]
         assert client.xlen(stream) == 1 and calls == 2
         assert store.events.append("torn", [SessionEvent(seq=1, type="note", time=T0)]) == 2
+
+
+#: A stored field or string planted with this many bytes: reading it into a function
+#: took 100 ms to 1 s of server time (a meta hash's next_seq: about 0.4 s at 48 MB).
+BIG_FIELD = 16 << 20
+
+
+def _log_with_one_event(store, session_id: str) -> None:
+    from sessionstore import SessionEvent, SessionHeader
+
+    store.events.create(SessionHeader(id=session_id))
+    store.events.append(session_id, [SessionEvent(seq=0, type="note", time=T0)])
+
+
+def _meta(namespace: str, session_id: str) -> str:
+    from sessionstore.keys import log_keys
+
+    return log_keys(namespace, session_id)[0]
+
+
+def _refusal(client: redis.Redis, function: str, keys: list[str], args: list) -> tuple[str, float]:
+    """The error reply of one FCALL that must be refused, and its server time (us)."""
+    client.config_resetstat()
+    with pytest.raises(redis.ResponseError) as refused:
+        client.execute_command("FCALL", script(function).function, len(keys), *keys, *args)
+    stats = client.info("commandstats")["cmdstat_fcall"]
+    return str(refused.value), float(stats["usec"])
+
+
+def _append_call(namespace: str, session_id: str, header: bool) -> tuple[list[str], list]:
+    from sessionstore import SessionEvent, SessionHeader
+    from sessionstore.eventlog import encode_batch
+    from sessionstore.keys import log_digest_key, log_keys
+    from sessionstore.redis.logformat import append_args
+
+    batch = encode_batch(session_id, [SessionEvent(seq=1, type="note", time=T0)])
+    args = append_args(batch, SessionHeader(id=session_id, cwd="/work") if header else None)
+    return [*log_keys(namespace, session_id), log_digest_key(namespace, session_id)], args
+
+
+_META_FIELDS = ["next_seq", "entries", "bytes", "bytes_to", "ttl_ms", "version"]
+
+
+@pytest.mark.parametrize(
+    "field, header",
+    [*((f, False) for f in _META_FIELDS), *((f, True) for f in [*_META_FIELDS, "cwd"])],
+)
+def test_a_planted_big_meta_field_is_measured_never_read(
+    client, namespace, redis_server, field, header
+):
+    """A field of a session's meta hash planted with 16 MB (the tenant may HSET its own
+    keys) is measured, never read: the append is refused as damage naming the key and
+    the field, in microseconds of server time, and nothing is written. Without the
+    header the append reads the fields it needs, with it every field the library
+    writes there."""
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        _log_with_one_event(store, "s")
+    client.hset(_meta(namespace, "s"), field, b"9" * BIG_FIELD)
+    before = namespace_snapshot(client, namespace)
+    keys_, args = _append_call(namespace, "s", header)
+    error, usec = _refusal(client, "log_append", keys_, args)
+    assert error.startswith("CORRUPT") and _meta(namespace, "s") in error and field in error
+    assert usec < BOUND_MS * 1000 / 10, f"{usec / 1000:.1f} ms of server time"
+    assert namespace_snapshot(client, namespace) == before
+
+
+def _planted_calls(namespace: str) -> dict[str, tuple[str, str, list[str], list]]:
+    """Per case: (function, the key planted, the function's keys, its args)."""
+    from sessionstore.keys import compute_lease_key, log_epoch_key, log_keys, log_lease_key
+
+    lease, epoch = log_lease_key(namespace, "s"), log_epoch_key(namespace, "s")
+    meta, stream = log_keys(namespace, "s")
+    computing = compute_lease_key(ValueKey(namespace, "C", "s", "e", "1h", "backtest"), T0)
+    token = "t" * 32
+    return {
+        "acquire-epoch": ("lease_acquire", epoch, [lease, epoch], [token, "60000"]),
+        "acquire-owner": ("lease_acquire", lease, [lease, epoch], [token, "60000"]),
+        "renew-owner": ("lease_renew", lease, [lease, epoch], [token, "1", "60000"]),
+        "release-owner": ("lease_release", lease, [lease, epoch], [token]),
+        "compute-lease": ("compute_lease", computing, [computing], ["take", token, "60000"]),
+        "cut-tail-meta": ("log_cut_tail", meta, [meta, stream], ["1", "0-0", "1-1"]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_planted_calls("-")))
+def test_a_planted_big_lease_epoch_or_token_is_measured_never_read(client, namespace, case):
+    """A writer lease's hash, a session's epoch, a compute lease's holder or a meta hash's
+    next_seq planted with 16 MB: each function measures before it reads, and refuses as
+    damage naming the key, in microseconds of server time, writing nothing."""
+    function, planted, keys_, args = _planted_calls(namespace)[case]
+    if planted.endswith((":lease", ":meta")):
+        client.hset(planted, mapping={"owner" if planted.endswith(":lease") else "next_seq": b"1"
+                                      * BIG_FIELD, "epoch": "1"})  # fmt: skip
+    else:
+        client.set(planted, b"1" * BIG_FIELD)
+    before = namespace_snapshot(client, namespace)
+    error, usec = _refusal(client, function, keys_, args)
+    assert error.startswith("CORRUPT") and planted in error
+    assert usec < BOUND_MS * 1000 / 10, f"{usec / 1000:.1f} ms of server time"
+    assert namespace_snapshot(client, namespace) == before
+
+
+def test_a_planted_big_entry_past_next_seq_is_cut_without_a_function_reading_it(
+    client, namespace, redis_server
+):
+    """An entry of 16 MB planted past ``next_seq`` (a torn tail by the layout's rule): the
+    append's function sees the stream is longer than the meta hash counts (XLEN) and
+    leaves the tail to the client, which reads its ids and has ``log_cut_tail`` delete
+    them; no function reads the entry, and the append then lands."""
+    from sessionstore import SessionEvent
+    from sessionstore.keys import log_keys
+
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        _log_with_one_event(store, "s")
+        _, stream = log_keys(namespace, "s")
+        client.xadd(stream, {"events": b"[" + b"9" * BIG_FIELD + b"]"}, id="5-1")
+        client.config_resetstat()
+        assert store.events.append("s", [SessionEvent(seq=1, type="note", time=T0)]) == 2
+        stats = client.info("commandstats")
+        assert [e.seq for e in store.events.load("s").events] == [0, 1]
+    fcalls = stats["cmdstat_fcall"]
+    # log_append (told of the tail), log_cut_tail, log_append again
+    assert fcalls["calls"] == 3
+    assert fcalls["usec_per_call"] < BOUND_MS * 1000 / 10
+    assert client.xlen(stream) == 2
