@@ -5,9 +5,16 @@
 
 -- index: a namespace index zset (member = an entry, score = the writer's clock, ms);
 -- score: the score to set (integer text); cutoff: the refresh cutoff (ms, integer text),
--- an entry whose score is at or above it is left as it is; member: the entry.
+-- an entry whose score is at or above it is left as it is; member: the entry, at most
+-- INDEX_MEMBER_BYTES long (refused before anything is read or written).
 -- Returns 1 when the entry was added or refreshed, 0 when it was left as it was.
+local INDEX_MEMBER_BYTES = 262144
+
 local function index_touch(index, score, cutoff, member)
+  if #member > INDEX_MEMBER_BYTES then
+    error({err = 'INVALID an index entry (a session id or a value\'s key, escaped) of '
+      .. #member .. ' bytes: at most ' .. INDEX_MEMBER_BYTES})
+  end
   local found = redis.call('ZSCORE', index, member)
   if found and tonumber(found) >= tonumber(cutoff) then
     return 0

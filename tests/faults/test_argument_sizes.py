@@ -36,6 +36,8 @@ from sessionstore.redis.logformat import FIELD_BYTES, append_args
 T0 = 1_718_000_000_000
 #: lua/_limits.lua: the longest token a function stores.
 TOKEN_BYTES = 64
+#: lua/_index.lua: the longest index entry.
+INDEX_MEMBER_BYTES = 256 * 1024
 #: Server time one call may take (us): its own work is microseconds, plus what it copies.
 BOUND_US = 20_000
 
@@ -44,6 +46,7 @@ SIZES = st.one_of(
     st.integers(0, 80),
     st.sampled_from([TOKEN_BYTES - 1, TOKEN_BYTES, TOKEN_BYTES + 1]),
     st.sampled_from([FIELD_BYTES - 1, FIELD_BYTES, FIELD_BYTES + 1, 1 << 20]),
+    st.sampled_from([INDEX_MEMBER_BYTES, INDEX_MEMBER_BYTES + 1]),
 )
 
 
@@ -69,6 +72,9 @@ def _session_call(namespace: str, field: str, size: int) -> tuple[str, list[str]
     if field == "compute token":
         key = compute_lease_key(ValueKey(namespace, sid, "s", "e", "1h", "backtest"), T0)
         return "compute_lease", [key], ["take", token, "60000"], 1 <= size <= TOKEN_BYTES
+    if field == "index entry":
+        index = f"ss:{namespace}:idx:{{{namespace}}}:sessions"
+        return "index_add", [index], [str(T0), str(T0), "m" * size], size <= INDEX_MEMBER_BYTES
     if field == "writer slot":
         key = ValueKey(namespace, sid, "s", "e", "1h", "backtest")
         args = layout.swap_args(layout.ANY, b"\x01", T0, (token, 1), 1000)
@@ -93,6 +99,7 @@ FIELDS = [
     "renewed epoch",
     "compute token",
     "writer slot",
+    "index entry",
     "header field",
     "digests",
 ]

@@ -224,6 +224,8 @@ def test_at_maxmemory_writes_fail_cleanly_leave_nothing_partial_and_work_again(s
 MAXMEMORY = 32 * 1024 * 1024
 BIG = 1024 * 1024
 SLACK = 4 * BIG
+#: The longest index entry a function stores (lua/_index.lua).
+INDEX_MEMBER_BYTES = 256 * 1024
 #: Rounds of the tenant's loop (every function, once each); more with SESSIONSTORE_SOAK.
 ROUNDS = 200 if os.environ.get("SESSIONSTORE_SOAK") else 12
 #: The longest token a function stores (lua/_limits.lua).
@@ -244,7 +246,7 @@ def _tenant_calls(namespace: str, round_: int) -> list[tuple[str, list[Any], lis
     lease = [log_lease_key(namespace, f"s{round_}"), log_epoch_key(namespace, f"s{round_}")]
     at, values = history_keys(vkey)
     index = index_keys(namespace)[1]
-    member = "m" * BIG
+    member = "m" * INDEX_MEMBER_BYTES
     marks = [(TOKEN, n * 10**6 + round_) for n in range(1, 5)]
     event = b'{"seq":0,"type":"note","time":1,"data":"' + b"x" * BIG + b'"}'
     header = ["1", "id", f"s{round_}"]
