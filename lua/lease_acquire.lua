@@ -6,11 +6,12 @@
 --           once that lease was released; it outlives the lease
 -- ARGV[1] - the owner token of the writer asking
 -- ARGV[2] - the lease in ms (integer text > 0): the lease hash expires that long from now
--- returns the lease's epoch (an integer > 0) when the lease is now the asker's: the one
---         it holds already (renewed), else a new one above the stored epoch and at least
---         the server's TIME in ms, so above every epoch the session's leases had before,
---         also when its epoch key is gone with the session; 0 when another owner holds
---         it (nothing written)
+-- returns {epoch, lapsed} when the lease is now the asker's: its epoch (an integer > 0),
+--         the one it holds already (renewed), else a new one above the stored epoch and
+--         at least the server's TIME in ms, so above every epoch the session's leases had
+--         before, also when its epoch key is gone with the session; lapsed is 1 when the
+--         stored epoch was positive (a lease that lapsed without being released: taken
+--         over), else 0; 0 when another owner holds it (nothing written)
 -- Every check runs before the first write; the work is a fixed number of commands.
 
 check_token('a writer lease owner', ARGV[1])
@@ -19,8 +20,10 @@ if held[1] and held[1] ~= ARGV[1] then
   return 0
 end
 local epoch = held[1] and tonumber(held[2])
+local lapsed = 0
 if not epoch then
   local stored = tonumber(bounded_get(KEYS[2], 24)) or 0
+  if stored > 0 then lapsed = 1 end
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   epoch = math.max(math.abs(stored) + 1, ms)
@@ -29,4 +32,4 @@ if not epoch then
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'epoch', string.format('%d', epoch))
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return epoch
+return {epoch, lapsed}

@@ -8,6 +8,11 @@ not hold it, it gets an epoch larger than every epoch of that session's leases b
 expires or is released. An append fenced by a lease whose epoch is older than the
 stored one is refused: its writer's lease was taken over, whether the taker still holds
 it or not (see :meth:`sessionstore.contracts.EventBackend.append`).
+
+Takeovers: a backend's ``acquire_lease`` returns a :class:`TakenOver` epoch when the lease
+it gave was another owner's that lapsed without being released (its writer died, was cut
+off or paused past its lease), so that the taker can count it: a dead writer never
+reports the lease it lost.
 """
 
 from __future__ import annotations
@@ -27,6 +32,20 @@ class Lease(NamedTuple):
 
     owner: str
     epoch: int
+
+
+class TakenOver(int):
+    """An epoch ``acquire_lease`` returns (an ``int``, used as any epoch) for a lease it
+    took from another owner whose lease had lapsed without being released; a lease
+    taken after a release, a first lease and one its owner renews are a plain ``int``.
+    Read by :mod:`sessionstore.telemetry` (``sessionstore.lease.takeovers``)."""
+
+    __slots__ = ()
+
+
+def taken(epoch: int, lapsed: bool) -> int:
+    """``epoch`` as ``acquire_lease`` returns it: a :class:`TakenOver` when ``lapsed``."""
+    return TakenOver(epoch) if lapsed else epoch
 
 
 def taken_over(session_id: str) -> SessionBusyError:
@@ -59,19 +78,22 @@ class ProcessLeases:
         self._held: dict[str, _Held] = {}
 
     def acquire(self, session_id: str, owner: str, ttl_ms: int) -> int:
-        """Take or renew the lease for ``owner``: its epoch, or 0 when another owner
-        holds a live one."""
+        """Take or renew the lease for ``owner``: its epoch (a :class:`TakenOver` one
+        when another owner's lease lapsed unreleased), or 0 when another owner holds a
+        live one."""
         with self._lock:
             now = time.monotonic()
             found = self._held.get(session_id)
+            lapsed = False
             if found is not None and found.owner == owner and found.expires > now:
                 epoch = found.epoch
             elif found is not None and found.owner is not None and found.expires > now:
                 return 0
             else:
                 epoch = next_epoch(0 if found is None else found.epoch, now_ms())
+                lapsed = found is not None and found.owner not in (None, owner)
             self._held[session_id] = _Held(owner, epoch, now + ttl_ms / 1000)
-            return epoch
+            return taken(epoch, lapsed)
 
     def renew(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
         """Extend ``lease`` for ``ttl_ms`` if it is still the session's newest (also

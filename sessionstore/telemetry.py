@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+from .leases import TakenOver
 from .version import __version__
 
 #: The attribute a store sets on each of its backends: the backend's :class:`Scope`.
@@ -102,7 +103,15 @@ INSTRUMENTS = (
         "takeovers",
         "sessionstore.lease.takeovers",
         "{takeover}",
-        "Leases taken from a holder that failed, died, lapsed or was paused.",
+        "Leases taken from another holder that failed, died, lapsed or was paused"
+        " (counted by the taker).",
+    ),
+    (
+        "losses",
+        "sessionstore.lease.losses",
+        "{lease}",
+        "Writer leases another writer took over, counted by the writer that lost it"
+        " when it next flushes or closes (a dead writer counts none).",
     ),
     ("computes", "sessionstore.compute.outcomes", "{call}", "get_or_compute calls, by outcome."),
     (
@@ -320,6 +329,7 @@ class Telemetry:
     waits: Any
     leases: Any
     takeovers: Any
+    losses: Any
     computes: Any
     cache: Any
 
@@ -338,7 +348,7 @@ class Telemetry:
             else tracer_provider.get_tracer("sessionstore", __version__)
         )
         self._writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
-        self._taken: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lost: weakref.WeakSet[Any] = weakref.WeakSet()
         self.metered = meter_provider is not None
         if meter_provider is None:
             return
@@ -487,7 +497,7 @@ class _Watch:
         self.applied = False  # user code ran (update's fn): once more is a retry
         self.using: Any = None
         self.running: Any = None
-        # The writer whose flush or close this is: a takeover is counted once per writer.
+        # The writer whose flush or close this is: a lost lease is counted once per writer.
         self.buffer = _owner(flow) if operation.writes and telemetry.metered else None
         span = None
         tracer = telemetry.tracer
@@ -551,11 +561,15 @@ class _Watch:
             self.telemetry.retries.add(1, self.operation.attributes)
 
     def leased(self, kind: str, taken: Any) -> Any:
-        if taken:
-            outcome = "takeover" if self.paused else "acquired"
-        else:
+        """Note a lease taken (an epoch, a :class:`~sessionstore.leases.TakenOver` one
+        when a writer's lease lapsed unreleased; True for a compute lease) or not."""
+        if not taken:
             outcome = "busy"
             self.paused = True
+        elif self.paused or type(taken) is TakenOver:
+            outcome = "takeover"
+        else:
+            outcome = "acquired"
         if self.span is not None:
             self.span.add_event(
                 "lease", {"sessionstore.lease.kind": kind, "sessionstore.lease.outcome": outcome}
@@ -603,10 +617,11 @@ class _Watch:
         kind = type(error).__qualname__
         telemetry.duration.record(elapsed, self.operation.with_("error.type", kind))
         buffer = self.buffer
-        if kind == "SessionBusyError" and buffer is not None and buffer not in telemetry._taken:
-            # A writer's flush or close refused by its fence: another writer took it over.
-            telemetry._taken.add(buffer)
-            telemetry.takeovers.add(1, self.operation.with_("sessionstore.lease.kind", "writer"))
+        if kind == "SessionBusyError" and buffer is not None and buffer not in telemetry._lost:
+            # A writer's flush or close refused by its fence: another writer took its lease
+            # (and counted the takeover); this one counts the lease it lost, once.
+            telemetry._lost.add(buffer)
+            telemetry.losses.add(1, self.operation.with_("sessionstore.lease.kind", "writer"))
 
     def _computed(self, error: BaseException | None) -> str:
         if error is not None:

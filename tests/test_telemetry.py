@@ -376,12 +376,14 @@ def test_writer_leases_queue_depth_and_flushes(
     assert sum(p.count for p in flushes) >= 1
 
 
-def _takeovers(recorded: Recorded) -> dict[tuple[str, str], int]:
+def _takeovers(
+    recorded: Recorded, name: str = "sessionstore.lease.takeovers"
+) -> dict[tuple[str, str], int]:
     return {
         (str(p.attributes["sessionstore.lease.kind"]), str(p.attributes["db.operation.name"])): (
             p.value
         )
-        for p in recorded.points("sessionstore.lease.takeovers")
+        for p in recorded.points(name)
     }
 
 
@@ -420,8 +422,8 @@ def test_a_compute_lease_taken_from_a_failed_holder_is_a_takeover(
     assert outcomes["takeover"] == 1 and outcomes["acquired"] == 1 and outcomes["busy"] >= 1
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_a_writer_whose_lease_was_taken_over_counts_one_takeover(
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+def test_a_lapsed_writer_lease_is_one_takeover_for_the_taker_one_loss_for_the_loser(
     recorded: Recorded, kind: str, url: str, namespace: str
 ) -> None:
     header = _header()
@@ -438,8 +440,17 @@ def test_a_writer_whose_lease_was_taken_over_counts_one_takeover(
                 paused.flush()
         with pytest.raises(SessionBusyError):
             paused.close()
-    assert _takeovers(recorded) == {("writer", "writer.flush"): 1}
+        store.events.writer(header).close()  # released by the taker: no takeover
+    assert _takeovers(recorded) == {("writer", "writer.open"): 1}
+    assert _takeovers(recorded, "sessionstore.lease.losses") == {("writer", "writer.flush"): 1}
     assert recorded.metric_units()["sessionstore.lease.takeovers"] == "{takeover}"
+    assert recorded.metric_units()["sessionstore.lease.losses"] == "{lease}"
+    outcomes = {
+        str(p.attributes["sessionstore.lease.outcome"]): p.value
+        for p in recorded.points("sessionstore.lease.acquisitions")
+        if p.attributes["db.operation.name"] == "writer.open"
+    }
+    assert outcomes == {"acquired": 2, "takeover": 1}
 
 
 def test_a_lost_update_race_is_a_retry(

@@ -4,8 +4,10 @@ each ``flock``ed exclusively by the live writer of its session.
 A lease is an OS file lock, so the kernel releases it when the process dies: it needs no
 renewal and never expires, so no live holder's lease is ever taken over here. Each file
 holds the newest lease's epoch (decimal digits), written by the taker under its lock,
-and stays when the lease ends. A forked child never holds its
-parent's leases: :meth:`LeaseFiles.forked` closes its copies of the descriptors, which
+and stays when the lease ends; a release writes it negated (``-`` before the digits),
+so a lease found unlocked with a positive epoch was held when its process died: the
+taker's epoch is then a :class:`~sessionstore.leases.TakenOver`. A forked child never
+holds its parent's leases: :meth:`LeaseFiles.forked` closes its copies of the descriptors, which
 leaves the parent's locks in place.
 """
 
@@ -18,7 +20,7 @@ import weakref
 from contextlib import suppress
 from pathlib import Path
 
-from ..leases import Lease, next_epoch
+from ..leases import Lease, next_epoch, taken
 from ..when import now_ms
 from .dirhandle import StoreRoot
 from .fsutil import encode_name, locked_elsewhere, os_errors
@@ -59,7 +61,8 @@ class LeaseFiles:
                 fd = folder.open(_name(session_id), os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                epoch = next_epoch(_epoch_of(fd), now_ms())
+                stored = _stored(fd)
+                epoch = next_epoch(abs(stored), now_ms())
                 text = str(epoch).encode()
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, text, 0)
@@ -70,7 +73,7 @@ class LeaseFiles:
                 os.close(fd)
                 raise
             self._held[session_id] = (owner, fd, epoch)
-            return epoch
+            return taken(epoch, stored > 0)
 
     def renew(self, session_id: str, lease: Lease) -> bool:
         """Whether ``lease`` is still held here (a lock needs no renewal)."""
@@ -108,6 +111,8 @@ class LeaseFiles:
                 return
             del self._held[session_id]
         with suppress(OSError):
+            os.pwrite(held[1], b"-%d" % held[2], 0)  # released: its epoch negated
+        with suppress(OSError):
             os.close(held[1])  # closing releases the lock
 
     def busy(self, session_id: str, owner: str | None = None) -> bool:
@@ -135,10 +140,16 @@ def _name(session_id: str) -> str:
 
 
 def _epoch_of(fd: int) -> int:
-    """The epoch a lease file holds; 0 for an empty file (one of an older version) or
-    one that holds no number."""
+    """The epoch a lease file holds, released or not."""
+    return abs(_stored(fd))
+
+
+def _stored(fd: int) -> int:
+    """The number a lease file holds: its epoch, negated once released; 0 for an empty
+    file (one of an older version) or one that holds no number."""
     text = os.pread(fd, 32, 0)
-    return int(text) if text.isdigit() else 0
+    digits = text[1:] if text[:1] == b"-" else text
+    return int(text) if digits.isdigit() else 0
 
 
 def _close_all(held: dict[str, tuple[str, int, int]]) -> None:

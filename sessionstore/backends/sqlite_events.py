@@ -57,7 +57,7 @@ from ..errors import (
 )
 from ..eventlog import check_stored_version, data_of_text, event_text, plan_append
 from ..jsondata import short_repr
-from ..leases import Lease, next_epoch, taken_over
+from ..leases import Lease, next_epoch, taken, taken_over
 from ..models import (
     SessionEvent,
     SessionHeader,
@@ -364,7 +364,8 @@ class SqliteEvents(EventBackend):
                 " epoch=excluded.epoch",
                 (self._ns, session_id, owner, now + ttl_ms, epoch),
             )
-            return epoch
+            # A lapsed lease of another owner, never released: taken over.
+            return taken(epoch, row is not None and not live and row[0] not in ("", owner))
 
     def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
         with self._db.transaction(session_id, immediate=True, durable=False) as conn:

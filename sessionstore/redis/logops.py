@@ -49,7 +49,7 @@ from .. import keys
 from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
-from ..leases import Lease
+from ..leases import Lease, taken
 from ..models import SessionHeader, SessionInfo
 from . import scripts
 from .boundary import ErrorBoundary
@@ -389,9 +389,8 @@ class LogOps:
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)
         with self._guard("lease_acquire.lua", names[0]):
-            return int(
-                (yield from scripts.run_steps(client, "lease_acquire", names, [owner, ttl_ms]))
-            )
+            reply = yield from scripts.run_steps(client, "lease_acquire", names, [owner, ttl_ms])
+        return taken(int(reply[0]), reply[1] == 1) if reply else 0
 
     def renew_lease(self, client: Any, session_id: str, lease: Lease, ttl_ms: int) -> Steps[bool]:
         names = self._lease_keys(session_id)
