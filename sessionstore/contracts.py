@@ -439,8 +439,11 @@ class EventBackend(ABC):
         changed, when another owner holds a live one. A lease taken by an owner that
         did not hold it gets an epoch above every earlier epoch of the session, which
         stays stored with the session after the lease expires or is released; one
-        ``owner`` holds already is renewed and keeps its epoch. The session need not
-        exist. This default holds leases within the process."""
+        ``owner`` holds already is renewed and keeps its epoch. An epoch taken from
+        another owner whose lease lapsed unreleased is a
+        :class:`~sessionstore.leases.TakenOver` (an ``int``), which the telemetry counts
+        as a takeover. The session need not exist. This default holds leases within the
+        process."""
         return self._process_leases().acquire(session_id, owner, ttl_ms)
 
     def renew_lease(self, session_id: str, lease: Lease, ttl_ms: int) -> bool:
