@@ -69,18 +69,19 @@ _PACKERS = threading.local()
 
 
 def plain(value: Any) -> bool:
-    """True when ``value`` is built only of dicts, lists, strs, ints, floats, bools and
-    None, each exactly of its type (no subclass, tuple, enum or other object), with no
-    NaN or infinity, integers within 64 bits and strings of valid Unicode.
+    """True when ``value`` holds nothing a JSON round trip changes that ``orjson.dumps``
+    takes: it is built only of dicts, lists, strs, ints, floats, bools and None, each
+    exactly of its type (no subclass, tuple, enum, UUID, datetime or other object), with
+    no NaN or infinity, integers within 64 bits and strings of valid Unicode; or it holds
+    something ``orjson.dumps`` refuses (bytes, keys that are not strings, nesting past
+    its limit). So data that is ``plain`` and that ``orjson.dumps`` takes survives a round
+    trip unchanged, without making one. False decides nothing: the data may still
+    survive (an ``IntEnum`` equals its value); ask :func:`dump_lossless`.
 
-    Such data survives a JSON round trip unchanged once ``orjson.dumps`` also takes it
-    (which refuses keys that are not strings and nesting past its limit), so the round
-    trip need not be made. False decides nothing: the data may still survive (an
-    ``IntEnum`` equals its value); ask :func:`dump_lossless`.
-
-    One pass in C: msgpack with ``strict_types`` packs exactly these types (and bytes,
-    which orjson refuses) and refuses every other, floats as eight-byte doubles whose
-    non-finite ones :data:`_NON_FINITE` finds (a match elsewhere only means False)."""
+    One pass in C: msgpack with ``strict_types`` packs exactly those types and refuses
+    every other, floats as eight-byte doubles, whose non-finite ones
+    :data:`_NON_FINITE` finds (a match elsewhere, in a string's bytes, only means
+    False). Each thread packs with a packer of its own."""
     try:
         packer = _PACKERS.packer
     except AttributeError:
