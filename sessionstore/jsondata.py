@@ -81,7 +81,8 @@ def plain(value: Any) -> bool:
     One pass in C: msgpack with ``strict_types`` packs exactly those types and refuses
     every other, floats as eight-byte doubles, whose non-finite ones
     :data:`_NON_FINITE` finds (a match elsewhere, in a string's bytes, only means
-    False). Each thread packs with a packer of its own."""
+    False), searched only when a 0xcb byte is there at all (data without a float most
+    often has none). Each thread packs with a packer of its own."""
     try:
         packer = _PACKERS.packer
     except AttributeError:
@@ -90,7 +91,7 @@ def plain(value: Any) -> bool:
         packed = packer.pack(value)
     except (TypeError, ValueError, OverflowError):  # a type, too deep or a cycle, an int
         return False
-    return _NON_FINITE.search(packed) is None
+    return b"\xcb" not in packed or _NON_FINITE.search(packed) is None
 
 
 def find_loss(data: Any) -> str:
