@@ -66,6 +66,9 @@ def dump_lossless(data: Any) -> str:
 #: double big-endian, whose eleven exponent bits are all set.
 _NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _PACKERS = threading.local()
+#: A packer's buffer keeps the size of the most it ever packed: one that packed more than
+#: this (or failed midway) is dropped, so that a thread keeps no more than about this.
+_KEPT_BUFFER = 1 << 18
 
 
 def plain(value: Any) -> bool:
@@ -83,14 +86,16 @@ def plain(value: Any) -> bool:
     :data:`_NON_FINITE` finds (a match elsewhere, in a string's bytes, only means
     False), searched only when a 0xcb byte is there at all (data without a float most
     often has none). Each thread packs with a packer of its own."""
-    try:
-        packer = _PACKERS.packer
-    except AttributeError:
-        packer = _PACKERS.packer = msgpack.Packer(strict_types=True)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(strict_types=True, buf_size=1 << 14)
     try:
         packed = packer.pack(value)
     except (TypeError, ValueError, OverflowError):  # a type, too deep or a cycle, an int
+        _PACKERS.packer = None
         return False
+    if len(packed) > _KEPT_BUFFER:
+        _PACKERS.packer = None
     return b"\xcb" not in packed or _NON_FINITE.search(packed) is None
 
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore import NotJSONSerializableError, SessionEvent
+from sessionstore import NotJSONSerializableError, SessionEvent, jsondata
 from sessionstore.eventlog import encode_batch
 from sessionstore.jsondata import plain
 
@@ -175,6 +175,15 @@ def test_each_thread_packs_with_its_own_packer():
     for thread in threads:
         thread.join()
     assert len(results) == 900 and all(results)
+
+
+def test_a_thread_keeps_no_packer_that_packed_much():
+    assert plain(AGENT) and jsondata._PACKERS.packer is not None
+    kept = jsondata._PACKERS.packer
+    assert plain(AGENT) and jsondata._PACKERS.packer is kept
+    # A packer's buffer stays as large as the most it packed: a large batch drops it.
+    assert plain([AGENT] * 2000) and jsondata._PACKERS.packer is None
+    assert plain(AGENT) and jsondata._PACKERS.packer is not None
 
 
 _LEAVES = (
