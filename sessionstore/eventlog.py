@@ -171,14 +171,18 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
     for index, event in enumerate(checked):
         if type(event) is not SessionEvent:
             event = checked[index] = _as_event(session_id, event, index)
-        seq, kind, event_id, time, data = event.seq, event.type, event.id, event.time, event.data
-        if (
-            type(seq) is not int
-            or type(time) is not int
-            or type(kind) is not str
-            or (event_id is not None and type(event_id) is not str)
-            or not _TIME_MIN <= time <= INT64_MAX
-            or (index == 0 and not 0 <= seq <= INT64_MAX)
+        seq = event.seq
+        kind = event.type
+        time = event.time
+        data = event.data
+        event_id = event.id
+        if not (
+            type(seq) is int
+            and type(time) is int
+            and type(kind) is str
+            and _TIME_MIN <= time <= INT64_MAX
+            and (event_id is None or type(event_id) is str)
+            and (index or 0 <= seq <= INT64_MAX)
         ):
             # Built without validation (``model_construct``): validate it now. (Only the
             # first seq needs its range checked here: the others must continue it.)
