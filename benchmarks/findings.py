@@ -125,12 +125,12 @@ against one `orjson.dumps` (0.3 us) for the baseline.
 {_ENCODE}""",
     "Redis event log: append 100 events per call": f"""\
 Both sides run `lua/log_append.lua` with the same entry (one `XADD` of the batch's JSON
-array), yet not in the same server time: `FCALL log_append` took 69-85 us a call in
-`INFO commandstats` where `EVALSHA` of the same script took 59-61 us (its `XADD` 9.7
-against 7.1 us). On the client `encode_batch` costs 0.72-0.76 us per event for a
-100-event batch, against one `orjson.dumps` per event (0.27-0.3 us) for the baseline,
-which checks nothing; the facade adds its cost per call (see "Redis event log: append 1
-event per call").
+array), yet not in the same server time: in `INFO commandstats` `FCALL log_append` took
+7-25 us a call more than `EVALSHA` of the same script (69-100 against 59-93 us, its
+`XADD` 9-11 against 7-8 us), for reasons not yet traced. On the client `encode_batch`
+costs 0.72-0.76 us per event for a 100-event batch, against one `orjson.dumps` per event
+(0.27-0.3 us) for the baseline, which checks nothing; the facade adds its cost per call
+(see "Redis event log: append 1 event per call").
 
 {_ENCODE}""",
     "Redis event log: load 10k events": f"""\
