@@ -91,7 +91,7 @@ def plain(value: Any) -> bool:
         packer = _PACKERS.packer = msgpack.Packer(strict_types=True, buf_size=1 << 14)
     try:
         packed = packer.pack(value)
-    except (TypeError, ValueError, OverflowError):  # a type, too deep or a cycle, an int
+    except (TypeError, ValueError, OverflowError, RecursionError):  # a type, a cycle, an int
         _PACKERS.packer = None
         return False
     if len(packed) > _KEPT_BUFFER:
@@ -100,9 +100,10 @@ def plain(value: Any) -> bool:
 
 
 def find_loss(data: Any) -> str:
-    """Raise :class:`JSONLossError` for the first part of ``data`` that is not plain JSON
-    within the nesting limit, walking it in Python (the slow path of
-    :func:`dump_lossless`); return "" when there is none."""
+    """Raise :class:`JSONLossError` for the first part of ``data`` the slow path of
+    :func:`dump_lossless` refuses (a type JSON does not keep, an integer past 64 bits, a
+    NaN or infinity, a key that is not a string, a cycle, nesting past 250 levels),
+    walking it in Python; return "" when there is none."""
     _check(data, [], set())
     return ""
 
