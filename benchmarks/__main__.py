@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import (
     async_api,
+    event_check,
     json_text,
     local,
     peers,
@@ -42,6 +43,7 @@ Group = Callable[[str, Sizes], Sequence[Result | Growth]]
 GROUPS: dict[str, list[Group]] = {
     "redis-log": [
         redis_log.append_results,
+        event_check.check_results,
         json_text.text_append_results,
         redis_log.load_results,
         redis_log.scaling_results,
@@ -63,6 +65,7 @@ DESCRIPTIONS = [
     for module in (
         workload,
         redis_log,
+        event_check,
         json_text,
         values,
         async_api,

@@ -14,16 +14,18 @@ from __future__ import annotations
 _ENCODE = """\
 `sessionstore/eventlog.py` `encode_batch` validates every event and checks that its data
 survives a JSON round trip unchanged (the contract: NaN, tuples, sets, datetimes, UUIDs,
-plain enums and the like are refused, not silently changed). For a batch that is one
-`orjson.dumps` per event, one msgspec parse of the whole batch reading only each event's
-`data` (the other fields were checked to be exact ints and strings, which JSON keeps)
-and one comparison. Measured per 100-event batch with the network left out: 124 us in
-all (139 before the data-only parse): the validation loop with the harness-field checks
-and the records built about 45 us, the dumps 18 us, the parse and comparison 42 us;
-one event costs 2.7 us. The baselines only serialise (about 0.18 us per event). What the
-round trip guards against cannot be seen in orjson's output (a tuple and a list, an
-enum and its value, NaN and None write the same text), and no orjson option refuses
-them all, so the check stays."""
+plain enums and the like are refused, not silently changed). For plain data it makes no
+round trip: one `orjson.dumps` per event and one pass of `sessionstore/jsondata.py`
+`plain` over the batch's data prove it (msgpack with `strict_types`, which packs exactly
+dicts, lists, strs, ints, floats, bools and None and refuses every other type, and a
+search of the packed doubles for NaN or infinity); anything else (a tuple, an enum, a
+subclass, a NaN) gets the round trip as before, which gives every verdict and message.
+Measured per event of a 100-event batch with the network left out, fastest of 15 runs
+on this machine under load: the workload's events 0.72-0.76 us in all (1.08 with the
+round trip), a 300-byte agent event 1.02-1.13 us (1.59), against 0.27-0.44 us for the
+baselines' one `orjson.dumps` per event; of that the check is 0.15 us for the workload's
+events and 0.35-0.42 us for the 300-byte one (row "Event data check": the round trip
+took 1.15 us), the checks of the event and harness fields 0.25-0.35 us."""
 
 _FACADE = """\
 Every API call goes through the flow driver (`sessionstore/flows.py` `run`, 0.8 us: one
@@ -40,8 +42,10 @@ ranges, no missing or extra field, `data` an object; `sessionstore/models.py`
 pydantic; text msgspec might read otherwise than orjson (a run of 19 digits, a raised
 recursion limit) goes to orjson. Measured per event on a 10k-event log with the network
 and the collector left out: `orjson.loads` into dicts (all the baseline does) 0.9-1.0
-us; msgspec's checked parse 0.55-0.6 us, building the events 0.45 us, the digit scan
-0.17 us: about 1.2 us in all, against 1.8 us for the orjson parse and column checks it
+us; msgspec's checked parse 0.55-0.6 us, building the events about 0.3 us (0.45 before
+each event was built from one `msgspec.structs.astuple` of its struct instead of four
+attribute passes: 135 against 216 ns in a hot loop of 1000 events), the digit scan 0.17
+us: about 1.05 us in all, against 1.8 us for the orjson parse and column checks it
 replaced and 2.4 us for pydantic's `validate_json`. What remains over the baseline is
 one Python object built per event, the price of returning typed events."""
 
@@ -116,16 +120,19 @@ FINDINGS: dict[str, str] = {
 {_FACADE}
 
 Both sides run `lua/log_append.lua` (the same server time); the difference is all client
-side: the facade above and `encode_batch` for one event, 3-4 us on this machine under
-load (checks of the event, the lossless round trip, the harness fields) against one
-`orjson.dumps` for the baseline.
+side: the facade above and `encode_batch` for one event, 2.2-2.4 us on this machine under
+load (checks of the event, the lossless check, the harness fields, the batch built)
+against one `orjson.dumps` (0.3 us) for the baseline.
 
 {_ENCODE}""",
     "Redis event log: append 100 events per call": f"""\
 Both sides run `lua/log_append.lua` with the same entry (one `XADD` of the batch's JSON
-array); the difference is the client: `encode_batch` costs 1.8-2.1 us per event for a
-100-event batch on this machine under load, against one `orjson.dumps` per event (0.3 us)
-for the baseline, which checks nothing.
+array), yet not in the same server time: in `INFO commandstats` `FCALL log_append` took
+7-25 us a call more than `EVALSHA` of the same script (69-100 against 59-93 us, its
+`XADD` 9-11 against 7-8 us), for reasons not yet traced. On the client `encode_batch`
+costs 0.72-0.76 us per event for a 100-event batch, against one `orjson.dumps` per event
+(0.27-0.3 us) for the baseline, which checks nothing; the facade adds its cost per call
+(see "Redis event log: append 1 event per call").
 
 {_ENCODE}""",
     "Redis event log: load 10k events": f"""\

@@ -7,7 +7,10 @@
   and encodes the batch as its API does.
 * load, 10k and 100k events: ``store.events.load`` against ``XRANGE`` of the same stream
   in chunks of 1000 entries, each entry's events decoded into plain dicts (one
-  ``orjson.loads`` of its ``events`` field): the fastest raw read of the layout.
+  ``orjson.loads`` of its ``events`` field): the fastest raw read of the layout. The
+  same for ``store.events.read_records_from(id, 0)``, the documented read that returns
+  records (``StoredRecord``: the fields checked as ``load`` checks them, each value of
+  ``data`` kept as its JSON text, parsed when the reader takes it).
 * peak memory of loading 100k events (tracemalloc) against the size of the plain decoded
   list of dicts, and the peak of streaming the same log with ``iter_events``.
 * 4 processes each appending one event per call to its own session, against 1 process.
@@ -200,6 +203,23 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
                     blocks,
                 )
                 rows.append(load_result(AREA, count, samples, SETTINGS))
+                samples = compare(
+                    lambda ours=ours, count=count: records_side(ours, count),
+                    lambda stream=stream, count=count: _rawload_side(client, stream, count),
+                    reps,
+                    blocks,
+                )
+                rows.append(
+                    result(
+                        AREA,
+                        f"read_records_from of {thousands(count)} events (records)",
+                        "raw XRANGE chunks + orjson.loads",
+                        samples,
+                        "events/s",
+                        0.90,
+                        SETTINGS,
+                    )
+                )
             rows += memory_results(ours, client, sizes.load_large)
             return rows
         finally:
@@ -223,6 +243,17 @@ def load_side(ours: OurLog, count: int) -> Timed:
     def run() -> int:
         loaded = ours.log.load(ours.id)
         assert len(loaded.events) == count
+        return count
+
+    return run
+
+
+def records_side(ours: OurLog, count: int) -> Timed:
+    """The documented read that returns records: ``read_records_from(id, 0)``, every
+    field checked as ``load`` checks it, each value of ``data`` kept as its JSON text."""
+
+    def run() -> int:
+        assert len(ours.log.read_records_from(ours.id, 0)) == count
         return count
 
     return run

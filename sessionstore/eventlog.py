@@ -5,7 +5,7 @@ deciding between write, applied replay and conflict, and closing an interrupted 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -24,7 +24,7 @@ from .errors import (
 from .harness import TOOL_NOT_STARTED as TOOL_NOT_STARTED
 from .harness import TOOL_OUTCOME_UNKNOWN as TOOL_OUTCOME_UNKNOWN
 from .harness import harness_warnings as harness_warnings
-from .jsondata import JSONLossError, dump_lossless, short_repr
+from .jsondata import JSONLossError, dump_lossless, find_loss, plain, short_repr
 from .jsontext import TEXT_TYPES, IndexedLossError, checked_texts
 from .models import (
     FORMAT_VERSION,
@@ -161,44 +161,51 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
             raise InvalidArgumentError(
                 f"append takes a list of events, not {type(events).__name__}"
             ) from None
-    checked: list[SessionEvent] = []
+    checked: list[Any] = list(events)  # each becomes the SessionEvent validated
     records: list[dict[str, Any]] = []  # what each event's text encodes
     suspect: list[SessionEvent] = []  # harness events that need a closer look
     well_formed = harness.WELL_FORMED
     first = 0
     objects = True  # every event's data is a dict
     texted: list[int] = []  # the events whose data is JSON text
-    for index, raw in enumerate(events):
-        event = raw if type(raw) is SessionEvent else _as_event(session_id, raw, index)
-        seq, kind, event_id, time = event.seq, event.type, event.id, event.time
-        if (
-            type(seq) is not int
-            or type(time) is not int
-            or type(kind) is not str
-            or (event_id is not None and type(event_id) is not str)
-            or not _TIME_MIN <= time <= INT64_MAX
-            or (index == 0 and not 0 <= seq <= INT64_MAX)
+    for index, event in enumerate(checked):
+        if type(event) is not SessionEvent:
+            event = checked[index] = _as_event(session_id, event, index)
+        seq = event.seq
+        kind = event.type
+        time = event.time
+        data = event.data
+        event_id = event.id
+        if not (
+            type(seq) is int
+            and type(time) is int
+            and type(kind) is str
+            and _TIME_MIN <= time <= INT64_MAX
+            and (event_id is None or type(event_id) is str)
+            and (index or 0 <= seq <= INT64_MAX)
         ):
             # Built without validation (``model_construct``): validate it now. (Only the
             # first seq needs its range checked here: the others must continue it.)
             fields = {name: getattr(event, name, None) for name in SessionEvent.model_fields}
-            event = _as_event(session_id, fields, index)
-            seq, kind, event_id = event.seq, event.type, event.id
+            event = checked[index] = _as_event(session_id, fields, index)
+            seq, kind, event_id, time = event.seq, event.type, event.id, event.time
+            data = event.data
         if not kind.isascii() or (event_id is not None and not event_id.isascii()):
             _check_event_text(event)
-        if index == 0:
+        if index:
+            if seq != first + index:
+                raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
+        else:
             first = seq
-        elif seq != first + index:
-            raise SeqConflictError(session_id, first + index, seq, "gap inside the batch")
-        data = event.data
-        checked.append(event)
-        if type(data) in TEXT_TYPES:
+        if type(data) is dict:
+            quick = well_formed.get(kind)
+            if quick is not None and not quick(data):
+                suspect.append(event)
+        elif type(data) in TEXT_TYPES:
             texted.append(index)
         else:
-            is_dict = type(data) is dict
-            objects = objects and is_dict
-            quick = well_formed.get(kind)
-            if quick is not None and not (is_dict and quick(data)):
+            objects = False
+            if kind in well_formed:
                 suspect.append(event)
         if event_id is None:
             records.append({"seq": seq, "type": kind, "time": time, "data": data})
@@ -236,15 +243,6 @@ def data_of_text(text: bytes, has_id: bool) -> bytes:
     return text[start : text.rindex(b',"id":')] if has_id else text[start:-1]
 
 
-class _Data(msgspec.Struct, gc=False):
-    """The ``data`` of an event text; its other fields are skipped."""
-
-    data: Any
-
-
-#: Parses the texts of a batch for :func:`_lossless_texts`.
-_DATAS = msgspec.json.Decoder(list[_Data])
-_DATA_OF = attrgetter("data")
 _RECORD_DATA = itemgetter("data")
 
 
@@ -252,30 +250,33 @@ def _lossless_texts(
     events: list[SessionEvent], records: list[dict[str, Any]], objects: bool
 ) -> list[bytes]:
     """The text of each of ``records`` (see :func:`event_text`), once the batch is known
-    to survive a JSON round trip unchanged (one parse of the whole batch); else the data
-    that does not is named by :class:`NotJSONSerializableError`. ``objects``: every
-    event's data is a dict.
+    to survive a JSON round trip unchanged; else the data that does not is named by
+    :class:`NotJSONSerializableError`. ``objects``: every event's data is a dict.
 
-    Only each ``data`` is compared after the parse: the other fields were checked to be
-    exactly an int or a str, which JSON keeps as they are. Anything the quick check
-    cannot decide (including a parse msgspec refuses) is left to the check of each
-    event's data on its own, which gives the same verdict."""
+    The usual batch is decided by one ``orjson.dumps`` per record and one
+    :func:`~sessionstore.jsondata.plain` of all the data: only each ``data`` needs it,
+    the other fields were checked to be exactly an int or a str, which JSON keeps as
+    they are. Anything that does not decide (a tuple, an enum, a subclass, a NaN) is left
+    to the round trip of each event's data on its own, which gives the verdict."""
     dumps = orjson.dumps
-    try:
-        if objects and len(records) == 1:
-            text = dumps(records[0])
-            if orjson.loads(text) == records[0]:
-                return [text]
-        elif objects:
-            texts = [dumps(record) for record in records]
-            parsed = _DATAS.decode(b"[" + b",".join(texts) + b"]")
-            if list(map(_DATA_OF, parsed)) == list(map(_RECORD_DATA, records)):
+    if objects:
+        try:
+            texts = list(map(dumps, records))
+        except (orjson.JSONEncodeError, RecursionError):
+            pass
+        else:
+            if plain(list(map(_RECORD_DATA, records))):
                 return texts
-    except (orjson.JSONEncodeError, msgspec.DecodeError, TypeError, RecursionError):
-        pass
-    for event in events:
+    texts = []
+    for event, record in zip(events, records, strict=True):
         _dump_data(event)  # names the first event whose data does not survive
-    return [dumps(record) for record in records]
+        try:
+            texts.append(dumps(record))
+        except orjson.JSONEncodeError:
+            # The data survives alone, but not nested one level deeper in its record.
+            _name_loss(event, find_loss)
+            raise
+    return texts
 
 
 def _texts_with_json_text(
@@ -342,8 +343,14 @@ def new_event(seq: int, type: object, time: int, data: object) -> SessionEvent:
 
 
 def _dump_data(event: SessionEvent) -> str:
+    return _name_loss(event, dump_lossless)
+
+
+def _name_loss(event: SessionEvent, check: Callable[[Any], str]) -> str:
+    """``check(event.data)``, its :class:`JSONLossError` raised as the
+    :class:`NotJSONSerializableError` naming the event."""
     try:
-        return dump_lossless(event.data)
+        return check(event.data)
     except JSONLossError as exc:
         raise NotJSONSerializableError(event.type, event.seq, exc.path, exc.reason) from None
 

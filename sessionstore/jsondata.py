@@ -2,14 +2,22 @@
 
 Canonical text is what ``orjson.dumps`` writes (key order kept, no spaces). Two events
 are identical when their seq, type, time, id and canonical data text are equal.
+
+Data survives a JSON round trip unchanged when the round trip gives back data equal to
+it. The usual case is decided without one: data built only of the types JSON keeps,
+exactly (see :func:`plain`), that ``orjson.dumps`` takes, always survives. Anything else
+(a subclass, a tuple, an enum, a NaN) is judged by the round trip itself, as before.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import reprlib
+import threading
 from typing import Any
 
+import msgpack
 import orjson
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -42,7 +50,7 @@ def dump_lossless(data: Any) -> str:
         raise JSONLossError("$", f"data must be a JSON object, not {type(data).__name__}")
     try:
         text = orjson.dumps(data)
-        if orjson.loads(text) == data:
+        if plain(data) or orjson.loads(text) == data:
             return text.decode()
     except (orjson.JSONEncodeError, TypeError, RecursionError):
         pass
@@ -52,6 +60,52 @@ def dump_lossless(data: Any) -> str:
         return orjson.dumps(data).decode()
     except (orjson.JSONEncodeError, TypeError) as exc:
         raise JSONLossError(format_path(_find_bad_string(data, []) or []), str(exc)) from exc
+
+
+#: A NaN or an infinity as msgpack writes a float: 0xcb, then the eight bytes of the
+#: double big-endian, whose eleven exponent bits are all set.
+_NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+_PACKERS = threading.local()
+#: A packer's buffer keeps the size of the most it ever packed: one that packed more than
+#: this (or failed midway) is dropped, so that a thread keeps no more than about this.
+_KEPT_BUFFER = 1 << 18
+
+
+def plain(value: Any) -> bool:
+    """True when ``value`` holds nothing a JSON round trip changes that ``orjson.dumps``
+    takes: it is built only of dicts, lists, strs, ints, floats, bools and None, each
+    exactly of its type (no subclass, tuple, enum, UUID, datetime or other object), with
+    no NaN or infinity, integers within 64 bits and strings of valid Unicode; or it holds
+    something ``orjson.dumps`` refuses (bytes, keys that are not strings, nesting past
+    its limit). So data that is ``plain`` and that ``orjson.dumps`` takes survives a round
+    trip unchanged, without making one. False decides nothing: the data may still
+    survive (an ``IntEnum`` equals its value); ask :func:`dump_lossless`.
+
+    One pass in C: msgpack with ``strict_types`` packs exactly those types and refuses
+    every other, floats as eight-byte doubles, whose non-finite ones
+    :data:`_NON_FINITE` finds (a match elsewhere, in a string's bytes, only means
+    False), searched only when a 0xcb byte is there at all (data without a float most
+    often has none). Each thread packs with a packer of its own."""
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(strict_types=True, buf_size=1 << 14)
+    try:
+        packed = packer.pack(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):  # a type, a cycle, an int
+        _PACKERS.packer = None
+        return False
+    if len(packed) > _KEPT_BUFFER:
+        _PACKERS.packer = None
+    return b"\xcb" not in packed or _NON_FINITE.search(packed) is None
+
+
+def find_loss(data: Any) -> str:
+    """Raise :class:`JSONLossError` for the first part of ``data`` the slow path of
+    :func:`dump_lossless` refuses (a type JSON does not keep, an integer past 64 bits, a
+    NaN or infinity, a key that is not a string, a cycle, nesting past 250 levels),
+    walking it in Python; return "" when there is none."""
+    _check(data, [], set())
+    return ""
 
 
 def _check(value: Any, parts: list[str | int], active: set[int]) -> None:

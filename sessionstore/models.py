@@ -12,11 +12,12 @@ import copy
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, fields
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import attrgetter
 from typing import Annotated, Any, ClassVar, get_type_hints
 
 import msgspec
+from msgspec.structs import astuple
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.fields import FieldInfo
@@ -291,7 +292,7 @@ class _StoredEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _STORED = msgspec.json.Decoder(list[_StoredEvent])
-_SEQ, _TYPE, _TIME, _DATA, _ID = map(attrgetter, _EVENT_SLOTS)
+_SEQ = attrgetter("seq")
 
 
 def stored_events(
@@ -308,16 +309,8 @@ def stored_events(
     found = decoded_in_place(_STORED, text, first, count, skip, stop)
     if found is None:
         return None
-    return list(
-        map(
-            _build,
-            range(first + skip, first + skip + len(found)),
-            map(_TYPE, found),
-            map(_TIME, found),
-            map(_DATA, found),
-            map(_ID, found),
-        )
-    )
+    # The struct's fields in the order of the event's (seq, type, time, data, id).
+    return list(starmap(_build, map(astuple, found)))
 
 
 def decoded_in_place(

@@ -176,3 +176,20 @@ def test_an_event_is_one_object_for_the_garbage_collector():
     assert not hasattr(event, "__dict__")
     held = [ref for ref in gc.get_referents(event) if gc.is_tracked(ref)]
     assert held == [event.data, SessionEvent]  # its data and its class: nothing of its own
+
+
+def test_stored_events_are_built_from_the_fields_in_the_event_order():
+    from sessionstore.models import _EVENT_SLOTS, _StoredEvent, stored_events
+
+    assert _StoredEvent.__struct_fields__ == _EVENT_SLOTS
+    text = (
+        b'[{"seq":3,"type":"a","time":-5,"data":{"k":[1]},"id":"x"},'
+        b'{"seq":4,"type":"b","time":7,"data":{}}]'
+    )
+    built = stored_events(text, 3, 2)
+    assert built == [
+        SessionEvent(seq=3, type="a", time=-5, data={"k": [1]}, id="x"),
+        SessionEvent(seq=4, type="b", time=7, data={}),
+    ]
+    assert [type(event) for event in built or []] == [SessionEvent, SessionEvent]
+    assert stored_events(text, 3, 2, skip=1) == built[1:]
