@@ -18,6 +18,7 @@ from pathlib import Path
 from . import (
     async_api,
     json_text,
+    langgraph_savers,
     local,
     peers,
     redis_log,
@@ -56,6 +57,7 @@ GROUPS: dict[str, list[Group]] = {
     "writers": [writers.writer_results],
     "scale": [scale.scale_results],
     "tenants": [tenant_attack.attack_results],
+    "langgraph": [langgraph_savers.langgraph_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
@@ -71,6 +73,7 @@ DESCRIPTIONS = [
         writers,
         scale,
         tenant_attack,
+        langgraph_savers,
     )
 ]
 
