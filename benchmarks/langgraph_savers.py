@@ -251,8 +251,8 @@ def langgraph_results(url: str, sizes: Sizes) -> list[Result]:
             order = PAIRED if rep % 2 == 0 else PAIRED[::-1]
             for name in order:
                 saver, _ = made[name](f"r{rep}")
-                figures = (steps(saver, count)[0], listing(saver, count, lists))
-                figures += (graph_steps(saver, count),)
+                rate = steps(saver, count)[0]
+                figures = (rate, listing(saver, count, lists), graph_steps(saver, count))
                 for (key, _, _), figure in zip(ROWS, figures, strict=True):
                     samples[name].setdefault(key, []).append(figure)
         sizes_found = {}
