@@ -173,8 +173,11 @@ class Ring(TypedDict):
 
 
 def ring_graph(limit: int) -> Any:
-    def node(name: str) -> Callable[[Ring], dict[str, Any]]:
-        return lambda state: {"n": state["n"] + 1, "seen": [name]}
+    def node(name: str) -> Any:
+        def step(state: Ring) -> dict[str, Any]:
+            return {"n": state["n"] + 1, "seen": [name]}
+
+        return step
 
     def onward(target: str) -> Callable[[Ring], str]:
         return lambda state: "__end__" if state["n"] >= limit else target
