@@ -24,7 +24,7 @@ import sessionstore
 from sessionstore import InvalidArgumentError, Store, aio
 from sessionstore.arguments import check_ttl
 
-from . import listing, ownership, retention
+from . import compaction, listing, ownership, retention
 from .access import Call, Flow, Threads
 from .codec import Codec
 from .driver import acall_on, arun, call_on, in_own_loop, run
@@ -85,7 +85,12 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             self._async = None if memory else aio.connect(url_or_store, ns, **connect_options)
             self._owns = True
         self._codec = Codec(self.serde)
-        self._threads = Threads(ttl, bool(refresh_on_read))
+        codec = self._codec
+        self._threads = Threads(
+            ttl,
+            bool(refresh_on_read),
+            lambda threads, thread_id: compaction.recover(threads, codec, thread_id),
+        )
 
     # --- the flows each method runs -----------------------------------------------------
 
