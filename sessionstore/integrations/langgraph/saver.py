@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +31,8 @@ from .codec import Codec
 from .driver import acall_on, arun, call_on, in_own_loop, run
 
 _T = TypeVar("_T")
+#: How many locks the sync writes of a saver's threads share (by thread id).
+WRITE_LOCKS = 64
 
 
 class SessionStoreSaver(BaseCheckpointSaver[str]):
@@ -85,6 +88,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             self._async = None if memory else aio.connect(url_or_store, ns, **connect_options)
             self._owns = True
         self._codec = Codec(self.serde)
+        self._locks = [threading.Lock() for _ in range(WRITE_LOCKS)]
         codec = self._codec
         self._threads = Threads(
             ttl,
@@ -162,7 +166,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         (another runner went on), :class:`.ThreadDeletedError` when it is gone; nothing
         is written then."""
         stored, flow = self._put(config, checkpoint, metadata, new_versions)
-        self._run(flow)
+        with self._writing(config):
+            self._run(flow)
         return stored
 
     def put_writes(
@@ -175,7 +180,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         """Store the pending ``writes`` of task ``task_id`` on ``config``'s checkpoint,
         durably and all at once; :class:`.ThreadDeletedError` (nothing written) when that
         checkpoint was made before the thread was deleted."""
-        self._run(self._put_writes(config, writes, task_id, task_path))
+        with self._writing(config):
+            self._run(self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread. From then on a write of a
@@ -299,6 +305,15 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         return f"SessionStoreSaver({self._sync or self._async!r})"
 
     # --- drivers: one flow, run against the sync or the async event log ---------------
+
+    def _writing(self, config: RunnableConfig) -> threading.Lock:
+        """The lock that this saver's sync writes to ``config``'s thread take in turn: a
+        graph writes from several threads at once (``put_writes`` of its tasks, the
+        ``put`` of the step before in the background), and a write that waits here
+        does not lose the race to the other and write again (their order is kept all
+        the same: each appends where the log ends). One of :data:`WRITE_LOCKS`."""
+        key = str(config["configurable"]["thread_id"])
+        return self._locks[hash(key) % WRITE_LOCKS]
 
     def _run(self, flow: Flow[_T]) -> _T:
         if self._sync is None:
