@@ -590,5 +590,11 @@ def test_a_graphs_writes_from_its_threads_take_turns_instead_of_racing() -> None
         graph = steps_graph().compile(checkpointer=saver)
         for run in range(40):
             graph.invoke({"log": [str(run)]}, thread("t"))
+
+        async def arun() -> None:  # the async writes too, on one event loop
+            for run in range(40):
+                await graph.ainvoke({"log": [str(run)]}, thread("a"))
+
+        asyncio.run(arun())
         assert lost == []
-        assert len(list(saver.list(thread("t")))) == 40 * 4
+        assert len(list(saver.list(thread("t")))) == len(list(saver.list(thread("a")))) == 160

@@ -8,6 +8,7 @@ import asyncio
 import os
 import random
 import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -89,6 +90,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             self._owns = True
         self._codec = Codec(self.serde)
         self._locks = [threading.Lock() for _ in range(WRITE_LOCKS)]
+        self._alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]]
+        self._alocks = weakref.WeakKeyDictionary()
+        self._alocks_lock = threading.Lock()
         codec = self._codec
         self._threads = Threads(
             ttl,
@@ -257,7 +261,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """:meth:`put`, awaited."""
         stored, flow = self._put(config, checkpoint, metadata, new_versions)
-        await self._arun(flow)
+        async with self._awriting(config):
+            await self._arun(flow)
         return stored
 
     async def aput_writes(
@@ -268,7 +273,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """:meth:`put_writes`, awaited."""
-        await self._arun(self._put_writes(config, writes, task_id, task_path))
+        async with self._awriting(config):
+            await self._arun(self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread`, awaited."""
@@ -314,6 +320,17 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         the same: each appends where the log ends). One of :data:`WRITE_LOCKS`."""
         key = str(config["configurable"]["thread_id"])
         return self._locks[hash(key) % WRITE_LOCKS]
+
+    def _awriting(self, config: RunnableConfig) -> asyncio.Lock:
+        """:meth:`_writing` for the async writes, on the running event loop (the tasks
+        of an async graph write its thread at once, as the threads of a sync one do)."""
+        loop = asyncio.get_running_loop()
+        with self._alocks_lock:
+            locks = self._alocks.get(loop)
+            if locks is None:
+                locks = self._alocks[loop] = [asyncio.Lock() for _ in range(WRITE_LOCKS)]
+        key = str(config["configurable"]["thread_id"])
+        return locks[hash(key) % WRITE_LOCKS]
 
     def _run(self, flow: Flow[_T]) -> _T:
         if self._sync is None:
