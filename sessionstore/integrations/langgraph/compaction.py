@@ -49,8 +49,8 @@ one step no store call guards is that deletion: a compaction paused for half
 delete the log of a thread that a recovering saver has since reopened.
 
 What stays of a removed checkpoint is its events' seqs, ids and types, and its
-``remove`` entry: a few dozen bytes each. The log written anew has the retention of the
-saver that writes it (its ``ttl``, else the store's).
+``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
+retention of the saver that writes them (its ``ttl``, else the store's).
 """
 
 from __future__ import annotations
@@ -135,6 +135,9 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         yield Call("fork", (sid, backup))
     except SessionExistsError:
         return  # a recovering saver sealed it after this one looked
+    if threads.ttl is not None:  # a copy left behind never outlives the log
+        with contextlib.suppress(SessionNotFoundError):
+            yield Call("set_ttl", (backup, threads.ttl))
     tail: list[SessionEvent] = yield Call("read_from", (sid, seal.seq))
     if [event.id for event in tail] != [seal.id]:
         return
@@ -157,12 +160,14 @@ def _write_anew(
     sid, backup = session_id(thread_id), backup_id(thread_id)
     rewritten = compacted(events, codec)
     yield from threads.create(sid)
-    for _ in range(2):
+    for attempt in range(2):
         try:
             yield Call("append", (sid, rewritten))
             break
         except SessionExistsError:
-            continue  # another saver created the log first: append to it
+            if attempt:
+                raise
+            # another saver created the log first: append to it
         except SeqConflictError:
             raise ConcurrentModificationError(
                 f"thread {thread_id!r} was written while it was compacted, by something "
