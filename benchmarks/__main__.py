@@ -19,6 +19,7 @@ from . import (
     async_api,
     event_check,
     json_text,
+    langgraph_savers,
     local,
     peers,
     redis_log,
@@ -58,6 +59,7 @@ GROUPS: dict[str, list[Group]] = {
     "writers": [writers.writer_results],
     "scale": [scale.scale_results],
     "tenants": [tenant_attack.attack_results],
+    "langgraph": [langgraph_savers.langgraph_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
@@ -74,6 +76,7 @@ DESCRIPTIONS = [
         writers,
         scale,
         tenant_attack,
+        langgraph_savers,
     )
 ]
 

@@ -1,5 +1,15 @@
-"""``python -m benchmarks.langgraph_savers``: sessionstore's LangGraph checkpointer against
-LangGraph's own, side by side in one run, on the same disk.
+"""LangGraph checkpointers: sessionstore's ``SessionStoreSaver`` against LangGraph's own
+savers, side by side in one run, on the same disk.
+
+``python -m benchmarks --only langgraph`` (a group of the full run) gives its rows: ours on
+SQLite against ``SqliteSaver`` (target: at least as fast) and ours on Redis reported beside
+them (no target), for a step (``put`` + ``put_writes`` + ``get_tuple``) over a
+1,000-step thread, ``list`` of its 1,000 checkpoints and a 3-node graph run for 1,000
+steps; and the stored bytes of a 10,000-step thread against ``SqliteSaver``'s (bound: at
+most twice). Each repetition runs every saver once on a fresh thread, the order turned
+about each time; a row's ratio is the median of the repetitions' ratios.
+
+``python -m benchmarks.langgraph_savers`` prints the whole table, every saver:
 
 Ours (``SessionStoreSaver``) on memory, SQLite, files and Redis; theirs:
 ``InMemorySaver`` (``langgraph-checkpoint``) and ``SqliteSaver``
@@ -20,9 +30,10 @@ without persistence, ``durability="none"``). For each saver, on a fresh thread:
   SQLite, ours and theirs alike: the database file, its write-ahead log folded in;
   ``InMemorySaver``: not measured).
 
-Each figure is the best of ``--rounds`` rounds (a shared machine slows whatever runs when
-it is busy); the ratio is ours over theirs (``SqliteSaver`` for the persistent stores,
-``InMemorySaver`` for memory): above 1, ours is faster (or, for bytes, smaller).
+Each figure is the best of ``--rounds`` rounds, the savers' order turned about each round
+(a shared machine slows whatever runs when it is busy); the ratio is ours over theirs
+(``SqliteSaver`` for the persistent stores, ``InMemorySaver`` for memory): above 1, ours
+is faster (or, for bytes, smaller).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import operator
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -49,6 +61,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import START, StateGraph  # noqa: E402
 
 import sessionstore  # noqa: E402
+from benchmarks.harness import Result, Sizes  # noqa: E402
 from benchmarks.servers import RedisServer  # noqa: E402
 from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
 
@@ -161,8 +174,11 @@ class Ring(TypedDict):
 
 
 def ring_graph(limit: int) -> Any:
-    def node(name: str) -> Callable[[Ring], dict[str, Any]]:
-        return lambda state: {"n": state["n"] + 1, "seen": [name]}
+    def node(name: str) -> Any:
+        def step(state: Ring) -> dict[str, Any]:
+            return {"n": state["n"] + 1, "seen": [name]}
+
+        return step
 
     def onward(target: str) -> Callable[[Ring], str]:
         return lambda state: "__end__" if state["n"] >= limit else target
@@ -194,7 +210,8 @@ def measure(options: argparse.Namespace) -> dict[str, dict[str, float]]:
         savers(Path(tmp), server.url + "?durability=none") as made,
     ):
         for round_ in range(options.rounds):
-            for name, make in made.items():
+            order = list(made.items())
+            for name, make in order if round_ % 2 == 0 else order[::-1]:
                 row = found.setdefault(name, {})
                 saver, _ = make(f"r{round_}")
                 rates = steps(saver, options.steps)
@@ -211,6 +228,79 @@ def measure(options: argparse.Namespace) -> dict[str, dict[str, float]]:
             steps(saver, options.size_steps)
             found[name]["bytes"] = size()
     return found
+
+
+AREA = "LangGraph checkpointers"
+#: The savers of the group's rows: the baseline first.
+PAIRED = ("SqliteSaver", "ours, SQLite", "ours, Redis")
+#: The group's throughput rows: (figure, scenario, unit).
+ROWS = (
+    ("steps/s", "put + put_writes + get_tuple per step, {steps:,}-step thread", "steps/s"),
+    ("listed/s", "list of {steps:,} checkpoints", "checkpoints/s"),
+    ("graph steps/s", "3-node graph run, {steps:,} steps", "steps/s"),
+)
+#: The bound on stored bytes, ours over ``SqliteSaver``'s (lower is better).
+BYTES_BOUND = 2.0
+
+
+def langgraph_results(url: str, sizes: Sizes) -> list[Result]:
+    """The group's rows (see the module docstring), Redis on ``url``."""
+    quick = sizes == Sizes.quick()
+    count, lists, size_steps = (100, 2, 300) if quick else (1000, 5, 10_000)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in PAIRED}
+    with (
+        tempfile.TemporaryDirectory(prefix="sessionstore-bench-lg-") as tmp,
+        savers(Path(tmp), url + "?durability=none") as made,
+    ):
+        for rep in range(sizes.reps):
+            order = PAIRED if rep % 2 == 0 else PAIRED[::-1]
+            for name in order:
+                saver, _ = made[name](f"r{rep}")
+                rate = steps(saver, count)[0]
+                figures = (rate, listing(saver, count, lists), graph_steps(saver, count))
+                for (key, _, _), figure in zip(ROWS, figures, strict=True):
+                    samples[name].setdefault(key, []).append(figure)
+        sizes_found = {}
+        for name in PAIRED:
+            saver, size = made[name]("size")
+            steps(saver, size_steps)
+            sizes_found[name] = float(size())
+    rows: list[Result] = []
+    settings = (
+        "SqliteSaver on a connection of its own (WAL); ours on SQLite commits durably; "
+        f"Redis durability='none'; {sizes.reps} repetitions, the order turned about"
+    )
+    for name, target in (("ours, SQLite", 1.0), ("ours, Redis", 0.0)):
+        label = name.removeprefix("ours, ")
+        for key, scenario, unit in ROWS:
+            mine, theirs = samples[name][key], samples["SqliteSaver"][key]
+            rows.append(
+                Result(
+                    AREA,
+                    f"{label}: {scenario.format(steps=count)}",
+                    "SqliteSaver" + ("" if target else ", no target"),
+                    statistics.median(mine),
+                    statistics.median(theirs),
+                    unit,
+                    target,
+                    settings,
+                    samples={"ours": mine, "baseline": theirs},
+                )
+            )
+        rows.append(
+            Result(
+                AREA,
+                f"{label}: stored bytes of a {size_steps:,}-step thread",
+                "SqliteSaver, its database file",
+                sizes_found[name],
+                sizes_found["SqliteSaver"],
+                "bytes",
+                BYTES_BOUND,
+                settings,
+                lower_is_better=True,
+            )
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:

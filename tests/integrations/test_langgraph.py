@@ -569,3 +569,32 @@ def test_a_run_whose_process_died_is_resumed_by_another(shared: tuple[str, str])
         done = graph.invoke(None, thread("t"))
         assert done["log"] == ["run", "first", "second"]
         assert_one_chain(saver, "t")
+
+
+def test_a_graphs_writes_from_its_threads_take_turns_instead_of_racing() -> None:
+    """LangGraph writes a thread from several threads at once (its tasks'
+    ``put_writes``, the ``put`` of the step before in the background): they wait for
+    each other in the saver, so that none loses the race and writes again."""
+    with SessionStoreSaver("memory://") as saver:
+        lost: list[str] = []
+        made = saver._call
+
+        def call(step: Any) -> Any:
+            try:
+                return made(step)
+            except SeqConflictError:
+                lost.append(step.name)
+                raise
+
+        saver._call = call  # type: ignore[method-assign]
+        graph = steps_graph().compile(checkpointer=saver)
+        for run in range(40):
+            graph.invoke({"log": [str(run)]}, thread("t"))
+
+        async def arun() -> None:  # the async writes too, on one event loop
+            for run in range(40):
+                await graph.ainvoke({"log": [str(run)]}, thread("a"))
+
+        asyncio.run(arun())
+        assert lost == []
+        assert len(list(saver.list(thread("t")))) == len(list(saver.list(thread("a")))) == 160

@@ -4,6 +4,9 @@ thread's log is rewritten without it (see ``sessionstore.integrations.langgraph
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +20,13 @@ from conftest import BACKENDS, url_for  # noqa: E402
 import sessionstore  # noqa: E402
 from integrations.test_langgraph import assert_one_chain, checkpoint, thread  # noqa: E402
 from sessionstore import SeqConflictError, SessionStoreError  # noqa: E402
-from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
+from sessionstore.integrations.langgraph import (  # noqa: E402
+    SessionStoreSaver,
+    access,
+    compaction,
+    layout,
+    session_id,
+)
 from sessionstore.integrations.langgraph.access import SLEEP  # noqa: E402
 from sessionstore.integrations.langgraph.layout import BLOBS, OPEN, REMOVE, SEAL, VOID  # noqa: E402
 from sessionstore.integrations.langgraph.ownership import delete, put_writes  # noqa: E402
@@ -220,3 +229,132 @@ def test_copy_thread_copies_a_compacted_thread_as_it_reads(
     assert [t.checkpoint["id"] for t in admin.list({"configurable": {"thread_id": "copy"}})] == [
         ids[-1]
     ]
+
+
+def _killed_at(point: str, sid: str, backup: str) -> Any:
+    """Whether a compaction's next call is the one before which the process dies at
+    ``point``: once sealed, once copied, once the log is deleted, once written anew."""
+    made: list[str] = []
+
+    def due(step: Any) -> bool:
+        if step.name == "append" and step.args[1][-1].type == OPEN:
+            made.append("rewrite")
+        if point == "sealed":
+            return bool(step.name == "fork")
+        if point == "copied":
+            return bool(step.name == "delete" and step.args == (sid,))
+        if point == "deleted":
+            return made == ["rewrite"]
+        return bool(made and step.name == "delete" and step.args == (backup,))
+
+    return due
+
+
+def dying_prune(url: str, namespace: str, point: str) -> None:
+    """Prune thread "t", SIGKILLed before the call that ``point`` names."""
+    from sessionstore.integrations.langgraph.driver import run
+
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        due = _killed_at(point, session_id("t"), "langgraph-compacting:t")
+
+        def call(step: Any) -> Any:
+            if due(step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return saver._call(step)
+
+        run(prune(saver._threads, saver._codec, ["t"], "keep_latest"), call)
+    os._exit(0)
+
+
+@pytest.mark.parametrize(
+    ("point", "first"),
+    [("sealed", "write"), ("copied", "read"), ("deleted", "write"), ("rewritten", "read")],
+)
+@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
+def test_a_compaction_whose_process_was_killed_is_finished_by_the_next_access(
+    backend: str,
+    point: str,
+    first: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The killed prune had appended its ``remove`` with its seal: the next saver to
+    read or write the thread finishes the compaction, that ``remove`` applied once, and
+    the thread goes on."""
+    url = url_for(backend, request, tmp_path)
+    namespace = f"t-lg-{uuid.uuid4().hex[:8]}"
+    with SessionStoreSaver(url, namespace=namespace) as saver:
+        ids = grow(saver, 3)
+    child = multiprocessing.get_context("fork").Process(
+        target=dying_prune, args=(url, namespace, point)
+    )
+    child.start()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    with SessionStoreSaver(url, namespace=namespace) as other:
+        assert other._sync is not None
+        if point != "rewritten":  # sealed: until its seal is stale, it is left alone
+            assert other._run(other._threads.read("t")).sealed
+        # The other saver's clock is past the staleness of the seal (without a wait).
+        monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+        if first == "write":
+            put_big(other, ids[-1], 3)
+            assert [t.checkpoint["id"] for t in other.list(thread("t"))][1:] == [ids[-1]]
+        else:
+            assert_reads_as_latest(other, ids[-1], 2)
+            assert [t.checkpoint["id"] for t in other.list(thread("t"))] == [ids[-1]]
+            put_big(other, ids[-1], 3)
+        events = other._sync.events.read_from(session_id("t"), 0)
+        assert [e.seq for e in events] == list(range(len(events)))
+        assert sum(e.type == REMOVE for e in events) == 1
+        assert sum(e.type == "checkpoint" for e in events) == 2  # the kept and the new
+        assert [h.id for h in other._sync.events.list()] == [session_id("t")]
+        assert len(list(other.list(thread("t")))) == 2
+        assert_one_chain(other, "t")
+
+
+def test_a_compaction_paused_past_half_the_stale_time_reopens_instead(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held just before it deletes the log, its clock then past half the time after
+    which another saver may recover it: it leaves the log as it is, its ``remove``
+    applied, and reopens it."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main = session_id("t")
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    step = drive(flow, admin._call, lambda s: s.name == "read_from" and s.args[1] > 0)
+    monkeypatch.setattr(compaction, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    assert isinstance(drive(flow, admin._call, lambda s: s.args == (main,), step), Done)
+    assert admin._sync is not None
+    events = admin._sync.events.read_from(main, 0)
+    assert [e.type for e in events[-3:]] == [REMOVE, SEAL, OPEN]
+    assert sum(e.type == "checkpoint" for e in events) == 3  # nothing rewritten
+    assert [h.id for h in admin._sync.events.list()] == [main]
+    assert_reads_as_latest(runner, ids[-1], 2)
+    put_big(runner, ids[-1], 3)
+    assert len(list(admin.list(thread("t")))) == 2
+
+
+def test_of_two_savers_recovering_one_compaction_one_does_it(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction died once sealed; both savers find its seal stale, one claims it
+    first (its own seal), and the other's claim finds the log moved on."""
+    one, two = savers
+    ids = grow(one, 3)
+    dead = prune(one._threads, one._codec, ["t"], "keep_latest")
+    drive(dead, one._call, lambda s: s.name == "fork")  # sealed, then its process died
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    late = compaction.recover(two._threads, two._codec, "t")
+    claim = drive(late, two._call, lambda s: s.name == "append")
+    assert_reads_as_latest(one, ids[-1], 2)  # recovers it
+    assert isinstance(drive(late, two._call, lambda s: False, claim), Done)
+    assert_reads_as_latest(two, ids[-1], 2)
+    assert two._sync is not None
+    events = two._sync.events.read_from(session_id("t"), 0)
+    assert [e.type for e in events].count(SEAL) == 2 and events[-1].type == OPEN
+    assert [h.id for h in two._sync.events.list()] == [session_id("t")]
+    put_big(two, ids[-1], 3)
+    assert_one_chain(one, "t")

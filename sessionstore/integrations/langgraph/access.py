@@ -10,6 +10,7 @@ appended since.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import threading
 from collections import OrderedDict
@@ -51,6 +52,9 @@ _EAGER_RETRIES = 3
 THREADS_KEPT = 64
 #: The pseudo call that makes a flow wait (seconds), between retries.
 SLEEP = "_sleep"
+#: Seconds after its ``seal`` (by the seal's time) a compaction is taken for abandoned
+#: (its process died): the next read of the thread finishes it (see :mod:`.compaction`).
+STALE_SEAL = 15.0
 
 
 class Call(NamedTuple):
@@ -63,6 +67,8 @@ class Call(NamedTuple):
 
 
 Flow = Generator[Call, Any, _T]
+#: What finishes an abandoned compaction of a thread (:func:`.compaction.recover`).
+Recover = Callable[["Threads", str], Flow[None]]
 
 
 def backoff(attempt: int, *, eager: int = _EAGER_RETRIES) -> Flow[None]:
@@ -77,11 +83,20 @@ class Threads:
     written (seq-checked appends, retried after a lost race), and the retention of the
     logs it creates (see :mod:`.retention`)."""
 
-    def __init__(self, ttl: float | None = None, refresh_on_read: bool = False) -> None:
+    def __init__(
+        self,
+        ttl: float | None = None,
+        refresh_on_read: bool = False,
+        recover: Recover | None = None,
+    ) -> None:
         #: Seconds a thread is kept after its last write (None: for good).
         self.ttl = ttl
         #: Whether a read moves the thread's expiry to ``ttl`` from then, as a write does.
         self.refresh_on_read = refresh_on_read
+        #: What a read does with a thread sealed for :attr:`stale_seal` seconds.
+        self.recover = recover
+        #: Seconds after which a compaction's seal is taken for abandoned.
+        self.stale_seal = STALE_SEAL
         #: The threads read last, as folded (log id -> thread), the least recent first.
         self._known: OrderedDict[str, Thread] = OrderedDict()
         self._lock = threading.Lock()
@@ -92,17 +107,42 @@ class Threads:
         log was not deleted and written again meanwhile); else it is read whole. A
         thread past its ttl is removed first where the store leaves that to a prune
         (memory, files, SQLite). With ``refresh`` (a read by the saver's user when it
-        was made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now."""
+        was made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now.
+        A thread whose compaction was abandoned (sealed for :attr:`stale_seal` seconds)
+        is recovered first (:attr:`recover`), and the copy that a compaction whose
+        process died at its very end left behind is deleted (see :mod:`.compaction`)."""
         sid = session_id(thread_id)
         thread = yield from self._fetch(thread_id)
         if self.ttl is not None and thread.next_seq and self._lapsed(thread):
             # The store decides: its prune removes the log only when it has expired.
             yield Call("prune")
             thread = yield from self._fetch(thread_id)
+        if thread.sealed and self.recover is not None and self.abandoned(thread):
+            yield from self.recover(self, thread_id)
+            thread = yield from self._fetch(thread_id)
+        elif thread.reopened is not None:
+            thread = yield from self._drop_copy(thread_id, thread)
         if refresh and self.refresh_on_read and self.ttl is not None and thread.next_seq:
             with contextlib.suppress(SessionNotFoundError):
                 yield Call("set_ttl", (sid, self.ttl))
         return thread
+
+    def abandoned(self, thread: Thread) -> bool:
+        """Whether the ``seal`` of the sealed ``thread`` is :attr:`stale_seal` old."""
+        return thread.sealed_at + self.stale_seal * 1000 < now_ms()
+
+    def _drop_copy(self, thread_id: str, thread: Thread) -> Flow[Thread]:
+        """Delete the copy that the compaction which ended with the thread's last
+        ``open`` left behind, if its process died before deleting it: the copy whose
+        last event is the ``seal`` that ``open`` counted after (a later compaction's
+        copy ends with its own seal). The thread, kept as having none."""
+        backup, seal = backup_id(thread_id), thread.reopened
+        with contextlib.suppress(SessionNotFoundError):
+            info = yield Call("info", (backup,))
+            tail = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
+            if [event.id for event in tail] == [seal]:
+                yield Call("delete", (backup,))
+        return self.keep(session_id(thread_id), dataclasses.replace(thread, reopened=None))
 
     def _lapsed(self, thread: Thread) -> bool:
         assert self.ttl is not None

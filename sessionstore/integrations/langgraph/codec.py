@@ -6,7 +6,7 @@ Every value, checkpoint and metadata is what the saver's ``serde`` made of it, p
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,10 +45,11 @@ class Codec:
 
     def pack(self, value: Any) -> Packed:
         kind, raw = self.serde.dumps_typed(value)
-        return [kind, base64.b64encode(raw).decode("ascii")]
+        return [kind, binascii.b2a_base64(raw, newline=False).decode("ascii")]
 
     def unpack(self, packed: Packed) -> Any:
-        return self.serde.loads_typed((packed[0], base64.b64decode(packed[1])))
+        # binascii takes the ASCII text as it is (base64's wrapper re-encodes it first).
+        return self.serde.loads_typed((packed[0], binascii.a2b_base64(packed[1])))
 
     def checkpoint_event(
         self,

@@ -22,22 +22,48 @@ the thread if its process dies midway:
 
 Nobody else deletes or writes the log meanwhile: ``delete_thread`` seals it too (so it
 waits for a compaction under way, as a writer does), and a second compaction waits for
-the first. A compaction whose process dies between 1 and 4 leaves the thread readable
-but sealed: writers wait, then raise :class:`~sessionstore.ConcurrentModificationError`
-naming the copy. Nothing is lost: the log (or, after 3 began, the copy) holds it all.
-What stays of a removed checkpoint is its events' seqs, ids and types, and its ``remove``
-entry: a few dozen bytes each. The log written anew has the retention of the saver that
-compacts (its ``ttl``, else the store's).
+the first.
+
+A compaction whose process dies midway is finished by the next read of the thread, by
+any saver in any process (:func:`recover`), once its seal is
+:data:`~.access.STALE_SEAL` seconds old (by the seal's own time): until then, readers
+read on and writers wait, as while it runs. Its ``remove`` was appended with its seal,
+once; what is left to do is what 2 to 4 do, each done so that doing it again, or after
+another's, changes nothing:
+
+* the log is there and sealed (it died in 1 or 2): the recovering saver appends a
+  ``seal`` of its own after the stale one (seq-checked: of two recovering at once, one
+  wins and the other waits for it), then does 2 to 4 under it;
+* the log is gone (it died in 3): its copy holds it all, and the log is written anew
+  from the copy, as the compaction would have. The log written anew is the same
+  whoever writes it (the ``open`` at its end takes its id and time from the ``seal``),
+  so a second writing of it is an applied replay of the store;
+* the log was written anew (it died in 4): the copy is deleted by the next read that
+  folds the ``open`` (:meth:`~.access.Threads.read`).
+
+A compaction that finds its seal half :data:`~.access.STALE_SEAL` old (its process was
+paused) just before deleting the log does not delete it: it ends with an ``open`` after
+its seal instead, its ``remove`` applied and its space kept for the next compaction. The
+one step no store call guards is that deletion: a compaction paused for half
+:data:`~.access.STALE_SEAL` between the last look at its seal and the deletion can
+delete the log of a thread that a recovering saver has since reopened.
+
+What stays of a removed checkpoint is its events' seqs, ids and types, and its
+``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
+retention of the saver that writes them (its ``ttl``, else the store's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 
 from sessionstore import (
     ConcurrentModificationError,
     SeqConflictError,
     SessionEvent,
+    SessionExistsError,
     SessionNotFoundError,
 )
 
@@ -68,26 +94,86 @@ def compact(threads: Threads, codec: Codec, thread_id: str, entries: Entries) ->
     sealed = yield from threads.append(
         thread_id, lambda thread: [*entries, (SEAL, {})], create=False
     )
-    if not sealed:
+    if sealed:
+        yield from _rewrite(threads, codec, thread_id, sealed[-1])
+
+
+def recover(threads: Threads, codec: Codec, thread_id: str) -> Flow[None]:
+    """Finish the compaction of the thread whose seal is stale (see the module
+    docstring); nothing when it has ended or another saver is at it."""
+    sid = session_id(thread_id)
+    try:
+        events: list[SessionEvent] = yield Call("read_from", (sid, 0))
+    except SessionNotFoundError:
+        with contextlib.suppress(SessionNotFoundError):
+            copy: list[SessionEvent] = yield Call("read_from", (backup_id(thread_id), 0))
+            yield from _write_anew(threads, codec, thread_id, copy)
         return
+    thread = Thread().extended(events)
+    if not (thread.sealed and threads.abandoned(thread)):
+        return
+    [seal] = chained([(SEAL, {})], thread.next_seq, thread.valid_id, _stamp(thread))
+    try:
+        yield Call("append", (sid, [seal]))
+    except (SeqConflictError, SessionNotFoundError):
+        return  # another saver took it first
+    yield from _rewrite(threads, codec, thread_id, seal)
+
+
+def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent) -> Flow[None]:
+    """Steps 2 to 4 for the log sealed by ``seal``; nothing once another saver sealed
+    it after (it recovers the compaction: this one's process was paused)."""
     sid, backup = session_id(thread_id), backup_id(thread_id)
     events: list[SessionEvent] = yield Call("read_from", (sid, 0))
-    rewritten = compacted(events, codec)
+    if events[-1].id != seal.id:
+        return
     # A copy left by a compaction that died after its rewrite: the seal this one holds
     # says no other is under way.
     with contextlib.suppress(SessionNotFoundError):
         yield Call("delete", (backup,))
-    yield Call("fork", (sid, backup))
-    yield Call("delete", (sid,))
-    yield from threads.create(sid)
     try:
-        yield Call("append", (sid, rewritten))
-    except SeqConflictError:
-        raise ConcurrentModificationError(
-            f"thread {thread_id!r} was written while it was compacted, by something that "
-            f"does not wait for its seal; what it held is kept in {backup!r}"
-        ) from None
-    threads.keep(sid, Thread().extended(rewritten))
+        yield Call("fork", (sid, backup))
+    except SessionExistsError:
+        return  # a recovering saver sealed it after this one looked
+    if threads.ttl is not None:  # a copy left behind never outlives the log
+        with contextlib.suppress(SessionNotFoundError):
+            yield Call("set_ttl", (backup, threads.ttl))
+    tail: list[SessionEvent] = yield Call("read_from", (sid, seal.seq))
+    if [event.id for event in tail] != [seal.id]:
+        return
+    if now_ms() > seal.time + threads.stale_seal * 500:
+        # Too late to be sure nobody recovers it meanwhile: reopen instead.
+        with contextlib.suppress(SeqConflictError):
+            yield Call("append", (sid, [opening(Thread().extended(events))]))
+            with contextlib.suppress(SessionNotFoundError):
+                yield Call("delete", (backup,))
+        return
+    yield Call("delete", (sid,))
+    yield from _write_anew(threads, codec, thread_id, events)
+
+
+def _write_anew(
+    threads: Threads, codec: Codec, thread_id: str, events: list[SessionEvent]
+) -> Flow[None]:
+    """Step 3's writing and step 4: the log written anew from the sealed ``events``
+    (an applied replay when another saver wrote it first), then the copy deleted."""
+    sid, backup = session_id(thread_id), backup_id(thread_id)
+    rewritten = compacted(events, codec)
+    yield from threads.create(sid)
+    for attempt in range(2):
+        try:
+            yield Call("append", (sid, rewritten))
+            break
+        except SessionExistsError:
+            if attempt:
+                raise
+            # another saver created the log first: append to it
+        except SeqConflictError:
+            raise ConcurrentModificationError(
+                f"thread {thread_id!r} was written while it was compacted, by something "
+                f"that does not wait for its seal; what it held is kept in {backup!r}"
+            ) from None
+    threads.keep(sid, dataclasses.replace(Thread().extended(rewritten), reopened=None))
     with contextlib.suppress(SessionNotFoundError):
         yield Call("delete", (backup,))
 
@@ -125,8 +211,24 @@ def compacted(events: list[SessionEvent], codec: Codec) -> list[SessionEvent]:
         else:
             kept.append(event)
     kept.reverse()
-    stamp = max(now_ms(), final.last_time)
-    return kept + chained([(OPEN, {})], final.next_seq, final.valid_id, stamp)
+    return [*kept, opening(final)]
+
+
+def opening(sealed: Thread) -> SessionEvent:
+    """The ``open`` that ends the compaction of the ``sealed`` thread: its id and time
+    are the seal's (hashed), so every saver that writes it writes the same event."""
+    seal = sealed.valid_id or ""
+    return SessionEvent(
+        seq=sealed.next_seq,
+        type=OPEN,
+        time=sealed.sealed_at,
+        data={AFTER: sealed.valid_id},
+        id=hashlib.blake2b(seal.encode(), digest_size=8).hexdigest(),
+    )
+
+
+def _stamp(thread: Thread) -> int:
+    return max(now_ms(), thread.last_time)
 
 
 def _left(event: SessionEvent, kind: str, data: dict[str, object]) -> SessionEvent:

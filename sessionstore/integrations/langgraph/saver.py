@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -24,12 +26,14 @@ import sessionstore
 from sessionstore import InvalidArgumentError, Store, aio
 from sessionstore.arguments import check_ttl
 
-from . import listing, ownership, retention
+from . import compaction, listing, ownership, retention
 from .access import Call, Flow, Threads
 from .codec import Codec
 from .driver import acall_on, arun, call_on, in_own_loop, run
 
 _T = TypeVar("_T")
+#: How many locks the sync writes of a saver's threads share (by thread id).
+WRITE_LOCKS = 64
 
 
 class SessionStoreSaver(BaseCheckpointSaver[str]):
@@ -85,7 +89,16 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             self._async = None if memory else aio.connect(url_or_store, ns, **connect_options)
             self._owns = True
         self._codec = Codec(self.serde)
-        self._threads = Threads(ttl, bool(refresh_on_read))
+        self._locks = [threading.Lock() for _ in range(WRITE_LOCKS)]
+        self._alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]]
+        self._alocks = weakref.WeakKeyDictionary()
+        self._alocks_lock = threading.Lock()
+        codec = self._codec
+        self._threads = Threads(
+            ttl,
+            bool(refresh_on_read),
+            lambda threads, thread_id: compaction.recover(threads, codec, thread_id),
+        )
 
     # --- the flows each method runs -----------------------------------------------------
 
@@ -157,7 +170,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         (another runner went on), :class:`.ThreadDeletedError` when it is gone; nothing
         is written then."""
         stored, flow = self._put(config, checkpoint, metadata, new_versions)
-        self._run(flow)
+        with self._writing(config):
+            self._run(flow)
         return stored
 
     def put_writes(
@@ -170,7 +184,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         """Store the pending ``writes`` of task ``task_id`` on ``config``'s checkpoint,
         durably and all at once; :class:`.ThreadDeletedError` (nothing written) when that
         checkpoint was made before the thread was deleted."""
-        self._run(self._put_writes(config, writes, task_id, task_path))
+        with self._writing(config):
+            self._run(self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread. From then on a write of a
@@ -246,7 +261,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """:meth:`put`, awaited."""
         stored, flow = self._put(config, checkpoint, metadata, new_versions)
-        await self._arun(flow)
+        async with self._awriting(config):
+            await self._arun(flow)
         return stored
 
     async def aput_writes(
@@ -257,7 +273,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """:meth:`put_writes`, awaited."""
-        await self._arun(self._put_writes(config, writes, task_id, task_path))
+        async with self._awriting(config):
+            await self._arun(self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """:meth:`delete_thread`, awaited."""
@@ -294,6 +311,26 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         return f"SessionStoreSaver({self._sync or self._async!r})"
 
     # --- drivers: one flow, run against the sync or the async event log ---------------
+
+    def _writing(self, config: RunnableConfig) -> threading.Lock:
+        """The lock that this saver's sync writes to ``config``'s thread take in turn: a
+        graph writes from several threads at once (``put_writes`` of its tasks, the
+        ``put`` of the step before in the background), and a write that waits here
+        does not lose the race to the other and write again (their order is kept all
+        the same: each appends where the log ends). One of :data:`WRITE_LOCKS`."""
+        key = str(config["configurable"]["thread_id"])
+        return self._locks[hash(key) % WRITE_LOCKS]
+
+    def _awriting(self, config: RunnableConfig) -> asyncio.Lock:
+        """:meth:`_writing` for the async writes, on the running event loop (the tasks
+        of an async graph write its thread at once, as the threads of a sync one do)."""
+        loop = asyncio.get_running_loop()
+        with self._alocks_lock:
+            locks = self._alocks.get(loop)
+            if locks is None:
+                locks = self._alocks[loop] = [asyncio.Lock() for _ in range(WRITE_LOCKS)]
+        key = str(config["configurable"]["thread_id"])
+        return locks[hash(key) % WRITE_LOCKS]
 
     def _run(self, flow: Flow[_T]) -> _T:
         if self._sync is None:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from sessionstore import SessionEvent
 
 from .errors import ThreadDeletedError
-from .layout import AFTER, BLOBS, CHECKPOINT, DELETED, REMOVE, SEAL, WRITES
+from .layout import AFTER, BLOBS, CHECKPOINT, DELETED, OPEN, REMOVE, SEAL, WRITES
 
 #: A packed serde output: ``[type, base64 of the bytes]`` (see :mod:`.codec`).
 Packed = list[str]
@@ -51,6 +51,11 @@ class Thread:
     deleted_before: str | None = None
     #: Whether the last event that counts is a ``seal``: a compaction is under way.
     sealed: bool = False
+    #: The time (epoch ms) of the last ``seal`` that counts.
+    sealed_at: int = 0
+    #: The id of the ``seal`` that the last ``open`` counted after, when no ``seal``
+    #: counted since: the compaction it ended may have left its copy behind.
+    reopened: str | None = None
     #: The latest checkpoint id of each namespace (kept as the log folds).
     _latest: dict[str, str] = field(default_factory=dict)
 
@@ -82,12 +87,17 @@ class Thread:
             deleted_before=self.deleted_before,
         )
         thread.valid_id, thread.sealed = self.valid_id, self.sealed
+        thread.sealed_at, thread.reopened = self.sealed_at, self.reopened
         thread._latest = dict(self._latest)
         owned: set[int] = set()  # the inner tables this extension copied
         for event in events:
             if event.data.get(AFTER) == thread.valid_id:
                 thread._fold(event, owned)
                 thread.valid_id, thread.sealed = event.id, event.type == SEAL
+                if event.type == SEAL:
+                    thread.sealed_at, thread.reopened = event.time, None
+                elif event.type == OPEN:
+                    thread.reopened = event.data[AFTER]
         last = events[-1]
         thread.next_seq, thread.last_time, thread.last = (
             last.seq + 1,
