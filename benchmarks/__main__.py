@@ -25,6 +25,7 @@ from . import (
     redis_log,
     report,
     scale,
+    telemetry_cost,
     tenant_attack,
     values,
     workload,
@@ -60,6 +61,7 @@ GROUPS: dict[str, list[Group]] = {
     "scale": [scale.scale_results],
     "tenants": [tenant_attack.attack_results],
     "langgraph": [langgraph_savers.langgraph_results],
+    "telemetry": [telemetry_cost.telemetry_results],
 }
 #: What each scenario measures, for the report: the docstrings of the scenario modules.
 DESCRIPTIONS = [
@@ -77,6 +79,7 @@ DESCRIPTIONS = [
         scale,
         tenant_attack,
         langgraph_savers,
+        telemetry_cost,
     )
 ]
 

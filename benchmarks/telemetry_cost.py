@@ -262,6 +262,62 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:8} {'ours %':8} " + " ".join(_figure(ours[m]) for m in MODES))
 
 
+#: The rows of ``python -m benchmarks --only telemetry``: (mode, what the row says, the
+#: target on ours / baseline: a call with that mode against the same call with none).
+ROWS = (
+    ("off", "a call mix, no provider set, against no telemetry at all", 1.05),
+    ("metrics", "a call mix, every metric recorded by the OpenTelemetry SDK", 1.10),
+    ("sampled", "a call mix, metrics and 1 trace in 100 recorded by the SDK", 1.10),
+    ("on", "a call mix, every metric and span recorded by the SDK", 1.10),
+)
+
+
+def telemetry_results(_url: str, sizes: Any) -> list[Any]:
+    """The rows of the ``telemetry`` group: per backend and mode, the calling thread's
+    time per call mix (CPU added over ``off``, on the fastest wall-clock round of
+    ``off``; ``off`` itself against ``bare``), lower is better; the settings say how
+    much of it is OpenTelemetry's floor."""
+    from benchmarks.harness import Result
+
+    rounds, calls = max(4, sizes.reps * 2), sizes.calls * 2
+    rows: list[Any] = []
+    with tempfile.TemporaryDirectory() as folder, RedisServer() as server:
+        urls = {
+            "memory": "memory://",
+            "SQLite": f"sqlite:///{folder}/bench.db",
+            "Redis": f"{server.url}?durability=none",
+        }
+        for name, url in urls.items():
+            found = measure(url, rounds, calls)
+            cpu = {run: _typical(found["cpu"][run]) for run in RUNS}
+            fastest = min(found["wall"]["off"])
+            for mode, label, target in ROWS:
+                base_mode = "bare" if mode == "off" else "off"
+                base = fastest if mode != "off" else fastest - (cpu["off"] - cpu["bare"])
+                floor = cpu.get(f"floor:{mode}")
+                settings = f"{rounds} rounds of {calls} mixes (set_data, get_data, append 1)"
+                if floor is not None:
+                    settings += (
+                        f"; OpenTelemetry's floor adds {floor - cpu['off']:.1f} us"
+                        f" of the {cpu[mode] - cpu['off']:.1f} us"
+                    )
+                rows.append(
+                    Result(
+                        area=f"Telemetry ({name})",
+                        scenario=label,
+                        baseline_name="the same with "
+                        + ("no telemetry" if mode == "off" else "none set"),
+                        ours=base + (cpu[mode] - cpu[base_mode]),
+                        baseline=base,
+                        unit="us/mix",
+                        target=target,
+                        settings=settings,
+                        lower_is_better=True,
+                    )
+                )
+    return rows
+
+
 def _less(value: float, floor: float | None) -> float | None:
     return None if floor is None else value - floor
 
