@@ -81,6 +81,9 @@ log = logging.getLogger("sessionstore")
 #: The most torn-tail entries one ``log_cut_tail.lua`` call cuts (its ``TAIL_CUT``): a
 #: reply that cut as many is followed by another call.
 TAIL_CUT = 1000
+#: How many times an append cuts a torn tail its script reported and is sent again
+#: before the log is reported damaged (one cut is enough unless entries keep coming).
+TAIL_ATTEMPTS = 3
 #: Entries read at each end of a log that has no byte count to estimate it.
 SAMPLE_ENTRIES = 50
 
@@ -276,7 +279,7 @@ class LogOps:
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
         replicas = self._durability.replicas
-        while True:
+        for attempt in range(TAIL_ATTEMPTS + 1):
             with self._guard("log_append.lua", names[0]):
                 if replicas:
                     reply, acks = yield from scripts.run_then_wait_steps(
@@ -288,11 +291,13 @@ class LogOps:
                 break
             # A torn tail, which the script leaves to the caller: cut, then send again.
             tail_from, length, held = (int(part) for part in reply[1:4])
-            if not (yield from self._cut_torn_tail(client, session_id, tail_from)):
+            if attempt == TAIL_ATTEMPTS or not (
+                yield from self._cut_torn_tail(client, session_id, tail_from)
+            ):
                 raise CorruptLogError(
                     session_id,
                     f"the stream holds {length} entries where the meta hash counts {held}"
-                    f" before next_seq {tail_from}, and none past it",
+                    f" before next_seq {tail_from}, and no torn tail past it to cut",
                 )
         next_seq = decode_append(session_id, batch, reply)
         if replicas:
@@ -357,20 +362,22 @@ class LogOps:
             yield from self._cut_torn_tail(client, plan.session_id, plan.next_seq)
 
     def _cut_torn_tail(self, client: Any, session_id: str, next_seq: int) -> Steps[int]:
-        """Cut the entries that end at or past ``next_seq`` and return how many were cut:
-        this client reads their ids (``XRANGE``, :data:`TAIL_CUT` a round) and
+        """Cut the entries that end at or past ``next_seq`` and return how many were
+        found: this client reads their ids (``XRANGE``, :data:`TAIL_CUT` a round) and
         ``log_cut_tail.lua`` deletes those, once it finds ``next_seq`` unchanged (the
-        script never reads an entry). An entry that starts before ``next_seq`` and ends
-        past it is damage (:class:`CorruptLogError`), never cut."""
+        script never reads an entry; a log that moved on meanwhile is left to the
+        caller's next call). An entry that starts before ``next_seq`` and ends past it
+        is damage (:class:`CorruptLogError`), never cut."""
         meta, stream = self._keys(session_id)
-        cut = 0
+        found = 0
         while True:
             with self._guard("XRANGE", stream):
                 tail = yield functools.partial(
                     client.xrange, stream, stream_id(next_seq, 0), "+", TAIL_CUT
                 )
             if not tail:
-                return cut
+                return found
+            found += len(tail)
             ids = [text(entry_id) for entry_id, _ in tail]
             for entry_id in ids:
                 if entry_start(entry_id) < next_seq:
@@ -380,11 +387,8 @@ class LogOps:
             args = [str(next_seq), restore_id(next_seq), *ids]
             with self._guard("log_cut_tail.lua", meta):
                 reply = yield from scripts.run_steps(client, "log_cut_tail", [meta, stream], args)
-            if text(reply[0]) != "OK":
-                return cut
-            cut += int(reply[1])
-            if len(tail) < TAIL_CUT:
-                return cut
+            if text(reply[0]) != "OK" or len(tail) < TAIL_CUT:
+                return found
 
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)

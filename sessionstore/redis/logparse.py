@@ -27,7 +27,6 @@ from .logformat import (
     SEPARATOR,
     decode_header,
     decode_next_seq,
-    restore_id,
     stream_id,
 )
 from .replies import text
@@ -294,10 +293,6 @@ class LogRead:
         """(min, max, count) of the XRANGE that tells whether a torn tail exists: the
         first entry that ends at or past ``next_seq``."""
         return stream_id(self.next_seq, 0), "+", 1
-
-    def cut_args(self) -> list[str]:
-        """ARGV of ``log_cut_tail.lua`` for the next_seq this read saw."""
-        return [str(self.next_seq), restore_id(self.next_seq)]
 
     def result(self) -> tuple[SessionHeader, list[Any]]:
         assert self.header is not None
