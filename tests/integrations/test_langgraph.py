@@ -1,9 +1,9 @@
 """SessionStoreSaver (sessionstore.integrations.langgraph) beyond LangGraph's conformance
 suite (``test_langgraph_conformance.py``): real graphs (against LangGraph's InMemorySaver
 as the control), values kept as the serde made them, the stores it is built on, and the
-ownership of a thread (one chain: a second runner is refused; a deleted thread stays
-deleted), on every backend and across processes (two runners at once, a runner killed
-mid-run and resumed by another).
+ownership of a thread (one chain: a second runner is refused, a time travel from a
+checkpoint named branches off; a deleted thread stays deleted), on every backend and
+across processes (two runners at once, a runner killed mid-run and resumed by another).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import multiprocessing
 import operator
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -86,6 +87,23 @@ def put(saver: SessionStoreSaver, thread_id: str, parent: str | None, **metadata
     if parent is not None:
         config["configurable"]["checkpoint_id"] = parent
     made, md, versions = checkpoint(**metadata)
+    return saver.put(config, made, md, versions)["configurable"]["checkpoint_id"]
+
+
+def put_named(saver: SessionStoreSaver, thread_id: str, parent: str, named: str, how: str) -> str:
+    """Put a checkpoint continuing from ``parent`` in a run whose caller named the
+    checkpoint ``named``, as LangGraph passes it (``how``): the ``checkpoint_id`` of the
+    caller's config, kept in the run's metadata, or the parent's checkpoint in the
+    ``checkpoint_map`` of a subgraph checkpoint's config; its id."""
+    config: dict[str, Any] = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": parent},
+    }
+    if how == "checkpoint_id":
+        config["metadata"] = {"thread_id": thread_id, "checkpoint_id": named}
+    else:
+        config["configurable"]["checkpoint_map"] = {"": named, "sub": str(uuid6(clock_seq=-1))}
+        config["metadata"] = {"checkpoint_ns": "sub", "checkpoint_id": "the subgraph's"}
+    made, md, versions = checkpoint()
     return saver.put(config, made, md, versions)["configurable"]["checkpoint_id"]
 
 
@@ -253,7 +271,47 @@ def stateful_subgraph_run(saver: Any) -> list[Any]:
     return seen
 
 
-@pytest.mark.parametrize("run", [interrupting_subgraph_run, durability_run, stateful_subgraph_run])
+def named_checkpoint_run(saver: Any) -> list[Any]:
+    """Branches from a checkpoint named that LangGraph does not mark as branches: a
+    resume from a checkpoint the thread has moved past, and a replay and a resume from
+    a subgraph's checkpoint (its config names the parent's checkpoint in
+    ``checkpoint_map``): what each call returned and the history's (source, step, next)
+    after each."""
+
+    def ask(state: Steps) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('ok?')}"]}
+
+    inner = StateGraph(Steps)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    graph = steps_graph(second=inner.compile(checkpointer=True)).compile(checkpointer=saver)
+    config = thread("t")
+    seen: list[Any] = []
+
+    def note(returned: Any) -> None:
+        if isinstance(returned, dict) and "__interrupt__" in returned:
+            returned = {**returned, "__interrupt__": [i.value for i in returned["__interrupt__"]]}
+        history = [
+            (s.metadata["source"], s.metadata["step"], s.next)
+            for s in graph.get_state_history(config)
+        ]
+        seen.append((returned, history))
+
+    note(graph.invoke({"log": ["in"]}, config))
+    paused = graph.get_state(config, subgraphs=True)
+    sub_config = paused.tasks[0].state.config  # type: ignore[union-attr]
+    note(graph.invoke(Command(resume="yes"), config))
+    note(graph.invoke(Command(resume="pinned"), paused.config))  # moved past
+    note(graph.invoke(None, sub_config))
+    note(graph.invoke(Command(resume="sub"), sub_config))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "run",
+    [interrupting_subgraph_run, durability_run, stateful_subgraph_run, named_checkpoint_run],
+)
 def test_graphs_run_as_on_langgraphs_in_memory_saver(saver: SessionStoreSaver, run: Any) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -411,6 +469,63 @@ def test_a_branch_on_purpose_is_accepted(saver: SessionStoreSaver) -> None:
     put(saver, "t", root, source="fork")
     put(saver, "t", root, source="update")
     assert len(list(saver.list(thread("t")))) == 4
+
+
+@pytest.mark.parametrize("how", ["checkpoint_id", "checkpoint_map"])
+def test_a_branch_from_a_checkpoint_named_is_accepted_and_checked_from_then_on(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], how: str
+) -> None:
+    """A run given an earlier checkpoint (time travel) starts a branch from it, wherever
+    the thread went since; the branch goes on as one chain, and a runner that went on
+    with it since is not forked by the time traveller's next checkpoint."""
+    traveller, other = savers
+    root = put(other, "t", None)
+    head = put(other, "t", root)
+    branch = put_named(traveller, "t", root, root, how)
+    found = other.get_tuple(thread("t"))
+    assert found is not None and found.checkpoint["id"] == branch
+    on = put_named(traveller, "t", branch, root, how)  # the branch goes on
+    put(other, "t", on)  # another runner goes on with the branch
+    with pytest.raises(ThreadConflictError) as refused:  # the traveller is now stale
+        put_named(traveller, "t", on, root, how)
+    assert (refused.value.parent, refused.value.thread_id) == (on, "t")
+    with pytest.raises(ThreadConflictError):  # as is a runner still on the old head
+        put(other, "t", head)
+    with pytest.raises(ThreadConflictError):  # and one that named another checkpoint
+        put_named(other, "t", head, root, how)
+    assert len(list(other.list(thread("t")))) == 5
+    parents = [t.parent_config for t in other.list(thread("t"))]
+    assert [p["configurable"]["checkpoint_id"] for p in parents if p] == [on, branch, root, root]
+
+
+def test_a_runner_whose_view_is_stale_is_refused_while_one_resumes(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """Two runners resume one paused thread from its latest checkpoint (no
+    ``checkpoint_id`` given): the second resumes while the first is in the node that
+    asked, so the first is refused at its next checkpoint and the chain stays one."""
+    one, two = savers
+
+    def ask(state: Steps) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('ok?')}"]}
+
+    other = steps_graph(second=ask).compile(checkpointer=two)
+
+    def ask_while_another_resumes(state: Steps) -> dict[str, Any]:
+        answer = interrupt("ok?")
+        # Another runner (another process) resumes the thread meanwhile; a thread of
+        # its own, so that it is no subgraph of this run.
+        runner = threading.Thread(target=other.invoke, args=(Command(resume="two"), thread("t")))
+        runner.start()
+        runner.join(30)
+        return {"log": [f"answer:{answer}"]}
+
+    graph = steps_graph(second=ask_while_another_resumes).compile(checkpointer=one)
+    graph.invoke({"log": []}, thread("t"))
+    with pytest.raises(ThreadConflictError):
+        graph.invoke(Command(resume="one"), thread("t"))
+    assert other.get_state(thread("t")).values["log"] == ["first", "answer:two"]
+    assert_one_chain(two, "t")
 
 
 def test_late_writes_never_bring_a_deleted_thread_back(

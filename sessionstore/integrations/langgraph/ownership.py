@@ -8,11 +8,24 @@ write that lost the race to another reads what landed first and is checked again
   the latest checkpoint there raises :class:`.ThreadConflictError`: another runner, in
   this process or another, continued the thread since this one read it. Nothing is
   written; the runner that wrote first goes on. A branch made on purpose is kept:
-  LangGraph marks a replay from an earlier checkpoint ``source="fork"`` and
-  ``update_state`` ``"update"`` (:data:`BRANCHING`). A
-  ``put`` without a parent (a new thread's first checkpoint) is checked only against a
+
+  - one whose parent is the checkpoint the run's caller named (:func:`caller_named`): a
+    replay, a fork or a resume from a ``checkpoint_id`` given (time travel), or from a
+    subgraph's checkpoint, whose config names its parent's checkpoint in
+    ``checkpoint_map``. Only the branch's first checkpoint is let through: the next
+    continues from it and is checked as any, so a run whose branch another runner went
+    on with since is refused;
+  - one LangGraph marks as a branch: ``source="fork"`` (a replay) and ``"update"``
+    (``update_state``) (:data:`BRANCHING`).
+
+  A ``put`` without a parent (a new thread's first checkpoint) is checked only against a
   deletion: two runners starting one new thread at once each put one, and the one that
-  continues from the older finds it is not the latest at its next ``put``;
+  continues from the older finds it is not the latest at its next ``put``. So are two
+  runs given one ``checkpoint_id`` at once, or a run given the latest checkpoint's id
+  and a runner going on from it: each puts its branch's first checkpoint, and the one
+  whose branch is not the latest is refused at its next ``put`` (what a run saw when
+  it read the thread does not reach ``put``: LangGraph passes the caller's config and
+  the parent only);
 * ``delete_thread`` seals the log (waiting for a compaction under way, see
   :mod:`.compaction`), deletes it and writes it anew with a ``deleted`` event; a
   ``put`` whose parent is not stored, and a ``put`` without a parent or a
@@ -26,14 +39,13 @@ A subgraph's checkpoints (namespaces of their own) are not checked: a stateful
 subgraph goes on from an older checkpoint of its own after each tick, replay or fork of
 its parent, which LangGraph does not mark as a branch; a second runner is refused at
 its next root ``put`` all the same (what it wrote in a subgraph first stays, a branch no
-root checkpoint leads to). Branches LangGraph does not mark in the root are refused: a
-replay from a subgraph's checkpoint, and a run resumed from a pinned checkpoint that
-was superseded.
+root checkpoint leads to).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6
@@ -53,9 +65,36 @@ ROOT = ""
 BRANCHING = ("fork", "update")
 
 
-def put(threads: Threads, thread_id: str, data: dict[str, Any], source: object) -> Flow[None]:
-    """Append the ``checkpoint`` event ``data``, refused as the module says."""
+def caller_named(config: Mapping[str, Any], ns: str) -> frozenset[str]:
+    """The checkpoints of namespace ``ns`` that the caller of the run putting with
+    ``config`` named, so that the run starts from them on purpose. LangGraph (1.2.24
+    here) passes the caller's config on to ``put``: the ``configurable`` it gives has
+    the parent as ``checkpoint_id``, but the run's ``metadata`` keeps the caller's
+    ``checkpoint_id`` and ``checkpoint_ns`` (as ``ensure_config`` copies them there);
+    and the config of a subgraph's checkpoint (as ``get_state(subgraphs=True)`` returns
+    it) names the parent's checkpoint of each namespace above in ``checkpoint_map``.
+    ``test_langgraph.py``'s ``named_checkpoint_run`` fails when that changes."""
+    found: set[object] = set()
+    metadata = config.get("metadata")
+    if isinstance(metadata, Mapping) and (metadata.get("checkpoint_ns") or "") == ns:
+        found.add(metadata.get("checkpoint_id"))
+    mapped = config.get("configurable", {}).get("checkpoint_map")
+    if isinstance(mapped, Mapping):
+        found.add(mapped.get(ns))
+    return frozenset(name for name in found if isinstance(name, str) and name)
+
+
+def put(
+    threads: Threads,
+    thread_id: str,
+    data: dict[str, Any],
+    source: object,
+    named: frozenset[str] = frozenset(),
+) -> Flow[None]:
+    """Append the ``checkpoint`` event ``data``, refused as the module says (``source``
+    is its metadata's, ``named`` what the run's caller named, see :func:`caller_named`)."""
     ns, checkpoint_id, parent = data["ns"], data["id"], data["parent"]
+    on_purpose = source in BRANCHING or parent in named
 
     def entries(thread: Thread) -> Entries:
         saved = thread.checkpoints.get(ns, {})
@@ -65,7 +104,7 @@ def put(threads: Threads, thread_id: str, data: dict[str, Any], source: object) 
             thread.check_not_deleted(thread_id, ns, checkpoint_id)
         elif parent not in saved:
             raise ThreadDeletedError(thread_id, ns, parent)
-        elif ns == ROOT and (latest := thread.latest(ns)) != parent and source not in BRANCHING:
+        elif ns == ROOT and (latest := thread.latest(ns)) != parent and not on_purpose:
             raise ThreadConflictError(thread_id, ns, parent, str(latest))
         return [(CHECKPOINT, data)]
 

@@ -121,7 +121,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         stored, thread_id, data = self._codec.checkpoint_event(
             config, checkpoint, metadata, new_versions
         )
-        return stored, ownership.put(self._threads, thread_id, data, metadata.get("source"))
+        named = ownership.caller_named(config, data["ns"])
+        return stored, ownership.put(self._threads, thread_id, data, metadata.get("source"), named)
 
     def _put_writes(
         self,
@@ -167,8 +168,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         """Store ``checkpoint`` (its parent is ``config``'s ``checkpoint_id``) with the
         channel values of ``new_versions``, durably; return its config.
         :class:`.ThreadConflictError` when the parent is no longer the latest checkpoint
-        (another runner went on), :class:`.ThreadDeletedError` when it is gone; nothing
-        is written then."""
+        (another runner went on) and the run was not given it (time travel, see
+        :mod:`.ownership`), :class:`.ThreadDeletedError` when it is gone; nothing is
+        written then."""
         stored, flow = self._put(config, checkpoint, metadata, new_versions)
         with self._writing(config):
             self._run(flow)
