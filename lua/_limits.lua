@@ -24,21 +24,41 @@ local function too_long(key, what, size)
     .. ' bytes, more than the library writes (' .. FIELD_BYTES .. ')'})
 end
 
--- HMGET of the fields `names` of the hash `key`, each no longer than FIELD_BYTES. A
--- compact hash (listpack; ziplist before Redis 7) holds only fields of at most
--- hash-max-listpack-value bytes (64 by default) and is read at once; another (or any,
--- on a server that cannot tell) is measured field by field first (HSTRLEN).
-local function bounded_hmget(key, names)
-  local encoding = redis.pcall('OBJECT', 'ENCODING', key)
-  if encoding and encoding ~= 'listpack' and encoding ~= 'ziplist' then
-    for _, name in ipairs(names) do
-      local size = redis.call('HSTRLEN', key, name)
-      if size > FIELD_BYTES then
+-- HMGET of the fields `names` of the hash `key`, each measured first (HSTRLEN, O(1);
+-- whatever the server's encoding settings let a compact hash hold): one longer than
+-- FIELD_BYTES is refused as damage, unless `lenient` names it: then it comes back as
+-- true (there, but not read; an absent field comes back false, as from HMGET).
+local function bounded_hmget(key, names, lenient)
+  local long = {}
+  for i, name in ipairs(names) do
+    local size = redis.call('HSTRLEN', key, name)
+    if size > FIELD_BYTES then
+      if not (lenient and lenient[name]) then
         too_long(key, 'a field ' .. name, size)
       end
+      long[i] = true
     end
   end
-  return redis.call('HMGET', key, unpack(names))
+  if next(long) == nil then
+    return redis.call('HMGET', key, unpack(names))
+  end
+  local read = {}
+  for i, name in ipairs(names) do
+    if not long[i] then
+      read[#read + 1] = name
+    end
+  end
+  local values = #read > 0 and redis.call('HMGET', key, unpack(read)) or {}
+  local found, j = {}, 0
+  for i = 1, #names do
+    if long[i] then
+      found[i] = true
+    else
+      j = j + 1
+      found[i] = values[j]
+    end
+  end
+  return found
 end
 
 -- GET of the string `key` (nil when there is none), refused past `most` bytes before it

@@ -71,6 +71,7 @@
 
 local META_FIELDS = 32
 local TAIL_ENTRIES = 1000
+local ENTRY_EVENTS = 1000
 local DIGEST_BYTES = 8
 local DIGEST_SLOTS = 65536
 local BLOCK_EVENTS = 64
@@ -98,7 +99,11 @@ end
 local adds = {}
 local seq = first_number
 for i = at + 2, #ARGV - 1, 2 do
-  local n = tonumber(ARGV[i])
+  local n = string.match(ARGV[i], '^%d%d?%d?%d?$') and tonumber(ARGV[i])
+  if not n or n < 1 or n > ENTRY_EVENTS then
+    return redis.error_reply('INVALID an entry of 1 to ' .. ENTRY_EVENTS .. ' events, not '
+      .. string.sub(ARGV[i], 1, 20))
+  end
   seq = seq + n
   adds[#adds + 1] = {string.format('%d-%d', seq - 1, n), ARGV[i + 1]}
 end
@@ -165,14 +170,20 @@ else
     return {'CORRUPT', 'the meta hash ' .. meta .. ' holds ' .. size
       .. ' fields, which the library never writes'}
   end
-  local names, header = {unpack(META_NAMES)}, {}
+  -- The names to read: the library's own fields, then each header field once (a
+  -- header field stored longer than FIELD_BYTES, by an older version, only differs).
+  local meta_only = {next_seq = true, last_time = true, ttl_ms = true, expires_at = true,
+    entries = true, bytes = true, bytes_to = true}
+  local names, header, lenient = {unpack(META_NAMES)}, {}, {}
   for i = 6, 5 + 2 * nheader, 2 do
-    if ARGV[i] ~= 'version' then
-      names[#names + 1] = ARGV[i]
+    local name = ARGV[i]
+    if header[name] == nil and not meta_only[name] and name ~= 'version' then
+      names[#names + 1] = name
+      lenient[name] = true
     end
-    header[ARGV[i]] = ARGV[i + 1]
+    header[name] = ARGV[i + 1]
   end
-  local got = bounded_hmget(meta, names)
+  local got = bounded_hmget(meta, names, lenient)
   stored = {}
   local present = 0
   for i, name in ipairs(names) do
@@ -183,8 +194,14 @@ else
   end
   found = size > 0
   next_seq = stored['next_seq']
-  -- A stored field the header does not name (and the library keeps no other) differs.
+  -- A stored field the library does not keep, or a stored header field the header does
+  -- not name, or names otherwise, differs.
   differs = present ~= size
+  for name, value in pairs(stored) do
+    if not meta_only[name] and header[name] ~= value then
+      differs = true
+    end
+  end
   for name, value in pairs(header) do
     if stored[name] ~= value then
       differs = true

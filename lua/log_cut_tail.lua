@@ -10,7 +10,8 @@
 -- ARGV[2] - the stream's last id to restore: the largest id below "<next_seq>-0"
 -- ARGV[3 ..] - the ids of the entries to cut (1 to TAIL_CUT of them)
 -- returns {"OK", number of entries cut}, {"CHANGED", next_seq} when the log moved on
---         (nothing written), {"NOTFOUND"} when the session is gone; an id that is not
+--         (nothing written), {"NOTFOUND"} when the session is gone (a stream without
+--         a meta hash is cut as a tail from seq 0 when ARGV[1] is "0"); an id that is not
 --         past next_seq (or not an id) is refused (INVALID) before anything is cut.
 -- Once the stream holds no more entries than the meta hash counts below next_seq, its
 -- last id is lowered to ARGV[2] (XDEL leaves it in place), so appends are accepted again.
@@ -21,7 +22,12 @@ local meta, stream = KEYS[1], KEYS[2]
 local got = bounded_hmget(meta, {'next_seq', 'entries'})
 local next_seq = got[1]
 if not next_seq then
-  return {'NOTFOUND'}
+  -- A stream left without its meta hash (a first append torn by an older version, a
+  -- delete interrupted) holds no committed event: all of it is a tail from seq 0.
+  if ARGV[1] ~= '0' or redis.call('EXISTS', meta) == 1 then
+    return {'NOTFOUND'}
+  end
+  next_seq = '0'
 end
 if next_seq ~= ARGV[1] then
   return {'CHANGED', next_seq}

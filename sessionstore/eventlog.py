@@ -37,6 +37,11 @@ from .models import (
     stored_events,
 )
 
+#: The most bytes (UTF-8) of a header's text field (``id``, ``cwd``, ``parent_id``): the
+#: Redis backend's scripts read no stored field longer.
+HEADER_FIELD_BYTES = 65536
+HEADER_FIELD_CHARS = HEADER_FIELD_BYTES // 4  # below it, no text can be too long
+
 
 def check_session_id(session_id: object) -> str:
     """A session id is a non-empty string of valid Unicode without NUL characters."""
@@ -77,10 +82,15 @@ def check_header(header: object) -> SessionHeader:
         raise InvalidArgumentError(
             f"the header of session {short_repr(session_id)} is invalid: {describe_invalid(exc)}"
         ) from None
-    for name in ("cwd", "parent_id"):
+    for name in ("id", "cwd", "parent_id"):
         value = values[name]
         if value is not None:
             check_unicode(f"header {name}", value)
+            if len(value) > HEADER_FIELD_CHARS and len(value.encode()) > HEADER_FIELD_BYTES:
+                raise InvalidArgumentError(
+                    f"header {name} {short_repr(value)} is longer than {HEADER_FIELD_BYTES}"
+                    " bytes (UTF-8), the most a header field holds"
+                )
     return header
 
 

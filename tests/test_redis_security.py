@@ -364,6 +364,32 @@ def test_two_versions_of_the_library_are_installed_and_called_side_by_side(serve
     root.close()
 
 
+def test_the_upgrade_line_grants_the_commands_the_new_functions_send(server):
+    """A user made by an older version's line lacks a command this version's functions
+    send (they run with the caller's rights: here ``STRLEN``, which measures a stored
+    lease before reading it): the upgrade line adds it with the functions, taking nothing
+    away, and a writer's lease works."""
+    root = admin(server)
+    install(root)
+    older = [arg for arg in setuser_args("older", PASSWORD, "older") if arg != "+strlen"]
+    root.execute_command(*older, "+del")
+    url = user_url(server, "older")
+    with (
+        sessionstore.connect(url, "older") as store,
+        pytest.raises(sessionstore.SessionStoreError),
+    ):
+        store.events.writer(sessionstore.SessionHeader(id="w")).close()
+    root.execute_command(*grant_functions_args("older"))
+    with sessionstore.connect(url, "older") as store:
+        writer = store.events.writer(sessionstore.SessionHeader(id="w"))
+        writer.emit("note", {})
+        writer.close()
+        assert [e.type for e in store.events.load("w").events] == ["note"]
+    # Nothing the older line granted is taken away.
+    assert root.execute_command("ACL", "DRYRUN", "older", "DEL", "ss:older:x") == b"OK"
+    root.close()
+
+
 def test_a_server_without_functions_gets_the_scripts_by_evalsha():
     """Redis before 7 has no Functions (here renamed away): the store falls back to
     EVALSHA, and doctor says so."""

@@ -120,11 +120,13 @@ def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[
 
 
 def grant_functions_args(user: str) -> list[str]:
-    """``ACL SETUSER`` arguments that add this version's functions to an existing user and
-    change nothing else: run before a rolling upgrade's new clients start, while older
-    ones still call their own version's functions."""
+    """``ACL SETUSER`` arguments that add this version's commands (:data:`COMMANDS`: its
+    functions run with the caller's rights, so a command a new version's functions send
+    must be granted too) and functions to an existing user and take nothing away: run
+    before a rolling upgrade's new clients start, while older ones still call their own
+    version's functions."""
     check_acl_text("user", user)
-    return ["ACL", "SETUSER", user, *function_rules()]
+    return ["ACL", "SETUSER", user, *(f"+{command}" for command in COMMANDS), *function_rules()]
 
 
 def setuser_line(

@@ -45,7 +45,7 @@ from ..errors import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version
+from ..eventlog import HEADER_FIELD_BYTES, check_stored_version
 from ..leases import taken_over
 from ..models import FORMAT_VERSION, INT64_MAX, SessionHeader, SessionInfo
 from .replies import text
@@ -68,8 +68,9 @@ SEPARATOR = b",\n"
 DIGEST_BYTES = 8
 DIGEST_SLOTS = 65536
 #: The longest header field (name or value, UTF-8) a session on Redis stores: the
-#: library's scripts read no stored field longer (``FIELD_BYTES`` of ``lua/_limits.lua``).
-FIELD_BYTES = 65536
+#: library's scripts read no stored field longer (``FIELD_BYTES`` of ``lua/_limits.lua``);
+#: ``check_header`` refuses a longer one at ``create`` on every backend.
+FIELD_BYTES = HEADER_FIELD_BYTES
 
 
 def restore_id(next_seq: int) -> str:

@@ -279,6 +279,7 @@ class LogOps:
         # create data, so only it adds the index entry first.
         first = None if header is None else session_entry(self._namespace, session_id)
         replicas = self._durability.replicas
+        problem = ""
         for attempt in range(TAIL_ATTEMPTS + 1):
             with self._guard("log_append.lua", names[0]):
                 if replicas:
@@ -289,16 +290,17 @@ class LogOps:
                     reply = yield from scripts.run_steps(client, "log_append", names, args, first)
             if text(reply[0]) != "TAIL":
                 break
-            # A torn tail, which the script leaves to the caller: cut, then send again.
+            # A torn tail, which the script leaves to the caller: cut, then send again
+            # (found cut by another meanwhile, or the log moved on: sent again too).
             tail_from, length, held = (int(part) for part in reply[1:4])
-            if attempt == TAIL_ATTEMPTS or not (
-                yield from self._cut_torn_tail(client, session_id, tail_from)
-            ):
+            if attempt == TAIL_ATTEMPTS:
                 raise CorruptLogError(
                     session_id,
                     f"the stream holds {length} entries where the meta hash counts {held}"
-                    f" before next_seq {tail_from}, and no torn tail past it to cut",
+                    f" before next_seq {tail_from}"
+                    + (f": {problem}" if problem else ", and no torn tail past it to cut"),
                 )
+            problem = yield from self._cut_torn_tail(client, session_id, tail_from)
         next_seq = decode_append(session_id, batch, reply)
         if replicas:
             check_acks(
@@ -359,36 +361,35 @@ class LogOps:
                 )
         if plan.tail:
             yield from self.check_durable(client)
-            yield from self._cut_torn_tail(client, plan.session_id, plan.next_seq)
+            problem = yield from self._cut_torn_tail(client, plan.session_id, plan.next_seq)
+            if problem:
+                raise CorruptLogError(plan.session_id, problem)
 
-    def _cut_torn_tail(self, client: Any, session_id: str, next_seq: int) -> Steps[int]:
-        """Cut the entries that end at or past ``next_seq`` and return how many were
-        found: this client reads their ids (``XRANGE``, :data:`TAIL_CUT` a round) and
-        ``log_cut_tail.lua`` deletes those, once it finds ``next_seq`` unchanged (the
-        script never reads an entry; a log that moved on meanwhile is left to the
-        caller's next call). An entry that starts before ``next_seq`` and ends past it
-        is damage (:class:`CorruptLogError`), never cut."""
+    def _cut_torn_tail(self, client: Any, session_id: str, next_seq: int) -> Steps[str]:
+        """Cut the entries that end at or past ``next_seq``: this client reads their ids
+        (``XRANGE``, :data:`TAIL_CUT` a round) and ``log_cut_tail.lua`` deletes those,
+        once it finds ``next_seq`` unchanged (the script never reads an entry; a log
+        that moved on meanwhile is left to the caller's next call). Returns "", or what
+        was found that is no tail: an entry that starts before ``next_seq`` and ends
+        past it, never cut (damage, unless the log moved on since ``next_seq`` was
+        read: the caller tells)."""
         meta, stream = self._keys(session_id)
-        found = 0
         while True:
             with self._guard("XRANGE", stream):
                 tail = yield functools.partial(
                     client.xrange, stream, stream_id(next_seq, 0), "+", TAIL_CUT
                 )
             if not tail:
-                return found
-            found += len(tail)
+                return ""
             ids = [text(entry_id) for entry_id, _ in tail]
             for entry_id in ids:
                 if entry_start(entry_id) < next_seq:
-                    raise CorruptLogError(
-                        session_id, f"stream entry {entry_id} spans next_seq {next_seq}"
-                    )
+                    return f"stream entry {entry_id} spans next_seq {next_seq}"
             args = [str(next_seq), restore_id(next_seq), *ids]
             with self._guard("log_cut_tail.lua", meta):
                 reply = yield from scripts.run_steps(client, "log_cut_tail", [meta, stream], args)
             if text(reply[0]) != "OK" or len(tail) < TAIL_CUT:
-                return found
+                return ""
 
     def acquire_lease(self, client: Any, session_id: str, owner: str, ttl_ms: int) -> Steps[int]:
         names = self._lease_keys(session_id)

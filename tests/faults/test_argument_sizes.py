@@ -127,3 +127,21 @@ def test_an_argument_is_stored_within_its_size_or_refused_with_nothing_written(
         assert valid, f"{field} of {size} bytes was accepted"
     usec = client.info("commandstats")["cmdstat_fcall"]["usec"]
     assert usec < BOUND_US + size / 10, f"{field} of {size} bytes: {usec} us of server time"
+
+
+@pytest.mark.parametrize("counts", [["2", "0"], ["1", "-1"], ["1001"], ["1", "1e3"], ["01x"]])
+def test_an_entry_count_outside_its_range_is_refused_before_anything_is_written(
+    client, namespace, counts
+):
+    """Each stream entry of an append holds 1 to 1,000 events: a count outside that (a
+    caller's own FCALL) is refused before the first entry is added."""
+    sid = f"n{time.monotonic_ns()}"
+    batch = encode_batch(sid, [SessionEvent(seq=0, type="note", time=T0)])
+    args: list[Any] = append_args(batch, SessionHeader(id=sid))
+    entries = [part for count in counts for part in (count, b'[{"seq":0}]')]
+    args[-3:-1] = entries
+    keys_ = [*log_keys(namespace, sid), log_digest_key(namespace, sid)]
+    before = namespace_snapshot(client, namespace)
+    with pytest.raises(redis.ResponseError, match="INVALID"):
+        client.execute_command("FCALL", script("log_append").function, 3, *keys_, *args)
+    assert namespace_snapshot(client, namespace) == before
