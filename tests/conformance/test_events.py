@@ -641,6 +641,20 @@ def test_a_header_with_a_bad_id_cannot_be_created(store, session_id):
         store.events.create(SessionHeader.model_construct(id=session_id))
 
 
+@pytest.mark.parametrize("field", ["cwd", "parent_id"])
+def test_a_header_field_past_64_kib_is_refused_at_create_and_one_at_it_kept(store, field):
+    """A header's text field holds at most 65,536 bytes of UTF-8 on every backend (the
+    Redis backend's scripts read no longer stored field): one past it is refused naming
+    the field, before anything is stored; one of exactly that size is kept."""
+    longest = "é" * (65_536 // 2)
+    with pytest.raises(InvalidArgumentError, match=field):
+        store.events.create(SessionHeader(id="s-1", **{field: longest + "x"}))
+    assert store.events.list() == []
+    store.events.create(SessionHeader(id="s-1", **{field: longest}))
+    store.events.append("s-1", [ev(0)])
+    assert getattr(store.events.load("s-1").header, field) == longest
+
+
 @pytest.mark.parametrize("method", ["create", "writer"])
 @pytest.mark.parametrize("bad", ["s-1", {"id": "s-1"}, None])
 def test_create_and_writer_take_a_session_header(store, method, bad):
