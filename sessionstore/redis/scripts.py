@@ -97,7 +97,8 @@ _EVALSHA_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
 def uses_evalsha(client: Any) -> bool:
     """``client`` met a server that does not know ``FCALL`` (Redis before 7): it sends
     the scripts by ``EVALSHA``."""
-    return client in _EVALSHA_CLIENTS
+    # The set's own (C) emptiness first: a membership test of a WeakSet costs ~0.3 us.
+    return bool(_EVALSHA_CLIENTS.data) and client in _EVALSHA_CLIENTS  # type: ignore[attr-defined]
 
 
 def call_command(
