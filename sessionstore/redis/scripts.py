@@ -268,13 +268,14 @@ def _pipeline_steps(
     keys: Sequence[str | bytes],
     args: Sequence[Arg],
     asking: Command | None,
-    then: Sequence[Command],
+    then: Sequence[Command] | None,
     first: Entry | None = None,
-) -> Steps[tuple[Any, list[Any]]]:
+) -> Steps[Any]:
     """One batch on one connection (``asking``, the call of ``first``, the script's call,
     then ``then``) to the server ``where`` names; returns (the script's reply, the replies
-    of ``then``). A server without Functions gets the batch again by ``EVALSHA``; a server
-    without the function or the scripts gets them loaded there and the batch again, once."""
+    of ``then``), or the script's reply alone when ``then`` is None. A server without
+    Functions gets the batch again by ``EVALSHA``; a server without the function or the
+    scripts gets them loaded there and the batch again, once."""
     evalsha = uses_evalsha(client)
     if first is None:
         calls = [(found, keys, args)]
@@ -311,7 +312,7 @@ def _pipeline_steps(
             replies = yield Send(send, batch(evalsha), where)
             break
     _raise_first_error(replies)
-    return replies[at], replies[at + 1 :]
+    return replies[at] if then is None else (replies[at], replies[at + 1 :])
 
 
 #: One attempt on the node serving a slot: (a Batch there, ``ASKING`` or None, the node
@@ -391,11 +392,22 @@ def run_steps(
     the library first when the server lacks it; ``first`` (an index entry) before it."""
     found = script(name)
     if not _kind(client)[0]:
+        # The batch's own steps, handed on (one generator less on every call's path).
         send = client_batch(client)
-        reply, _ = yield from _pipeline_steps(
-            client, send, "the Redis server", found, keys, args, None, (), first
+        return _pipeline_steps(
+            client, send, "the Redis server", found, keys, args, None, None, first
         )
-        return reply
+    return _cluster_run_steps(client, found, keys, args, first)
+
+
+def _cluster_run_steps(
+    client: Any,
+    found: Script,
+    keys: Sequence[str | bytes],
+    args: Sequence[Arg],
+    first: Entry | None,
+) -> Steps[Any]:
+    """:func:`run_steps` on a Redis Cluster."""
     if first is not None:
         yield from _cluster_steps(client, script(first.name), first.keys, first.args, ())
     reply, _, _ = yield from _cluster_steps(client, found, keys, args, ())
