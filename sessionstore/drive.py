@@ -45,22 +45,24 @@ def drive(steps: Generator[Any, Any, _T], resolve: Callable[[Any], Step] | None 
     """Run ``steps``, each call's result handed back as it is."""
     reply: Any = None
     error: BaseException | None = None
+    send = steps.send
     try:
         while True:
             try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
+                step = send(reply) if error is None else steps.throw(error)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply, error = None, None
             if resolve is not None:
                 step = resolve(step)
             try:
                 if isinstance(step, Pause):
                     time.sleep(step.seconds)
+                    reply = None
                 else:
                     reply = step()
+                error = None
             except BaseException as exc:  # noqa: BLE001 - the operation cleans up, re-raises
-                error = exc
+                reply, error = None, exc
     finally:
         steps.close()
 
@@ -72,21 +74,23 @@ async def adrive(
     operation like any error, so its cleanup runs, and may await, before it ends)."""
     reply: Any = None
     error: BaseException | None = None
+    send = steps.send
     try:
         while True:
             try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
+                step = send(reply) if error is None else steps.throw(error)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply, error = None, None
             if resolve is not None:
                 step = resolve(step)
             try:
                 if isinstance(step, Pause):
                     await asyncio.sleep(step.seconds)
+                    reply = None
                 else:
                     reply = await step()
+                error = None
             except BaseException as exc:  # noqa: BLE001 - the operation cleans up, re-raises
-                error = exc
+                reply, error = None, exc
     finally:
         steps.close()

@@ -73,21 +73,28 @@ class Hold:
 Flow = Generator[Call | Sleep | Apply | Hold, Any, T]
 
 
+def recording() -> telemetry.Telemetry | None:
+    """The :class:`~sessionstore.telemetry.Telemetry` that records operations, or None
+    when telemetry is off (then an operation may also be run without a flow)."""
+    found = telemetry.current
+    return (found or None) if found is not None else telemetry.look()
+
+
 def run(flow: Flow[T], backend: Any) -> T:
     """Drive ``flow`` against a blocking backend; backend errors are raised inside it.
     Recorded (a span, metrics) when :mod:`sessionstore.telemetry` is on."""
-    recording = telemetry.current if telemetry.current is not None else telemetry.look()
-    if recording:
-        return recording.run(flow, backend, _resolve, drive)  # type: ignore[union-attr]
+    found = recording()
+    if found:
+        return found.run(flow, backend, _resolve, drive)  # type: ignore[no-any-return]
     return drive(flow, functools.partial(_resolve, backend))
 
 
 async def arun(flow: Flow[T], backend: Any) -> T:
     """Drive ``flow`` against an async backend (methods return awaitables); recorded as
     :func:`run` is."""
-    recording = telemetry.current if telemetry.current is not None else telemetry.look()
-    if recording:
-        return await recording.arun(flow, backend, _aresolve, adrive)  # type: ignore[union-attr]
+    found = recording()
+    if found:
+        return await found.arun(flow, backend, _aresolve, adrive)  # type: ignore[no-any-return]
     return await adrive(flow, functools.partial(_aresolve, backend))
 
 

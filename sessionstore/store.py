@@ -20,7 +20,7 @@ from .connection import open_store
 from .contracts import EventBackend, ValueBackend
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import Drain
-from .flows import run
+from .flows import recording, run
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
@@ -101,6 +101,9 @@ class Session(SessionBase[ValueBackend]):
                 telemetry.cache_read(self._backend, cached is not None)
             if cached is not None:
                 return value_flows.get_cached(state, self._lifecycle, cached[0], when)
+            if not recording():
+                # Nothing to record: the read needs no flow either (a microsecond less).
+                return value_flows.get_plain(state, self._lifecycle, when, self._backend)
         return run(value_flows.get_data(state, self._lifecycle, when), self._backend)
 
     def set_data(self, value: Any, when: Any) -> None:
@@ -114,7 +117,12 @@ class Session(SessionBase[ValueBackend]):
         without one, a value that was given an expiry by an earlier write keeps it, and a
         new one never expires.
         """
-        run(value_flows.set_data(self._state, self._lifecycle, value, when), self._backend)
+        state = self._state
+        if not state.history and state.initialised and not recording():
+            # As in get_data: without telemetry, a plain write needs no flow.
+            value_flows.set_plain(state, self._lifecycle, value, when, self._backend)
+            return
+        run(value_flows.set_data(state, self._lifecycle, value, when), self._backend)
 
     def put(self, value: Any, when: Any) -> None:
         """History: store ``value`` as the version at exactly ``when``, discarding nothing

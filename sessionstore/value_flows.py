@@ -47,6 +47,14 @@ def ready(state: SessionState, lifecycle: Lifecycle) -> Flow[SessionState]:
     return state
 
 
+def prepared(state: SessionState, lifecycle: Lifecycle) -> bool:
+    """The checks of :func:`ready`, and whether it has nothing more to do (the handle is
+    prepared): the flows of every call skip it then (one generator less a call)."""
+    state.check_alive()
+    lifecycle.check_open()
+    return state.initialised
+
+
 def _read(state: SessionState, ms: int) -> Call:
     if state.history:
         return Call(ValueBackend.read_as_of, state.key, ms)
@@ -55,25 +63,60 @@ def _read(state: SessionState, ms: int) -> Call:
 
 def get_data(state: SessionState, lifecycle: Lifecycle, when: Any) -> Flow[Any]:
     ms = to_epoch_ms(when)
-    yield from ready(state, lifecycle)
+    if not prepared(state, lifecycle):
+        yield from ready(state, lifecycle)
     found = yield _read(state, ms)
     state.remember(found)
     return state.visible(found, ms)
 
 
-def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, when: Any) -> Any:
-    """:func:`get_data` of a handle already prepared, given the record a value cache holds
-    (no I/O): the same checks, the same look-ahead."""
+def _checked(state: SessionState, lifecycle: Lifecycle, when: Any) -> int:
+    """The checks of a call on a plain handle already prepared: ``when`` as epoch ms."""
     ms = to_epoch_ms(when)
     state.check_alive()
     lifecycle.check_open()
+    return ms
+
+
+def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, when: Any) -> Any:
+    """:func:`get_data` of a handle already prepared, given the record a value cache holds
+    (no I/O): the same checks, the same look-ahead."""
+    ms = _checked(state, lifecycle, when)
     state.remember(found)
     return state.visible(found, ms)
 
 
+def get_plain(state: SessionState, lifecycle: Lifecycle, when: Any, backend: ValueBackend) -> Any:
+    """:func:`get_data` of a plain handle already prepared, run without the flow machinery
+    on a blocking backend (for a caller that records no telemetry): the same checks, the
+    same read, the same look-ahead."""
+    ms = _checked(state, lifecycle, when)
+    found = backend.read(state.key)
+    state.remember(found)
+    return state.visible(found, ms)
+
+
+def set_plain(
+    state: SessionState, lifecycle: Lifecycle, value: Any, when: Any, backend: ValueBackend
+) -> None:
+    """:func:`set_data` of a plain handle already prepared, run without the flow machinery
+    (as :func:`get_plain`): the same checks, the same write."""
+    ms = _checked(state, lifecycle, when)
+    payload = state.encode(value)
+    state.forget()
+    backend.write(state.key, payload, ms, ttl_ms=state.ttl_ms)
+    state.remember(_written(payload, ms))
+
+
+def _written(payload: bytes | None, ms: int) -> Stored | None:
+    """The record a plain write of ``payload`` at ``ms`` leaves (None: a clear)."""
+    return Stored(payload, ms) if payload is not None else None
+
+
 def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -> Flow[None]:
     ms = to_epoch_ms(when)
-    yield from ready(state, lifecycle)
+    if not prepared(state, lifecycle):
+        yield from ready(state, lifecycle)
     payload = state.encode(value)
     ttl_ms = state.ttl_ms
     if state.history:
@@ -83,7 +126,7 @@ def set_data(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -
     else:
         state.forget()
         yield Call(ValueBackend.write, state.key, payload, ms, ttl_ms=ttl_ms)
-        state.remember(Stored(payload, ms) if payload is not None else None)
+        state.remember(_written(payload, ms))
 
 
 def _history_only(state: SessionState, operation: str) -> None:
@@ -99,7 +142,8 @@ def put(state: SessionState, lifecycle: Lifecycle, value: Any, when: Any) -> Flo
     version is discarded (see :meth:`ValueBackend.put_version`)."""
     ms = to_epoch_ms(when)
     _history_only(state, "put")
-    yield from ready(state, lifecycle)
+    if not prepared(state, lifecycle):
+        yield from ready(state, lifecycle)
     payload = state.encode(value)
     yield Call(
         ValueBackend.put_version, state.key, payload, ms, state.max_versions, ttl_ms=state.ttl_ms
@@ -212,7 +256,8 @@ def update(
     a row (after ``UPDATE_ATTEMPTS - 1`` back-offs).
     """
     ms = to_epoch_ms(when)
-    yield from ready(state, lifecycle)
+    if not prepared(state, lifecycle):
+        yield from ready(state, lifecycle)
     ttl_ms = state.ttl_ms
     # A plain handle starts from the record it saw last, if any: a refused swap returns
     # the record found, so a stale guess costs no extra round trip and is no lost race.
@@ -230,7 +275,7 @@ def update(
             done = yield Call(ValueBackend.swap, state.key, found, payload, ms, ttl_ms=ttl_ms)
         if done is True:
             if not state.history:
-                state.remember(Stored(payload, ms) if payload is not None else None)
+                state.remember(_written(payload, ms))
             return state.stored_value(payload)
         if isinstance(done, Refused) and not at_once:
             found, at_once = done.current, True

@@ -94,15 +94,30 @@ class Expect:
         return self.what
 
 
+def wire(command: Any) -> list[Any]:
+    """A command's arguments as redis-py sends them (a str or an int as its bytes), the
+    verb as it is given: a call may build an argument as either."""
+
+    def sent(arg: Any) -> Any:
+        if isinstance(arg, str):
+            return arg.encode()
+        if isinstance(arg, int) and not isinstance(arg, bool):
+            return b"%d" % arg
+        return arg
+
+    return [command[0], *(sent(arg) for arg in command[1:])]
+
+
 def send(*commands: list[Any], where: str = SERVER, reply: Any = None, error: Any = None) -> Expect:
-    """A :class:`~sessionstore.redis.scripts.Send` of ``commands`` to ``where``; ``reply``
-    is the list of replies (an error reply in its place)."""
+    """A :class:`~sessionstore.redis.scripts.Send` of ``commands`` to ``where`` (compared
+    as they are sent: :func:`wire`); ``reply`` is the list of replies (an error reply in
+    its place)."""
 
     def check(step: Any) -> bool:
         return (
             isinstance(step, scripts.Send)
             and step.where == where
-            and [list(command) for command in step.commands] == list(commands)
+            and [wire(command) for command in step.commands] == [wire(c) for c in commands]
         )
 
     return Expect(f"Send({where}: {list(commands)})", check, reply, error)
@@ -308,7 +323,7 @@ def a_slot() -> Matches:
 
     def check(slot: Any) -> bool:
         seen.append(slot)
-        return isinstance(slot, str) and len(slot) == 16
+        return isinstance(slot, str | bytes) and len(slot) == 16
 
     found = Matches(check, "a slot")
     found.seen = seen  # type: ignore[attr-defined]
@@ -680,12 +695,12 @@ def appended(replicas: int, reply: list[Any]) -> Expect:
     """The ``log_append.lua`` call of session ``s-1`` then its ``WAIT replicas``."""
 
     def check(step: Any) -> bool:
-        commands = [list(command) for command in step.commands]
+        commands = [wire(command) for command in step.commands]
         return (
             isinstance(step, scripts.Send)
             and len(commands) == 2
-            and commands[0][:2] == ["FCALL", script("log_append").function]
-            and commands[1][:2] == ["WAIT", replicas]
+            and commands[0][:2] == wire(["FCALL", script("log_append").function])
+            and commands[1][:2] == wire(["WAIT", replicas])
         )
 
     return Expect(f"log_append then WAIT {replicas}", check, reply)

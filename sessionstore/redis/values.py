@@ -52,7 +52,7 @@ record per slot that wrote it, not one per write.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import keys
@@ -63,12 +63,14 @@ from . import scripts
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice, check_value_acks, wait_ms
-from .index import list_steps, value_entry
+from .index import add_call, list_steps, value_entry
 from .options import resend_window_ms
+from .scripts import Entry
 from .valueformat import (
     ANY,
     FIELD_VALUE,
     FIELD_WHEN,
+    PlainNames,
     compute_put_args,
     compute_put_keys,
     decode_compute_put,
@@ -83,7 +85,7 @@ from .valueformat import (
     history_set_args,
     history_set_keys,
     plain_expected_is_possible,
-    plain_keys,
+    plain_names,
     scan_queue,
     swap_args,
 )
@@ -111,24 +113,39 @@ class ValueOps:
         self._forget = forget
 
     def _script(
-        self, client: Any, name: str, names: list[str], args: list[Any], first: Any = None
+        self,
+        client: Any,
+        name: str,
+        names: Sequence[str],
+        args: list[Any],
+        first: Entry | None = None,
+        sent: Sequence[bytes] | None = None,
     ) -> Steps[Any]:
-        """Run a writing script; with ``replicas:N``, then ``WAIT`` and check the acks.
-        The value's cached record (``?cache=yes``) is dropped whatever the outcome."""
+        """Run a writing script on the keys ``names`` (``sent``: the same, as they are
+        sent); with ``replicas:N``, then ``WAIT`` and check the acks. The value's cached
+        record (``?cache=yes``) is dropped whatever the outcome."""
         replicas = 0 if self._durability is None else self._durability.replicas
+        given = names if sent is None else sent
         try:
             if not replicas:
-                return (yield from scripts.run_steps(client, name, names, args, first))
+                return (yield from scripts.run_steps(client, name, given, args, first))
             reply, acks = yield from scripts.run_then_wait_steps(
-                client, name, names, args, replicas, self._wait_ms, first
+                client, name, given, args, replicas, self._wait_ms, first
             )
             check_value_acks(replicas, acks, names[0], self._guard.display_url, self._wait_ms)
             return reply
         finally:
             self._forget(names[0])
 
+    @staticmethod
+    def _plain(key: ValueKey, payload: bytes | None) -> tuple[PlainNames, Entry | None]:
+        """The names of a plain write of ``payload`` and its index entry (as
+        :func:`.index.value_entry` makes it: none for a clear, which creates nothing)."""
+        names = plain_names(key)
+        return names, None if payload is None else add_call(names.values_index, names.member)
+
     def read(self, client: Any, key: ValueKey, cache: Any = None) -> Steps[Stored | None]:
-        name = keys.value_key(key)
+        name = plain_names(key).keys[0]
         with self._guard("HMGET", name):
             reader = client if cache is None else cache
             reply = yield functools.partial(reader.hmget, name, [FIELD_VALUE, FIELD_WHEN])
@@ -145,11 +162,10 @@ class ValueOps:
     def write(
         self, client: Any, key: ValueKey, payload: bytes | None, when: int, ttl_ms: int | None
     ) -> Steps[None]:
-        names = plain_keys(key)
-        first = value_entry(key, payload, history=False)
-        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
+        names, first = self._plain(key, payload)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names.keys[0]):
             args = swap_args(ANY, payload, when, mark, self._window, ttl_ms)
-            yield from self._script(client, "value_swap", names, args, first)
+            yield from self._script(client, "value_swap", names.keys, args, first, names.sent)
 
     def swap(
         self,
@@ -162,12 +178,12 @@ class ValueOps:
     ) -> Steps[Literal[True] | Refused]:
         if not plain_expected_is_possible(expected):
             return Refused((yield from self.read(client, key)))
-        names = plain_keys(key)
-        first = value_entry(key, payload, history=False)
-        with self._slots.take() as mark, self._guard("value_swap.lua", names[0]):
+        names, first = self._plain(key, payload)
+        with self._slots.take() as mark, self._guard("value_swap.lua", names.keys[0]):
             args = swap_args(expected, payload, when, mark, self._window, ttl_ms)
-            reply = yield from self._script(client, "value_swap", names, args, first)
-        return decode_swap(names[0], reply)
+            sent = names.sent
+            reply = yield from self._script(client, "value_swap", names.keys, args, first, sent)
+        return decode_swap(names.keys[0], reply)
 
     def read_as_of(self, client: Any, key: ValueKey, when: int) -> Steps[Stored | None]:
         names = keys.history_keys(key)

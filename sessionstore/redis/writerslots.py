@@ -14,8 +14,8 @@ from typing import Any
 from .. import forksafe
 from ..errors import NotReplicatedError, SessionStoreError, StoreUnavailableError
 
-#: A write call's writer slot and its number in it.
-Mark = tuple[str, int]
+#: A write call's writer slot (its id as the scripts get it) and its number in it.
+Mark = tuple[str | bytes, int]
 
 
 class WriterSlots:
@@ -49,7 +49,7 @@ class WriterSlots:
         try:
             slot = pool.pop()
         except IndexError:
-            slot = [secrets.token_hex(8), 0]
+            slot = [secrets.token_hex(8).encode(), 0]
         slot[1] += 1
         return _Slot(self, pool, slot)
 
