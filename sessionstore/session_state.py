@@ -41,6 +41,8 @@ class SessionState:
         self, key: ValueKey, history: bool, max_versions: int | None, ttl_ms: int | None = None
     ) -> None:
         self.key = key
+        #: The key as messages name it (built once: every read and write passes it on).
+        self.label = key.label()
         self.history = history
         self.max_versions = max_versions
         #: Every write through the handle makes the value expire this long after it.
@@ -72,19 +74,19 @@ class SessionState:
 
     def check_alive(self) -> None:
         if self.disposed:
-            raise SessionDisposedError(f"session {self.key.label()} was disposed")
+            raise SessionDisposedError(f"session {self.label} was disposed")
 
     def encode(self, value: Any) -> bytes | None:
-        return None if value is None else encode_value(value, self.key.label())
+        return None if value is None else encode_value(value, self.label)
 
     def visible(self, stored: Stored | None, when: int) -> Any:
         """Look-ahead protection: a record written for a later time reads as None."""
         if stored is None or stored.payload is None or stored.when > when:
             return None
-        return load_value(stored.payload, self.key.label())
+        return load_value(stored.payload, self.label)
 
     def stored_value(self, payload: bytes | None) -> Any:
-        return None if payload is None else load_value(payload, self.key.label())
+        return None if payload is None else load_value(payload, self.label)
 
 
 def _arrived(

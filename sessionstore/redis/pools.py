@@ -195,6 +195,17 @@ def _raw_stream_replies(client: _Client) -> _Client:
     return client
 
 
+#: :func:`is_cluster` by client class: ``isinstance`` against redis-py's client classes
+#: costs about a microsecond, asked on every call.
+_CLUSTER_CLASSES: dict[type, bool] = {}
+
+
 def is_cluster(client: Any) -> bool:
     """True for a ``RedisCluster`` client (sync or async)."""
-    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+    kind = type(client)
+    found = _CLUSTER_CLASSES.get(kind)
+    if found is None:
+        found = _CLUSTER_CLASSES[kind] = isinstance(
+            client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster
+        )
+    return found
