@@ -141,3 +141,15 @@ def test_a_header_read_before_is_checked_again_on_every_read(events, database, s
     for repair in (False, True):
         with pytest.raises(error):
             events.read("s-1", repair=repair)
+
+
+def test_a_read_sees_the_committed_log_while_another_connection_writes(events, database):
+    header = started(events, 2)
+    with closing(sqlite3.connect(database.path, isolation_level=None)) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE log_sessions SET next_seq = 3")
+        writer.execute("INSERT INTO log_events VALUES (?, 's-1', 2, 'note', 1, '{}', NULL)", (NS,))
+        for repair in (False, True):
+            assert events.read("s-1", repair=repair) == (header, [event(0), event(1)])
+        writer.execute("COMMIT")
+    assert [e.seq for e in events.read("s-1", repair=True)[1]] == [0, 1, 2]
