@@ -43,9 +43,9 @@ session with a ``ttl_ms`` moves ``expires_at`` in its own transaction (without o
 and all its event rows in one transaction.
 """
 
-# Over 450 lines: one EventBackend over two tables, its statements shared by the append,
-# read, info and prune paths, and the append's fast path beside its full check, which
-# must be read together. The rows' decoding is :mod:`.sqlite_log_rows`.
+# Over 600 lines: one EventBackend over two tables, its statements shared by the append,
+# read, info and prune paths, and the one-statement append and read beside their full
+# checks, which must be read together. The rows' decoding is :mod:`.sqlite_log_rows`.
 
 from __future__ import annotations
 
