@@ -8,14 +8,21 @@ An append touches only the session row, the rows it compares for an applied repl
 the rows at or past ``next_seq``, so it costs the same however long the log is; a row lost
 below ``next_seq`` is found by ``read``.
 
-An append to a session whose row this instance has read and validated before (its
-header and ``ttl_ms``) is three statements in one ``BEGIN IMMEDIATE`` transaction: an ``UPDATE`` of
-the session row that moves ``next_seq`` only if the row still holds that header and
-``ttl_ms`` and ``next_seq`` is the batch's first seq (the remembered state is checked again
-under the write lock, so another process's append, delete or damage is never missed), the
-``DELETE`` of the torn tail, and multi-row ``INSERT`` statements of the events. Any other
-append (a new session, a replay, a conflict, a row that does not match) reads the session
-row and judges it first.
+An append to a session whose row this instance has read and validated, or written, before
+(its header and ``ttl_ms``) is two statements in one ``BEGIN IMMEDIATE`` transaction: an
+``UPDATE`` of the session row that moves ``next_seq`` only if the row still holds that
+header and ``ttl_ms``, ``next_seq`` is the batch's first seq, no event row is at or past it
+(no torn tail) and, for a writer's append, no lease row holds a newer epoch (the
+remembered state is checked again under the write lock, so another process's append,
+delete, lease or damage is never missed), then multi-row ``INSERT`` statements of the
+events. Any other append (a new session, a replay, a conflict, a torn tail, a newer lease,
+a row that does not match) checks the lease, reads the session row and judges it, and cuts
+the torn tail, first.
+
+A read is one ``SELECT`` (a single statement reads one snapshot of the file, so no
+transaction is needed): the session row and the committed events it asks for, never a row
+at or past ``next_seq``. A repairing read also asks whether a torn tail is there; only
+then does it read again and cut the tail in a ``BEGIN IMMEDIATE`` transaction.
 
 Leases: ``log_leases`` holds the writer's lease of a session, (``owner``,
 ``expires_at``, ``epoch``); it is taken, renewed and checked in ``BEGIN IMMEDIATE``
@@ -36,15 +43,17 @@ session with a ``ttl_ms`` moves ``expires_at`` in its own transaction (without o
 and all its event rows in one transaction.
 """
 
-# Over 450 lines: one EventBackend over two tables, its statements shared by the append,
-# read, info and prune paths, and the append's fast path beside its full check, which
-# must be read together. The rows' decoding is :mod:`.sqlite_log_rows`.
+# Over 600 lines: one EventBackend over two tables, its statements shared by the append,
+# read, info and prune paths, and the one-statement append and read beside their full
+# checks, which must be read together. The rows' decoding is :mod:`.sqlite_log_rows`.
 
 from __future__ import annotations
 
 import functools
 import logging
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -59,6 +68,7 @@ from ..eventlog import check_stored_version, data_of_text, event_text, plan_appe
 from ..jsondata import short_repr
 from ..leases import Lease, next_epoch, taken, taken_over
 from ..models import (
+    INT64_MAX,
     SessionEvent,
     SessionHeader,
     SessionInfo,
@@ -78,17 +88,65 @@ _CREATE_SESSION = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _SET_NEXT_SEQ = "UPDATE log_sessions SET next_seq=?, expires_at=? WHERE namespace=? AND id=?"
-#: The row of the session whose header and ttl an append remembers, at ``next_seq``.
-_MATCHES = (
-    " WHERE namespace=? AND id=? AND next_seq=? AND version=? AND created_at=?"
-    " AND cwd IS ? AND parent_id IS ? AND fork_seq IS ?"
-)
-#: :meth:`SqliteEvents._advance` for a session without a ttl (its ``expires_at`` is NULL
-#: and stays so) and with one (``expires_at`` moves).
-_ADVANCE = f"UPDATE log_sessions SET next_seq=?{_MATCHES} AND ttl_ms IS NULL AND expires_at IS NULL"
-_ADVANCE_TTL = f"UPDATE log_sessions SET next_seq=?, expires_at=?{_MATCHES} AND ttl_ms=?"
+
+
+def _advance_sql(ttl: bool, lease: bool) -> str:
+    """The ``UPDATE`` of :meth:`SqliteEvents._advance`, for a session with a ttl or
+    without (its ``expires_at`` is NULL and stays so), and for a writer's append (fenced
+    by its lease) or a plain one. Parameters: namespace, session id, the batch's first
+    seq, the new next seq, the header's columns, the lease's epoch, ``ttl_ms`` and the
+    new ``expires_at``."""
+    return (
+        "UPDATE log_sessions SET next_seq=?4"
+        + (", expires_at=?12" if ttl else "")
+        + " WHERE namespace=?1 AND id=?2 AND next_seq=?3 AND version=?5 AND created_at=?6"
+        " AND cwd IS ?7 AND parent_id IS ?8 AND fork_seq IS ?9"
+        + (" AND ttl_ms=?11" if ttl else " AND ttl_ms IS NULL AND expires_at IS NULL")
+        + " AND NOT EXISTS (SELECT 1 FROM log_events"
+        " WHERE namespace=?1 AND session_id=?2 AND seq >= ?3)"
+        + (
+            " AND NOT EXISTS (SELECT 1 FROM log_leases"
+            " WHERE namespace=?1 AND session_id=?2 AND epoch > ?10)"
+            if lease
+            else ""
+        )
+    )
+
+
+#: :func:`_advance_sql` by (ttl, lease).
+_ADVANCE = {
+    (ttl, lease): _advance_sql(ttl, lease) for ttl in (False, True) for lease in (False, True)
+}
 _SELECT_SESSION = f"SELECT {_SESSION_COLUMNS}, ttl_ms FROM log_sessions WHERE namespace=? AND id=?"
 _CUT_TAIL = "DELETE FROM log_events WHERE namespace=? AND session_id=? AND seq >= ?"
+
+
+def _read_sql(repair: bool) -> str:
+    """:meth:`SqliteEvents.read` in one statement (one snapshot). Its rows, in this order
+    (``ORDER BY`` the first column, which each part of the compound already reads in
+    order: SQLite merges them without sorting): ``(-2, version, created_at, cwd,
+    parent_id)`` and ``(-1, fork_seq, next_seq, ttl_ms, torn)`` of the session row (none
+    without one; ``torn``: whether an event row is at or past ``next_seq``, asked only
+    for a repair, else NULL), then the event rows from seq ``?3`` below both
+    ``next_seq`` and ``?4``. Five columns, not the header's beside every event: each
+    column of each row costs the driver an object."""
+    torn = (
+        "EXISTS (SELECT 1 FROM log_events WHERE namespace=?1 AND session_id=?2 AND seq >= next_seq)"
+        if repair
+        else "NULL"
+    )
+    session = " FROM log_sessions WHERE namespace=?1 AND id=?2"
+    return (
+        f"SELECT -2, version, created_at, cwd, parent_id{session}"
+        f" UNION ALL SELECT -1, fork_seq, next_seq, ttl_ms, {torn}{session}"
+        f" UNION ALL SELECT {_EVENT_COLUMNS} FROM log_events"
+        " WHERE namespace=?1 AND session_id=?2 AND seq >= ?3"
+        f" AND seq < MIN((SELECT next_seq{session}), ?4) ORDER BY 1"
+    )
+
+
+_READ = _read_sql(repair=False)
+_READ_REPAIR = _read_sql(repair=True)
 #: The columns of :meth:`SqliteEvents.info`: the session row, the last committed event's
 #: time and whether a live lease is held (parameter 1: now).
 _INFO = (
@@ -101,6 +159,8 @@ _INFO = (
 )
 #: The most event rows one INSERT statement carries (5 parameters each).
 _CHUNK = 64
+#: The fewest events :meth:`SqliteEvents._checked` builds with ``built_events``.
+_BUILT_FROM = 16
 #: How many validated session rows an instance remembers for :meth:`SqliteEvents._advance`.
 _KNOWN_SESSIONS = 1024
 
@@ -149,11 +209,11 @@ class SqliteEvents(EventBackend):
         lease: Lease | None = None,
     ) -> int:
         with self._db.transaction(session_id, immediate=True) as conn:
-            if lease is not None and self._fences_off_in(conn, session_id, lease):
-                raise taken_over(session_id)
             first = batch.events[0].seq
             new_next = first + len(batch)
-            if not self._advance(conn, session_id, header, first, new_next):
+            if not self._advance(conn, session_id, header, first, new_next, lease):
+                if lease is not None and self._fences_off_in(conn, session_id, lease):
+                    raise taken_over(session_id)
                 found = self._session(conn, session_id)
                 if found is not None:
                     stored, next_seq, stored_ttl = found
@@ -178,10 +238,12 @@ class SqliteEvents(EventBackend):
                         _CREATE_SESSION,
                         (self._ns, session_id, *columns(stored), new_next, ttl_ms, expires_at),
                     )
+                    if ttl_ms is None or (type(ttl_ms) is int and ttl_ms > 0):
+                        self._remember(session_id, stored, ttl_ms)
                 else:
                     conn.execute(_SET_NEXT_SEQ, (new_next, expires_at, self._ns, session_id))
-            # The torn tail starts at the committed next seq, which is ``first`` here.
-            self._cut_tail(conn, session_id, first)
+                # The torn tail starts at the committed next seq, which is ``first`` here.
+                self._cut_tail(conn, session_id, first)
             self._insert(conn, session_id, batch)
             return new_next
 
@@ -216,14 +278,18 @@ class SqliteEvents(EventBackend):
         header: SessionHeader | None,
         first: int,
         new_next: int,
+        lease: Lease | None,
     ) -> bool:
         """The common append, in one statement: move ``next_seq`` from ``first`` to
         ``new_next`` (and ``expires_at``) if the session row holds exactly the header
-        and ``ttl_ms`` this instance validated before, and ``next_seq`` is ``first``.
+        and ``ttl_ms`` this instance validated before, ``next_seq`` is ``first``, no
+        event row is at or past it and no lease row of the session has an epoch newer
+        than ``lease``'s.
 
         False, with nothing written, when the session is not remembered, ``header``
-        differs from it, or the row does not match (a conflict, a replay, another
-        process's delete or damage): the caller then reads and judges the row.
+        differs from it, or the rows do not match (a conflict, a replay, a torn tail, a
+        newer lease, another process's delete or damage): the caller then checks the
+        lease, reads and judges the row and cuts the tail.
         """
         known = self._known.get(session_id)
         if known is None:
@@ -231,19 +297,20 @@ class SqliteEvents(EventBackend):
         stored, columns, ttl_ms = known
         if header is not None and header != stored:
             return False
-        if ttl_ms is None:
-            cursor = conn.execute(_ADVANCE, (new_next, self._ns, session_id, first, *columns))
-        else:
-            expires_at = wall_clock_ms() + ttl_ms
-            cursor = conn.execute(
-                _ADVANCE_TTL, (new_next, expires_at, self._ns, session_id, first, *columns, ttl_ms)
-            )
-        return cursor.rowcount == 1
+        params: tuple[object, ...] = (self._ns, session_id, first, new_next, *columns)
+        if ttl_ms is not None:
+            epoch = None if lease is None else lease.epoch
+            params += (epoch, ttl_ms, wall_clock_ms() + ttl_ms)
+        elif lease is not None:
+            params += (lease.epoch,)
+        sql = _ADVANCE[ttl_ms is not None, lease is not None]
+        return conn.execute(sql, params).rowcount == 1
 
     def _remember(self, session_id: str, header: SessionHeader, ttl_ms: int | None) -> None:
-        """Note the header and ``ttl_ms`` just read and validated from a session row,
-        for :meth:`_advance`. A bounded cache, and a stale entry (the row changed since)
-        only costs the slow path: :meth:`_advance` compares the row in SQL."""
+        """Note the header and ``ttl_ms`` just read and validated from a session row, or
+        written to it, for :meth:`_advance` and :meth:`_read_session`. A bounded cache,
+        and a stale entry (the row changed since) only costs the slow path: both compare
+        the row itself."""
         known = self._known
         if len(known) >= _KNOWN_SESSIONS and session_id not in known:
             known.clear()
@@ -276,22 +343,47 @@ class SqliteEvents(EventBackend):
         repair: bool = False,
         limit: int | None = None,
     ) -> tuple[SessionHeader, list[SessionEvent]]:
-        # A repairing read takes the write lock from the start, so the tail it cuts is
-        # judged against a next_seq no other process can move meanwhile. A read-only
-        # file is never repaired: its torn tail is left out all the same.
-        repair = repair and not self._db.read_only()
-        with self._db.transaction(session_id, immediate=repair) as conn:
-            found = self._session(conn, session_id)
-            if found is None:
-                raise SessionNotFoundError(session_id)
-            header, next_seq, _ = found
-            wanted = max(0, next_seq - from_seq)
-            if limit is not None:
-                wanted = min(wanted, limit)
-            events = self._events(conn, session_id, from_seq, wanted)
-            if repair:
+        end = INT64_MAX if limit is None else min(from_seq + limit, INT64_MAX)
+        params = (self._ns, session_id, from_seq, end)
+        with self._db.guard(session_id) as conn:
+            rows = conn.execute(_READ_REPAIR if repair else _READ, params).fetchall()
+        header, next_seq, torn = self._read_session(session_id, rows)
+        if torn and not self._db.read_only():
+            # Read again and cut under the write lock, so that the tail is judged against
+            # a next_seq no other process can move meanwhile. A read-only file is never
+            # repaired: its torn tail is left out all the same.
+            with self._db.transaction(session_id, immediate=True) as conn:
+                rows = conn.execute(_READ, params).fetchall()
+                header, next_seq, _ = self._read_session(session_id, rows)
+                events = self._checked(session_id, rows, 2, from_seq, next_seq, limit)
                 self._cut_tail(conn, session_id, next_seq)
-        return header, events
+            return header, events
+        return header, self._checked(session_id, rows, 2, from_seq, next_seq, limit)
+
+    def _read_session(self, session_id: str, rows: list[Any]) -> tuple[SessionHeader, int, object]:
+        """The header, next seq and torn-tail flag in the first two rows of
+        :data:`_READ`; :class:`SessionNotFoundError` without them. A header equal, column
+        by column and type by type, to one this instance validated is not validated
+        again; a new one is remembered for :meth:`_advance` when its ``ttl_ms`` is sound
+        (a read does not judge it)."""
+        if not rows:
+            raise SessionNotFoundError(session_id)
+        _, version, created_at, cwd, parent_id = rows[0]
+        _, fork_seq, next_seq, ttl_ms, torn = rows[1]
+        found = (version, created_at, cwd, parent_id, fork_seq)
+        known = self._known.get(session_id)
+        if (
+            known is not None
+            and known[1] == found
+            and list(map(type, known[1])) == list(map(type, found))
+            and type(next_seq) is int
+            and next_seq >= 0
+        ):
+            return known[0], next_seq, torn
+        header = self._header(session_id, found, next_seq)
+        if ttl_ms is None or (type(ttl_ms) is int and ttl_ms > 0):
+            self._remember(session_id, header, ttl_ms)
+        return header, next_seq, torn
 
     def _session(
         self, conn: sqlite3.Connection, session_id: str
@@ -301,18 +393,21 @@ class SqliteEvents(EventBackend):
         row = conn.execute(_SELECT_SESSION, (self._ns, session_id)).fetchone()
         if row is None:
             return None
+        return self._header(session_id, row[:5], row[5]), row[5], row[6]
+
+    def _header(self, session_id: str, row: Sequence[Any], next_seq: object) -> SessionHeader:
+        """The header of the (version, created_at, cwd, parent_id, fork_seq) of a
+        session row, once its version and ``next_seq`` are checked."""
         check_stored_version(session_id, row[0], self._where)
-        header = row_header(session_id, row[:5])
-        next_seq = row[5]
+        header = row_header(session_id, row)
         if type(next_seq) is not int or next_seq < 0:
             raise CorruptLogError(session_id, f"stored next seq is {next_seq!r:.40}")
-        return header, next_seq, row[6]
+        return header
 
     def _events(
         self, conn: sqlite3.Connection, session_id: str, first: int, count: int
     ) -> list[SessionEvent]:
-        """Exactly the ``count`` committed events from seq ``first``, each row's data
-        parsed once; a missing or malformed one raises :class:`CorruptLogError`."""
+        """Exactly the ``count`` committed events from seq ``first`` (see :meth:`_checked`)."""
         if count <= 0:
             return []
         rows = conn.execute(
@@ -320,8 +415,22 @@ class SqliteEvents(EventBackend):
             " AND seq >= ? AND seq < ? ORDER BY seq",
             (self._ns, session_id, first, first + count),
         ).fetchall()
+        return self._checked(session_id, rows, 0, first, first + count, None)
+
+    @staticmethod
+    def _checked(
+        session_id: str, rows: list[Any], skip: int, first: int, next_seq: int, limit: int | None
+    ) -> list[SessionEvent]:
+        """The events of the event rows ``rows[skip:]``: exactly the committed ones from
+        seq ``first`` (below ``next_seq``, at most ``limit``), each row's data parsed once;
+        a missing or malformed one raises :class:`CorruptLogError`."""
+        count = max(0, next_seq - first)
+        if limit is not None:
+            count = min(count, limit)
+        if count <= 0:
+            return []
         records = []
-        for expected, row in enumerate(rows, start=first):
+        for expected, row in enumerate(rows[skip:] if skip else rows, start=first):
             if row[0] != expected:
                 break
             records.append(row_record(session_id, row))
@@ -329,7 +438,9 @@ class SqliteEvents(EventBackend):
             raise CorruptLogError(
                 session_id, "an event below the next seq is missing", seq=first + len(records)
             )
-        events = built_events(records, first)
+        # Below about 16 events pydantic's validation costs less than the checks of
+        # built_events, and its verdict is the same.
+        events = built_events(records, first) if count >= _BUILT_FROM else None
         if events is not None:
             return events
         try:
