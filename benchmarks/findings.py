@@ -305,17 +305,10 @@ ms, the reads and the saver's own work being the gap. An append checked against 
 previous event's id, in the store and atomic with its position check, would take a step
 to three calls.""",
     "LangGraph checkpointers: SQLite: 3-node graph run, 1,000 steps": """\
-A graph step writes as the step row does (see it): the reads before each append.
-A step of ours is five store calls: `put` and `put_writes` each read the end of the
-thread's log and then append after it (the read tells a log deleted and written again to
-the same length from the one the saver knows: without it such a write would count for
-nothing instead of raising `ThreadDeletedError`), and `get_tuple` reads; on SQLite that
-is 11 statements (22 before a read became one `SELECT` and an append one guarded
-`UPDATE` and its `INSERT`s) against `SqliteSaver`'s few. Two bare store appends take 3.9 ms
-on this disk against 4.4 ms for `SqliteSaver`'s `put` + `put_writes`; ours takes 5.5
-ms, the reads and the saver's own work being the gap. An append checked against the
-previous event's id, in the store and atomic with its position check, would take a step
-to three calls.""",
+Each graph step writes and reads the thread as the step row's calls do (see "LangGraph
+checkpointers: SQLite: put + put_writes + get_tuple per step"): the read before each
+append, and the saver's own work, are the gap; LangGraph's own work in the step is the
+same on both sides.""",
     "LangGraph checkpointers: SQLite: list of 1,000 checkpoints": """\
 Timed on its own (best of 7 lists of the same 1,000 checkpoints) ours lists at about
 0.9x `SqliteSaver`'s rate: both read every checkpoint; ours reads the thread's log and
@@ -333,91 +326,27 @@ about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with m
 0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
 never on `memory://`, where one histogram record is most of a call.""",
     "Telemetry (memory): a call mix, metrics and 1 trace in 100 recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (memory): a call mix, every metric and span recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (SQLite): a call mix, every metric recorded by the OpenTelemetry SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (SQLite): a call mix, metrics and 1 trace in 100 recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (SQLite): a call mix, every metric and span recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (Redis): a call mix, every metric recorded by the OpenTelemetry SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (Redis): a call mix, metrics and 1 trace in 100 recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
     "Telemetry (Redis): a call mix, every metric and span recorded by the SDK": """\
-What recording adds is the OpenTelemetry SDK's own work: the group runs each mode once
-more with the least any instrumentation does with the same providers (a span started,
-made current and ended, the clock read twice, one histogram record), and
-`sessionstore.telemetry`'s bookkeeping above that floor measured 0.0 us with metrics and
-about 0.3 us with every span on a `memory://` `get_data` (its settings line gives both
-for this run). The SDK's parts: `Histogram.record` 2.2 us (3.2 with a sampled span
-current: the exemplar), a span from start to end 13.6 us, and the garbage it leaves
-about 5 us a call with every span. So 10% holds for calls of about 0.1 ms with metrics,
-0.25 ms with 1 trace in 100 sampled and 0.5 ms with every span (docs/observability.md):
-never on `memory://`, where one histogram record is most of a call.""",
+OpenTelemetry's own work, as the row "Telemetry (memory): a call mix, every metric
+recorded by the OpenTelemetry SDK" says; this run's floor is in the settings line.""",
 }
