@@ -221,6 +221,18 @@ def measure(url: str, rounds: int, calls: int) -> dict[str, dict[str, list[float
     return found
 
 
+@contextmanager
+def _backends() -> Iterator[dict[str, str]]:
+    """The URL of each backend measured, by name: memory, SQLite in a temporary folder,
+    Redis on a ``redis-server`` of its own."""
+    with tempfile.TemporaryDirectory() as folder, RedisServer() as server:
+        yield {
+            "memory": "memory://",
+            "SQLite": f"sqlite:///{folder}/bench.db",
+            "Redis": f"{server.url}?durability=none",
+        }
+
+
 def _typical(figures: list[float]) -> float:
     """The median of the fastest half: what a call costs when nothing else interferes."""
     fastest = sorted(figures)[: max(1, len(figures) // 2)]
@@ -240,12 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=300)
     options = parser.parse_args(argv)
     print(f"{'backend':8} {'row':8} " + " ".join(f"{mode:>8}" for mode in MODES))
-    with tempfile.TemporaryDirectory() as folder, RedisServer() as server:
-        urls = {
-            "memory": "memory://",
-            "sqlite": f"sqlite:///{folder}/bench.db",
-            "redis": f"{server.url}?durability=none",
-        }
+    with _backends() as urls:
         for name, url in urls.items():
             found = measure(url, options.rounds, options.calls)
             wall = {run: _typical(found["wall"][run]) for run in RUNS}
@@ -281,12 +288,7 @@ def telemetry_results(_url: str, sizes: Any) -> list[Any]:
 
     rounds, calls = max(4, sizes.reps * 2), sizes.calls * 2
     rows: list[Any] = []
-    with tempfile.TemporaryDirectory() as folder, RedisServer() as server:
-        urls = {
-            "memory": "memory://",
-            "SQLite": f"sqlite:///{folder}/bench.db",
-            "Redis": f"{server.url}?durability=none",
-        }
+    with _backends() as urls:
         for name, url in urls.items():
             found = measure(url, rounds, calls)
             cpu = {run: _typical(found["cpu"][run]) for run in RUNS}
