@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import operator
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -61,7 +60,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import START, StateGraph  # noqa: E402
 
 import sessionstore  # noqa: E402
-from benchmarks.harness import Result, Sizes  # noqa: E402
+from benchmarks.harness import Result, Sizes, result  # noqa: E402
 from benchmarks.servers import RedisServer  # noqa: E402
 from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
 
@@ -273,18 +272,15 @@ def langgraph_results(url: str, sizes: Sizes) -> list[Result]:
     for name, target in (("ours, SQLite", 1.0), ("ours, Redis", 0.0)):
         label = name.removeprefix("ours, ")
         for key, scenario, unit in ROWS:
-            mine, theirs = samples[name][key], samples["SqliteSaver"][key]
             rows.append(
-                Result(
+                result(
                     AREA,
                     f"{label}: {scenario.format(steps=count)}",
                     "SqliteSaver" + ("" if target else ", no target"),
-                    statistics.median(mine),
-                    statistics.median(theirs),
+                    (samples[name][key], samples["SqliteSaver"][key]),
                     unit,
                     target,
                     settings,
-                    samples={"ours": mine, "baseline": theirs},
                 )
             )
         rows.append(

@@ -227,14 +227,9 @@ def _optional_int(session_id: str, meta: Mapping[Any, Any], name: bytes) -> int 
 
 def _checked(value: str, what: str) -> str:
     try:
-        size = len(value.encode("utf-8"))
+        value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidArgumentError(f"{what} {value!r:.60} is not valid Unicode") from exc
-    if size > FIELD_BYTES:
-        raise InvalidArgumentError(
-            f"{what} {value!r:.60} is {size} bytes, more than a session on Redis stores"
-            f" in a header field ({FIELD_BYTES})"
-        )
     return value
 
 
@@ -251,9 +246,10 @@ def append_args(
     :data:`ENTRY_EVENTS` events per entry, then the fencing lease ``epoch`` ("" for none).
     ``ttl_ms`` is the retention stored with a session the call materialises.
 
-    Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8 or
-    longer than :data:`FIELD_BYTES` (event text is checked by
-    :func:`~sessionstore.eventlog.encode_batch`), before anything is sent.
+    Raises :class:`InvalidArgumentError` for header text Redis cannot store as UTF-8
+    (its length was checked at ``create``, by :func:`~sessionstore.eventlog.check_header`;
+    event text is checked by :func:`~sessionstore.eventlog.encode_batch`), before
+    anything is sent.
     """
     events, texts = batch.events, batch.texts
     if not events:
