@@ -1,8 +1,10 @@
 """``python -m benchmarks``: run every scenario, print the table, write the report.
 
-Options: ``--quick`` (tiny sizes, a smoke test), ``--only GROUP`` (repeatable) and
-``--out DIR`` (where ``benchmarks.md`` and ``benchmarks.png`` go). A full run writes to
-``docs/`` by default; a quick or partial one writes nothing unless ``--out`` is given.
+Options: ``--quick`` (tiny sizes, a smoke test), ``--only GROUP`` (repeatable),
+``--runs N`` (run everything chosen N times: the report gives the first run's figures and
+each row's lowest and highest ratio over the N runs) and ``--out DIR`` (where
+``benchmarks.md`` and ``benchmarks.png`` go). A full run writes to ``docs/`` by default; a
+quick or partial one writes nothing unless ``--out`` is given.
 """
 
 from __future__ import annotations
@@ -99,7 +101,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only", action="append", choices=list(GROUPS), help="run only this group (repeatable)"
     )
+    parser.add_argument(
+        "--runs",
+        type=_positive,
+        default=1,
+        help="run everything chosen this many times; the report gives the first run and "
+        "each row's spread of ratios over the runs (default 1)",
+    )
     return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"--runs must be 1 or more, not {number}")
+    return number
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,26 +130,35 @@ def main(argv: list[str] | None = None) -> int:
     load_before = report.uptime()
     print(f"load before: {load_before}", flush=True)
     started = time.perf_counter()
-    results: list[Result] = []
+    runs: list[list[Result]] = []
     growths: list[Growth] = []
     with RedisServer() as server:
         client_info = _server_version(server.url)
-        for name in chosen:
-            for group in GROUPS[name]:
-                for row in group(server.url, sizes):
-                    if isinstance(row, Growth):
-                        growths.append(row)
-                        print(report.growth_table(row), flush=True)
-                    else:
-                        results.append(row)
-                        print(_progress(row), flush=True)
-                _flush(server.url)
+        for run in range(1, args.runs + 1):
+            if args.runs > 1:
+                print(f"run {run} of {args.runs}; load: {report.uptime()}", flush=True)
+            runs.append([])
+            for name in chosen:
+                for group in GROUPS[name]:
+                    for row in group(server.url, sizes):
+                        if isinstance(row, Growth):
+                            if run == 1:
+                                growths.append(row)
+                                print(report.growth_table(row), flush=True)
+                        else:
+                            runs[-1].append(row)
+                            print(_progress(row), flush=True)
+                    _flush(server.url)
+    results = runs[0]
+    if args.runs > 1:
+        spread(results, runs)
     wall = time.perf_counter() - started
     info = report.RunInfo(
         command=report.python_command(),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         wall_seconds=wall,
         quick=args.quick,
+        runs=args.runs,
         load_before=load_before,
         load_after=report.uptime(),
         redis_server=client_info,
@@ -143,10 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     print(report.console_table(results))
     passed = sum(r.passed for r in results)
     print(f"\n{passed} of {len(results)} targets met; {wall:.0f} s; load after: {info.load_after}")
+    if args.runs > 1:
+        steady = sum(r.passed_every_run for r in results)
+        print(f"{steady} of {len(results)} met in each of the {args.runs} runs")
     if out is not None:
         written = report.write(results, growths, info, DESCRIPTIONS, out)
         print("wrote " + " and ".join(str(path) for path in written))
     return 0
+
+
+def spread(results: list[Result], runs: list[list[Result]]) -> None:
+    """Give each row of ``results`` its ratio in every run of ``runs`` (matched by key;
+    a run where the row is missing adds nothing)."""
+    for row in results:
+        row.run_ratios = [r.ratio for rows in runs for r in rows if r.key == row.key]
 
 
 def _progress(row: Result) -> str:

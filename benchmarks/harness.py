@@ -120,6 +120,9 @@ class Result:
     settings: str
     lower_is_better: bool = False
     samples: dict[str, list[float]] = field(default_factory=dict)
+    #: The row's ratio in each run of ``python -m benchmarks --runs N`` (this one's
+    #: included), in run order; empty for a single run.
+    run_ratios: list[float] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -149,6 +152,22 @@ class Result:
     @property
     def target_text(self) -> str:
         return f"{'<=' if self.lower_is_better else '>='} {self.target:g}"
+
+    @property
+    def spread_text(self) -> str:
+        """The lowest and highest ratio over the runs ("" for a single run)."""
+        if not self.run_ratios:
+            return ""
+        return f"{min(self.run_ratios):.2f}-{max(self.run_ratios):.2f}"
+
+    @property
+    def passed_every_run(self) -> bool:
+        """Whether the target was met in each run (in this one, for a single run)."""
+        if not self.run_ratios:
+            return self.passed
+        if self.lower_is_better:
+            return max(self.run_ratios) <= self.target
+        return min(self.run_ratios) >= self.target
 
 
 @dataclass

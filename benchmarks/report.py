@@ -31,6 +31,8 @@ class RunInfo:
     load_after: str
     redis_server: str
     machine: dict[str, str] = field(default_factory=dict)
+    #: How many times every scenario ran (``--runs``); the report gives the first run.
+    runs: int = 1
 
 
 def uptime() -> str:
@@ -84,20 +86,28 @@ def _number(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
-def _cells(result: Result) -> tuple[str, ...]:
+def _cells(result: Result, spread: bool) -> tuple[str, ...]:
     return (
         result.key,
         _number(result.ours, result.unit),
         f"{_number(result.baseline, result.unit)} ({result.baseline_name})",
         f"{result.ratio:.2f}",
+        *((result.spread_text,) if spread else ()),
         result.target_text,
         result.verdict,
     )
 
 
+def _spread(results: Sequence[Result]) -> bool:
+    """Whether the rows come from several runs (and so have a spread to show)."""
+    return any(r.run_ratios for r in results)
+
+
 def console_table(results: Sequence[Result]) -> str:
-    rows = [COLUMNS, *(_cells(r) for r in results)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    spread = _spread(results)
+    head = (*COLUMNS[:4], "Runs", *COLUMNS[4:]) if spread else COLUMNS
+    rows = [head, *(_cells(r, spread) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = []
     for index, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
@@ -107,17 +117,33 @@ def console_table(results: Sequence[Result]) -> str:
 
 
 def _markdown_table(results: Sequence[Result]) -> str:
-    head = "| Area | Scenario | Ours | Baseline | Ratio | Target | Result |"
-    rule = "| --- | --- | ---: | --- | ---: | ---: | --- |"
+    spread = _spread(results)
+    runs = " Runs (lowest-highest) |" if spread else ""
+    head = f"| Area | Scenario | Ours | Baseline | Ratio |{runs} Target | Result |"
+    rule = "| --- | --- | ---: | --- | ---: |" + (" ---: |" if spread else "") + " ---: | --- |"
     lines = [head, rule]
     for r in results:
         verdict = f"**{r.verdict}**" if not r.passed else r.verdict
+        cell = f" {r.spread_text} |" if spread else ""
         lines.append(
             f"| {r.area} | {r.scenario} | {_number(r.ours, r.unit)} | "
-            f"{_number(r.baseline, r.unit)} ({r.baseline_name}) | {r.ratio:.2f} | "
+            f"{_number(r.baseline, r.unit)} ({r.baseline_name}) | {r.ratio:.2f} |{cell} "
             f"{r.target_text} | {verdict} |"
         )
     return "\n".join(lines)
+
+
+def _runs_text(results: Sequence[Result], info: RunInfo) -> str:
+    """What the table's figures are, for a report of several runs ("" for one)."""
+    if info.runs == 1:
+        return ""
+    steady = sum(r.passed_every_run for r in results)
+    return (
+        f"Every scenario ran {info.runs} times, one run after the other on the same server: "
+        f"the figures and verdicts are the first run's; the column Runs gives the lowest and "
+        f"the highest ratio of the row over the {info.runs} runs; {steady} of "
+        f"{len(results)} targets were met in every run.\n\n"
+    )
 
 
 def _settings(results: Sequence[Result]) -> str:
@@ -200,6 +226,8 @@ python -m benchmarks                # everything; writes docs/benchmarks.md and 
 python -m benchmarks --quick        # smoke test, tiny sizes; writes nothing without --out
 python -m benchmarks --only values  # one group (redis-log, values, peers, local, writers,
                                     # scale; repeatable); writes nothing without --out
+python -m benchmarks --runs 3       # everything three times: the first run's figures,
+                                    # each row's spread of ratios over the three
 python -m benchmarks --out DIR      # write benchmarks.md and benchmarks.png to DIR
 ```
 
@@ -213,7 +241,7 @@ Speed is reported here, never asserted by the tests.
 {kind}: `{info.command}` on {info.date}, {info.wall_seconds:.0f} s wall time;
 **{passed} of {len(results)} targets met**.
 
-{_markdown_table(results)}
+{_runs_text(results, info)}{_markdown_table(results)}
 
 Ours and baseline are medians over the repetitions; the ratio is the median of the
 per-repetition ratios ours / baseline (each repetition runs both sides interleaved, so its
