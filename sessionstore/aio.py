@@ -44,7 +44,7 @@ from .contracts import (
 )
 from .defaults import DEFAULT_LEASE, DEFAULT_NAMESPACE
 from .drain import AsyncDrain
-from .flows import arun
+from .flows import arun, recording
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, ValueRecords, ValueRef, value_refs
@@ -108,11 +108,22 @@ class AsyncSession(SessionBase[AsyncValueBackend]):
 
     async def get_data(self, when: Any) -> Any:
         """The stored value, or None if there is none or it was written for a later time."""
-        return await arun(value_flows.get_data(self._state, self._lifecycle, when), self._backend)
+        state = self._state
+        if not state.history and state.initialised and not recording():
+            # Nothing to record: a plain read needs no flow (as in the sync API).
+            ms = value_flows.checked(state, self._lifecycle, when)
+            return value_flows.seen(state, await self._backend.read(state.key), ms)
+        return await arun(value_flows.get_data(state, self._lifecycle, when), self._backend)
 
     async def set_data(self, value: Any, when: Any) -> None:
         """Store ``value`` for logical time ``when``; ``None`` clears."""
-        await arun(value_flows.set_data(self._state, self._lifecycle, value, when), self._backend)
+        state = self._state
+        if not state.history and state.initialised and not recording():
+            payload, ms = value_flows.plain_write(state, self._lifecycle, value, when)
+            await self._backend.write(state.key, payload, ms, ttl_ms=state.ttl_ms)
+            value_flows.written(state, payload, ms)
+            return
+        await arun(value_flows.set_data(state, self._lifecycle, value, when), self._backend)
 
     async def put(self, value: Any, when: Any) -> None:
         """History: store ``value`` as the version at exactly ``when``, discarding nothing

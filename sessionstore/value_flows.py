@@ -70,7 +70,7 @@ def get_data(state: SessionState, lifecycle: Lifecycle, when: Any) -> Flow[Any]:
     return state.visible(found, ms)
 
 
-def _checked(state: SessionState, lifecycle: Lifecycle, when: Any) -> int:
+def checked(state: SessionState, lifecycle: Lifecycle, when: Any) -> int:
     """The checks of a call on a plain handle already prepared: ``when`` as epoch ms."""
     ms = to_epoch_ms(when)
     state.check_alive()
@@ -81,7 +81,7 @@ def _checked(state: SessionState, lifecycle: Lifecycle, when: Any) -> int:
 def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, when: Any) -> Any:
     """:func:`get_data` of a handle already prepared, given the record a value cache holds
     (no I/O): the same checks, the same look-ahead."""
-    ms = _checked(state, lifecycle, when)
+    ms = checked(state, lifecycle, when)
     state.remember(found)
     return state.visible(found, ms)
 
@@ -89,9 +89,15 @@ def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, 
 def get_plain(state: SessionState, lifecycle: Lifecycle, when: Any, backend: ValueBackend) -> Any:
     """:func:`get_data` of a plain handle already prepared, run without the flow machinery
     on a blocking backend (for a caller that records no telemetry): the same checks, the
-    same read, the same look-ahead."""
-    ms = _checked(state, lifecycle, when)
-    found = backend.read(state.key)
+    same read, the same look-ahead. The async API does the same around its awaited read
+    (:func:`checked`, :func:`seen`)."""
+    ms = checked(state, lifecycle, when)
+    return seen(state, backend.read(state.key), ms)
+
+
+def seen(state: SessionState, found: Stored | None, ms: int) -> Any:
+    """What a read of a plain handle that found the record ``found`` gives at ``ms``
+    (the look-ahead), the record noted as the last one seen."""
     state.remember(found)
     return state.visible(found, ms)
 
@@ -100,11 +106,26 @@ def set_plain(
     state: SessionState, lifecycle: Lifecycle, value: Any, when: Any, backend: ValueBackend
 ) -> None:
     """:func:`set_data` of a plain handle already prepared, run without the flow machinery
-    (as :func:`get_plain`): the same checks, the same write."""
-    ms = _checked(state, lifecycle, when)
+    (as :func:`get_plain`): the same checks, the same write. The async API does the same
+    around its awaited write (:func:`plain_write`, :func:`written`)."""
+    payload, ms = plain_write(state, lifecycle, value, when)
+    backend.write(state.key, payload, ms, ttl_ms=state.ttl_ms)
+    written(state, payload, ms)
+
+
+def plain_write(
+    state: SessionState, lifecycle: Lifecycle, value: Any, when: Any
+) -> tuple[bytes | None, int]:
+    """The checks and the encoding of :func:`set_plain`, before its write: the payload
+    (None clears) and ``when`` as epoch ms; the last record seen is forgotten."""
+    ms = checked(state, lifecycle, when)
     payload = state.encode(value)
     state.forget()
-    backend.write(state.key, payload, ms, ttl_ms=state.ttl_ms)
+    return payload, ms
+
+
+def written(state: SessionState, payload: bytes | None, ms: int) -> None:
+    """Note the record a plain write of ``payload`` at ``ms`` left as the last one seen."""
     state.remember(_written(payload, ms))
 
 

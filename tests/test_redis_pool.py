@@ -114,6 +114,35 @@ def test_1000_coroutines_share_one_async_store_within_max_connections(server):
     assert seen.accepted <= LIMIT and seen.peak <= LIMIT
 
 
+def test_coroutines_cancelled_midway_leave_every_later_call_its_connection(server):
+    """Calls cancelled at random points (while waiting for a place, sending, reading)
+    give their connection back, in the background if need be: the 300 calls after them
+    all run, on at most ``max_connections`` connections at once."""
+    url = f"{server.url}?durability=none&max_connections=2"
+
+    async def go() -> list[BaseException | None]:
+        async with sessionstore.aio.connect(url, f"c-{uuid.uuid4().hex[:8]}") as store:
+            session = store.session("S", "s", "e", "1h")
+
+            async def call(index: int) -> None:
+                await session.set_data(index, T0 + index)
+                await session.get_data(T0 + index)
+
+            for round_ in range(20):
+                tasks = [asyncio.create_task(call(i)) for i in range(40)]
+                await asyncio.sleep(0.0005 * (round_ % 5))
+                for task in tasks[::2]:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            after = await asyncio.gather(*(call(i) for i in range(300)), return_exceptions=True)
+            return list(after)
+
+    with Peak(server.port) as seen:
+        results = asyncio.run(go())
+    assert [r for r in results if r is not None] == []
+    assert seen.peak <= 2
+
+
 def held_pool(store: sessionstore.Store) -> Any:
     """The connection pool of a store on a single server (it connects on first use)."""
     store.session("warm", "s", "e", "1h").get_data(T0)

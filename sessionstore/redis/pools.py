@@ -28,6 +28,7 @@ from ..urls import invalid_url
 from .compat import (
     AsyncClusterClient,
     AsyncSentinelBlockingPool,
+    AsyncSlotPool,
     ClusterClient,
     ClusterNodePool,
     FairBlockingPool,
@@ -116,7 +117,7 @@ BLOCKING = Flavour(
 )
 ASYNCIO = Flavour(
     redis.asyncio.Redis,
-    redis.asyncio.BlockingConnectionPool,
+    AsyncSlotPool,
     redis.asyncio.sentinel.Sentinel,
     AsyncSentinelBlockingPool,
     redis.asyncio.retry.Retry,
