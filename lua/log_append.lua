@@ -66,16 +66,12 @@
 -- may write its own keys by hand): the meta hash's fields are read by name, each
 -- measured first (bounded_hmget, _limits.lua), when it holds at most META_FIELDS fields;
 -- the epoch is measured before it is read; no stream entry is ever read: a replay
--- compares the stored digests of the events it brings, and a torn tail is left to the
--- caller, who reads its ids (an entry a tenant planted may hold any number of bytes).
+-- compares the stored digests of the events it brings (_digests.lua), and a torn tail
+-- is left to the caller, who reads its ids (an entry a tenant planted may hold any number of bytes).
 
 local META_FIELDS = 32
 local TAIL_ENTRIES = 1000
 local ENTRY_EVENTS = 1000
-local DIGEST_BYTES = 8
-local DIGEST_SLOTS = 65536
-local BLOCK_EVENTS = 64
-local BLOCK_BYTES = BLOCK_EVENTS * DIGEST_BYTES
 
 local meta, stream, digest_key = KEYS[1], KEYS[2], KEYS[3]
 local first = ARGV[1]
@@ -136,19 +132,6 @@ local function digest_runs(from_seq, visit)
     end
     done = done + n
   end
-end
-
--- The stored block of that field, nil when there is none (a field of another length is
--- measured, never read); raises CORRUPT when the digest key is not a hash.
-local function stored_block(field)
-  local size = redis.pcall('HSTRLEN', digest_key, field)
-  if type(size) == 'table' then
-    error({err = 'CORRUPT the digest key ' .. digest_key .. ' is not a hash'})
-  end
-  if size ~= BLOCK_BYTES then
-    return nil
-  end
-  return redis.call('HGET', digest_key, field)
 end
 
 -- Load the meta hash: the fields that matter, and with a header every field the library
@@ -256,7 +239,7 @@ if first ~= next_seq then
     return {'CONFLICT', next_seq}
   end
   local differs = digest_runs(first_number, function(field, at_block, from, size)
-    local block = stored_block(field)
+    local block = stored_digest_block(digest_key, field)
     if not block or string.sub(block, at_block + 1, at_block + size)
         ~= string.sub(digests, from + 1, from + size) then
       return true
@@ -275,7 +258,7 @@ digest_runs(first_number, function(field, at_block, from, size)
   local block = blocks[field]
   if not block then
     fields[#fields + 1] = field
-    block = stored_block(field) or string.rep('\0', BLOCK_BYTES)
+    block = stored_digest_block(digest_key, field) or string.rep('\0', BLOCK_BYTES)
   end
   blocks[field] = string.sub(block, 1, at_block) .. string.sub(digests, from + 1, from + size)
     .. string.sub(block, at_block + size + 1)

@@ -262,9 +262,11 @@ class AsyncEventLog(EventLogBase[AsyncEventBackend]):
         """Headers of the materialised sessions, by ``created_at`` then id."""
         return await arun(event_flows.list_sessions(self._lifecycle), self._backend)
 
-    async def delete(self, session_id: str) -> None:
-        """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
-        flow = event_flows.delete_session(self._pending, self._lifecycle, session_id)
+    async def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
+        """Remove the session entirely; ``SessionNotFoundError`` if it does not exist;
+        with ``last``, only if the log still ends with it (see
+        :meth:`sessionstore.EventLog.delete`)."""
+        flow = event_flows.delete_session(self._pending, self._lifecycle, session_id, last)
         await arun(flow, self._backend)
 
     async def prune(self) -> int:

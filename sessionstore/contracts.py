@@ -369,8 +369,15 @@ class EventBackend(ABC):
         """
 
     @abstractmethod
-    def delete(self, session_id: str) -> None:
-        """Remove the session entirely; ``SessionNotFoundError`` if it is not there."""
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
+        """Remove the session entirely; ``SessionNotFoundError`` if it is not there.
+
+        With ``last`` (an event of the log, as read), atomically: only if the log still
+        ends with exactly that event (its next seq is ``last.seq + 1`` and the event
+        stored at ``last.seq`` has the same canonical text: ``event_text`` of :mod:`.eventlog`);
+        else ``SeqConflictError`` and nothing is deleted. (Redis tells by the event's
+        digest: a last event stored by a client of an older version conflicts.)
+        """
 
     @abstractmethod
     def prune(self, now_ms: int) -> int:
@@ -626,7 +633,7 @@ class AsyncEventBackend(Protocol):
     async def list(self) -> builtins.list[SessionHeader]:
         """:meth:`EventBackend.list`."""
 
-    async def delete(self, session_id: str) -> None:
+    async def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
         """:meth:`EventBackend.delete`."""
 
     async def prune(self, now_ms: int) -> int:

@@ -327,12 +327,32 @@ def prune(lifecycle: Lifecycle) -> Flow[int]:
     return removed
 
 
-def delete_session(pending: PendingSessions, lifecycle: Lifecycle, session_id: str) -> Flow[None]:
+def delete_session(
+    pending: PendingSessions,
+    lifecycle: Lifecycle,
+    session_id: str,
+    last: SessionEvent | None = None,
+) -> Flow[None]:
     _open(lifecycle)
     check_session_id(session_id)
-    if pending.discard(session_id) and not (yield Call(EventBackend.exists, session_id)):
+    if last is None:
+        if pending.discard(session_id) and not (yield Call(EventBackend.exists, session_id)):
+            return
+        yield Call(EventBackend.delete, session_id)
         return
-    yield Call(EventBackend.delete, session_id)
+    if not isinstance(last, SessionEvent):
+        raise InvalidArgumentError(
+            f"delete of session {session_id!r}: last must be a SessionEvent read from the "
+            f"log, not {type(last).__name__}"
+        )
+    try:
+        yield Call(EventBackend.delete, session_id, last=last)
+    except SessionNotFoundError:
+        if pending.lookup(session_id)[0] is None:
+            raise
+        # Created here and not stored yet: the session holds no event.
+        raise SeqConflictError(session_id, last.seq + 1, 0, "the session holds no event") from None
+    pending.discard(session_id)
 
 
 def next_position(loaded: LoadedSession) -> tuple[int, int]:

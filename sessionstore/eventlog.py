@@ -429,6 +429,25 @@ def plan_append(
     raise SeqConflictError(session_id, next_seq, first, detail)
 
 
+def check_ends_with(
+    session_id: str, last: SessionEvent, next_seq: int, stored: bytes | None
+) -> None:
+    """Refuse a delete guarded by ``last`` (see :meth:`.contracts.EventBackend.delete`) of the log
+    whose next seq is ``next_seq`` and whose event at ``last.seq`` has the text
+    ``stored`` (None: no event there, or not read): :class:`SeqConflictError` unless the
+    log ends with exactly ``last``."""
+    if next_seq == last.seq + 1 and stored == event_text(last):
+        return
+    raise not_ending_with(session_id, last, next_seq)
+
+
+def not_ending_with(session_id: str, last: SessionEvent, next_seq: int) -> SeqConflictError:
+    """The error of a delete guarded by ``last`` of a log (whose next seq is
+    ``next_seq``, -1 when unknown) that does not end with it."""
+    detail = "the log no longer ends with the event given"
+    return SeqConflictError(session_id, last.seq + 1, next_seq, detail)
+
+
 def closers(events: list[SessionEvent]) -> list[SessionEvent]:
     """The events that close an interrupted final turn, in order (none if balanced).
 

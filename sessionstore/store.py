@@ -317,9 +317,17 @@ class EventLog(EventLogBase[EventBackend]):
         """Headers of the materialised sessions, by ``created_at`` then id; metadata only."""
         return run(event_flows.list_sessions(self._lifecycle), self._backend)
 
-    def delete(self, session_id: str) -> None:
-        """Remove the session entirely; ``SessionNotFoundError`` if it does not exist."""
-        run(event_flows.delete_session(self._pending, self._lifecycle, session_id), self._backend)
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
+        """Remove the session entirely; ``SessionNotFoundError`` if it does not exist.
+
+        With ``last`` (an event read from the log): only if the log still ends with
+        exactly that event, checked in the same atomic step as the delete: else
+        ``SeqConflictError`` and nothing is deleted (another writer appended since, or
+        the session was deleted and written again, even to the same length). On Redis
+        the event must have been stored by this version (it is told by its digest).
+        """
+        flow = event_flows.delete_session(self._pending, self._lifecycle, session_id, last)
+        run(flow, self._backend)
 
     def prune(self) -> int:
         """Remove the expired sessions of the namespace, each whole and atomically, and

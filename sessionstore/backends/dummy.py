@@ -135,7 +135,7 @@ class DummyEvents(EventBackend):
     def list(self) -> list[SessionHeader]:
         return []
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
         raise SessionNotFoundError(session_id)
 
     def set_retention(self, session_id: str, ttl_ms: int | None) -> int | None:

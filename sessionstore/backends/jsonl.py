@@ -63,7 +63,7 @@ from ..errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from ..eventlog import event_text, plan_append
+from ..eventlog import check_ends_with, event_text, plan_append
 from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
 from .dirhandle import Folder, StoreRoot
@@ -432,12 +432,23 @@ class JsonlEvents(EventBackend):
                     os.close(fd)
         raise StoreUnavailableError(f"{path} kept being replaced during {doing}")
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
         path = self._path(session_id)
-        with self._exclusive(session_id, path, "a delete") as (_, folder):
+        with self._exclusive(session_id, path, "a delete") as (fd, folder):
+            if last is not None:
+                self._check_ends_with(fd, session_id, os.fspath(path), last)
             self._drop(session_id)
             folder.unlink(_name(session_id))
             folder.fsync()
+
+    def _check_ends_with(self, fd: int, session_id: str, where: str, last: SessionEvent) -> None:
+        """:func:`check_ends_with` of the log open as ``fd`` under its exclusive lock."""
+        seen, _ = self._states.catch_up(fd, session_id, os.fstat(fd), where)
+        stored = None
+        if seen.next_seq == last.seq + 1:
+            _, found = self._states.read_range(fd, session_id, last.seq, 1, where)
+            stored = event_text(found[0]) if found else None
+        check_ends_with(session_id, last, seen.next_seq, stored)
 
     def stored_bytes(self, session_id: str) -> int:
         with os_errors(self._path(session_id)):

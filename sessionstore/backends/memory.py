@@ -16,7 +16,7 @@ from typing import Literal
 from .. import forksafe
 from ..contracts import EventBackend, EventBatch, Refused, Stored, ValueBackend
 from ..errors import SessionExistsError, SessionNotFoundError
-from ..eventlog import events_of_texts, plan_append
+from ..eventlog import check_ends_with, events_of_texts, plan_append
 from ..keys import ValueKey
 from ..leases import Lease, taken_over
 from ..models import SessionEvent, SessionHeader, SessionInfo
@@ -363,10 +363,16 @@ class MemoryEvents(EventBackend):
         with self._lock:
             return [log.header for log in self._logs.values()]
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
         with self._lock:
-            if self._logs.pop(session_id, None) is None:
+            found = self._logs.get(session_id)
+            if found is None:
                 raise SessionNotFoundError(session_id)
+            if last is not None:
+                texts = found.events
+                stored = texts[last.seq] if 0 <= last.seq < len(texts) else None
+                check_ends_with(session_id, last, len(texts), stored)
+            del self._logs[session_id]
 
     def prune(self, now_ms: int) -> int:
         with self._lock:

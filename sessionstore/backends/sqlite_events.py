@@ -64,7 +64,13 @@ from ..errors import (
     SessionNotFoundError,
     UnsupportedVersionError,
 )
-from ..eventlog import check_stored_version, data_of_text, event_text, plan_append
+from ..eventlog import (
+    check_ends_with,
+    check_stored_version,
+    data_of_text,
+    event_text,
+    plan_append,
+)
 from ..jsondata import short_repr
 from ..leases import Lease, next_epoch, taken, taken_over
 from ..models import (
@@ -567,9 +573,11 @@ class SqliteEvents(EventBackend):
                 logger.warning("sessionstore: list skips a session: %s", exc)
         return headers
 
-    def delete(self, session_id: str) -> None:
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
         self._known.pop(session_id, None)
         with self._db.transaction(session_id, immediate=True) as conn:
+            if last is not None:
+                self._check_ends_with(conn, session_id, last)
             gone = conn.execute(
                 "DELETE FROM log_sessions WHERE namespace=? AND id=?", (self._ns, session_id)
             ).rowcount
@@ -580,6 +588,21 @@ class SqliteEvents(EventBackend):
                 (self._ns, session_id),
             )
             self._forget_leases(conn, session_id)
+
+    def _check_ends_with(
+        self, conn: sqlite3.Connection, session_id: str, last: SessionEvent
+    ) -> None:
+        """:func:`check_ends_with` of the stored session (in the delete's transaction)."""
+        found = conn.execute(
+            "SELECT next_seq FROM log_sessions WHERE namespace=? AND id=?", (self._ns, session_id)
+        ).fetchone()
+        if found is None:
+            raise SessionNotFoundError(session_id)
+        next_seq = found[0]
+        stored = None
+        if isinstance(next_seq, int) and next_seq == last.seq + 1:
+            stored = event_text(self._events(conn, session_id, last.seq, 1)[0])
+        check_ends_with(session_id, last, next_seq if isinstance(next_seq, int) else -1, stored)
 
     def prune(self, now_ms: int) -> int:
         with self._db.guard("(prune)") as conn:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..contracts import AsyncEventBackend, EventBackend, EventBatch
 from ..leases import Lease
-from ..models import SessionHeader
+from ..models import SessionEvent, SessionHeader
 from .boundary import ErrorBoundary
 from .client import AsyncClient, SyncClient
 from .durability import DurabilityChoice
@@ -93,8 +93,8 @@ class _Log:
     def list(self) -> Any:
         return self._handle.run(self._ops.list)
 
-    def delete(self, session_id: str) -> Any:
-        return self._handle.run(self._ops.delete, session_id)
+    def delete(self, session_id: str, *, last: SessionEvent | None = None) -> Any:
+        return self._handle.run(self._ops.delete, session_id, last)
 
     def prune(self, now_ms: int) -> Any:
         return self._handle.run(self._ops.prune)

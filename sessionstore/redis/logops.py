@@ -49,8 +49,9 @@ from .. import keys
 from ..contracts import EventBatch
 from ..drive import Steps
 from ..errors import CorruptLogError, SessionNotFoundError, UnsupportedVersionError
+from ..eventlog import event_text, not_ending_with
 from ..leases import Lease, taken
-from ..models import SessionHeader, SessionInfo
+from ..models import SessionEvent, SessionHeader, SessionInfo
 from . import scripts
 from .boundary import ErrorBoundary
 from .durability import (
@@ -69,6 +70,7 @@ from .logformat import (
     decode_info,
     entry_start,
     estimated_bytes,
+    event_digests,
     restore_id,
     stream_id,
     whole_count,
@@ -471,11 +473,19 @@ class LogOps:
         listing = yield from self._listing(client, _meta_of(self._namespace))
         return decode_listing(self._namespace, listing)
 
-    def delete(self, client: Any, session_id: str) -> Steps[None]:
+    def delete(self, client: Any, session_id: str, last: SessionEvent | None = None) -> Steps[None]:
+        """Delete the log; with ``last``, only if it still ends with that event (told by
+        its digest: see ``log_delete.lua``)."""
         yield from self.check_durable(client)
         names = self._all_keys(session_id)
+        args: list[Any] = []
+        if last is not None:
+            args = [str(last.seq + 1), event_digests([event_text(last)])]
         with self._guard("log_delete.lua", names[0]):
-            reply = yield from scripts.run_steps(client, "log_delete", names, [])
+            reply = yield from scripts.run_steps(client, "log_delete", names, args)
+        if isinstance(reply, list) and last is not None:  # {"CONFLICT", next_seq}
+            found = whole_count(reply[1])
+            raise not_ending_with(session_id, last, -1 if found is None else found)
         if text(reply) == "NOTFOUND":
             raise SessionNotFoundError(session_id)
 

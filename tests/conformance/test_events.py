@@ -687,6 +687,55 @@ def test_delete_removes_the_session_entirely(store, backend, store_url, namespac
     assert seqs(store.events.load("s-1").events) == [0]
 
 
+def test_a_delete_given_the_last_event_read_removes_the_log_that_still_ends_with_it(
+    store, backend, store_url, namespace
+):
+    started(store, "s-1", 3)
+    last = store.events.read_from("s-1", 2)[-1]
+    store.events.delete("s-1", last=last)
+    assert artifacts.footprint(backend, store_url, namespace) == []
+    with pytest.raises(SessionNotFoundError):
+        store.events.delete("s-1", last=last)
+
+
+def test_a_delete_given_an_event_the_log_no_longer_ends_with_deletes_nothing(store):
+    """Appended to since it was read, or deleted and written again to the same length
+    with other events: refused, and the log is exactly as it was."""
+    started(store, "s-1", 3)
+    last = store.events.read_from("s-1", 2)[-1]
+    store.events.append("s-1", [ev(3)])
+    with pytest.raises(SeqConflictError) as appended:
+        store.events.delete("s-1", last=last)
+    assert (appended.value.expected, appended.value.got) == (3, 4)
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2, 3]
+
+    store.events.delete("s-1")
+    started(store, "s-1", 0)
+    again = [ev(i, data={"again": True}) for i in range(3)]
+    store.events.append("s-1", again)
+    with pytest.raises(SeqConflictError, match="no longer ends with"):
+        store.events.delete("s-1", last=last)
+    with pytest.raises(SeqConflictError):
+        store.events.delete("s-1", last=store.events.read_from("s-1", 1)[0])
+    assert store.events.load("s-1").events == again
+    store.events.delete("s-1", last=store.events.read_from("s-1", 2)[-1])
+    assert store.events.list() == []
+
+
+def test_a_guarded_delete_refuses_what_is_not_an_event_and_a_session_holding_none(store):
+    started(store, "s-1", 2)
+    with pytest.raises(InvalidArgumentError, match="SessionEvent"):
+        store.events.delete("s-1", last={"seq": 1})
+    with pytest.raises(SessionNotFoundError):
+        store.events.delete("none", last=ev(0))
+    store.events.create(header("empty"))
+    with pytest.raises(SeqConflictError, match="holds no event"):
+        store.events.delete("empty", last=ev(0))
+    assert seqs(store.events.load("s-1").events) == [0, 1]
+    store.events.append("empty", [ev(0)])
+    assert seqs(store.events.load("empty").events) == [0]
+
+
 def test_locate_names_an_absolute_path_or_none(store, backend):
     h = header("where")
     located = store.events.locate(h)

@@ -496,3 +496,46 @@ def test_a_header_field_stored_past_its_size_differs_from_any_header(
     assert reply == [b"EXISTS"]
     assert client.info("commandstats")["cmdstat_fcall"]["usec"] < BOUND_MS * 1000 / 10
     assert namespace_snapshot(client, namespace) == before
+
+
+def test_a_guarded_delete_never_reads_an_entry_and_refuses_what_it_cannot_tell(
+    client, namespace, redis_server
+):
+    """A delete given the log's last event (``EventLog.delete(..., last=)``) compares
+    that event's digest, never a stream entry: with 48 MB planted in the log's entry it
+    costs microseconds of server time, and deletes. A last event stored without a
+    digest (by a client of an older version) cannot be told from another: the delete is
+    refused and nothing is deleted; arguments past their sizes are refused as INVALID."""
+    from sessionstore import SeqConflictError, SessionEvent, SessionHeader
+    from sessionstore.eventlog import event_text
+    from sessionstore.keys import log_digest_key, log_keys
+    from sessionstore.redis.logformat import event_digests
+
+    events = [SessionEvent(seq=i, type="note", time=T0 + i, data={"i": i}) for i in range(2)]
+    keys_ = [*log_keys(namespace, "s"), log_digest_key(namespace, "s")]
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        store.events.create(SessionHeader(id="s"))
+        store.events.append("s", events)
+        stream = keys_[1]
+        [(entry_id, _)] = client.xrange(stream)
+        client.delete(stream)
+        client.xadd(stream, {"events": b"[" + b",\n" * (24 << 20) + b"]"}, id=entry_id)
+        digest = event_digests([event_text(events[1])])
+        before = namespace_snapshot(client, namespace)
+        function = script("log_delete").function
+        for args in (["2", digest[:7]], ["2", digest + b"x"], ["x", digest], ["9" * 20, digest]):
+            with pytest.raises(redis.ResponseError, match="INVALID"):
+                client.execute_command("FCALL", function, 3, *keys_, *args)
+        assert namespace_snapshot(client, namespace) == before
+
+        client.hdel(keys_[2], "0")  # the block of seqs 0-63, as a client without digests
+        with pytest.raises(SeqConflictError):
+            store.events.delete("s", last=events[1])
+        assert client.exists(*keys_[:2]) == 2
+
+        store.events.append("s", [SessionEvent(seq=2, type="note", time=T0 + 2)])
+        client.config_resetstat()
+        store.events.delete("s", last=store.events.read_from("s", 2)[0])
+        stats = client.info("commandstats")["cmdstat_fcall"]
+    assert client.exists(*keys_) == 0
+    assert stats["calls"] == 1 and stats["usec"] < BOUND_MS * 1000 / 10

@@ -314,27 +314,32 @@ def test_a_compaction_whose_process_was_killed_is_finished_by_the_next_access(
         assert_one_chain(other, "t")
 
 
-def test_a_compaction_paused_past_half_the_stale_time_reopens_instead(
+def test_a_compaction_paused_past_the_stale_time_never_undoes_its_recovery(
     savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Held just before it deletes the log, its clock then past half the time after
-    which another saver may recover it: it leaves the log as it is, its ``remove``
-    applied, and reopens it."""
+    """Held just before it deletes the log, long enough for another saver to take its
+    seal for abandoned: that saver recovers the compaction and writes on; then the
+    paused one's delete, guarded by its own seal (the log no longer ends with it),
+    deletes nothing, nor the copy of its recoverer."""
     admin, runner = savers
     ids = grow(admin, 3)
     main = session_id("t")
     flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
-    step = drive(flow, admin._call, lambda s: s.name == "read_from" and s.args[1] > 0)
-    monkeypatch.setattr(compaction, "now_ms", lambda: layout.now_ms() + 3_600_000)
-    assert isinstance(drive(flow, admin._call, lambda s: s.args == (main,), step), Done)
-    assert admin._sync is not None
-    events = admin._sync.events.read_from(main, 0)
-    assert [e.type for e in events[-3:]] == [REMOVE, SEAL, OPEN]
-    assert sum(e.type == "checkpoint" for e in events) == 3  # nothing rewritten
-    assert [h.id for h in admin._sync.events.list()] == [main]
-    assert_reads_as_latest(runner, ids[-1], 2)
-    put_big(runner, ids[-1], 3)
-    assert len(list(admin.list(thread("t")))) == 2
+    held = drive(flow, admin._call, lambda s: s.name == "delete" and s.args == (main,))
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    assert_reads_as_latest(runner, ids[-1], 2)  # recovers it
+    latest = put_big(runner, ids[-1], 3)
+    assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
+    assert_reads_as_latest(runner, latest, 3)
+    assert_reads_as_latest(admin, latest, 3)
+    assert runner._sync is not None
+    events = runner._sync.events.read_from(main, 0)
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert sum(e.type == REMOVE for e in events) == 1
+    assert [e.type for e in events].count(SEAL) == 2
+    assert [h.id for h in runner._sync.events.list()] == [main]
+    assert [t.checkpoint["id"] for t in runner.list(thread("t"))] == [latest, ids[-1]]
+    assert_one_chain(runner, "t")
 
 
 def test_of_two_savers_recovering_one_compaction_one_does_it(

@@ -137,11 +137,12 @@ class Threads:
         last event is the ``seal`` that ``open`` counted after (a later compaction's
         copy ends with its own seal). The thread, kept as having none."""
         backup, seal = backup_id(thread_id), thread.reopened
-        with contextlib.suppress(SessionNotFoundError):
+        with contextlib.suppress(SessionNotFoundError, SeqConflictError):
             info = yield Call("info", (backup,))
             tail = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
             if [event.id for event in tail] == [seal]:
-                yield Call("delete", (backup,))
+                # Guarded: a compaction begun since may have made a copy of its own.
+                yield Call("delete", (backup,), {"last": tail[0]})
         return self.keep(session_id(thread_id), dataclasses.replace(thread, reopened=None))
 
     def _lapsed(self, thread: Thread) -> bool:

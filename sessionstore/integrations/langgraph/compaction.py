@@ -41,12 +41,11 @@ another's, changes nothing:
 * the log was written anew (it died in 4): the copy is deleted by the next read that
   folds the ``open`` (:meth:`~.access.Threads.read`).
 
-A compaction that finds its seal half :data:`~.access.STALE_SEAL` old (its process was
-paused) just before deleting the log does not delete it: it ends with an ``open`` after
-its seal instead, its ``remove`` applied and its space kept for the next compaction. The
-one step no store call guards is that deletion: a compaction paused for half
-:data:`~.access.STALE_SEAL` between the last look at its seal and the deletion can
-delete the log of a thread that a recovering saver has since reopened.
+A compaction whose process was paused past :data:`~.access.STALE_SEAL` never undoes a
+recovery: each deletion is guarded by the store (``EventLog.delete(..., last=)``): the
+log is deleted only while it still ends with the compaction's seal (a recovering saver
+appends a seal of its own first), and a copy only while it still ends with the seal it
+was made under (a later compaction's copy ends with its own).
 
 What stays of a removed checkpoint is its events' seqs, ids and types, and its
 ``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
@@ -138,17 +137,12 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
     if threads.ttl is not None:  # a copy left behind never outlives the log
         with contextlib.suppress(SessionNotFoundError):
             yield Call("set_ttl", (backup, threads.ttl))
-    tail: list[SessionEvent] = yield Call("read_from", (sid, seal.seq))
-    if [event.id for event in tail] != [seal.id]:
+    try:
+        # Only while the log still ends with this seal: a saver that recovered the
+        # compaction meanwhile (this process was paused) sealed it after.
+        yield Call("delete", (sid,), {"last": seal})
+    except (SeqConflictError, SessionNotFoundError):
         return
-    if now_ms() > seal.time + threads.stale_seal * 500:
-        # Too late to be sure nobody recovers it meanwhile: reopen instead.
-        with contextlib.suppress(SeqConflictError):
-            yield Call("append", (sid, [opening(Thread().extended(events))]))
-            with contextlib.suppress(SessionNotFoundError):
-                yield Call("delete", (backup,))
-        return
-    yield Call("delete", (sid,))
     yield from _write_anew(threads, codec, thread_id, events)
 
 
@@ -174,8 +168,9 @@ def _write_anew(
                 f"that does not wait for its seal; what it held is kept in {backup!r}"
             ) from None
     threads.keep(sid, dataclasses.replace(Thread().extended(rewritten), reopened=None))
-    with contextlib.suppress(SessionNotFoundError):
-        yield Call("delete", (backup,))
+    # The copy, while it is the one of this seal (a later compaction's ends with its own).
+    with contextlib.suppress(SessionNotFoundError, SeqConflictError):
+        yield Call("delete", (backup,), {"last": events[-1]})
 
 
 def compacted(events: list[SessionEvent], codec: Codec) -> list[SessionEvent]:
