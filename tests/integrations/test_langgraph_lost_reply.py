@@ -26,8 +26,10 @@ from integrations.test_langgraph import (  # noqa: E402
     steps_graph,
     thread,
 )
+from integrations.test_langgraph_compaction import Done, drive  # noqa: E402
 from sessionstore import StoreUnavailableError  # noqa: E402
 from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
+from sessionstore.integrations.langgraph.retention import prune  # noqa: E402
 from sessionstore.redis.retry import RETRIES  # noqa: E402
 
 #: The fault suite's redis-server (its functions installed, so that a lost reply is never
@@ -141,4 +143,28 @@ def test_a_graph_run_whose_write_outcome_is_unknown_is_retried_into_one_chain(
     if seen == before:
         graph.invoke({"log": ["two"]}, thread("t"), durability="exit")
     assert graph.get_state(thread("t")).values == expected
+    assert_one_chain(direct, "t")
+
+
+def test_a_compaction_whose_delete_lost_its_reply_writes_the_thread_anew_at_once(
+    proxy: TcpProxy, savers: tuple[SessionStoreSaver, SessionStoreSaver]
+) -> None:
+    """The reply to the compaction's delete of the log is lost and the resend finds no
+    log: the compaction tells by its copy that it deleted the log itself, and writes it
+    anew at once (the thread is not left to a recovery 15 s later)."""
+    through, direct = savers
+    ids = [put(through, "t", None)]
+    for _ in range(3):
+        ids.append(put(through, "t", ids[-1]))
+    main = session_id("t")
+    flow = prune(through._threads, through._codec, ["t"], "keep_latest")
+    held = drive(flow, through._call, lambda s: s.name == "delete" and s.args == (main,))
+    proxy.drop_replies(WRITE)
+    assert isinstance(drive(flow, through._call, lambda s: False, held), Done)
+    assert proxy.pending_drops() == 0 and applied(proxy.dropped_replies[-1])
+    assert direct._sync is not None
+    assert [h.id for h in direct._sync.events.list()] == [main]  # the copy deleted
+    assert not direct._run(direct._threads.read("t")).sealed
+    assert [t.checkpoint["id"] for t in direct.list(thread("t"))] == [ids[-1]]
+    put(direct, "t", ids[-1])  # writes go on at once
     assert_one_chain(direct, "t")

@@ -45,7 +45,9 @@ A compaction whose process was paused past :data:`~.access.STALE_SEAL` never und
 recovery: each deletion is guarded by the store (``EventLog.delete(..., last=)``): the
 log is deleted only while it still ends with the compaction's seal (a recovering saver
 appends a seal of its own first), and a copy only while it still ends with the seal it
-was made under (a later compaction's copy ends with its own).
+was made under (a later compaction's copy ends with its own). A delete of the log whose
+reply was lost (the store's resend finds no log) is told from a recoverer's by the copy,
+which ends with the seal of whoever deleted the log.
 
 What stays of a removed checkpoint is its events' seqs, ids and types, and its
 ``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
@@ -141,9 +143,25 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         # Only while the log still ends with this seal: a saver that recovered the
         # compaction meanwhile (this process was paused) sealed it after.
         yield Call("delete", (sid,), {"last": seal})
-    except (SeqConflictError, SessionNotFoundError):
+    except SeqConflictError:
         return
+    except SessionNotFoundError:
+        # Deleted by this very call, its reply lost (the store's resend found nothing),
+        # or by a saver that recovered the compaction: the copy ends with the seal of
+        # the one that deleted it.
+        if not (yield from _copy_ends_with(backup, seal)):
+            return
     yield from _write_anew(threads, codec, thread_id, events)
+
+
+def _copy_ends_with(backup: str, seal: SessionEvent) -> Flow[bool]:
+    """Whether the copy ``backup`` ends with ``seal``."""
+    try:
+        info = yield Call("info", (backup,))
+        tail: list[SessionEvent] = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
+    except SessionNotFoundError:
+        return False
+    return [event.id for event in tail] == [seal.id]
 
 
 def _write_anew(
