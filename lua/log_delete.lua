@@ -18,7 +18,8 @@
 -- (bounded_hmget), one digest block is measured before it is read, no event is read.
 
 if ARGV[1] then
-  if not string.match(ARGV[1], '^%d+$') or #ARGV[1] > 19 or #ARGV[2] ~= DIGEST_BYTES then
+  if not string.match(ARGV[1], '^%d+$') or #ARGV[1] > 19 or type(ARGV[2]) ~= 'string'
+      or #ARGV[2] ~= DIGEST_BYTES then
     return redis.error_reply('INVALID a guarded delete takes a next seq (19 digits at most) '
       .. 'and a digest of ' .. DIGEST_BYTES .. ' bytes')
   end

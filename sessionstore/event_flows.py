@@ -345,6 +345,8 @@ def delete_session(
             f"delete of session {session_id!r}: last must be a SessionEvent read from the "
             f"log, not {type(last).__name__}"
         )
+    # Checked as an append checks it: an event no log can hold matches none.
+    encode_batch(session_id, [last])
     try:
         yield Call(EventBackend.delete, session_id, last=last)
     except SessionNotFoundError:

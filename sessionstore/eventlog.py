@@ -181,11 +181,16 @@ def encode_batch(session_id: str, events: Iterable[SessionEvent | Mapping[str, A
     for index, event in enumerate(checked):
         if type(event) is not SessionEvent:
             event = checked[index] = _as_event(session_id, event, index)
-        seq = event.seq
-        kind = event.type
-        time = event.time
-        data = event.data
-        event_id = event.id
+        try:
+            seq, kind, time, data, event_id = (
+                event.seq,
+                event.type,
+                event.time,
+                event.data,
+                event.id,
+            )
+        except AttributeError:
+            seq = None  # built without a field (``model_construct``): validated below
         if not (
             type(seq) is int
             and type(time) is int

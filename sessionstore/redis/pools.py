@@ -6,7 +6,11 @@ reply, and two retries on the schedule of :mod:`.retry` on a connection error or
 timeout. A plain server's pool (and a Sentinel service primary's) is a blocking pool of
 at most ``?max_connections=N`` connections whose waiting callers are served first come,
 first served (:class:`~.compat.FairBlockingPool`); on a Redis Cluster the sync client
-has such a pool per node (:class:`~.compat.ClusterNodePool`).
+has such a pool per node (:class:`~.compat.ClusterNodePool`). The asyncio client of a
+plain server waits its turn before it takes a connection (its store's own fair queue of
+N places, :mod:`.client`), so its pool never waits (:class:`~.compat.AsyncSlotPool`):
+N connections, and briefly one more while the store first learns the server's kind or
+while a cancelled call's connection goes back in the background.
 """
 
 from __future__ import annotations

@@ -182,6 +182,15 @@ def test_events_round_trip_every_field(store):
     assert event == SessionEvent(seq=0, type="custom/x", time=T, data=data, id="e-0")
 
 
+def _label(bad: object) -> str:
+    """A test id: the repr, or the fields set of an event built without some."""
+    try:
+        return repr(bad)[:40]
+    except AttributeError:
+        given = [name for name in ("seq", "type", "time", "data", "id") if hasattr(bad, name)]
+        return f"SessionEvent.model_construct({','.join(given)})"
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -200,10 +209,12 @@ def test_events_round_trip_every_field(store):
         {"seq": 0, "type": "x", "time": T, "extra": 1},
         SessionEvent.model_construct(seq="0", type="x", time=T, data={}, id=None),
         SessionEvent.model_construct(seq=0, type="x", time=True, data={}, id=None),
+        SessionEvent.model_construct(seq=1, type="x"),
+        SessionEvent.model_construct(type="x", time=T, data={}),
         "not an event",
         None,
     ],
-    ids=lambda bad: repr(bad)[:40],
+    ids=lambda bad: _label(bad),
 )
 def test_a_malformed_event_raises_invalid_argument_and_nothing_is_coerced(store, bad):
     store.events.create(header())
@@ -726,6 +737,12 @@ def test_a_guarded_delete_refuses_what_is_not_an_event_and_a_session_holding_non
     started(store, "s-1", 2)
     with pytest.raises(InvalidArgumentError, match="SessionEvent"):
         store.events.delete("s-1", last={"seq": 1})
+    stored = store.events.read_from("s-1", 1)[0]
+    with pytest.raises(NotJSONSerializableError):  # NaN would be stored as null: no match
+        store.events.delete("s-1", last=ev(1, data={"x": math.nan}))
+    with pytest.raises(InvalidArgumentError):
+        store.events.delete("s-1", last=SessionEvent.model_construct(seq=-1, type="note"))
+    assert store.events.read_from("s-1", 1) == [stored]
     with pytest.raises(SessionNotFoundError):
         store.events.delete("none", last=ev(0))
     store.events.create(header("empty"))

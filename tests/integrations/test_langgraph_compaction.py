@@ -342,6 +342,81 @@ def test_a_compaction_paused_past_the_stale_time_never_undoes_its_recovery(
     assert_one_chain(runner, "t")
 
 
+def test_a_paused_compaction_never_deletes_the_copy_of_the_saver_that_recovered_it(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held once it has read its sealed log, before it deletes a copy left behind: the
+    other saver recovers the compaction (its own seal, its own copy) up to writing the
+    log anew. The paused one then finds the copy made under a seal it never read and
+    leaves it; its guarded delete of the log finds no log and the copy not its own; the
+    recovery ends and every checkpoint kept is there."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main, backup = session_id("t"), layout.backup_id("t")
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    held = drive(flow, admin._call, lambda s: s.name == "info" and s.args == (backup,))
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    late = compaction.recover(runner._threads, runner._codec, "t")
+    writing = drive(late, runner._call, lambda s: s.name == "append" and s.args[1][-1].type == OPEN)
+    assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
+    assert runner._sync is not None
+    assert [h.id for h in runner._sync.events.list()] == [backup]  # the copy, kept
+    assert isinstance(drive(late, runner._call, lambda s: False, writing), Done)
+    assert [h.id for h in runner._sync.events.list()] == [main]
+    assert_reads_as_latest(admin, ids[-1], 2)
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [ids[-1]]
+    put_big(admin, ids[-1], 3)
+    assert_one_chain(admin, "t")
+
+
+def test_a_compaction_paused_after_deleting_its_log_never_writes_it_over_a_newer_thread(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held once it has deleted its log: another saver recovers the thread from the
+    copy, writes a checkpoint (acknowledged), and a second compaction deletes the log
+    again. The first, resumed, writes nothing (its copy is gone, the one there is the
+    second's): the second writes the thread anew, the acknowledged checkpoint latest."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main = session_id("t")
+    first = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    held = drive(first, admin._call, lambda s: s.name == "delete" and s.args == (main,))
+    held = advance(first, admin._call, held)  # the log deleted; paused before writing
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    assert_reads_as_latest(runner, ids[-1], 2)  # recovers it from the copy
+    acked = put_big(runner, ids[-1], 3)
+    monkeypatch.undo()
+    second = prune(runner._threads, runner._codec, ["t"], "keep_latest")
+    writing = drive(second, runner._call, lambda s: s.name == "create")
+    assert isinstance(drive(first, admin._call, lambda s: False, held), Done)
+    assert isinstance(drive(second, runner._call, lambda s: False, writing), Done)
+    assert runner._sync is not None
+    assert [h.id for h in runner._sync.events.list()] == [main]
+    assert_reads_as_latest(admin, acked, 3)
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [acked]
+    assert_one_chain(admin, "t")
+
+
+def test_a_compaction_that_finds_its_log_recovered_and_reopened_leaves_no_copy(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held once it has read its sealed log: another saver recovers the compaction to
+    its end. The paused one then copies the reopened log, finds it no longer ends with
+    its seal, and deletes the copy it made: nothing is left behind."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main, backup = session_id("t"), layout.backup_id("t")
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    held = drive(flow, admin._call, lambda s: s.name == "info" and s.args == (backup,))
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    assert_reads_as_latest(runner, ids[-1], 2)  # recovers it to its end
+    monkeypatch.undo()
+    assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
+    assert runner._sync is not None
+    assert [h.id for h in runner._sync.events.list()] == [main]
+    assert_reads_as_latest(admin, ids[-1], 2)
+
+
 def test_of_two_savers_recovering_one_compaction_one_does_it(
     savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
 ) -> None:

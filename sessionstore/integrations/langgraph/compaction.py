@@ -41,13 +41,21 @@ another's, changes nothing:
 * the log was written anew (it died in 4): the copy is deleted by the next read that
   folds the ``open`` (:meth:`~.access.Threads.read`).
 
-A compaction whose process was paused past :data:`~.access.STALE_SEAL` never undoes a
+A compaction whose process was paused past :data:`~.access.STALE_SEAL` does not undo a
 recovery: each deletion is guarded by the store (``EventLog.delete(..., last=)``): the
 log is deleted only while it still ends with the compaction's seal (a recovering saver
-appends a seal of its own first), and a copy only while it still ends with the seal it
-was made under (a later compaction's copy ends with its own). A delete of the log whose
-reply was lost (the store's resend finds no log) is told from a recoverer's by the copy,
-which ends with the seal of whoever deleted the log.
+appends a seal of its own first), and a copy only while it still ends with a seal the
+deleting saver read in the log before its own, or with no seal (what a compaction that
+found the log reopened copied before giving up); a copy made under a seal appended
+since stays. A delete of the log whose reply was lost (the store's resend finds no log) is
+told from a recoverer's by the copy, which ends with the seal of whoever deleted the log.
+The log is written anew only within half :data:`~.access.STALE_SEAL` of the call that
+found it (or its copy) current, and only while the copy still ends with the seal it was
+made under. What no store call guards is the time between that last look at the copy and
+the append of the log written anew: a saver paused there, while the thread is recovered
+by another, written to and compacted again up to the deletion of its log, would write
+the older thread over it (the newer stays in the copy, and the compaction that copied
+it raises :class:`~sessionstore.ConcurrentModificationError` naming the copy).
 
 What stays of a removed checkpoint is its events' seqs, ids and types, and its
 ``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
@@ -106,9 +114,10 @@ def recover(threads: Threads, codec: Codec, thread_id: str) -> Flow[None]:
     try:
         events: list[SessionEvent] = yield Call("read_from", (sid, 0))
     except SessionNotFoundError:
+        confirmed = now_ms()
         with contextlib.suppress(SessionNotFoundError):
             copy: list[SessionEvent] = yield Call("read_from", (backup_id(thread_id), 0))
-            yield from _write_anew(threads, codec, thread_id, copy)
+            yield from _write_anew(threads, codec, thread_id, copy, confirmed)
         return
     thread = Thread().extended(events)
     if not (thread.sealed and threads.abandoned(thread)):
@@ -128,49 +137,82 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
     events: list[SessionEvent] = yield Call("read_from", (sid, 0))
     if events[-1].id != seal.id:
         return
-    # A copy left by a compaction that died after its rewrite: the seal this one holds
-    # says no other is under way.
-    with contextlib.suppress(SessionNotFoundError):
-        yield Call("delete", (backup,))
+    # A copy left by a compaction that died after its rewrite, made under a seal this
+    # log holds before this one's; never one made under a seal appended since (a
+    # recovering saver's, while this process was paused).
+    earlier = {event.id for event in events[:-1] if event.type == SEAL}
+    yield from _drop_copy_of(backup, earlier)
     try:
         yield Call("fork", (sid, backup))
-    except SessionExistsError:
-        return  # a recovering saver sealed it after this one looked
+    except (SessionExistsError, SessionNotFoundError):
+        return  # a recovering saver sealed it after this one looked, and took it over
     if threads.ttl is not None:  # a copy left behind never outlives the log
         with contextlib.suppress(SessionNotFoundError):
             yield Call("set_ttl", (backup, threads.ttl))
+    confirmed = now_ms()
     try:
         # Only while the log still ends with this seal: a saver that recovered the
         # compaction meanwhile (this process was paused) sealed it after.
         yield Call("delete", (sid,), {"last": seal})
     except SeqConflictError:
+        yield from _drop_copy_of(backup, {seal.id})  # the copy this one made, if still
         return
     except SessionNotFoundError:
         # Deleted by this very call, its reply lost (the store's resend found nothing),
         # or by a saver that recovered the compaction: the copy ends with the seal of
         # the one that deleted it.
-        if not (yield from _copy_ends_with(backup, seal)):
+        if (yield from _copy_tail(backup)) != seal.id:
             return
-    yield from _write_anew(threads, codec, thread_id, events)
+    yield from _write_anew(threads, codec, thread_id, events, confirmed)
 
 
-def _copy_ends_with(backup: str, seal: SessionEvent) -> Flow[bool]:
-    """Whether the copy ``backup`` ends with ``seal``."""
+def _copy_tail(backup: str) -> Flow[str | None]:
+    """The id of the last event of the copy ``backup``; None when there is no copy."""
     try:
         info = yield Call("info", (backup,))
         tail: list[SessionEvent] = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
     except SessionNotFoundError:
-        return False
-    return [event.id for event in tail] == [seal.id]
+        return None
+    return tail[-1].id if tail else None
+
+
+def _drop_copy_of(backup: str, seals: set[str | None]) -> Flow[None]:
+    """Delete the copy ``backup`` if it ends with one of ``seals`` (ids), or with no
+    seal at all (a compaction copies its log right after sealing it: a copy ending
+    otherwise was made by one that found the log reopened and gave up), guarded by that
+    last event: a copy made under another seal meanwhile stays."""
+    try:
+        info = yield Call("info", (backup,))
+        tail: list[SessionEvent] = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
+        if tail and (tail[-1].type != SEAL or tail[-1].id in seals):
+            yield Call("delete", (backup,), {"last": tail[-1]})
+    except (SessionNotFoundError, SeqConflictError):
+        pass
 
 
 def _write_anew(
-    threads: Threads, codec: Codec, thread_id: str, events: list[SessionEvent]
+    threads: Threads,
+    codec: Codec,
+    thread_id: str,
+    events: list[SessionEvent],
+    confirmed: int,
 ) -> Flow[None]:
     """Step 3's writing and step 4: the log written anew from the sealed ``events``
-    (an applied replay when another saver wrote it first), then the copy deleted."""
+    (an applied replay when another saver wrote it first), then the copy deleted.
+    ``confirmed``: when (epoch ms) this saver last began a call that found the log or
+    the copy current (the clock read before the call is sent). Past half
+    ``Threads.stale_seal`` (:mod:`.access`) since, or when the copy no longer ends with the
+    seal of ``events``, nothing is written: another saver may have recovered the
+    compaction, and the thread gone on, meanwhile; the log is left to the next recovery
+    (which writes it anew from the copy, if it is still current)."""
     sid, backup = session_id(thread_id), backup_id(thread_id)
     rewritten = compacted(events, codec)
+    if now_ms() > confirmed + threads.stale_seal * 500:
+        return
+    # A copy made since under another seal: the thread was written anew (by a saver
+    # that recovered it), went on and is compacted again; what is here is behind it.
+    if (yield from _copy_tail(backup)) != events[-1].id:
+        return
     yield from threads.create(sid)
     for attempt in range(2):
         try:
