@@ -342,6 +342,20 @@ def test_a_compaction_paused_past_the_stale_time_never_undoes_its_recovery(
     assert_one_chain(runner, "t")
 
 
+def paused_after_reading_its_seal(
+    admin: SessionStoreSaver, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], Any, Any]:
+    """Thread "t" of three checkpoints, and a prune of it held once it has sealed the log
+    and read it (before it looks for a copy left behind), paused past the seal's
+    staleness by every other saver's clock: the checkpoint ids, the flow, its next step."""
+    ids = grow(admin, 3)
+    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
+    backup = layout.backup_id("t")
+    held = drive(flow, admin._call, lambda s: s.name == "info" and s.args == (backup,))
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    return ids, flow, held
+
+
 def test_a_paused_compaction_never_deletes_the_copy_of_the_saver_that_recovered_it(
     savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,11 +365,8 @@ def test_a_paused_compaction_never_deletes_the_copy_of_the_saver_that_recovered_
     leaves it; its guarded delete of the log finds no log and the copy not its own; the
     recovery ends and every checkpoint kept is there."""
     admin, runner = savers
-    ids = grow(admin, 3)
+    ids, flow, held = paused_after_reading_its_seal(admin, monkeypatch)
     main, backup = session_id("t"), layout.backup_id("t")
-    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
-    held = drive(flow, admin._call, lambda s: s.name == "info" and s.args == (backup,))
-    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
     late = compaction.recover(runner._threads, runner._codec, "t")
     writing = drive(late, runner._call, lambda s: s.name == "append" and s.args[1][-1].type == OPEN)
     assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
@@ -404,11 +415,8 @@ def test_a_compaction_that_finds_its_log_recovered_and_reopened_leaves_no_copy(
     its end. The paused one then copies the reopened log, finds it no longer ends with
     its seal, and deletes the copy it made: nothing is left behind."""
     admin, runner = savers
-    ids = grow(admin, 3)
-    main, backup = session_id("t"), layout.backup_id("t")
-    flow = prune(admin._threads, admin._codec, ["t"], "keep_latest")
-    held = drive(flow, admin._call, lambda s: s.name == "info" and s.args == (backup,))
-    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    ids, flow, held = paused_after_reading_its_seal(admin, monkeypatch)
+    main = session_id("t")
     assert_reads_as_latest(runner, ids[-1], 2)  # recovers it to its end
     monkeypatch.undo()
     assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
