@@ -139,7 +139,8 @@ def _runs_text(results: Sequence[Result], info: RunInfo) -> str:
         return ""
     steady = sum(r.passed_every_run for r in results)
     return (
-        f"Every scenario ran {info.runs} times, one run after the other on the same server: "
+        f"Every scenario ran {info.runs} times, each run in a process of its own, one after "
+        f"the other on the same server: "
         f"the figures and verdicts are the first run's; the column Runs gives the lowest and "
         f"the highest ratio of the row over the {info.runs} runs; {steady} of "
         f"{len(results)} targets were met in every run.\n\n"
