@@ -742,6 +742,9 @@ def test_a_guarded_delete_refuses_what_is_not_an_event_and_a_session_holding_non
         store.events.delete("s-1", last=ev(1, data={"x": math.nan}))
     with pytest.raises(InvalidArgumentError):
         store.events.delete("s-1", last=SessionEvent.model_construct(seq=-1, type="note"))
+    # Harness fields are not judged: a log written before append checked them holds such.
+    with pytest.raises(SeqConflictError):
+        store.events.delete("s-1", last=ev(1, type="tool/call", data={"call_id": 5}))
     assert store.events.read_from("s-1", 1) == [stored]
     with pytest.raises(SessionNotFoundError):
         store.events.delete("none", last=ev(0))

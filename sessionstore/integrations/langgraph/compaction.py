@@ -49,9 +49,9 @@ deleting saver read in the log before its own, or with no seal (what a compactio
 found the log reopened copied before giving up); a copy made under a seal appended
 since stays. A delete of the log whose reply was lost (the store's resend finds no log) is
 told from a recoverer's by the copy, which ends with the seal of whoever deleted the log.
-The log is written anew only within half :data:`~.access.STALE_SEAL` of the call that
-found it (or its copy) current, and only while the copy still ends with the seal it was
-made under. What no store call guards is the time between that last look at the copy and
+The log is written anew only while the copy still ends with the seal it was made under,
+as a look at it that took less than half :data:`~.access.STALE_SEAL` found it just
+before. What no store call guards is the time between that last look at the copy and
 the append of the log written anew: a saver paused there, while the thread is recovered
 by another, written to and compacted again up to the deletion of its log, would write
 the older thread over it (the newer stays in the copy, and the compaction that copied
@@ -114,10 +114,9 @@ def recover(threads: Threads, codec: Codec, thread_id: str) -> Flow[None]:
     try:
         events: list[SessionEvent] = yield Call("read_from", (sid, 0))
     except SessionNotFoundError:
-        confirmed = now_ms()
         with contextlib.suppress(SessionNotFoundError):
             copy: list[SessionEvent] = yield Call("read_from", (backup_id(thread_id), 0))
-            yield from _write_anew(threads, codec, thread_id, copy, confirmed)
+            yield from _write_anew(threads, codec, thread_id, copy)
         return
     thread = Thread().extended(events)
     if not (thread.sealed and threads.abandoned(thread)):
@@ -149,7 +148,6 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
     if threads.ttl is not None:  # a copy left behind never outlives the log
         with contextlib.suppress(SessionNotFoundError):
             yield Call("set_ttl", (backup, threads.ttl))
-    confirmed = now_ms()
     try:
         # Only while the log still ends with this seal: a saver that recovered the
         # compaction meanwhile (this process was paused) sealed it after.
@@ -163,7 +161,7 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         # the one that deleted it.
         if (yield from _copy_tail(backup)) != seal.id:
             return
-    yield from _write_anew(threads, codec, thread_id, events, confirmed)
+    yield from _write_anew(threads, codec, thread_id, events)
 
 
 def _copy_tail(backup: str) -> Flow[str | None]:
@@ -191,27 +189,21 @@ def _drop_copy_of(backup: str, seals: set[str | None]) -> Flow[None]:
 
 
 def _write_anew(
-    threads: Threads,
-    codec: Codec,
-    thread_id: str,
-    events: list[SessionEvent],
-    confirmed: int,
+    threads: Threads, codec: Codec, thread_id: str, events: list[SessionEvent]
 ) -> Flow[None]:
     """Step 3's writing and step 4: the log written anew from the sealed ``events``
     (an applied replay when another saver wrote it first), then the copy deleted.
-    ``confirmed``: when (epoch ms) this saver last began a call that found the log or
-    the copy current (the clock read before the call is sent). Past half
-    ``Threads.stale_seal`` (:mod:`.access`) since, or when the copy no longer ends with the
-    seal of ``events``, nothing is written: another saver may have recovered the
-    compaction, and the thread gone on, meanwhile; the log is left to the next recovery
-    (which writes it anew from the copy, if it is still current)."""
+    Nothing is written unless the copy still ends with the seal of ``events``, found so
+    by a look that ends within half ``Threads.stale_seal`` (:mod:`.access`) of its start:
+    else another saver may have recovered the compaction, and the thread gone on,
+    meanwhile (the log is left to the next recovery, which writes it anew from the copy
+    if it is still current)."""
     sid, backup = session_id(thread_id), backup_id(thread_id)
     rewritten = compacted(events, codec)
-    if now_ms() > confirmed + threads.stale_seal * 500:
-        return
-    # A copy made since under another seal: the thread was written anew (by a saver
-    # that recovered it), went on and is compacted again; what is here is behind it.
+    looked = now_ms()
     if (yield from _copy_tail(backup)) != events[-1].id:
+        return
+    if now_ms() > looked + threads.stale_seal * 500:
         return
     yield from threads.create(sid)
     for attempt in range(2):
