@@ -81,9 +81,7 @@ def checked(state: SessionState, lifecycle: Lifecycle, when: Any) -> int:
 def get_cached(state: SessionState, lifecycle: Lifecycle, found: Stored | None, when: Any) -> Any:
     """:func:`get_data` of a handle already prepared, given the record a value cache holds
     (no I/O): the same checks, the same look-ahead."""
-    ms = checked(state, lifecycle, when)
-    state.remember(found)
-    return state.visible(found, ms)
+    return seen(state, found, checked(state, lifecycle, when))
 
 
 def get_plain(state: SessionState, lifecycle: Lifecycle, when: Any, backend: ValueBackend) -> Any:
