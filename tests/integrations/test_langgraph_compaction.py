@@ -19,7 +19,11 @@ from conftest import BACKENDS, url_for  # noqa: E402
 
 import sessionstore  # noqa: E402
 from integrations.test_langgraph import assert_one_chain, checkpoint, thread  # noqa: E402
-from sessionstore import SeqConflictError, SessionStoreError  # noqa: E402
+from sessionstore import (  # noqa: E402
+    ConcurrentModificationError,
+    SeqConflictError,
+    SessionStoreError,
+)
 from sessionstore.integrations.langgraph import (  # noqa: E402
     SessionStoreSaver,
     access,
@@ -28,6 +32,7 @@ from sessionstore.integrations.langgraph import (  # noqa: E402
     session_id,
 )
 from sessionstore.integrations.langgraph.access import SLEEP  # noqa: E402
+from sessionstore.integrations.langgraph.errors import ThreadDeletedError  # noqa: E402
 from sessionstore.integrations.langgraph.layout import BLOBS, OPEN, REMOVE, SEAL, VOID  # noqa: E402
 from sessionstore.integrations.langgraph.ownership import delete, put_writes  # noqa: E402
 from sessionstore.integrations.langgraph.retention import prune  # noqa: E402
@@ -423,6 +428,89 @@ def test_a_compaction_that_finds_its_log_recovered_and_reopened_leaves_no_copy(
     assert runner._sync is not None
     assert [h.id for h in runner._sync.events.list()] == [main]
     assert_reads_as_latest(admin, ids[-1], 2)
+
+
+def test_a_thread_deletion_paused_past_its_seal_waits_for_the_recovery_then_deletes(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``delete_thread`` sealed the log, then its process was paused past the seal's
+    staleness: another saver took the seal for a compaction's and recovers the log (its
+    own seal, its copy, the log deleted). The deletion, resumed, finds the log gone by
+    that saver's hand (its copy ends with a seal chained after the deletion's): it waits
+    for the recovery to end, then seals and deletes again. Nothing is left of the
+    thread, no copy, and the recovering reader raises nothing."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main = session_id("t")
+    deleting = delete(admin._threads, "t")
+    held = drive(deleting, admin._call, lambda s: s.name == "delete" and s.args == (main,))
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    late = compaction.recover(runner._threads, runner._codec, "t")
+    gone = drive(late, runner._call, lambda s: s.name == "delete" and s.args == (main,))
+    writing = advance(late, runner._call, gone)  # the log deleted, the copy its seal's
+    held = drive(deleting, admin._call, lambda s: s.name == SLEEP, held)  # waits
+    assert isinstance(drive(late, runner._call, lambda s: False, writing), Done)
+    monkeypatch.undo()
+    assert isinstance(drive(deleting, admin._call, lambda s: False, held), Done)
+    assert admin._sync is not None
+    assert [h.id for h in admin._sync.events.list()] == [main]
+    assert admin.get_tuple(thread("t")) is None
+    assert list(admin.list(thread("t"))) == []
+    with pytest.raises(ThreadDeletedError):
+        put_big(runner, ids[-1], 3)
+    fresh = put_big(runner, None, 0, run="run-2")
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [fresh]
+
+
+def test_a_copy_no_log_of_the_thread_leads_to_is_kept_and_the_compaction_refused(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """A copy ending with a seal the thread's log does not hold (what a saver paused in
+    the window the module docstring leaves open makes): it may hold writes the log does
+    not, so it is kept; the compaction raises ``ConcurrentModificationError`` naming it,
+    and the log is reopened: writers go on."""
+    admin, runner = savers
+    ids = grow(admin, 3)
+    main, backup = session_id("t"), layout.backup_id("t")
+    assert admin._sync is not None
+    events = admin._sync.events
+    events.fork(main, backup)
+    copied = events.read_from(backup, 0)
+    [orphan] = layout.chained([(SEAL, {})], len(copied), copied[-1].id, copied[-1].time)
+    events.append(backup, [orphan])
+    with pytest.raises(ConcurrentModificationError, match="langgraph-compacting:t"):
+        admin.prune(["t"])
+    assert events.read_from(backup, 0)[-1] == orphan
+    assert not runner._run(runner._threads.read("t")).sealed
+    latest = put_big(runner, ids[-1], 3)
+    assert_reads_as_latest(admin, latest, 3)
+
+
+def test_a_copy_of_its_own_sealed_log_made_by_a_paused_compaction_serves_the_next(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction paused past its seal's staleness after reading its log; the log is
+    recovered and reopened, and a second compaction seals it. The paused one resumes and
+    copies the log as it is, sealed by the second: that copy is the second's own log, so
+    the second goes on with it instead of waiting for its seal to go stale."""
+    admin, runner = savers
+    ids, flow, held = paused_after_reading_its_seal(admin, monkeypatch)
+    main = session_id("t")
+    assert_reads_as_latest(runner, ids[-1], 2)  # recovered and reopened
+    monkeypatch.undo()
+    latest = put_big(runner, ids[-1], 3)
+    second = prune(runner._threads, runner._codec, ["t"], "keep_latest")
+    forking = drive(second, runner._call, lambda s: s.name == "fork")  # sealed
+    assert isinstance(drive(flow, admin._call, lambda s: False, held), Done)
+    assert runner._sync is not None
+    assert [h.id for h in runner._sync.events.list()] == [main, layout.backup_id("t")]
+    assert isinstance(drive(second, runner._call, lambda s: False, forking), Done)
+    assert [h.id for h in runner._sync.events.list()] == [main]
+    assert runner._sync.events.read_from(main, 0)[-1].type == OPEN
+    assert_reads_as_latest(admin, latest, 3)
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [latest]
+    put_big(admin, latest, 4)
+    assert_one_chain(admin, "t")
 
 
 def test_of_two_savers_recovering_one_compaction_one_does_it(

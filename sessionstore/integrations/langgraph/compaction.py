@@ -54,8 +54,14 @@ as a look at it that took less than half :data:`~.access.STALE_SEAL` found it ju
 before. What no store call guards is the time between that last look at the copy and
 the append of the log written anew: a saver paused there, while the thread is recovered
 by another, written to and compacted again up to the deletion of its log, would write
-the older thread over it (the newer stays in the copy, and the compaction that copied
-it raises :class:`~sessionstore.ConcurrentModificationError` naming the copy).
+the older thread over it. The newer stays in the copy, which no log of the thread leads
+to any more: the compaction that made it raises
+:class:`~sessionstore.ConcurrentModificationError` naming it, and so does every later
+compaction of the thread, which reopens the log (writers go on) and keeps the copy
+until someone reads and deletes it. ``delete_thread`` seals the log as a compaction
+does and deletes it only while it ends with that seal: one paused past the seal's
+staleness waits for the saver that took the seal for abandoned to finish, then seals
+and deletes again.
 
 What stays of a removed checkpoint is its events' seqs, ids and types, and its
 ``remove`` entry: a few dozen bytes each. The log written anew, and the copy, have the
@@ -143,8 +149,16 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
     yield from _drop_copy_of(backup, earlier)
     try:
         yield Call("fork", (sid, backup))
-    except (SessionExistsError, SessionNotFoundError):
+    except SessionNotFoundError:
         return  # a recovering saver sealed it after this one looked, and took it over
+    except SessionExistsError:
+        if (yield from _last_id(sid)) != seal.id:
+            return  # as above, the log still there
+        copied = yield from last_event(backup)
+        if copied is not None and copied.id != seal.id:
+            yield from _orphan_copy(thread_id, events, copied)
+        # Else a compaction paused past its seal's staleness copied this sealed log: the
+        # copy holds what this one's would.
     if threads.ttl is not None:  # a copy left behind never outlives the log
         with contextlib.suppress(SessionNotFoundError):
             yield Call("set_ttl", (backup, threads.ttl))
@@ -159,19 +173,40 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         # Deleted by this very call, its reply lost (the store's resend found nothing),
         # or by a saver that recovered the compaction: the copy ends with the seal of
         # the one that deleted it.
-        if (yield from _copy_tail(backup)) != seal.id:
+        if (yield from _last_id(backup)) != seal.id:
             return
     yield from _write_anew(threads, codec, thread_id, events)
 
 
-def _copy_tail(backup: str) -> Flow[str | None]:
-    """The id of the last event of the copy ``backup``; None when there is no copy."""
+def _orphan_copy(thread_id: str, events: list[SessionEvent], copied: SessionEvent) -> Flow[None]:
+    """A copy ending with ``copied``, a seal the thread's log (``events``, sealed by this
+    compaction) does not hold: made under a log that was replaced since (a saver paused
+    past a seal's staleness wrote an older thread over a newer one, see the module
+    docstring), so it may hold writes the log does not. It is kept; the log is reopened
+    (writers go on) and the compaction refused, naming the copy."""
+    with contextlib.suppress(SeqConflictError, SessionNotFoundError):
+        yield Call("append", (session_id(thread_id), [opening(Thread().extended(events))]))
+    raise ConcurrentModificationError(
+        f"thread {thread_id!r} cannot be compacted: {backup_id(thread_id)!r} holds a copy of "
+        f"it (its last event {copied.id!r}, seq {copied.seq}) that its log does not lead "
+        f"to, which may hold writes the log lost; read it, and delete it to compact again"
+    )
+
+
+def last_event(log: str) -> Flow[SessionEvent | None]:
+    """The last event of the log ``log`` (the thread's, or its copy); None when there is
+    none."""
     try:
-        info = yield Call("info", (backup,))
-        tail: list[SessionEvent] = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
+        info = yield Call("info", (log,))
+        tail: list[SessionEvent] = yield Call("read_from", (log, max(info.next_seq - 1, 0)))
     except SessionNotFoundError:
         return None
-    return tail[-1].id if tail else None
+    return tail[-1] if tail else None
+
+
+def _last_id(log: str) -> Flow[str | None]:
+    last = yield from last_event(log)
+    return None if last is None else last.id
 
 
 def _drop_copy_of(backup: str, seals: set[str | None]) -> Flow[None]:
@@ -179,13 +214,10 @@ def _drop_copy_of(backup: str, seals: set[str | None]) -> Flow[None]:
     seal at all (a compaction copies its log right after sealing it: a copy ending
     otherwise was made by one that found the log reopened and gave up), guarded by that
     last event: a copy made under another seal meanwhile stays."""
-    try:
-        info = yield Call("info", (backup,))
-        tail: list[SessionEvent] = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
-        if tail and (tail[-1].type != SEAL or tail[-1].id in seals):
-            yield Call("delete", (backup,), {"last": tail[-1]})
-    except (SessionNotFoundError, SeqConflictError):
-        pass
+    last = yield from last_event(backup)
+    if last is not None and (last.type != SEAL or last.id in seals):
+        with contextlib.suppress(SessionNotFoundError, SeqConflictError):
+            yield Call("delete", (backup,), {"last": last})
 
 
 def _write_anew(
@@ -201,7 +233,7 @@ def _write_anew(
     sid, backup = session_id(thread_id), backup_id(thread_id)
     rewritten = compacted(events, codec)
     looked = now_ms()
-    if (yield from _copy_tail(backup)) != events[-1].id:
+    if (yield from _last_id(backup)) != events[-1].id:
         return
     if now_ms() > looked + threads.stale_seal * 500:
         return

@@ -44,17 +44,33 @@ root checkpoint leads to).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6
 
-from sessionstore import ConcurrentModificationError, SeqConflictError, SessionNotFoundError
+from sessionstore import (
+    ConcurrentModificationError,
+    SeqConflictError,
+    SessionEvent,
+    SessionNotFoundError,
+)
 
 from .access import WRITE_ATTEMPTS, Call, Flow, Threads, backoff
+from .compaction import last_event
 from .errors import ThreadConflictError, ThreadDeletedError
-from .layout import CHECKPOINT, DELETED, SEAL, WRITES, Entries, chained, now_ms, session_id
+from .layout import (
+    AFTER,
+    CHECKPOINT,
+    DELETED,
+    SEAL,
+    WRITES,
+    Entries,
+    backup_id,
+    chained,
+    now_ms,
+    session_id,
+)
 from .thread import Thread
 
 #: The namespace of a thread's own graph; a subgraph's checkpoints have namespaces of
@@ -126,16 +142,19 @@ def put_writes(threads: Threads, thread_id: str, data: dict[str, Any]) -> Flow[N
 
 
 def delete(threads: Threads, thread_id: str) -> Flow[None]:
-    """Delete the log, then start it again with a ``deleted`` event at seq 0, which
-    refuses every write of a checkpoint made before it. A write that took seq 0
-    first (a late one, or one as concurrent as this call) is deleted again."""
+    """Seal the log (waiting for a compaction under way, see :mod:`.compaction`), delete
+    it while it still ends with that seal, then start it again with a ``deleted`` event
+    at seq 0, which refuses every write of a checkpoint made before it. A write that
+    took seq 0 first (a late one, or one as concurrent as this call) is sealed and
+    deleted again. A saver that took the seal for abandoned (this process paused past its
+    staleness) recovers the log first: this one seals it again once it has."""
     sid = session_id(thread_id)
     mark = {"before": str(uuid6())}
-    # Sealed first: a compaction under way ends before (see .compaction).
-    yield from threads.append(thread_id, lambda thread: [(SEAL, {})], create=False)
     for attempt in range(1, WRITE_ATTEMPTS + 1):
-        with contextlib.suppress(SessionNotFoundError):
-            yield Call("delete", (sid,))
+        sealed = yield from threads.append(thread_id, lambda thread: [(SEAL, {})], create=False)
+        if sealed and not (yield from _deleted_under(thread_id, sealed[-1])):
+            yield from backoff(attempt)
+            continue
         yield from threads.create(sid)
         [tombstone] = chained([(DELETED, mark)], 0, None, now_ms())
         try:
@@ -148,3 +167,20 @@ def delete(threads: Threads, thread_id: str) -> Flow[None]:
     raise ConcurrentModificationError(
         f"delete_thread of {thread_id!r} lost {WRITE_ATTEMPTS} races in a row"
     )
+
+
+def _deleted_under(thread_id: str, seal: SessionEvent) -> Flow[bool]:
+    """Delete the thread's log while it ends with ``seal``: whether it is gone by this
+    call; False when a saver that took the seal for abandoned sealed it after (it
+    recovers it). A log found gone was deleted by this very call (its reply lost, the
+    resend found nothing) unless the copy ends with a recovering saver's seal, chained
+    after this one."""
+    try:
+        yield Call("delete", (session_id(thread_id),), {"last": seal})
+    except SeqConflictError:
+        return False
+    except SessionNotFoundError:
+        copied = yield from last_event(backup_id(thread_id))
+        if copied is not None and copied.type == SEAL and copied.data.get(AFTER) == seal.id:
+            return False
+    return True
