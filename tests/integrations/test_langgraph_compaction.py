@@ -22,6 +22,7 @@ from integrations.test_langgraph import assert_one_chain, checkpoint, thread  # 
 from sessionstore import (  # noqa: E402
     ConcurrentModificationError,
     SeqConflictError,
+    SessionNotFoundError,
     SessionStoreError,
 )
 from sessionstore.integrations.langgraph import (  # noqa: E402
@@ -511,6 +512,33 @@ def test_a_copy_of_its_own_sealed_log_made_by_a_paused_compaction_serves_the_nex
     assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [latest]
     put_big(admin, latest, 4)
     assert_one_chain(admin, "t")
+
+
+def test_a_copy_that_does_not_end_with_a_seal_is_never_served_nor_written_back(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction copies its log sealed; a copy ending otherwise (what a compaction
+    paused past its staleness copies from a log reopened since, left behind if the log
+    is then deleted) is no thread: with no log, the thread reads as empty, no recovery
+    writes the copy back, and the next compaction of the thread removes it."""
+    admin, runner = savers
+    ids = grow(admin, 2)
+    main, backup = session_id("t"), layout.backup_id("t")
+    assert admin._sync is not None
+    events = admin._sync.events
+    events.fork(main, backup)
+    events.delete(main)
+    monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
+    assert runner.get_tuple(thread("t")) is None
+    assert list(runner.list(thread("t"))) == []
+    with pytest.raises(SessionNotFoundError):
+        events.info(main)
+    monkeypatch.undo()
+    fresh = grow(runner, 2)
+    runner.prune(["t"])
+    assert [h.id for h in events.list()] == [main]
+    assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [fresh[-1]]
+    assert ids[-1] not in {t.checkpoint["id"] for t in admin.list(thread("t"))}
 
 
 def test_of_two_savers_recovering_one_compaction_one_does_it(

@@ -31,6 +31,7 @@ from .layout import (
     AFTER,
     DELETED,
     HOLDING,
+    SEAL,
     Entries,
     Names,
     backup_id,
@@ -166,11 +167,15 @@ class Threads:
     def events(self, thread_id: str) -> Flow[list[SessionEvent]]:
         """Every event of the thread's log (none when there is no log); while a
         compaction has deleted it and not yet written it anew, those of the sealed log
-        it keeps meanwhile (see :mod:`.compaction`)."""
-        for sid in (session_id(thread_id), backup_id(thread_id)):
-            with contextlib.suppress(SessionNotFoundError):
-                events: list[SessionEvent] = yield Call("read_from", (sid, 0))
-                return events
+        it keeps meanwhile (see :mod:`.compaction`): a copy that does not end with a
+        seal is no such log (a compaction copies its log sealed), and counts for none."""
+        with contextlib.suppress(SessionNotFoundError):
+            events: list[SessionEvent] = yield Call("read_from", (session_id(thread_id), 0))
+            return events
+        with contextlib.suppress(SessionNotFoundError):
+            copied: list[SessionEvent] = yield Call("read_from", (backup_id(thread_id), 0))
+            if copied and copied[-1].type == SEAL:
+                return copied
         return []
 
     def keep(self, sid: str, thread: Thread) -> Thread:

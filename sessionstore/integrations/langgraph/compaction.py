@@ -122,7 +122,8 @@ def recover(threads: Threads, codec: Codec, thread_id: str) -> Flow[None]:
     except SessionNotFoundError:
         with contextlib.suppress(SessionNotFoundError):
             copy: list[SessionEvent] = yield Call("read_from", (backup_id(thread_id), 0))
-            yield from _write_anew(threads, codec, thread_id, copy)
+            if copy and copy[-1].type == SEAL:  # else no compaction's (see Threads.events)
+                yield from _write_anew(threads, codec, thread_id, copy)
         return
     thread = Thread().extended(events)
     if not (thread.sealed and threads.abandoned(thread)):
