@@ -463,6 +463,15 @@ def test_a_thread_deletion_paused_past_its_seal_waits_for_the_recovery_then_dele
     assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [fresh]
 
 
+def copied_by_hand(admin: SessionStoreSaver, steps: int) -> tuple[list[str], Any]:
+    """Thread "t" of ``steps`` checkpoints, copied as its log is to its compaction copy
+    (``fork``: no seal at its end); the checkpoint ids and the saver's event log."""
+    ids = grow(admin, steps)
+    assert admin._sync is not None
+    admin._sync.events.fork(session_id("t"), layout.backup_id("t"))
+    return ids, admin._sync.events
+
+
 def test_a_copy_no_log_of_the_thread_leads_to_is_kept_and_the_compaction_refused(
     savers: tuple[SessionStoreSaver, SessionStoreSaver],
 ) -> None:
@@ -471,11 +480,8 @@ def test_a_copy_no_log_of_the_thread_leads_to_is_kept_and_the_compaction_refused
     not, so it is kept; the compaction raises ``ConcurrentModificationError`` naming it,
     and the log is reopened: writers go on."""
     admin, runner = savers
-    ids = grow(admin, 3)
-    main, backup = session_id("t"), layout.backup_id("t")
-    assert admin._sync is not None
-    events = admin._sync.events
-    events.fork(main, backup)
+    ids, events = copied_by_hand(admin, 3)
+    backup = layout.backup_id("t")
     copied = events.read_from(backup, 0)
     [orphan] = layout.chained([(SEAL, {})], len(copied), copied[-1].id, copied[-1].time)
     events.append(backup, [orphan])
@@ -522,11 +528,8 @@ def test_a_copy_that_does_not_end_with_a_seal_is_never_served_nor_written_back(
     is then deleted) is no thread: with no log, the thread reads as empty, no recovery
     writes the copy back, and the next compaction of the thread removes it."""
     admin, runner = savers
-    ids = grow(admin, 2)
-    main, backup = session_id("t"), layout.backup_id("t")
-    assert admin._sync is not None
-    events = admin._sync.events
-    events.fork(main, backup)
+    ids, events = copied_by_hand(admin, 2)
+    main = session_id("t")
     events.delete(main)
     monkeypatch.setattr(access, "now_ms", lambda: layout.now_ms() + 3_600_000)
     assert runner.get_tuple(thread("t")) is None
