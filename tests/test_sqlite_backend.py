@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.events import batch_of, stored
+from support.sqlite_trace import traced
 
 import sessionstore
 from sessionstore import (
@@ -423,28 +424,17 @@ def test_a_lost_event_is_found_by_read_and_an_append_leaves_it_as_it_was(events,
 
 def test_an_append_reads_no_event_rows_whatever_the_log_length(events, database):
     started(events, "s-1", 200)
-    statements: list[str] = []
-    database.connection().set_trace_callback(statements.append)
-    try:
-        assert events.append("s-1", batch_of([event(200), event(201)]), None) == 202
-    finally:
-        database.connection().set_trace_callback(None)
+    appended: list[int] = []
+    statements = traced(
+        database,
+        lambda: appended.append(events.append("s-1", batch_of([event(200), event(201)]), None)),
+        words=None,
+    )
+    assert appended == [202]
     on_events = [s for s in statements if "log_events" in s]
     assert on_events, statements
     assert not [s for s in on_events if s.lstrip().upper().startswith("SELECT")], on_events
     assert [e.seq for e in events.read("s-1", 198)[1]] == [198, 199, 200, 201]
-
-
-def traced(database: Database, action) -> list[str]:
-    """The first three words of each statement this thread's connection runs during
-    ``action()``."""
-    statements: list[str] = []
-    database.connection().set_trace_callback(statements.append)
-    try:
-        action()
-    finally:
-        database.connection().set_trace_callback(None)
-    return [" ".join(statement.split()[:3]) for statement in statements]
 
 
 def remembered(events: SqliteEvents, session_id: str, count: int, **create) -> SessionHeader:

@@ -10,6 +10,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from support import sqlite_trace
 from support.events import batch_of, stored
 
 from sessionstore import (
@@ -52,13 +53,7 @@ def event(seq: int) -> SessionEvent:
 
 def traced(database: Database, action) -> list[str]:
     """The first two words of each statement this thread's connection runs in ``action()``."""
-    statements: list[str] = []
-    database.connection().set_trace_callback(statements.append)
-    try:
-        action()
-    finally:
-        database.connection().set_trace_callback(None)
-    return [" ".join(statement.split()[:2]) for statement in statements]
+    return sqlite_trace.traced(database, action, words=2)
 
 
 def started(events: SqliteEvents, count: int, session_id: str = "s-1") -> SessionHeader:

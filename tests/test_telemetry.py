@@ -362,18 +362,25 @@ def test_writer_leases_queue_depth_and_flushes(
             [depth] = recorded.points("sessionstore.writer.queue.depth")
             assert depth.value == 0
             assert recorded.metric_units()["sessionstore.writer.queue.depth"] == "{event}"
-    leases = {
-        str(p.attributes["sessionstore.lease.outcome"]): p.value
-        for p in recorded.points("sessionstore.lease.acquisitions")
-        if p.attributes["sessionstore.lease.kind"] == "writer"
+    assert _lease_outcomes(recorded, "sessionstore.lease.kind", "writer") == {
+        "acquired": 1,
+        "busy": 1,
     }
-    assert leases == {"acquired": 1, "busy": 1}
     flushes = [
         p
         for p in recorded.points("db.client.operation.duration")
         if p.attributes["db.operation.name"] == "writer.flush"
     ]
     assert sum(p.count for p in flushes) >= 1
+
+
+def _lease_outcomes(recorded: Recorded, attribute: str, value: str) -> dict[str, int]:
+    """Lease acquisitions by outcome, of the points whose ``attribute`` is ``value``."""
+    return {
+        str(p.attributes["sessionstore.lease.outcome"]): p.value
+        for p in recorded.points("sessionstore.lease.acquisitions")
+        if p.attributes[attribute] == value
+    }
 
 
 def _takeovers(
@@ -445,12 +452,10 @@ def test_a_lapsed_writer_lease_is_one_takeover_for_the_taker_one_loss_for_the_lo
     assert _takeovers(recorded, "sessionstore.lease.losses") == {("writer", "writer.flush"): 1}
     assert recorded.metric_units()["sessionstore.lease.takeovers"] == "{takeover}"
     assert recorded.metric_units()["sessionstore.lease.losses"] == "{lease}"
-    outcomes = {
-        str(p.attributes["sessionstore.lease.outcome"]): p.value
-        for p in recorded.points("sessionstore.lease.acquisitions")
-        if p.attributes["db.operation.name"] == "writer.open"
+    assert _lease_outcomes(recorded, "db.operation.name", "writer.open") == {
+        "acquired": 2,
+        "takeover": 1,
     }
-    assert outcomes == {"acquired": 2, "takeover": 1}
 
 
 def test_a_lost_update_race_is_a_retry(

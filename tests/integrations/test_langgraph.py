@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -199,20 +199,18 @@ def test_an_interrupt_is_resumed_and_a_replay_branches_off(saver: SessionStoreSa
     assert done["log"] == ["first", "patched", "answer:again"]
 
 
-def interrupting_subgraph_run(saver: Any) -> list[Any]:
-    """A graph whose subgraph asks a question, run, resumed, run again, replayed from
-    an earlier checkpoint and deleted, sync and async: what each call returned and the
-    history's (source, step, next) after each."""
-
-    def ask(state: Steps) -> dict[str, Any]:
-        return {"log": ["sub:" + interrupt("q")]}
-
+def asking_subgraph(ask: Callable[[Steps], dict[str, Any]], checkpointer: Any = None) -> Any:
+    """A subgraph of one node, ``ask`` (which interrupts), compiled with ``checkpointer``."""
     inner = StateGraph(Steps)
     inner.add_node("ask", ask)
     inner.add_edge(START, "ask")
     inner.add_edge("ask", END)
-    graph = steps_graph(second=inner.compile()).compile(checkpointer=saver)
-    config = thread("t")
+    return inner.compile(checkpointer=checkpointer)
+
+
+def recorder(graph: Any, config: Any) -> tuple[list[Any], Callable[[Any], None]]:
+    """What the calls of a run noted return, and ``note(returned)``: what a call
+    returned (interrupts by their values) with the history's (source, step, next)."""
     seen: list[Any] = []
 
     def note(returned: Any) -> None:
@@ -223,6 +221,19 @@ def interrupting_subgraph_run(saver: Any) -> list[Any]:
             for s in graph.get_state_history(config)
         ]
         seen.append((returned, history))
+
+    return seen, note
+
+
+def interrupting_subgraph_run(saver: Any) -> list[Any]:
+    """A graph whose subgraph asks a question, run, resumed, run again, replayed from
+    an earlier checkpoint and deleted, sync and async: what each call returned and the
+    history's (source, step, next) after each."""
+
+    inner = asking_subgraph(lambda state: {"log": ["sub:" + interrupt("q")]})
+    graph = steps_graph(second=inner).compile(checkpointer=saver)
+    config = thread("t")
+    seen, note = recorder(graph, config)
 
     note(graph.invoke({"log": ["in"]}, config))
     note(graph.invoke(Command(resume="A"), config))
@@ -278,25 +289,10 @@ def named_checkpoint_run(saver: Any) -> list[Any]:
     ``checkpoint_map``): what each call returned and the history's (source, step, next)
     after each."""
 
-    def ask(state: Steps) -> dict[str, Any]:
-        return {"log": [f"answer:{interrupt('ok?')}"]}
-
-    inner = StateGraph(Steps)
-    inner.add_node("ask", ask)
-    inner.add_edge(START, "ask")
-    inner.add_edge("ask", END)
-    graph = steps_graph(second=inner.compile(checkpointer=True)).compile(checkpointer=saver)
+    inner = asking_subgraph(lambda state: {"log": [f"answer:{interrupt('ok?')}"]}, True)
+    graph = steps_graph(second=inner).compile(checkpointer=saver)
     config = thread("t")
-    seen: list[Any] = []
-
-    def note(returned: Any) -> None:
-        if isinstance(returned, dict) and "__interrupt__" in returned:
-            returned = {**returned, "__interrupt__": [i.value for i in returned["__interrupt__"]]}
-        history = [
-            (s.metadata["source"], s.metadata["step"], s.next)
-            for s in graph.get_state_history(config)
-        ]
-        seen.append((returned, history))
+    seen, note = recorder(graph, config)
 
     note(graph.invoke({"log": ["in"]}, config))
     paused = graph.get_state(config, subgraphs=True)

@@ -79,6 +79,17 @@ def backoff(attempt: int, *, eager: int = _EAGER_RETRIES) -> Flow[None]:
         yield Call(SLEEP, (random.uniform(0, min(0.001 * 2**attempt, 0.05)),))
 
 
+def last_event(log: str) -> Flow[SessionEvent | None]:
+    """The last event of the log ``log`` (a thread's, or its compaction copy); None when
+    there is none."""
+    try:
+        info = yield Call("info", (log,))
+        tail: list[SessionEvent] = yield Call("read_from", (log, max(info.next_seq - 1, 0)))
+    except SessionNotFoundError:
+        return None
+    return tail[-1] if tail else None
+
+
 class Threads:
     """The threads of one saver: how each is read (folded, kept, brought up to date) and
     written (seq-checked appends, retried after a lost race), and the retention of the
@@ -137,13 +148,12 @@ class Threads:
         ``open`` left behind, if its process died before deleting it: the copy whose
         last event is the ``seal`` that ``open`` counted after (a later compaction's
         copy ends with its own seal). The thread, kept as having none."""
-        backup, seal = backup_id(thread_id), thread.reopened
-        with contextlib.suppress(SessionNotFoundError, SeqConflictError):
-            info = yield Call("info", (backup,))
-            tail = yield Call("read_from", (backup, max(info.next_seq - 1, 0)))
-            if [event.id for event in tail] == [seal]:
-                # Guarded: a compaction begun since may have made a copy of its own.
-                yield Call("delete", (backup,), {"last": tail[0]})
+        backup = backup_id(thread_id)
+        last = yield from last_event(backup)
+        if last is not None and last.id == thread.reopened:
+            # Guarded: a compaction begun since may have made a copy of its own.
+            with contextlib.suppress(SessionNotFoundError, SeqConflictError):
+                yield Call("delete", (backup,), {"last": last})
         return self.keep(session_id(thread_id), dataclasses.replace(thread, reopened=None))
 
     def _lapsed(self, thread: Thread) -> bool:

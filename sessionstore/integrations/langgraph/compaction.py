@@ -82,7 +82,7 @@ from sessionstore import (
     SessionNotFoundError,
 )
 
-from .access import Call, Flow, Threads
+from .access import Call, Flow, Threads, last_event
 from .codec import Codec
 from .layout import (
     AFTER,
@@ -192,17 +192,6 @@ def _orphan_copy(thread_id: str, events: list[SessionEvent], copied: SessionEven
         f"it (its last event {copied.id!r}, seq {copied.seq}) that its log does not lead "
         f"to, which may hold writes the log lost; read it, and delete it to compact again"
     )
-
-
-def last_event(log: str) -> Flow[SessionEvent | None]:
-    """The last event of the log ``log`` (the thread's, or its copy); None when there is
-    none."""
-    try:
-        info = yield Call("info", (log,))
-        tail: list[SessionEvent] = yield Call("read_from", (log, max(info.next_seq - 1, 0)))
-    except SessionNotFoundError:
-        return None
-    return tail[-1] if tail else None
 
 
 def _last_id(log: str) -> Flow[str | None]:

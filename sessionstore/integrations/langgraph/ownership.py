@@ -56,8 +56,7 @@ from sessionstore import (
     SessionNotFoundError,
 )
 
-from .access import WRITE_ATTEMPTS, Call, Flow, Threads, backoff
-from .compaction import last_event
+from .access import WRITE_ATTEMPTS, Call, Flow, Threads, backoff, last_event
 from .errors import ThreadConflictError, ThreadDeletedError
 from .layout import (
     AFTER,
