@@ -34,7 +34,14 @@ from sessionstore.integrations.langgraph import (  # noqa: E402
 )
 from sessionstore.integrations.langgraph.access import SLEEP  # noqa: E402
 from sessionstore.integrations.langgraph.errors import ThreadDeletedError  # noqa: E402
-from sessionstore.integrations.langgraph.layout import BLOBS, OPEN, REMOVE, SEAL, VOID  # noqa: E402
+from sessionstore.integrations.langgraph.layout import (  # noqa: E402
+    BLOBS,
+    DELETED,
+    OPEN,
+    REMOVE,
+    SEAL,
+    VOID,
+)
 from sessionstore.integrations.langgraph.ownership import delete, put_writes  # noqa: E402
 from sessionstore.integrations.langgraph.retention import prune  # noqa: E402
 
@@ -542,6 +549,31 @@ def test_a_copy_that_does_not_end_with_a_seal_is_never_served_nor_written_back(
     assert [h.id for h in events.list()] == [main]
     assert [t.checkpoint["id"] for t in admin.list(thread("t"))] == [fresh[-1]]
     assert ids[-1] not in {t.checkpoint["id"] for t in admin.list(thread("t"))}
+
+
+def test_a_write_that_makes_the_log_anew_before_a_deletion_marks_it_is_deleted_again(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """``delete_thread`` deleted the log and is about to start it again with its
+    ``deleted`` event; a late write of a runner that read nothing of the deletion makes
+    the log first (with a header of its own). The deletion's append is refused as of
+    another's log: it seals that log, deletes it and starts it again; the late write is
+    gone and the thread is deleted."""
+    admin, runner = savers
+    ids = grow(admin, 2)
+    main = session_id("t")
+    deleting = delete(admin._threads, "t")
+    held = drive(
+        deleting, admin._call, lambda s: s.name == "append" and s.args[1][0].type == DELETED
+    )
+    late = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}
+    runner.put_writes(late, [("big", "late")], "task-late")
+    assert isinstance(drive(deleting, admin._call, lambda s: False, held), Done)
+    assert admin._sync is not None
+    assert [e.type for e in admin._sync.events.read_from(main, 0)] == [DELETED]
+    assert admin.get_tuple(thread("t")) is None
+    with pytest.raises(ThreadDeletedError):
+        runner.put_writes(late, [("big", "later")], "task-later")
 
 
 def test_of_two_savers_recovering_one_compaction_one_does_it(

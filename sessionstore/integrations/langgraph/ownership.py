@@ -53,6 +53,7 @@ from sessionstore import (
     ConcurrentModificationError,
     SeqConflictError,
     SessionEvent,
+    SessionExistsError,
     SessionNotFoundError,
 )
 
@@ -158,7 +159,8 @@ def delete(threads: Threads, thread_id: str) -> Flow[None]:
         [tombstone] = chained([(DELETED, mark)], 0, None, now_ms())
         try:
             yield Call("append", (sid, [tombstone]))
-        except (SeqConflictError, SessionNotFoundError):
+        except (SeqConflictError, SessionExistsError, SessionNotFoundError):
+            # A late write took seq 0 of the new log (and created it, with its header).
             yield from backoff(attempt)
             continue
         threads.keep(sid, Thread().extended([tombstone]))
