@@ -161,7 +161,9 @@ class Session(SessionBase[ValueBackend]):
         waiter gives up after ``timeout`` seconds (default: the ``timeout`` given to
         ``connect``, else 30 s) with ``ComputeTimeoutError``. A bad ``timeout`` or
         ``lease`` raises ``InvalidArgumentError``; so do a plain handle and an ``fn`` that
-        is not callable.
+        is not callable. With ``max_versions``, the version of a ``when`` older than
+        every version kept is dropped as it is stored (see :meth:`put`): its computer
+        returns it, and each later call at that ``when`` computes again.
         """
         return run(self._compute(when, fn, timeout, lease), self._backend)
 

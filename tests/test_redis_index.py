@@ -123,6 +123,35 @@ def test_every_creating_write_adds_its_index_entry_first(server, ns):
     client.close()
 
 
+@pytest.mark.parametrize(
+    ("history", "write"),
+    [
+        (True, lambda value: value.put(1, T0)),
+        (True, lambda value: value.set_data(1, T0)),
+        (True, lambda value: value.update(lambda old: 1, T0)),
+        (True, lambda value: value.get_or_compute(T0, lambda: 1)),
+        (False, lambda value: value.set_data(1, T0)),
+        (False, lambda value: value.update(lambda old: 1, T0)),
+    ],
+    ids=["put", "history-set_data", "history-update", "get_or_compute", "set_data", "update"],
+)
+def test_a_key_too_long_for_the_index_is_refused_before_anything_is_written(
+    server, ns, history, write
+):
+    """Every value write, whether its script takes its index entry or runs after the
+    entry's own call: refused whole, with a message of bounded length, nothing stored."""
+    with sessionstore.connect(url_of(server), ns) as store:
+        value = store.session("K" * 300_000, "s", "e", "1h", history=history)
+        with pytest.raises(sessionstore.InvalidArgumentError) as refused:
+            write(value)
+        assert "at most 262144" in str(refused.value)
+        assert len(str(refused.value)) < 500
+        assert value.get_data(T0) is None
+    client = admin(server)
+    assert list(client.scan_iter(match=keys.namespace_pattern(ns))) == []
+    client.close()
+
+
 def test_an_entry_whose_data_is_gone_is_skipped_then_cleaned_after_the_grace(server, ns):
     client = admin(server)
     sessions, values = keys.index_keys(ns)

@@ -30,6 +30,8 @@ from redis.exceptions import RedisError, ResponseError
 
 from .. import keys
 from ..drive import Steps
+from ..errors import InvalidArgumentError
+from ..jsondata import elide
 from ..when import now_ms
 from . import scripts
 from .boundary import ErrorBoundary
@@ -51,13 +53,27 @@ Queue = Callable[[Any, str], None]
 REFRESH_MS = keys.GRACE_MS // 2
 
 
+#: The longest index entry ``index_add.lua`` takes (``INDEX_MEMBER_BYTES`` there).
+INDEX_MEMBER_BYTES = 262144
+
+
 def add_call(index: str, member: str) -> scripts.Entry:
     """The ``index_add.lua`` call a creating write sends before its data: the server adds
     the entry, or refreshes it when older than :data:`REFRESH_MS`, with the writer's wall
     clock (:func:`~sessionstore.when.now_ms`) as its score; else it writes nothing. The
     server decides on every write, so an entry lost with the server's data (a restart
     without persistence, a lagging replica promoted, a flush) is back with the next
-    write, before its data."""
+    write, before its data.
+
+    An entry longer than the script takes raises ``InvalidArgumentError`` here, before
+    anything is sent: a write whose script runs apart from its entry's (every write but
+    a single server's ``value_swap``) would otherwise be applied although refused."""
+    size = len(member.encode("utf-8", "surrogatepass"))
+    if size > INDEX_MEMBER_BYTES:
+        raise InvalidArgumentError(
+            f"the index entry of {elide(member)} (a session id or a value's key, escaped)"
+            f" is {size} bytes: at most {INDEX_MEMBER_BYTES}"
+        )
     now = now_ms()
     return scripts.Entry("index_add", [index], [now, now - REFRESH_MS, member])
 
