@@ -12,12 +12,13 @@ what an event read refuses.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 import orjson
 
+from .gcdefer import deferred_collection
 from .models import (
     SessionEvent,
     StoredSeq,
@@ -57,22 +58,23 @@ def stored_records(
     return decoded_in_place(_RECORDS, text, first, count, skip, stop, numbers=False)
 
 
-def records_of_events(events: Iterable[SessionEvent]) -> list[StoredRecord]:
+def records_of_events(events: Sequence[SessionEvent]) -> list[StoredRecord]:
     """The records of events already read (a backend without a record read of its own):
     each data value serialised again; data that is not an object reads as empty."""
     raw = msgspec.Raw
-    return [
-        StoredRecord(
-            event.seq,
-            event.type,
-            event.time,
-            {key: raw(json_text(value)) for key, value in event.data.items()}
-            if type(event.data) is dict
-            else {},
-            event.id,
-        )
-        for event in events
-    ]
+    with deferred_collection(len(events)):
+        return [
+            StoredRecord(
+                event.seq,
+                event.type,
+                event.time,
+                {key: raw(json_text(value)) for key, value in event.data.items()}
+                if type(event.data) is dict
+                else {},
+                event.id,
+            )
+            for event in events
+        ]
 
 
 def json_text(value: Any) -> bytes:

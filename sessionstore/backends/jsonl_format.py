@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from ..contracts import EventBatch
 from ..errors import CorruptLogError
 from ..eventlog import check_stored_version
+from ..gcdefer import deferred_collection
 from ..models import (
     INT64_MAX,
     SessionEvent,
@@ -171,7 +172,8 @@ class Events(Sequence[SessionEvent]):
 def _built(session_id: str, records: list[dict[str, Any]]) -> list[SessionEvent]:
     """The events of checked records, in seq order (see :func:`parse_batches`): built
     without pydantic when they pass :func:`built_events`, else validated by it."""
-    events = built_events(records, records[0]["seq"]) if records else []
+    with deferred_collection(len(records)):
+        events = built_events(records, records[0]["seq"]) if records else []
     if events is not None:
         return events
     try:
@@ -226,6 +228,14 @@ def parse_batches(
     and to be on 1-based line ``line`` of the log. Raises :class:`CorruptLogError` for
     damage before the torn final batch.
     """
+    # An event's line is longer than 64 bytes: the estimate only decides on deferring.
+    with deferred_collection((len(raw) - offset) // 64):
+        return _parse_batches(session_id, raw, offset, next_seq, line)
+
+
+def _parse_batches(
+    session_id: str, raw: bytes, offset: int, next_seq: int, line: int
+) -> tuple[Events, int, list[int]]:
     events: list[dict[str, Any]] = []
     offsets: list[int] = []
     committed, end = 0, offset
@@ -282,6 +292,11 @@ def parse_range(raw: bytes, skip: int, count: int, first_seq: int) -> list[Sessi
         pos = raw.find(b"\n", pos) + 1
         if pos == 0:
             return None
+    with deferred_collection(count):
+        return _parse_lines(raw, pos, count, first_seq)
+
+
+def _parse_lines(raw: bytes, pos: int, count: int, first_seq: int) -> list[SessionEvent] | None:
     found: list[dict[str, Any]] = []
     expected = first_seq
     for _ in range(count):

@@ -71,6 +71,7 @@ from ..eventlog import (
     event_text,
     plan_append,
 )
+from ..gcdefer import deferred_collection
 from ..jsondata import short_repr
 from ..leases import Lease, next_epoch, taken, taken_over
 from ..models import (
@@ -435,18 +436,19 @@ class SqliteEvents(EventBackend):
             count = min(count, limit)
         if count <= 0:
             return []
-        records = []
-        for expected, row in enumerate(rows[skip:] if skip else rows, start=first):
-            if row[0] != expected:
-                break
-            records.append(row_record(session_id, row))
-        if len(records) < count:
-            raise CorruptLogError(
-                session_id, "an event below the next seq is missing", seq=first + len(records)
-            )
-        # Below about 16 events pydantic's validation costs less than the checks of
-        # built_events, and its verdict is the same.
-        events = built_events(records, first) if count >= _BUILT_FROM else None
+        with deferred_collection(count):
+            records = []
+            for expected, row in enumerate(rows[skip:] if skip else rows, start=first):
+                if row[0] != expected:
+                    break
+                records.append(row_record(session_id, row))
+            if len(records) < count:
+                raise CorruptLogError(
+                    session_id, "an event below the next seq is missing", seq=first + len(records)
+                )
+            # Below about 16 events pydantic's validation costs less than the checks of
+            # built_events, and its verdict is the same.
+            events = built_events(records, first) if count >= _BUILT_FROM else None
         if events is not None:
             return events
         try:

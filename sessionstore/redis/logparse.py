@@ -11,6 +11,7 @@ import orjson
 from pydantic import ValidationError
 
 from ..errors import CorruptLogError, InvalidArgumentError, SessionNotFoundError
+from ..gcdefer import deferred_collection
 from ..models import (
     SessionEvent,
     SessionHeader,
@@ -115,6 +116,10 @@ class LogRead:
     def take(self, entries: Sequence[Any]) -> None:
         """One XRANGE reply (a list of ``[id, [name, value, ...]]`` or ``(id, {name:
         value})``)."""
+        with deferred_collection(self._end - self._expect if entries else 0):
+            self._take(entries)
+
+    def _take(self, entries: Sequence[Any]) -> None:
         for raw_id, fields in entries:
             entry_id = text(raw_id)
             last, count = self._span(entry_id)
