@@ -4,7 +4,8 @@
 Every decision is :class:`~sessionstore.writer_buffer.WriterBuffer`'s, as for the sync
 :class:`~sessionstore.writer.SessionWriter`: this writer only awaits the flows it runs
 (:func:`~sessionstore.flows.arun`), and the writers of one log share one drain task
-(:class:`~sessionstore.drain.AsyncDrain`). A writer stays on the loop that opened it.
+(:class:`~sessionstore.drain.AsyncDrain`, a task on each loop). A writer stays on the loop
+that opened it: the drain serves it there, whichever loop or thread emits.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class AsyncSessionWriter(WriterShell):
 
     def __init__(self, context: WriterContext, buffer: WriterBuffer) -> None:
         self._drain_lock = asyncio.Lock()
+        #: The loop that opened it: the drain serves it there (see AsyncDrain).
+        self._loop = asyncio.get_running_loop()
         super().__init__(context, buffer)
 
     async def flush(self) -> None:

@@ -40,6 +40,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
@@ -64,6 +65,9 @@ class Served(Protocol):
 
 
 class AsyncServed(Protocol):
+    #: The event loop the writer was opened on, where it is served.
+    _loop: asyncio.AbstractEventLoop
+
     async def _serve(self) -> float | None: ...
 
 
@@ -260,37 +264,94 @@ class Drain(OpenWriters):
 
 
 class AsyncDrain(OpenWriters):
-    """Serves due writers from one task on the running event loop; each due writer's
-    append runs as a task of its own, so one slow session never holds the others up."""
+    """Serves due writers from one task on each event loop its writers were opened on
+    (a writer stays on its loop: its lock and its appends belong there); each due
+    writer's append runs as a task of its own, so one slow session never holds the
+    others up. A writer scheduled from another thread (an ``emit`` there) is queued
+    through its loop's ``call_soon_threadsafe``; one whose loop has closed is not
+    served (nothing can run it)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDrain] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        forksafe.renew_locks(self, "_lock")
+
+    def schedule(self, writer: AsyncServed, due: float) -> None:
+        if self._closed:
+            return
+        loop = writer._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._on_loop(loop, writer, due)
+            return
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nothing serves it
+            loop.call_soon_threadsafe(self._on_loop, loop, writer, due)
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop, writer: AsyncServed, due: float) -> None:
+        """:meth:`schedule` on ``loop``'s own thread."""
+        if self._closed:
+            return
+        drain = self._loops.get(loop)
+        if drain is None:
+            with self._lock:
+                drain = self._loops.setdefault(loop, _LoopDrain(self))
+        drain.schedule(loop, writer, due)
+
+    async def close(self) -> None:
+        """Stop serving: the tasks on the running loop are cancelled and awaited, those on
+        other loops still running cancelled there."""
+        self._closed = True
+        with self._lock:
+            drains = list(self._loops.items())
+        here = asyncio.get_running_loop()
+        for loop, drain in drains:
+            if loop is here:
+                await drain.stop()
+            elif not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # it closed meanwhile
+                    loop.call_soon_threadsafe(drain.cancel)
+
+
+class _LoopDrain:
+    """The queue and the serving task of an :class:`AsyncDrain` on one event loop; used
+    from that loop's thread only."""
+
+    def __init__(self, owner: AsyncDrain) -> None:
+        self._owner = owner
         self._queue: DueQueue[AsyncServed] = DueQueue()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._serving: set[asyncio.Task[None]] = set()
-        self._closed = False
 
-    def schedule(self, writer: AsyncServed, due: float) -> None:
-        if self._closed or not self._queue.put(writer, due):
+    def schedule(self, loop: asyncio.AbstractEventLoop, writer: AsyncServed, due: float) -> None:
+        if not self._queue.put(writer, due):
             return
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = loop.create_task(self._run())
         assert self._wake is not None
         self._wake.set()
 
-    async def close(self) -> None:
-        self._closed = True
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Cancel the serving tasks; return them."""
         self._queue.clear()
-        tasks: list[Any] = [self._task, *self._serving]
+        tasks = [task for task in (self._task, *self._serving) if task is not None]
         for task in tasks:
-            if task is not None:
-                task.cancel()
-        for task in tasks:
-            if task is not None:
-                with contextlib.suppress(BaseException):  # cancelled on purpose
-                    await task
+            task.cancel()
+        return tasks
+
+    async def stop(self) -> None:
+        """Cancel the serving tasks and wait for them to end."""
+        for task in self.cancel():
+            with contextlib.suppress(BaseException):  # cancelled on purpose
+                await task
 
     async def _serve(self, writer: AsyncServed) -> None:
         try:
@@ -307,12 +368,12 @@ class AsyncDrain(OpenWriters):
             )
             due = time.monotonic() + RETRY_AFTER
         if due is not None:
-            self.schedule(writer, due)
+            self._owner.schedule(writer, due)
 
     async def _run(self) -> None:
         wake = self._wake
         assert wake is not None
-        while not self._closed:
+        while not self._owner._closed:
             now = time.monotonic()
             while (writer := self._queue.pop(now)) is not None:
                 task = asyncio.get_running_loop().create_task(self._serve(writer))

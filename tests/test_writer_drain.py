@@ -11,6 +11,9 @@ import threading
 import time
 from typing import Any
 
+import pytest
+from conftest import url_for
+
 import sessionstore
 from sessionstore import SessionHeader, aio
 from sessionstore.drain import DRAIN_THREADS
@@ -122,13 +125,70 @@ def test_the_async_writers_of_a_store_share_one_drain_task():
             for writer in writers:
                 writer.emit("note")
             tasks = [
-                t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "AsyncDrain._run"
+                t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "_LoopDrain._run"
             ]
             for writer in writers:
                 await writer.close()
             return len(tasks)
 
     assert asyncio.run(scenario()) == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "file", "redis"])
+def test_writers_on_the_event_loops_of_many_threads_share_one_async_store(
+    backend, request, tmp_path, namespace
+):
+    """One AsyncStore, four threads each running a loop of its own with a writer of its
+    own, flushing while the drain serves: each writer is served on its own loop, every
+    event stored in order, no error and no hang."""
+    store = aio.connect(url_for(backend, request, tmp_path), namespace)
+    failures: list[BaseException] = []
+
+    def run(n: int) -> None:
+        async def emitting() -> None:
+            header = SessionHeader(id=f"s-{n}")
+            async with store.events.writer(header, window=0.001, lease=5.0) as writer:
+                for k in range(300):
+                    writer.emit("note", {"k": k})
+                    if k % 10 == 0:
+                        await asyncio.sleep(0.001)
+                    if k % 50 == 0:
+                        await writer.flush()
+
+        try:
+            asyncio.run(emitting())
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(PATIENCE)
+    assert not any(thread.is_alive() for thread in threads), "a writer's loop hung"
+    assert not failures, failures
+
+    async def stored() -> list[list[int]]:
+        found = [[e.data["k"] for e in await store.events.read_from(f"s-{n}", 0)] for n in range(4)]
+        await store.close()
+        return found
+
+    assert asyncio.run(stored()) == [list(range(300))] * 4
+
+
+def test_an_event_emitted_from_another_thread_is_written_on_the_writers_loop():
+    async def scenario() -> list[int]:
+        async with aio.connect("memory://", "ns") as store:
+            writer = await store.events.writer(SessionHeader(id="w"), window=0.01)
+            await asyncio.to_thread(writer.emit, "note", {"n": 1})  # no loop in that thread
+            deadline = time.monotonic() + PATIENCE
+            while await _astored(store) < 1:
+                assert time.monotonic() < deadline, "the event was never written"
+                await asyncio.sleep(0.01)
+            await writer.close()
+            return [event.data["n"] for event in await store.events.read_from("w", 0)]
+
+    assert asyncio.run(scenario()) == [1]
 
 
 def _applied_then_lost(backend: Any) -> list[Any]:

@@ -83,7 +83,11 @@ def test_the_leases_due_together_are_renewed_in_one_call_and_the_rest_served_alo
 
 
 class AsyncFake(Fake):
-    """:class:`Fake` for the async drain."""
+    """:class:`Fake` for the async drain, made on the loop that serves it."""
+
+    def __init__(self, renewal_due: bool = False) -> None:
+        super().__init__(renewal_due)
+        self._loop = asyncio.get_running_loop()
 
     async def _serve(self) -> float | None:  # type: ignore[override]
         return Fake._serve(self)
@@ -97,7 +101,8 @@ def test_the_async_drain_queues_a_writer_once_and_serves_each_in_a_task_of_its_o
         later = time.monotonic() + 3600
         for n in range(100):
             drain.schedule(once, later + n)
-        assert len(drain._queue) == 1
+        (queue,) = [loop_drain._queue for loop_drain in drain._loops.values()]
+        assert len(queue) == 1
         renewing = [AsyncFake(renewal_due=True) for _ in range(30)]
         appending = AsyncFake()
         due = time.monotonic() + 0.2
@@ -109,7 +114,7 @@ def test_the_async_drain_queues_a_writer_once_and_serves_each_in_a_task_of_its_o
             await asyncio.sleep(0.01)
         assert Fake.batches == [], "the async drain serves every writer alone"
         assert [w.served for w in [*renewing, appending, once]] == [1] * 32
-        assert drain._queue.pop(later + 3600) is None, "the entry it moved from is dropped"
+        assert queue.pop(later + 3600) is None, "the entry it moved from is dropped"
         await drain.close()
 
     asyncio.run(scenario())
