@@ -13,7 +13,10 @@ reference: registering never keeps an object alive):
   after the locks were renewed and before any other code of the child; it resets what
   else the object holds (events, a background thread's bookkeeping).
 - ``before_fork(obj, "method")``: ``obj.method()`` runs in the parent right before the
-  fork, so the child does not inherit what it lets go of (an idle connection).
+  fork, so the child does not inherit what it lets go of (an idle connection), or
+  what it waits for (a transaction another thread is in).
+- ``after_fork_in_parent(obj, "method")``: ``obj.method()`` runs in the parent right
+  after the fork (to let go of what its ``before_fork`` method took).
 
 Objects are handled in the order they registered. A call that raises does not stop
 the others; the first error is raised at the end (Python reports it and the fork and
@@ -30,12 +33,13 @@ from typing import Any
 
 
 class _Entry:
-    __slots__ = ("locks", "methods", "before")
+    __slots__ = ("locks", "methods", "before", "after")
 
     def __init__(self) -> None:
         self.locks: list[str] = []
         self.methods: list[str] = []
         self.before: list[str] = []
+        self.after: list[str] = []
 
 
 _entries: weakref.WeakKeyDictionary[Any, _Entry] = weakref.WeakKeyDictionary()
@@ -52,6 +56,12 @@ def before_fork(obj: Any, method: str) -> None:
     """Call ``obj.<method>()`` in the parent right before every fork while ``obj`` lives."""
     with _guard:
         _entry(obj).before.append(method)
+
+
+def after_fork_in_parent(obj: Any, method: str) -> None:
+    """Call ``obj.<method>()`` in the parent right after every fork while ``obj`` lives."""
+    with _guard:
+        _entry(obj).after.append(method)
 
 
 def renew_locks(obj: Any, *locks: str) -> None:
@@ -90,7 +100,11 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_parent() -> None:
+    calls = [(obj, name) for obj, entry in list(_entries.items()) for name in entry.after]
     _guard.release()
+    first = _call(calls)
+    if first is not None:
+        raise first
 
 
 def _after_fork_in_child() -> None:

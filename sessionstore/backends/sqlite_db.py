@@ -105,8 +105,14 @@ class Database:
         self._pid = os.getpid()
         self._generation = 0
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        #: The thread in an immediate transaction (holding ``writing``), if any.
+        self.writer: int | None = None
+        self._held_for_fork = False
         forksafe.renew_locks(self, "_lock", "writing")
+        forksafe.before_fork(self, "hold_writes_for_fork")
         forksafe.before_fork(self, "close_idle_before_fork")
+        forksafe.after_fork_in_parent(self, "release_writes_after_fork")
+        forksafe.at_fork(self, "_forked")
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection, opened (and the schema created) on first use."""
@@ -230,6 +236,26 @@ class Database:
         """
         return Transaction(self, subject, "BEGIN IMMEDIATE" if immediate else "BEGIN", durable)
 
+    def hold_writes_for_fork(self) -> None:
+        """Wait for the write transaction another thread is in to end (up to ``timeout``)
+        and keep others from starting until the fork is done: a child forked in the
+        middle of one inherits SQLite's in-process record of its lock, which nothing in
+        the child ever releases, and could never write the file."""
+        if self.writer == threading.get_ident():
+            return  # this thread's own: it cannot end while this thread forks
+        self._held_for_fork = self.writing.acquire(timeout=self.timeout)
+
+    def release_writes_after_fork(self) -> None:
+        """In the parent after the fork: let transactions start again."""
+        if self._held_for_fork:
+            self._held_for_fork = False
+            self.writing.release()
+
+    def _forked(self) -> None:
+        """In the child (its ``writing`` lock renewed): no transaction of its own runs."""
+        self._held_for_fork = False
+        self.writer = None
+
     def close_idle_before_fork(self) -> None:
         """Close this thread's connection unless it is in a transaction, so that a
         forked child starts without any SQLite state for this file."""
@@ -312,6 +338,7 @@ class Transaction:
                     f"this process held its write lock for {database.timeout:g} s"
                 )
             self._lock = lock
+            database.writer = threading.get_ident()
         try:
             conn = self._conn = database.connection()
             if not self._durable:
@@ -359,5 +386,6 @@ class Transaction:
                 self._conn.execute("PRAGMA synchronous=FULL")
         finally:
             if self._lock is not None:
+                self._db.writer = None
                 self._lock.release()
                 self._lock = None
