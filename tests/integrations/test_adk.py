@@ -42,7 +42,7 @@ from sessionstore.integrations.adk import (  # noqa: E402
     StaleSessionError,
     session_id,
 )
-from sessionstore.integrations.adk.layout import Mark  # noqa: E402
+from sessionstore.integrations.adk.layout import APP_STATE, Mark  # noqa: E402
 
 APP, USER = "shop", "user-1"
 Body = Callable[[BaseSessionService], Awaitable[Any]]
@@ -594,6 +594,33 @@ def test_listing_reads_only_the_sessions_it_returns(url: str) -> None:
         (["a", "b"], sorted(["get_data"] * 2 + per_session * 2)),
         (["a", "b", "c"], sorted(["get_data"] * 3 + per_session * 3)),
     ]
+
+
+def test_creating_a_session_writes_nothing_that_grows_with_the_apps_users(url: str) -> None:
+    """A create writes its log and its user's value (and the app value only for
+    ``app:`` keys), so creating the n-th user's session costs what the first did; the
+    app's users are listed from their values, together with those an app value made by
+    an earlier version lists."""
+
+    async def body(service: SessionStoreSessionService) -> tuple[Any, list[str], list[str]]:
+        for i in range(40):
+            await service.create_session(app_name=APP, user_id=f"u{i:02}", session_id="s")
+        app = service.store.session(APP, APP_STATE, "adk", "-")
+        untouched = await app.get_data(0)
+        made: list[str] = []
+        handle = service._handle
+        service._handle = lambda *key: Calls(handle(*key), made)  # type: ignore[method-assign]
+        await service.create_session(app_name=APP, user_id="u40", session_id="s")
+        service._handle = handle  # type: ignore[method-assign]
+        await app.set_data({"state": {}, "users": {"legacy": 1}, "applied": {}}, 0)
+        await service.create_session(app_name=APP, user_id="legacy", session_id="s")
+        listed = await service.list_sessions(app_name=APP)
+        return untouched, sorted(made), [s.user_id for s in listed.sessions]
+
+    untouched, made, users = on(url, body)
+    assert untouched is None
+    assert made == ["get_data", "get_data", "update"]  # the user's value, then the app's
+    assert sorted(users) == sorted([f"u{i:02}" for i in range(41)] + ["legacy"])
 
 
 def test_a_session_whose_log_is_gone_leaves_the_indexes_at_the_next_read(url: str) -> None:

@@ -72,8 +72,10 @@ first event asked for (``num_recent_events``; ``after_timestamp`` reads back in 
 steps until an event before that time is found), whichever comes first.
 ``after_timestamp`` keeps what ADK's in-memory service keeps: the newest events up to
 (not including) the newest one stamped before that time. ``list_sessions`` reads the
-indexes and, for each session listed, its metadata and its last snapshot onward (the
-session's own state lives in its log), never the rest of the namespace.
+user's index of sessions (without a user, the namespace's list of values: the app's
+user values are its index of users) and, for each session listed, its metadata and its
+last snapshot onward (the session's own state lives in its log), never the namespace's
+list of logs. ``create_session`` writes nothing that grows with the app's users.
 
 Left to the operator: a process that dies inside ``create_session`` or
 ``delete_session`` may leave a log that no index names (never read; delete it with the

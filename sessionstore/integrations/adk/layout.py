@@ -4,7 +4,7 @@ and the atomic changes of the app and user state values.
 
 App state value (app, :data:`APP_STATE`, ``adk``, ``-``)::
 
-    {"state": {raw key: value}, "users": {user: 1}, "applied": {incarnation: seq}}
+    {"state": {raw key: value}, "applied": {incarnation: seq}, "users": {user: 1} (old)}
 
 User state value (app, :data:`USER_STATE`, user, ``-``)::
 
@@ -12,7 +12,9 @@ User state value (app, :data:`USER_STATE`, user, ``-``)::
      "applied": {incarnation: seq}}
 
 ``sessions`` is the user's index of sessions (what ``list_sessions`` lists, and the
-incarnation a session id stands for now); ``users`` the app's index of users. ``applied``
+incarnation a session id stands for now). The app's users are those with a user state
+value; ``users``, written by earlier versions at every ``create_session`` (a value that
+grew with the app's users), is still read and kept, never written. ``applied``
 is the seq of the newest record of that incarnation's log whose delta of this scope is
 in ``state``: a delta is applied at most once, and any reader that finds a record newer
 than ``applied`` with a delta applies the missing ones (:func:`applying`).

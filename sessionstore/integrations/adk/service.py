@@ -134,17 +134,17 @@ class SessionStoreSessionService(BaseSessionService):
             raise SessionAlreadyExistsError(f"Session with id {sid} already exists.")
         await self._events.create(SessionHeader(id=log_id))
         await self._events.append(log_id, [first])
-        # Listed in the app before the commit, so that a listing never misses the user.
-        app = self._handle(APP_STATE, app_name, _EXCHANGE)
-        app_state = await app.update(applying(APP, incarnation, [], listed=(user_id, "")), _WHEN)
-        try:  # the commit: the session is in its user's index
+        try:  # the commit: the session is in its user's index (the user in the app's)
             user_state = await user.update(creating(sid, incarnation, replaces, split[USER]), _WHEN)
         except Taken:
             with contextlib.suppress(LogNotFoundError):
                 await self._events.delete(log_id)
             raise SessionAlreadyExistsError(f"Session with id {sid} already exists.") from None
+        app = self._handle(APP_STATE, app_name, _EXCHANGE)
         if split[APP]:
             app_state = await app.update(applying(APP, incarnation, [(0, split[APP])]), _WHEN)
+        else:
+            app_state = await self._stored(app)
         session = Session(
             id=sid,
             app_name=app_name,
@@ -186,7 +186,7 @@ class SessionStoreSessionService(BaseSessionService):
         list them. Reads the app's index of users (or the user's value) and each
         listed session's metadata and last state snapshot onward, nothing else."""
         app = await self._stored(self._handle(APP_STATE, app_name, _EXCHANGE))
-        users = [user_id] if user_id is not None else sorted(app.get("users", {}) if app else [])
+        users = [user_id] if user_id is not None else await self._users(app_name, app)
         found = []
         for owner in users:
             user = await self._stored(self._handle(USER_STATE, app_name, owner))
@@ -445,6 +445,18 @@ class SessionStoreSessionService(BaseSessionService):
     async def _stored(self, handle: Any) -> dict[str, Any]:
         found = await handle.get_data(_WHEN)
         return dict(found) if found else {}
+
+    async def _users(self, app_name: str, app: Any) -> list[str]:
+        """The users of ``app_name``, sorted: each has a user state value (written by the
+        commit of its first session), and the app value lists those of sessions created
+        before the values were the index."""
+        if isinstance(self.store, aio.AsyncStore):
+            refs = await self.store.list_values()
+        else:
+            refs = await asyncio.to_thread(self.store.list_values)
+        found = {r.exchange for r in refs if r.symbol == app_name and r.strategy == USER_STATE}
+        found.update((app or {}).get("users", {}))
+        return sorted(found)
 
     def _handle(self, kind: str, app_name: str, exchange: str) -> Any:
         """The value handle of an app's or a user's state; the last ones used are kept,
