@@ -27,6 +27,10 @@ from .jsontext import JSONText
 from .models import SessionEvent, SessionHeader
 from .writer_buffer import WriterBuffer, WriterContext, open_buffer
 
+#: How soon the drain comes back to a writer that a flush or close of another thread
+#: holds (seconds): it serves the others meanwhile.
+BUSY_AGAIN = 0.01
+
 
 class Renewals:
     """The leases a drain renews together (:meth:`SessionWriter._serve_together`): of
@@ -162,12 +166,20 @@ class SessionWriter(WriterShell):
 
     def _serve(self) -> float | None:
         """Run by the drain when due: renew the lease if it is time, append the head of
-        the queue unless paused; return when to be served next."""
+        the queue unless paused; return when to be served next. While a ``flush`` or
+        ``close`` of another thread holds the writer (appending a backlog, say), the
+        drain does not wait for it: it serves the other writers (their renewals among
+        them) and comes back after :data:`BUSY_AGAIN` seconds."""
         buffer = self._buffer
         if os.getpid() != buffer.owner:
             return None
-        with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
-            self._write(None)
+        if not self._drain_lock.acquire(blocking=False):
+            return time.monotonic() + BUSY_AGAIN
+        try:
+            with contextlib.suppress(Exception):  # noted by the buffer, raised by flush/close
+                run(self._buffer.write(self._context, None), self._context.backend)
+        finally:
+            self._drain_lock.release()
         buffer.renew_alone = False
         return buffer.next_due()
 
@@ -175,8 +187,8 @@ class SessionWriter(WriterShell):
         """Whether the drain may renew this writer's lease together with others' (see
         :meth:`_serve_together`): it is due, the backend renews several leases in one
         call (``renew_leases``), the writer's drain lock is free (a flush under way is
-        waited for by the drain alone, as :meth:`_serve` does) and its last renewal
-        together did not fail."""
+        left to finish, as :meth:`_serve` does) and its last renewal together did not
+        fail."""
         buffer = self._buffer
         return (
             buffer.renewal_due(now)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import url_for
 from support.redis_server import RedisServer
 
 import sessionstore
@@ -313,3 +314,34 @@ def test_leases_renewed_together_are_each_renewed_unless_another_holds_it(
             True, False, True, True, True, True
         ]  # fmt: skip
         assert backend.renew_leases([]) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_writers_held_by_long_flushes_never_keep_the_drain_from_renewing_a_lease(
+    backend, request, tmp_path
+):
+    """More writers than drain threads, each held by a flush of another thread (here: its
+    drain lock held, as a flush appending a long backlog holds it), all due: the drain
+    serves around them, so an idle writer's short lease is renewed and never taken."""
+    url, ns = url_for(backend, request, tmp_path), f"busy-{uuid.uuid4().hex[:8]}"
+    with sessionstore.connect(url, ns) as store, sessionstore.connect(url, ns) as other:
+        held = [store.events.writer(SessionHeader(id=f"held-{n}"), window=0.001) for n in range(6)]
+        idle = store.events.writer(SessionHeader(id="idle"), lease=1.0)
+        idle.emit("note")
+        idle.flush()
+        for writer in held:
+            writer._drain_lock.acquire()  # a flush under way, for the next 2.5 s
+            writer.emit("note")  # due at once: the drain comes to it
+        try:
+            time.sleep(2.5)  # the idle writer's lease is renewed between 0.3 and 0.33 s
+            with pytest.raises(SessionBusyError):
+                other.events.writer(SessionHeader(id="idle"), lease=1.0)
+        finally:
+            for writer in held:
+                writer._drain_lock.release()
+        idle.emit("after")
+        idle.close()
+        for writer in held:
+            writer.close()
+        assert [e.type for e in store.events.load("idle").events] == ["note", "after"]
+        assert all(len(store.events.load(f"held-{n}").events) == 1 for n in range(6))
