@@ -55,6 +55,18 @@ class AsyncSessionWriter(WriterShell):
         self._loop = asyncio.get_running_loop()
         super().__init__(context, buffer)
 
+    def _served_on(self) -> asyncio.AbstractEventLoop:
+        """The loop the drain serves this writer on: the one that opened it, or, once
+        that one is closed, the loop running now in this thread (a writer used again in
+        a later ``asyncio.run``), whose lock it takes anew while it is free."""
+        loop = self._loop
+        if loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # no loop runs here: nothing serves it
+                loop = self._loop = asyncio.get_running_loop()
+                if not self._drain_lock.locked():
+                    self._drain_lock = asyncio.Lock()
+        return loop
+
     async def flush(self) -> None:
         """Return once every event emitted before this call is durable (a failed append
         is retried first; the error of this attempt is raised)."""

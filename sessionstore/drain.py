@@ -40,7 +40,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
@@ -65,8 +64,9 @@ class Served(Protocol):
 
 
 class AsyncServed(Protocol):
-    #: The event loop the writer was opened on, where it is served.
-    _loop: asyncio.AbstractEventLoop
+    def _served_on(self) -> asyncio.AbstractEventLoop:
+        """The event loop the writer is served on."""
+        ...
 
     async def _serve(self) -> float | None: ...
 
@@ -273,9 +273,9 @@ class AsyncDrain(OpenWriters):
 
     def __init__(self) -> None:
         super().__init__()
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDrain] = (
-            weakref.WeakKeyDictionary()
-        )
+        #: A loop's entry goes when its task ends (nothing queued, or cancelled when the
+        #: loop is shut down), so that a loop run and closed is not kept.
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopDrain] = {}
         self._lock = threading.Lock()
         self._closed = False
         forksafe.renew_locks(self, "_lock")
@@ -283,7 +283,7 @@ class AsyncDrain(OpenWriters):
     def schedule(self, writer: AsyncServed, due: float) -> None:
         if self._closed:
             return
-        loop = writer._loop
+        loop = writer._served_on()
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -303,6 +303,13 @@ class AsyncDrain(OpenWriters):
             with self._lock:
                 drain = self._loops.setdefault(loop, _LoopDrain(self))
         drain.schedule(loop, writer, due)
+
+    def _ended(self, loop: asyncio.AbstractEventLoop, drain: _LoopDrain) -> None:
+        """``drain``'s task on ``loop`` ended: its entry goes (a later writer of the loop
+        gets a new one)."""
+        with self._lock:
+            if self._loops.get(loop) is drain:
+                del self._loops[loop]
 
     async def close(self) -> None:
         """Stop serving: the tasks on the running loop are cancelled and awaited, those on
@@ -371,16 +378,29 @@ class _LoopDrain:
             self._owner.schedule(writer, due)
 
     async def _run(self) -> None:
+        """Serve the writers as they come due; end when none is queued or being served
+        (the next :meth:`schedule` starts a task again)."""
         wake = self._wake
         assert wake is not None
-        while not self._owner._closed:
-            now = time.monotonic()
-            while (writer := self._queue.pop(now)) is not None:
-                task = asyncio.get_running_loop().create_task(self._serve(writer))
-                self._serving.add(task)
-                task.add_done_callback(self._serving.discard)
-            wake.clear()
-            head = self._queue.head()
-            timeout = None if head is None else head - now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout)
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._owner._closed:
+                now = time.monotonic()
+                while (writer := self._queue.pop(now)) is not None:
+                    task = loop.create_task(self._serve(writer))
+                    self._serving.add(task)
+                    task.add_done_callback(self._served)
+                wake.clear()
+                head = self._queue.head()
+                if head is None and not self._serving:
+                    return
+                timeout = None if head is None else head - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            self._owner._ended(loop, self)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        self._serving.discard(task)
+        if self._wake is not None:
+            self._wake.set()  # so that the task ends once nothing is left

@@ -8,11 +8,14 @@ another thread waits for. So :class:`deferred_collection` switches the collector
 it and on again at its end, and the objects built are looked at once, by the next
 collection, instead of by each collection the batch would have started.
 
-The collector is only ever switched off by one batch at a time: a batch that starts
-while another (in another thread) defers collection runs as it would have anyway, and
-the collector is on again as soon as the first ends, so overlapping reads never keep it
-off. A collector the application switched off is left off. In a process forked while a
-batch deferred collection, the collector is switched on again in the child.
+Collection is deferred by setting the first generation's threshold to 0 (which stops
+automatic collection, as ``gc.disable`` does) and putting it back at the end: whether the
+collector is enabled stays the application's to say, so a ``gc.disable()`` made while a
+batch defers collection stays in force after it, and a collector switched off before is
+left alone. Only one batch at a time defers collection: a batch that starts while
+another (in another thread) does runs as it would have anyway, and the thresholds are
+back as soon as the first ends, so overlapping reads never keep collection off. In a
+process forked while a batch deferred collection, the child gets the thresholds back.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ DEFER_FROM = 256
 
 _lock = threading.Lock()
 _deferring = False
+#: The thresholds to put back (see ``gc.set_threshold``) while a batch defers collection.
+_thresholds: tuple[int, ...] = ()
 
 
 class deferred_collection:  # noqa: N801 - used as a context manager, like contextlib's
@@ -41,14 +46,17 @@ class deferred_collection:  # noqa: N801 - used as a context manager, like conte
         self._mine = False
 
     def __enter__(self) -> None:
-        global _deferring
+        global _deferring, _thresholds
         if self._size < DEFER_FROM:
             return
         with _lock:
             if _deferring or not gc.isenabled():
                 return
-            _deferring = self._mine = True
-            gc.disable()
+            found = gc.get_threshold()
+            if not found[0]:
+                return  # automatic collection is off already
+            _deferring, _thresholds, self._mine = True, found, True
+            gc.set_threshold(0, *found[1:])
 
     def __exit__(
         self,
@@ -56,19 +64,23 @@ class deferred_collection:  # noqa: N801 - used as a context manager, like conte
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        global _deferring
         if self._mine:
+            self._mine = False
             with _lock:
-                _deferring = self._mine = False
-                gc.enable()
+                _resume()
+
+
+def _resume() -> None:
+    global _deferring
+    _deferring = False
+    gc.set_threshold(*_thresholds)
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _deferring
+    global _lock
     _lock = threading.Lock()
     if _deferring:
-        _deferring = False
-        gc.enable()
+        _resume()
 
 
 if hasattr(os, "register_at_fork"):

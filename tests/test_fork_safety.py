@@ -289,3 +289,37 @@ def test_child_forked_while_another_thread_writes_sqlite_can_write_it(tmp_path, 
     database.close()
     with sessionstore.connect(url, namespace) as store:
         assert [e.type for e in store.events.load("child").events] == ["note"]
+
+
+def test_threads_forking_at_once_each_let_go_only_of_the_sqlite_lock_they_took(
+    tmp_path, monkeypatch
+):
+    """Two threads' fork handlers on one database: the first takes its write lock, the
+    second waits for it in vain (bounded); each after-fork handler lets go only of what
+    its own thread took, so the lock is free once both forks are done."""
+    from sessionstore.backends import sqlite_db
+
+    monkeypatch.setattr(sqlite_db, "FORK_WAIT", 0.1)
+    database = sqlite_db.Database(tmp_path / "store.db")
+    first_holds, second_done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        database.hold_writes_for_fork()
+        first_holds.set()
+        assert second_done.wait(30)
+        database.release_writes_after_fork()
+
+    def second() -> None:
+        assert first_holds.wait(30)
+        database.hold_writes_for_fork()  # gives up after FORK_WAIT
+        database.release_writes_after_fork()
+        assert database.writing.locked(), "the second fork let go of the first's lock"
+        second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not database.writing.locked()
+    database.close()

@@ -3,8 +3,8 @@
 Every read that builds events (``load``, ``read_from``, ``read_records_from``) on SQLite,
 files and Redis: far fewer collections start while it builds 10,000 events than with
 deferring switched off; the collector is on after it (after one that failed on damage
-too), stays off when the application switched it off, is on again after threads
-reading side by side, and in a child forked while a batch deferred it.
+too), stays off when the application switched it off (before or during a read), is on
+again after threads reading side by side, and in a child forked while a batch deferred it.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ def long_log(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> 
         yield request.param, url, store
 
 
+def _collecting() -> bool:
+    """Whether collections start on their own (the collector on, a first threshold)."""
+    return gc.isenabled() and gc.get_threshold()[0] > 0
+
+
 def _read(store: sessionstore.Store, how: str) -> int:
     if how == "load":
         return len(store.events.load("long").events)
@@ -77,7 +82,7 @@ def test_a_large_read_starts_far_fewer_collections(
     monkeypatch.setattr(gcdefer, "DEFER_FROM", 10**12)
     with _collections() as undeferred:
         assert _read(store, how) == COUNT
-    assert gc.isenabled()
+    assert _collecting()
     assert len(undeferred) >= 10, undeferred
     assert len(deferred) * 4 <= len(undeferred), (deferred, undeferred)
 
@@ -111,7 +116,7 @@ def test_threads_reading_side_by_side_leave_the_collector_on(long_log: tuple) ->
     for thread in threads:
         thread.join()
     assert not failures, failures
-    assert gc.isenabled()
+    assert _collecting()
     assert not gcdefer._deferring
 
 
@@ -128,7 +133,7 @@ def test_a_read_refused_for_damage_leaves_the_collector_on(tmp_path: Path) -> No
     with reopened as store, pytest.raises(CorruptLogError) as caught:
         store.events.read_from("long", 0)
     assert caught.value.seq == 1500
-    assert gc.isenabled()
+    assert _collecting()
     assert not gcdefer._deferring
 
 
@@ -136,25 +141,36 @@ def test_a_read_refused_for_damage_leaves_the_collector_on(tmp_path: Path) -> No
 def test_a_child_forked_while_a_batch_defers_collection_has_it_on() -> None:
     read, write = os.pipe()
     with gcdefer.deferred_collection(gcdefer.DEFER_FROM):
-        assert not gc.isenabled()
+        assert not _collecting()
         pid = os.fork()
         if pid == 0:  # the child
-            os.write(write, b"on" if gc.isenabled() and not gcdefer._deferring else b"off")
+            os.write(write, b"on" if _collecting() and not gcdefer._deferring else b"off")
             os._exit(0)
     os.close(write)
     told = os.read(read, 8)
     os.close(read)
     os.waitpid(pid, 0)
     assert told == b"on"
-    assert gc.isenabled()
+    assert _collecting()
 
 
 def test_small_batches_leave_the_collector_as_it_is() -> None:
+    thresholds = gc.get_threshold()
     with gcdefer.deferred_collection(gcdefer.DEFER_FROM - 1):
-        assert gc.isenabled()
+        assert _collecting()
     with gcdefer.deferred_collection(gcdefer.DEFER_FROM):
-        assert not gc.isenabled()
+        assert not _collecting()
         with gcdefer.deferred_collection(gcdefer.DEFER_FROM):  # nested: the outer owns it
-            assert not gc.isenabled()
+            assert not _collecting()
+        assert not _collecting()
+    assert _collecting() and gc.get_threshold() == thresholds
+
+
+def test_a_collector_switched_off_while_a_batch_defers_collection_stays_off() -> None:
+    try:
+        with gcdefer.deferred_collection(gcdefer.DEFER_FROM):
+            gc.disable()  # the application's, from any thread
         assert not gc.isenabled()
-    assert gc.isenabled()
+    finally:
+        gc.enable()
+    assert _collecting()

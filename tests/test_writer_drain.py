@@ -7,8 +7,10 @@ outcome unknown) is recognised as written, sync and async (against redis-server:
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -297,3 +299,46 @@ def test_an_async_drain_whose_serving_failed_serves_the_writer_again_and_reports
     assert asyncio.run(scenario()) == 0
     reports = [r for r in caplog.records if "failed; it is served again" in r.getMessage()]
     assert len(reports) == 3 and all(r.name == "sessionstore" for r in reports)
+
+
+def test_a_writer_used_again_in_a_later_event_loop_is_served_there():
+    """Opened in one ``asyncio.run``, emitting in the next: the drain serves it on the
+    loop running now (its own is closed), without a flush."""
+    store = aio.connect("memory://", "ns")
+
+    async def opening() -> Any:
+        return await store.events.writer(SessionHeader(id="w"), window=0.01)
+
+    writer = asyncio.run(opening())
+
+    async def emitting() -> int:
+        for n in range(5):
+            writer.emit("note", {"n": n})
+        deadline = time.monotonic() + PATIENCE
+        while await _astored(store) < 5:
+            assert time.monotonic() < deadline, "the events were never written"
+            await asyncio.sleep(0.01)
+        await writer.close()
+        found = await _astored(store)
+        await store.close()
+        return found
+
+    assert asyncio.run(emitting()) == 5
+
+
+def test_the_event_loops_a_store_served_writers_on_are_not_kept():
+    store = aio.connect("memory://", "ns")
+    loops: list[Any] = []
+
+    async def one(n: int) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        async with store.events.writer(SessionHeader(id=f"w-{n}"), window=0.001) as writer:
+            writer.emit("note")
+            await asyncio.sleep(0.005)  # served in the background
+
+    for n in range(20):
+        asyncio.run(one(n))
+    gc.collect()
+    assert [ref for ref in loops if ref() is not None] == []
+    assert store._drain._loops == {}
+    asyncio.run(store.close())

@@ -90,6 +90,9 @@ class AsyncFake(Fake):
         super().__init__(renewal_due)
         self._loop = asyncio.get_running_loop()
 
+    def _served_on(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
     async def _serve(self) -> float | None:  # type: ignore[override]
         return Fake._serve(self)
 

@@ -41,6 +41,9 @@ from .sqlite_schema import SCHEMA_VERSION, ensure_schema, snapshot_schema_versio
 
 #: Seconds a statement waits for another process's write lock before giving up.
 DEFAULT_TIMEOUT = 10.0
+#: The longest a fork waits for a write transaction of another thread (seconds): one
+#: waiting for another process's lock (up to the timeout) is not waited out.
+FORK_WAIT = 2.0
 
 _USAGE = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
 
@@ -107,7 +110,8 @@ class Database:
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         #: The thread in an immediate transaction (holding ``writing``), if any.
         self.writer: int | None = None
-        self._held_for_fork = False
+        #: The forking thread that holds ``writing`` across its fork, if any.
+        self._fork_holder: int | None = None
         forksafe.renew_locks(self, "_lock", "writing")
         forksafe.before_fork(self, "hold_writes_for_fork")
         forksafe.before_fork(self, "close_idle_before_fork")
@@ -237,23 +241,28 @@ class Database:
         return Transaction(self, subject, "BEGIN IMMEDIATE" if immediate else "BEGIN", durable)
 
     def hold_writes_for_fork(self) -> None:
-        """Wait for the write transaction another thread is in to end (up to ``timeout``)
-        and keep others from starting until the fork is done: a child forked in the
-        middle of one inherits SQLite's in-process record of its lock, which nothing in
-        the child ever releases, and could never write the file."""
-        if self.writer == threading.get_ident():
+        """Wait for the write transaction another thread is in to end (at most
+        :data:`FORK_WAIT` seconds) and keep others from starting until the fork is done:
+        a child forked in the middle of one inherits SQLite's in-process record of its
+        lock, which nothing in the child ever releases, and could never write the file.
+        A transaction still waiting for another process's lock when that wait ends is
+        forked over (it holds no SQLite lock yet unless it has just got it)."""
+        me = threading.get_ident()
+        if self.writer == me:
             return  # this thread's own: it cannot end while this thread forks
-        self._held_for_fork = self.writing.acquire(timeout=self.timeout)
+        if self.writing.acquire(timeout=min(self.timeout, FORK_WAIT)):
+            self._fork_holder = me
 
     def release_writes_after_fork(self) -> None:
-        """In the parent after the fork: let transactions start again."""
-        if self._held_for_fork:
-            self._held_for_fork = False
+        """In the parent after the fork: let transactions start again (the lock held by
+        this forking thread, if any: threads may fork at once)."""
+        if self._fork_holder == threading.get_ident():
+            self._fork_holder = None
             self.writing.release()
 
     def _forked(self) -> None:
         """In the child (its ``writing`` lock renewed): no transaction of its own runs."""
-        self._held_for_fork = False
+        self._fork_holder = None
         self.writer = None
 
     def close_idle_before_fork(self) -> None:
