@@ -21,6 +21,10 @@ from .models import SessionHeader
 from .writer import WriterShell
 from .writer_buffer import WriterBuffer, WriterContext, open_buffer
 
+#: How often a close awaited from another loop looks whether the writer's loop still
+#: runs (seconds).
+CLOSE_LOOK = 0.05
+
 
 class OpeningWriter:
     """What :meth:`sessionstore.aio.AsyncEventLog.writer` returns: awaiting it opens the writer (and
@@ -80,6 +84,25 @@ class AsyncSessionWriter(WriterShell):
         self._context.drain.forget(self)
         async with self._drain_lock:
             await arun(self._buffer.finish(self._context), self._context.backend)
+
+    async def close_from_here(self) -> None:
+        """:meth:`close` awaited from any event loop: run on the writer's own loop while
+        that one runs in another thread (its lock and its calls belong there), else, or
+        once that loop stops before the close is done, here."""
+        loop = self._loop
+        if loop.is_running() and loop is not asyncio.get_running_loop():
+            there = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.close(), loop))
+            while loop.is_running():
+                done, _ = await asyncio.wait({there}, timeout=CLOSE_LOOK)
+                if done:
+                    return there.result()
+            there.cancel()
+        if not loop.is_running():
+            # Its loop stopped: nothing waiting there (its lock's holder included) goes on
+            # unless that loop runs again. This loop's, from now on.
+            self._loop = asyncio.get_running_loop()
+            self._drain_lock = asyncio.Lock()
+        await self.close()
 
     async def __aenter__(self) -> AsyncSessionWriter:
         return self

@@ -7,6 +7,7 @@ outcome unknown) is recognised as written, sync and async (against redis-server:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import threading
 import time
@@ -342,3 +343,51 @@ def test_the_event_loops_a_store_served_writers_on_are_not_kept():
     assert [ref for ref in loops if ref() is not None] == []
     assert store._drain._loops == {}
     asyncio.run(store.close())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_an_async_store_closed_from_another_loop_closes_writers_on_theirs(
+    backend, request, tmp_path, namespace
+):
+    """Writers emitting on the loops of two threads while the store is closed from a
+    third loop: each is closed on its own loop (or here, once its loop stopped, as
+    these do when their emit is refused): every event emitted is stored, no hang."""
+    url = url_for(backend, request, tmp_path)
+    store = aio.connect(url, namespace)
+    started = [threading.Event(), threading.Event()]
+    emitted: dict[int, int] = {}
+
+    def run(n: int) -> None:
+        async def emitting() -> None:
+            writer = await store.events.writer(SessionHeader(id=f"s-{n}"), window=0.001)
+            started[n].set()
+            count = 0
+            with contextlib.suppress(sessionstore.StoreClosedError):
+                while True:
+                    writer.emit("note", {"k": count})
+                    count += 1
+                    await asyncio.sleep(0.0005)
+            emitted[n] = count
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(emitting())
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    assert all(event.wait(PATIENCE) for event in started)
+    time.sleep(0.2)
+
+    async def closing() -> None:
+        await asyncio.wait_for(store.close(), PATIENCE)
+
+    asyncio.run(closing())
+    for thread in threads:
+        thread.join(PATIENCE)
+    assert sorted(emitted) == [0, 1]
+
+    async def stored() -> dict[int, int]:
+        async with aio.connect(url, namespace) as again:
+            return {n: len(await again.events.read_from(f"s-{n}", 0)) for n in range(2)}
+
+    assert asyncio.run(stored()) == emitted
