@@ -325,7 +325,7 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
             try:
-                await writer.close_from_here()
+                await writer._close_from_here()
             except Exception as exc:  # noqa: BLE001 - raised once everything is closed
                 failed.append((writer.session_id, exc))
         self._lifecycle.closed = True

@@ -369,8 +369,7 @@ def test_an_async_store_closed_from_another_loop_closes_writers_on_theirs(
                     await asyncio.sleep(0.0005)
             emitted[n] = count
 
-        loop = asyncio.new_event_loop()
-        loop.run_until_complete(emitting())
+        asyncio.run(emitting())
 
     threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(2)]
     for thread in threads:
