@@ -204,6 +204,7 @@ def _log_rows(
         lambda: loop.side(1, raw_load_once, count),
         sizes.reps,
         4,
+        settle=True,
     )
     rows.append(load_result(AREA, count, samples, SETTINGS))
     return rows

@@ -184,7 +184,9 @@ class Growth:
     summary: str
 
 
-def compare(ours: Side, baseline: Side, reps: int, blocks: int = 2) -> Samples:
+def compare(
+    ours: Side, baseline: Side, reps: int, blocks: int = 2, settle: bool = False
+) -> Samples:
     """Throughput samples of both sides, one per repetition.
 
     One untimed block of each side warms up; then each repetition prepares ``blocks``
@@ -193,6 +195,12 @@ def compare(ours: Side, baseline: Side, reps: int, blocks: int = 2) -> Samples:
     ``blocks`` is even, so that in every repetition each side runs first equally often:
     which side runs first shifts the figures (by when the garbage collector runs, for
     one), by up to a third for the 10k-event loads.
+
+    ``settle``: the collector runs (untimed) before every block, not only before each
+    repetition, so that no block pays for collections the objects of the block before
+    it started (the reads, which build their events with collection deferred and leave
+    the promotion of what they built to whatever runs next: see ``sessionstore.gcdefer``);
+    each block pays for the collections it starts itself.
     """
     if blocks % 2:
         raise ValueError(f"blocks must be even, not {blocks}")
@@ -209,6 +217,8 @@ def compare(ours: Side, baseline: Side, reps: int, blocks: int = 2) -> Samples:
             if (rep * blocks + index) % 2:
                 pair.reverse()
             for name, block in pair:
+                if settle:
+                    gc.collect()
                 start = time.perf_counter()
                 count = block()
                 totals[name][0] += count

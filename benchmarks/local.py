@@ -192,7 +192,7 @@ def _jsonl_read_rows(url: str, sizes: Sizes) -> list[Result]:
 
         return run
 
-    samples = compare(iter_side, load_side, sizes.large_reps, 2)
+    samples = compare(iter_side, load_side, sizes.large_reps, 2, settle=True)
     rows = [
         result(
             AREA_JSONL,

@@ -122,7 +122,9 @@ def _results(
     ours, peer = OurLog(store), _peer(loop, client)
     ours.fill(count)
     peer.fill(count)
-    samples = compare(lambda: load_side(ours, count), lambda: peer.get_side(count), sizes.reps, 4)
+    samples = compare(
+        lambda: load_side(ours, count), lambda: peer.get_side(count), sizes.reps, 4, settle=True
+    )
     rows.append(
         result(
             AREA,
@@ -194,6 +196,7 @@ def _session_results(
             lambda new_object=new_object: peer.get_side(count, new_object=new_object),
             sizes.reps,
             4,
+            settle=True,
         )
         rows.append(
             result(

@@ -201,6 +201,7 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
                     lambda stream=stream, count=count: _rawload_side(client, stream, count),
                     reps,
                     blocks,
+                    settle=True,
                 )
                 rows.append(load_result(AREA, count, samples, SETTINGS))
                 samples = compare(
@@ -208,6 +209,7 @@ def load_results(url: str, sizes: Sizes) -> list[Result]:
                     lambda stream=stream, count=count: _rawload_side(client, stream, count),
                     reps,
                     blocks,
+                    settle=True,
                 )
                 rows.append(
                     result(

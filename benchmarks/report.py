@@ -289,7 +289,11 @@ each note names what the time goes to and why it is still there.
   ours, ...), each block timed on its own, and each side's rate is its operations over its
   own time. The machine's pace changes within seconds; interleaving small blocks puts both
   sides under the same conditions. Multi-process comparisons alternate whole repetitions
-  in ABBA order instead.
+  in ABBA order instead. The garbage collector runs, untimed, before each repetition,
+  and for the reads (loads, `read_records_from`, `get_items`) before every block too:
+  a read builds its events with collection deferred (`sessionstore/gcdefer.py`), so the
+  collections its objects would start later land in whatever runs next; each block
+  pays only for the collections it starts itself.
 - Only the operations are timed: events are pre-built `SessionEvent` objects (dicts with
   the same content for the peer library), built before the clock starts; each side
   encodes them itself, as it would in use.
