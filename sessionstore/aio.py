@@ -31,7 +31,7 @@ from . import event_flows, telemetry, value_flows
 
 # The async writer is part of the async API, as SessionWriter is of the sync one.
 from .aio_writer import AsyncSessionWriter as AsyncSessionWriter
-from .aio_writer import OpeningWriter, open_writer
+from .aio_writer import OpeningWriter, close_from_any_loop, open_writer
 from .closing import raise_unclosed
 from .connection import open_store
 from .contracts import (
@@ -325,7 +325,7 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
         failed: list[tuple[str, BaseException]] = []
         for writer in self._drain.open_writers():
             try:
-                await writer._close_from_here()
+                await close_from_any_loop(writer)
             except Exception as exc:  # noqa: BLE001 - raised once everything is closed
                 failed.append((writer.session_id, exc))
         self._lifecycle.closed = True

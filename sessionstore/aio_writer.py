@@ -85,27 +85,6 @@ class AsyncSessionWriter(WriterShell):
         async with self._drain_lock:
             await arun(self._buffer.finish(self._context), self._context.backend)
 
-    async def _close_from_here(self) -> None:
-        """:meth:`close` awaited from any event loop: run on the writer's own loop while
-        that one runs in another thread (its lock and its calls belong there), else, or
-        once that loop stops before the close is done, here."""
-        loop, here = self._loop, asyncio.get_running_loop()
-        if loop is here:
-            return await self.close()
-        if loop.is_running():
-            there = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.close(), loop))
-            while loop.is_running():
-                done, _ = await asyncio.wait({there}, timeout=CLOSE_LOOK)
-                if done and not there.cancelled():
-                    return there.result()
-                if done:
-                    break  # cancelled there: its loop is shutting down
-            there.cancel()
-        # Its loop stopped (or is shutting down): nothing waiting there, its lock's
-        # holder included, goes on. This loop's, from now on.
-        self._loop, self._drain_lock = here, asyncio.Lock()
-        await self.close()
-
     async def __aenter__(self) -> AsyncSessionWriter:
         return self
 
@@ -124,6 +103,28 @@ class AsyncSessionWriter(WriterShell):
     async def _write(self, target: int | None) -> None:
         async with self._drain_lock:
             await arun(self._buffer.write(self._context, target), self._context.backend)
+
+
+async def close_from_any_loop(writer: AsyncSessionWriter) -> None:
+    """``writer.close()`` awaited from any event loop: run on the writer's own loop while
+    that one runs in another thread (its lock and its calls belong there), else, or
+    once that loop stops before the close is done, here."""
+    loop, here = writer._loop, asyncio.get_running_loop()
+    if loop is here:
+        return await writer.close()
+    if loop.is_running():
+        there = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(writer.close(), loop))
+        while loop.is_running():
+            done, _ = await asyncio.wait({there}, timeout=CLOSE_LOOK)
+            if done and not there.cancelled():
+                return there.result()
+            if done:
+                break  # cancelled there: its loop is shutting down
+        there.cancel()
+    # Its loop stopped (or is shutting down): nothing waiting there, its lock's
+    # holder included, goes on. This loop's, from now on.
+    writer._loop, writer._drain_lock = here, asyncio.Lock()
+    await writer.close()
 
 
 async def open_writer(
