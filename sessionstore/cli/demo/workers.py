@@ -106,6 +106,11 @@ def run_jobs(
             )
             if crash_at is not None and report.candles == crash_at:
                 writer.flush()
+                if progress is not None:
+                    # Killed while its feeder thread writes, the queue's lock, shared with
+                    # the other workers, would stay held: their exit would wait forever.
+                    progress.close()
+                    progress.join_thread()
                 os.kill(os.getpid(), signal.SIGKILL)
             answer, source, withheld = _signal(cache, closes, index, when, report)
             writer.emit(
