@@ -4,8 +4,8 @@ Every event a read builds is an object CPython's collector tracks, and every few
 of them start a collection: a 100,000-event load used to run several collections of the
 whole heap, more than half of its time (more still in a process with a large heap). The
 parse of one batch is bounded work on bytes already read: no I/O, no user code, no lock
-another thread waits for. So :class:`deferred_collection` switches the collector off for
-it and on again at its end, and the objects built are looked at once, by the next
+another thread waits for. So :class:`deferred_collection` stops automatic collection for
+it and starts it again at its end, and the objects built are looked at once, by the next
 collection, instead of by each collection the batch would have started.
 
 Collection is deferred by setting the first generation's threshold to 0 (which stops
@@ -36,8 +36,9 @@ _thresholds: tuple[int, ...] = ()
 
 
 class deferred_collection:  # noqa: N801 - used as a context manager, like contextlib's
-    """``with deferred_collection(size):`` builds a batch of ``size`` events with the
-    collector off (see the module's docstring); a no-op below :data:`DEFER_FROM`."""
+    """``with deferred_collection(size):`` builds a batch of ``size`` events with
+    automatic collection stopped (see the module's docstring); a no-op below
+    :data:`DEFER_FROM`."""
 
     __slots__ = ("_size", "_mine")
 
