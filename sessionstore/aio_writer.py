@@ -62,14 +62,17 @@ class AsyncSessionWriter(WriterShell):
     def _served_on(self) -> asyncio.AbstractEventLoop:
         """The loop the drain serves this writer on: the one that opened it, or, once
         that one is closed, the loop running now in this thread (a writer used again in
-        a later ``asyncio.run``), whose lock it takes anew while it is free."""
-        loop = self._loop
-        if loop.is_closed():
+        a later ``asyncio.run``)."""
+        if self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # no loop runs here: nothing serves it
-                loop = self._loop = asyncio.get_running_loop()
-                if not self._drain_lock.locked():
-                    self._drain_lock = asyncio.Lock()
-        return loop
+                self._move_to(asyncio.get_running_loop())
+        return self._loop
+
+    def _move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve this writer on ``loop`` from now on, with a lock of its own there: its
+        old loop stopped, so nothing waiting there, the old lock's holder included, goes
+        on."""
+        self._loop, self._drain_lock = loop, asyncio.Lock()
 
     async def flush(self) -> None:
         """Return once every event emitted before this call is durable (a failed append
@@ -121,9 +124,7 @@ async def close_from_any_loop(writer: AsyncSessionWriter) -> None:
             if done:
                 break  # cancelled there: its loop is shutting down
         there.cancel()
-    # Its loop stopped (or is shutting down): nothing waiting there, its lock's
-    # holder included, goes on. This loop's, from now on.
-    writer._loop, writer._drain_lock = here, asyncio.Lock()
+    writer._move_to(here)  # its loop stopped, or is shutting down
     await writer.close()
 
 

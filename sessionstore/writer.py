@@ -173,13 +173,9 @@ class SessionWriter(WriterShell):
         buffer = self._buffer
         if os.getpid() != buffer.owner:
             return None
-        if not self._drain_lock.acquire(blocking=False):
-            return time.monotonic() + BUSY_AGAIN
-        try:
-            with contextlib.suppress(Exception):  # noted by the buffer, raised by flush/close
-                run(self._buffer.write(self._context, None), self._context.backend)
-        finally:
-            self._drain_lock.release()
+        with contextlib.suppress(Exception):  # noted by the buffer, raised by flush or close
+            if not self._write(None, wait=False):
+                return time.monotonic() + BUSY_AGAIN
         buffer.renew_alone = False
         return buffer.next_due()
 
@@ -233,6 +229,13 @@ class SessionWriter(WriterShell):
                 dues.append(writer._buffer.next_due())
         return dues
 
-    def _write(self, target: int | None) -> None:
-        with self._drain_lock:
+    def _write(self, target: int | None, *, wait: bool = True) -> bool:
+        """Write up to ``target`` under the writer's drain lock; False, doing nothing,
+        when not ``wait``-ing and another thread holds it."""
+        if not self._drain_lock.acquire(blocking=wait):
+            return False
+        try:
             run(self._buffer.write(self._context, target), self._context.backend)
+        finally:
+            self._drain_lock.release()
+        return True
