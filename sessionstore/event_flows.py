@@ -29,7 +29,7 @@ from .eventlog import (
 )
 from .flows import Call, Flow
 from .leases import Lease, taken_over
-from .models import SessionEvent, SessionHeader, SessionInfo
+from .models import EARLIEST_TIME, SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
 from .results import LoadedSession, is_probe
 from .store_state import Lifecycle, PendingSessions
@@ -200,7 +200,7 @@ def open_writer(
                 yield from create(pending, lifecycle, header, ttl_ms)
             elif waiting != header:
                 raise SessionExistsError(session_id, header_differences(waiting, header)) from None
-            return 0, 0, lease
+            return 0, EARLIEST_TIME, lease
         if loaded.header != header:
             raise SessionExistsError(session_id, header_differences(loaded.header, header))
         return (*next_position(loaded), lease)
@@ -361,6 +361,7 @@ def delete_session(
 
 
 def next_position(loaded: LoadedSession) -> tuple[int, int]:
-    """(next seq, last time) of a loaded session: where a writer continues."""
+    """(next seq, last time) of a loaded session: where a writer continues (a log
+    without events has no last time: any time may come first, one before 1970 too)."""
     last = loaded.events[-1] if loaded.events else None
-    return (last.seq + 1, last.time) if last else (0, 0)
+    return (last.seq + 1, last.time) if last else (0, EARLIEST_TIME)

@@ -21,7 +21,9 @@ import msgpack
 import orjson
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
-_MAX_DEPTH = 250
+#: How deep data may nest (its containers, the outermost counted): an event's data sits
+#: one level down in its event's record, and ``orjson`` writes 254 levels at most.
+MAX_DEPTH = 253
 #: How many characters of a long path or value an error message keeps at each end.
 KEPT = 60
 
@@ -44,12 +46,14 @@ def dump_lossless(data: Any) -> str:
 
     Raises :class:`JSONLossError` with the path of the first offending part: NaN and
     infinities, sets, bytes, tuples, datetimes, non-string keys, cycles, integers outside
-    64 bits, strings that are not valid Unicode, and any other object.
+    64 bits, strings that are not valid Unicode, nesting deeper than :data:`MAX_DEPTH`,
+    and any other object.
     """
     if not isinstance(data, dict):
         raise JSONLossError("$", f"data must be a JSON object, not {type(data).__name__}")
     try:
-        text = orjson.dumps(data)
+        # Written one level down, as in its event's record: too deep there, too deep here.
+        text = orjson.dumps([data])[1:-1]
         if plain(data) or orjson.loads(text) == data:
             return text.decode()
     except (orjson.JSONEncodeError, TypeError, RecursionError):
@@ -102,7 +106,7 @@ def plain(value: Any) -> bool:
 def find_loss(data: Any) -> str:
     """Raise :class:`JSONLossError` for the first part of ``data`` the slow path of
     :func:`dump_lossless` refuses (a type JSON does not keep, an integer past 64 bits, a
-    NaN or infinity, a key that is not a string, a cycle, nesting past 250 levels),
+    NaN or infinity, a key that is not a string, a cycle, nesting past :data:`MAX_DEPTH`),
     walking it in Python; return "" when there is none."""
     _check(data, [], set())
     return ""
@@ -123,8 +127,8 @@ def _check(value: Any, parts: list[str | int], active: set[int]) -> None:
             raise JSONLossError(format_path(parts), f"{value!r} is not representable in JSON")
         return
     if isinstance(value, dict | list):
-        if len(parts) >= _MAX_DEPTH:
-            raise JSONLossError(format_path(parts), f"nested deeper than {_MAX_DEPTH} levels")
+        if len(parts) >= MAX_DEPTH:
+            raise JSONLossError(format_path(parts), f"nested deeper than {MAX_DEPTH} levels")
         marker = id(value)
         if marker in active:
             raise JSONLossError(format_path(parts), "cycle: the container contains itself")

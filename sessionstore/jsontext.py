@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from .jsondata import JSONLossError, dump_lossless
+from .jsondata import MAX_DEPTH, JSONLossError, dump_lossless
 from .models import MSGSPEC_RECURSION_LIMIT
 
 
@@ -61,15 +61,15 @@ def checked_texts(texts: list[bytes]) -> tuple[list[bytes], list[dict[str, Any]]
 
     One parse of the whole batch decides the usual case: every text canonical, which
     the parsed objects written back prove byte for byte (a text that is not, or that
-    holds what does not survive, writes back differently or not at all). Anything else
-    is judged text by text."""
+    holds what does not survive, writes back differently or not at all), and none
+    nested too deep (:func:`_too_deep`). Anything else is judged text by text."""
     try:
         parsed = _parsed_objects(b"[" + b",".join(texts) + b"]")
         canonical = list(map(orjson.dumps, parsed))
     except (msgspec.DecodeError, orjson.JSONDecodeError, orjson.JSONEncodeError, RecursionError):
         pass
     else:
-        if canonical == texts:
+        if canonical == texts and not any(map(_too_deep, canonical, parsed)):
             return canonical, parsed
     pairs = [_checked_text(index, text) for index, text in enumerate(texts)]
     return [text for text, _ in pairs], [data for _, data in pairs]
@@ -84,6 +84,19 @@ def _parsed_objects(joined: bytes) -> list[dict[str, Any]]:
     if set(map(type, parsed)) - {dict}:
         raise orjson.JSONDecodeError("not only objects", "", 0)
     return parsed  # type: ignore[no-any-return]
+
+
+def _too_deep(text: bytes, data: dict[str, Any]) -> bool:
+    """Whether ``data``, parsed from ``text``, nests deeper than
+    :data:`~sessionstore.jsondata.MAX_DEPTH`: written one level down, as in its event's
+    record, ``orjson`` refuses it. Only a text with more brackets than that can."""
+    if text.count(b"[") + text.count(b"{") <= MAX_DEPTH:
+        return False
+    try:
+        orjson.dumps([data])
+    except orjson.JSONEncodeError:
+        return True
+    return False
 
 
 class IndexedLossError(JSONLossError):

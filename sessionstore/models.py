@@ -30,6 +30,8 @@ from .when import now_ms
 FORMAT_VERSION = 1
 #: Integers in headers and events stay within 64 bits, so every backend stores them alike.
 INT64_MAX = 2**63 - 1
+#: The earliest ``time`` an event may carry: where a writer of a log without events starts.
+EARLIEST_TIME = -INT64_MAX
 
 
 class SessionHeader(BaseModel):

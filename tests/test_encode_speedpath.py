@@ -157,7 +157,7 @@ def test_data_too_deep_for_its_event_record_is_refused_naming_the_event():
         with pytest.raises(NotJSONSerializableError) as caught:
             encode_batch("s", _events({"x": data}, count))
         assert caught.value.seq == 0
-        assert caught.value.reason == "nested deeper than 250 levels"
+        assert caught.value.reason == f"nested deeper than {jsondata.MAX_DEPTH} levels"
 
 
 def test_each_thread_packs_with_its_own_packer():

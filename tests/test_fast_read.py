@@ -270,7 +270,7 @@ def test_stored_records_and_their_parsed_values_take_what_the_full_validation_ta
 
 
 def test_stored_events_leave_nesting_msgspec_cannot_follow_to_orjson():
-    """Appends refuse data nested deeper than 250 levels; a foreign record nested past
+    """Appends refuse data nested deeper than 253 levels; a foreign record nested past
     what msgspec follows is parsed by orjson, as the full validation parses it."""
     deep = b'{"seq":0,"type":"t","time":1,"data":{"a":' + b"[" * 1000 + b"]" * 1000 + b"}}"
     assert stored_events(b"[" + deep + b"]", 0, 1) is None

@@ -37,7 +37,7 @@ from sessionstore.errors import (
 )
 from sessionstore.flows import Apply, Call, Sleep
 from sessionstore.leases import Lease
-from sessionstore.models import SessionEvent, SessionHeader, SessionInfo
+from sessionstore.models import EARLIEST_TIME, SessionEvent, SessionHeader, SessionInfo
 from sessionstore.results import LoadedSession
 from sessionstore.session_state import SessionState, session_state
 from sessionstore.store_state import Lifecycle, PendingSessions
@@ -708,10 +708,10 @@ def test_a_writer_of_a_new_session_creates_it_pending():
     missing = loading(raises=SessionNotFoundError(SID))
     assert play(
         open_writer(pending), ACQUIRE, *missing, call(EventBackend.exists, SID, returns=False)
-    ) == (0, 0, LEASE)
+    ) == (0, EARLIEST_TIME, LEASE)
     assert pending.lookup(SID) == (header(), None)
     # Pending with the same header: opened again without asking whether it exists.
-    assert play(open_writer(pending), ACQUIRE, *missing) == (0, 0, LEASE)
+    assert play(open_writer(pending), ACQUIRE, *missing) == (0, EARLIEST_TIME, LEASE)
 
 
 def test_a_lease_held_by_another_writer_is_not_released():
@@ -891,7 +891,7 @@ def test_a_new_session_s_writer_materialises_it_with_its_first_batch():
         call(EventBackend.exists, SID, returns=False),
     )
     assert buffer.lease.epoch == 3
-    assert (buffer.next_seq, buffer.last_time, buffer.renews) == (0, 0, True)
+    assert (buffer.next_seq, buffer.last_time, buffer.renews) == (0, EARLIEST_TIME, True)
     assert pending.lookup(SID) == (header(), 60_000)
     buffer.make("note", None)
     play(

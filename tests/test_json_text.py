@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sessionstore import JSONText, NotJSONSerializableError, SessionEvent
 from sessionstore.eventlog import encode_batch
+from sessionstore.jsondata import MAX_DEPTH
 
 _SCALARS = (
     st.none()
@@ -83,3 +84,38 @@ def test_a_str_is_taken_as_its_utf8_and_other_types_are_refused():
     assert _batch(JSONText('{"é": 1}')) == _batch({"é": 1})
     with pytest.raises(TypeError, match="JSONText takes a str or bytes, not int"):
         JSONText(5)  # type: ignore[arg-type]
+
+
+def _nested(depth: int) -> dict[str, object]:
+    """An object holding arrays down to ``depth`` levels, the object counted."""
+    inner: object = 1
+    for _ in range(depth - 1):
+        inner = [inner]
+    return {"a": inner}
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 2])
+@pytest.mark.parametrize("count", [1, 3])
+def test_data_nested_past_the_limit_is_refused_as_text_and_as_data_alike(depth, count):
+    data = _nested(depth)
+    text = b'{"a":' + b"[" * (depth - 1) + b"1" + b"]" * (depth - 1) + b"}"
+    verdicts = set()
+    for given_data in (data, JSONText(text), msgspec.Raw(text), JSONText(text + b" ")):
+        events = [SessionEvent(seq=seq, type="note", time=0, data={}) for seq in range(count)]
+        events[-1] = SessionEvent(seq=count - 1, type="deep", time=0, data=given_data)
+        try:
+            stored = encode_batch("s", events).texts
+        except NotJSONSerializableError as exc:
+            assert (exc.event_type, exc.seq) == ("deep", count - 1)
+            assert exc.reason == f"nested deeper than {MAX_DEPTH} levels" or exc.path == "$"
+            verdicts.add("refused")
+        else:
+            assert orjson.loads(stored[-1])["data"] == data
+            assert stored == _batch_of(events[:-1], data)
+            verdicts.add("stored")
+    assert verdicts == {"stored" if depth <= MAX_DEPTH else "refused"}
+
+
+def _batch_of(events: list[SessionEvent], data: object) -> list[bytes]:
+    last = SessionEvent(seq=len(events), type="deep", time=0, data=data)
+    return encode_batch("s", [*events, last]).texts

@@ -842,6 +842,23 @@ def test_writer_stamps_events_with_the_logical_time_given_to_emit(store):
     assert [i.last_time for i in store.events.list_info()] == [T + HOUR]
 
 
+def test_writer_of_a_log_without_events_takes_any_time_first(store):
+    """A log with no event yet has no time to go back from: 1969 comes first as well."""
+    moon = dt.datetime(1969, 7, 20, 20, 17, tzinfo=dt.UTC)
+    early = int(moon.timestamp() * 1000)
+    made = header("made")
+    store.events.create(made)
+    for h in (header("fresh"), made):
+        session_id = h.id
+        w = store.events.writer(h)
+        assert w.emit("candle", {"n": 0}, time=moon).time == early
+        assert w.emit("candle", {"n": 1}, time=early + HOUR).time == early + HOUR
+        with pytest.raises(EventTimeOrderError):
+            w.emit("candle", {"n": 2}, time=early)
+        w.close()
+        assert [e.time for e in store.events.load(session_id).events] == [early, early + HOUR]
+
+
 def test_writer_refuses_a_time_before_the_event_before_it(store):
     h = header("w")
     w = store.events.writer(h)
