@@ -35,6 +35,7 @@ from sessionstore.integrations.langgraph import (  # noqa: E402
     ThreadDeletedError,
     session_id,
 )
+from sessionstore.integrations.langgraph.layout import THREAD_ID_BYTES  # noqa: E402
 
 
 class Steps(TypedDict):
@@ -584,6 +585,76 @@ def test_a_graph_whose_thread_is_deleted_mid_run_stops_with_the_typed_error(
         graph.invoke({"log": []}, thread("t"))
     assert admin.get_tuple(thread("t")) is None
     assert list(admin.list(None)) == []
+
+
+def test_a_run_that_saves_on_exit_never_brings_back_a_thread_deleted_as_it_ran(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    running, admin = savers
+    deletions = [admin.delete_thread]
+
+    def deleting(state: Steps) -> dict[str, Any]:
+        while deletions:
+            deletions.pop()("t")  # another process, as the graph runs
+        return {"log": ["first"]}
+
+    graph = steps_graph(first=deleting).compile(checkpointer=running)
+    with pytest.raises(ThreadDeletedError):
+        graph.invoke({"log": []}, thread("t"), durability="exit")
+    assert admin.get_tuple(thread("t")) is None
+    # A run begun after the deletion starts the thread afresh.
+    assert graph.invoke({"log": []}, thread("t"), durability="exit")["log"] == [
+        "first",
+        "second",
+    ]
+
+
+@pytest.mark.parametrize("durability", ["exit", "sync"])
+def test_of_two_runs_starting_one_new_thread_the_second_to_save_is_refused(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], durability: str
+) -> None:
+    late, early = savers
+    other = steps_graph(first=lambda state: {"log": ["other"]}).compile(checkpointer=early)
+
+    def racing(state: Steps) -> dict[str, Any]:
+        # Another runner starts the same new thread and saves before this run does.
+        other.invoke({"log": []}, thread("t"), durability=durability)
+        return {"log": ["first"]}
+
+    graph = steps_graph(first=racing).compile(checkpointer=late)
+    if durability == "exit":
+        with pytest.raises(ThreadConflictError) as caught:
+            graph.invoke({"log": []}, thread("t"), durability=durability)
+        assert caught.value.parent is None
+    else:  # its first checkpoint was saved before the other run began: the other goes on
+        with pytest.raises(ThreadConflictError):
+            graph.invoke({"log": []}, thread("t"), durability=durability)
+    assert_one_chain(early, "t")
+    roots = [t for t in early.list(thread("t")) if t.parent_config is None]
+    assert len(roots) == 1
+    state = early.get_tuple(thread("t"))
+    assert state is not None and "other" in state.checkpoint["channel_values"]["log"]
+
+
+def test_a_put_without_a_parent_from_outside_a_run_is_checked_against_deletion_only(
+    saver: SessionStoreSaver,
+) -> None:
+    first = put(saver, "t", None)
+    second = put(saver, "t", None)  # as LangGraph's conformance suite puts them
+    assert {t.checkpoint["id"] for t in saver.list(thread("t"))} == {first, second}
+
+
+def test_a_thread_id_too_long_for_its_compaction_copy_is_refused_before_any_write(
+    saver: SessionStoreSaver,
+) -> None:
+    longest = "x" * THREAD_ID_BYTES
+    root = put(saver, longest, None)
+    saver.prune([longest])
+    assert saver.get_tuple(thread(longest)).checkpoint["id"] == root
+    for too_long in ("x" * (THREAD_ID_BYTES + 1), "é" * (THREAD_ID_BYTES // 2 + 1)):
+        with pytest.raises(InvalidArgumentError, match=f"longer than {THREAD_ID_BYTES} bytes"):
+            put(saver, too_long, None)
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [longest]
 
 
 def test_prune_and_delete_for_runs_never_create_a_thread(saver: SessionStoreSaver) -> None:

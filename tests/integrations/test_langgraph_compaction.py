@@ -9,13 +9,16 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from itertools import chain
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.conformance")
 
 from conftest import BACKENDS, url_for  # noqa: E402
+from langgraph.channels.delta import DeltaChannel  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
 
 import sessionstore  # noqa: E402
 from integrations.test_langgraph import assert_one_chain, checkpoint, thread  # noqa: E402
@@ -123,6 +126,57 @@ def test_delete_for_runs_gives_their_space_back(store: sessionstore.Store) -> No
     assert store.events.stored_bytes(session_id("t")) < before * 0.7
     assert [t.checkpoint["id"] for t in saver.list(thread("t"))] == kept[::-1]
     assert_reads_as_latest(saver, kept[-1], 1)
+
+
+def test_writes_to_a_removed_checkpoint_are_refused_and_their_space_comes_back(
+    store: sessionstore.Store,
+) -> None:
+    saver = SessionStoreSaver(store)
+    ids = grow(saver, 3)
+    saver.prune(["t"])
+    removed = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[0]}}
+    sid = session_id("t")
+    count = len(store.events.read_from(sid, 0))
+    with pytest.raises(ThreadDeletedError) as caught:
+        saver.put_writes(removed, [("late", "y" * BIG)], "late-task")
+    assert caught.value.checkpoint_id == ids[0]
+    assert len(store.events.read_from(sid, 0)) == count  # nothing written
+    # Writes that a version taking them left behind are given back by the next prune.
+    late = {"ns": "", "checkpoint": ids[0], "task": "late", "path": ""}
+    late["writes"] = [[0, "late", saver._codec.pack("y" * BIG)]]
+    pruned = store.events.stored_bytes(sid)
+    saver._run(saver._threads.append("t", lambda thread: [("writes", late)]))
+    assert store.events.stored_bytes(sid) > pruned + BIG
+    saver.prune(["t"])
+    assert store.events.stored_bytes(sid) < pruned + BIG / 2
+    assert_reads_as_latest(saver, ids[-1], 2)
+
+
+class Delta(TypedDict):
+    log: Annotated[
+        list[str],
+        DeltaChannel(lambda state, batches: [*state, *chain(*batches)], list, snapshot_frequency=3),
+    ]
+
+
+def test_keep_latest_keeps_what_delta_channels_are_rebuilt_from(store: sessionstore.Store) -> None:
+    builder = StateGraph(Delta)
+    builder.add_node("node", lambda state: {"log": ["node"]})
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    saver = SessionStoreSaver(store)
+    graph = builder.compile(checkpointer=saver)
+    expected: list[str] = []
+    for run in range(5):
+        graph.invoke({"log": [f"in{run}"]}, thread("t"))
+        expected += [f"in{run}", "node"]
+    count = len(list(saver.list(thread("t"))))
+    assert graph.get_state(thread("t")).values["log"] == expected
+    saver.prune(["t"])
+    kept = len(list(saver.list(thread("t"))))
+    assert 1 < kept < count  # back to the last snapshot, no further
+    assert graph.get_state(thread("t")).values["log"] == expected
+    assert graph.invoke({"log": ["in5"]}, thread("t"))["log"] == [*expected, "in5", "node"]
 
 
 @pytest.fixture(params=["file", "redis"])

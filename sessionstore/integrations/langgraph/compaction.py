@@ -259,8 +259,9 @@ def compacted(events: list[SessionEvent], codec: Codec) -> list[SessionEvent]:
         for entry in saved.values()
         for channel, version in codec.unpack(entry.checkpoint)["channel_versions"].items()
     }
-    # The writes of a checkpoint that a later ``remove`` took away count for nothing.
-    removed_later: set[tuple[str, str]] = set()
+    # The writes of a checkpoint that a later ``remove`` took away count for nothing, nor
+    # do those of a checkpoint removed for good that came after it (older versions took them).
+    removed_later: set[tuple[str, str]] = set(final.removed)
     kept: list[SessionEvent] = []
     for event in reversed(events):
         data, kind = event.data, event.type

@@ -10,18 +10,23 @@ class ThreadConflictError(SessionStoreError):
     """A checkpoint was refused because its parent is no longer the latest checkpoint
     of its thread and namespace: another runner of the thread (in this process or
     another) wrote a newer one since this one read the thread. Nothing was written; the
-    thread keeps one chain. ``parent`` is the checkpoint this write continued from,
-    ``latest`` the newer one stored."""
+    thread keeps one chain. ``parent`` is the checkpoint this write continued from (None
+    for the first of a run that found the thread without checkpoints, which another
+    runner started since), ``latest`` the newer one stored."""
 
-    def __init__(self, thread_id: str, checkpoint_ns: str, parent: str, latest: str) -> None:
+    def __init__(self, thread_id: str, checkpoint_ns: str, parent: str | None, latest: str) -> None:
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.parent = parent
         self.latest = latest
+        if parent is None:
+            found = "this run found the thread without checkpoints, and another runner wrote "
+            found += f"checkpoint {latest} since"
+        else:
+            found = f"another runner wrote checkpoint {latest} after {parent}, which this "
+            found += "checkpoint continues from"
         super().__init__(
-            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): another runner wrote "
-            f"checkpoint {latest} after {parent}, which this checkpoint continues from; "
-            "nothing was written"
+            f"thread {thread_id!r} (namespace {checkpoint_ns!r}): {found}; nothing was written"
         )
 
 

@@ -36,7 +36,9 @@ import secrets
 import time
 from typing import Any
 
-from sessionstore import SessionEvent
+from sessionstore import InvalidArgumentError, SessionEvent
+from sessionstore.eventlog import HEADER_FIELD_BYTES
+from sessionstore.jsondata import short_repr
 
 #: The event log of thread ``T`` is ``PREFIX + T``.
 PREFIX = "langgraph:"
@@ -53,6 +55,9 @@ VOID = "void"
 HOLDING = (CHECKPOINT, WRITES, REMOVE, BLOBS)
 #: While a compaction of thread ``T`` runs, its sealed log is kept as ``BACKUP_PREFIX + T``.
 BACKUP_PREFIX = "langgraph-compacting:"
+#: The most bytes (UTF-8) of a thread id: its compaction copy's log id must fit in a
+#: session id.
+THREAD_ID_BYTES = HEADER_FIELD_BYTES - len(BACKUP_PREFIX)
 #: The field of every event's data naming the id of the last event that counted when it
 #: was written (None for the first). Only an event naming the last event that counts
 #: before it counts: one written by a writer that read a log since deleted (and landed on
@@ -69,13 +74,24 @@ Entries = list[tuple[str, dict[str, Any]]]
 
 def session_id(thread_id: Any) -> str:
     """The event log of ``thread_id`` (LangGraph's thread ids are strings; others are
-    taken as their ``str``)."""
-    return PREFIX + str(thread_id)
+    taken as their ``str``); :class:`~sessionstore.InvalidArgumentError` for one longer
+    than :data:`THREAD_ID_BYTES`."""
+    return PREFIX + _checked(thread_id)
 
 
 def backup_id(thread_id: Any) -> str:
     """Where a compaction keeps the sealed log of ``thread_id`` while it runs."""
-    return BACKUP_PREFIX + str(thread_id)
+    return BACKUP_PREFIX + _checked(thread_id)
+
+
+def _checked(thread_id: Any) -> str:
+    text = str(thread_id)
+    if len(text) * 4 > THREAD_ID_BYTES and len(text.encode("utf-8", "replace")) > THREAD_ID_BYTES:
+        raise InvalidArgumentError(
+            f"thread id {short_repr(text)} is longer than {THREAD_ID_BYTES} bytes (UTF-8), the"
+            " most a thread id holds (its log's id and its compaction copy's must fit)"
+        )
+    return text
 
 
 def thread_ids(session_ids: list[str]) -> Names:

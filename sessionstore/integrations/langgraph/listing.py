@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
 
 from .access import Flow, Threads
 from .codec import Codec
+from .ownership import RunStarts
 from .thread import Thread
 
 #: What ``list`` gives.
@@ -19,14 +20,17 @@ Tuples = list[CheckpointTuple]
 
 
 def get_tuple(
-    threads: Threads, codec: Codec, config: RunnableConfig
+    threads: Threads, codec: Codec, config: RunnableConfig, starts: RunStarts | None = None
 ) -> Flow[CheckpointTuple | None]:
     """The checkpoint of ``config`` (its ``checkpoint_id``, else the latest of its
-    thread and ``checkpoint_ns``) with its pending writes; None when there is none."""
+    thread and ``checkpoint_ns``) with its pending writes; None when there is none. A
+    run's first read is noted in ``starts``."""
     configurable = config["configurable"]
     thread_id = configurable["thread_id"]
     ns = configurable.get("checkpoint_ns", "")
     thread = yield from threads.read(thread_id, refresh=True)
+    if starts is not None:
+        starts.read(config, thread_id, thread)
     saved = thread.checkpoints.get(ns)
     if not saved:
         return None

@@ -18,22 +18,28 @@ write that lost the race to another reads what landed first and is checked again
   - one LangGraph marks as a branch: ``source="fork"`` (a replay) and ``"update"``
     (``update_state``) (:data:`BRANCHING`).
 
-  A ``put`` without a parent (a new thread's first checkpoint) is checked only against a
-  deletion: two runners starting one new thread at once each put one, and the one that
-  continues from the older finds it is not the latest at its next ``put``. So are two
+  A ``put`` without a parent (a new thread's first checkpoint) of a graph's run is
+  checked against what the run found when it started (:class:`RunStarts`: LangGraph's
+  run reads the thread first, then puts with the same run object in its config): a
+  thread that has a checkpoint of its own by then (another runner started it) raises
+  :class:`.ThreadConflictError`, one deleted since raises :class:`.ThreadDeletedError`;
+  so a run with ``durability="exit"``, whose only ``put`` comes at its end, neither
+  forks a new thread another started nor brings back one deleted while it ran. A
+  ``put`` without a parent from outside a run (the saver called directly, a run
+  forgotten among :data:`RUNS_KEPT` later ones) is checked against a deletion only. Two
   runs given one ``checkpoint_id`` at once, or a run given the latest checkpoint's id
-  and a runner going on from it: each puts its branch's first checkpoint, and the one
-  whose branch is not the latest is refused at its next ``put`` (what a run saw when
-  it read the thread does not reach ``put``: LangGraph passes the caller's config and
-  the parent only);
+  and a runner going on from it, each put their branch's first checkpoint, and the one
+  whose branch is not the latest is refused at its next ``put``;
 * ``delete_thread`` seals the log (waiting for a compaction under way, see
   :mod:`.compaction`), deletes it and writes it anew with a ``deleted`` event; a
   ``put`` whose parent is not stored, and a ``put`` without a parent or a
   ``put_writes`` of a checkpoint made before the deletion, raise
   :class:`.ThreadDeletedError`: a graph still running never brings the thread back.
   A write that took seq 0 of the new log before the ``deleted`` event is deleted again.
-  ``put_writes`` of a checkpoint not stored yet is accepted otherwise (LangGraph does
-  not wait for the ``put`` of a checkpoint before writing for it).
+  ``put_writes`` of a checkpoint that ``prune`` or ``delete_for_runs`` removed raises
+  :class:`.ThreadDeletedError` too; of a checkpoint not stored yet it is accepted
+  otherwise (LangGraph does not wait for the ``put`` of a checkpoint before writing for
+  it).
 
 A subgraph's checkpoints (namespaces of their own) are not checked: a stateful
 subgraph goes on from an older checkpoint of its own after each tick, replay or fork of
@@ -44,8 +50,10 @@ root checkpoint leads to).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from langgraph.checkpoint.base.id import uuid6
 
@@ -79,6 +87,55 @@ ROOT = ""
 #: Sources of checkpoints that branch off on purpose: LangGraph's replay from an
 #: earlier checkpoint ("fork") and ``update_state`` ("update").
 BRANCHING = ("fork", "update")
+#: The key of ``configurable`` under which LangGraph passes a graph's run object: the
+#: same object in the run's every call of the saver (its first read and its puts).
+RUN_KEY = "__pregel_runtime"
+#: How many runs that started on a thread without checkpoints a saver remembers.
+RUNS_KEPT = 1024
+#: A run :class:`RunStarts` has not seen start.
+UNSEEN: Final = object()
+
+
+class RunStarts:
+    """What each run of a graph that started on a thread with no checkpoint of its own
+    (LangGraph's run reads the thread's latest checkpoint first) found there: the
+    thread's deletion mark then. Kept by the run object's identity (it holds the object,
+    so the identity is not reused meanwhile) until the run's ``put`` without a parent,
+    the last :data:`RUNS_KEPT` runs."""
+
+    def __init__(self) -> None:
+        self._found: OrderedDict[tuple[int, str], tuple[object, str | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, config: Mapping[str, Any], thread_id: str, thread: Thread) -> None:
+        """Note what the run of ``config`` (if a run's) found of the thread's own graph
+        when it read the latest checkpoint (no ``checkpoint_id`` given)."""
+        configurable = config.get("configurable", {})
+        run = configurable.get(RUN_KEY)
+        if run is None or configurable.get("checkpoint_ns", ROOT) != ROOT:
+            return
+        if configurable.get("checkpoint_id"):
+            return
+        key = (id(run), thread_id)
+        with self._lock:
+            if thread.latest(ROOT) is None:
+                self._found[key] = (run, thread.deleted_before)
+                self._found.move_to_end(key)
+                while len(self._found) > RUNS_KEPT:
+                    self._found.popitem(last=False)
+            else:
+                self._found.pop(key, None)
+
+    def started(self, config: Mapping[str, Any], thread_id: str) -> object:
+        """The deletion mark the run of ``config`` found when it started on the thread
+        without checkpoints (forgotten now: a run puts without a parent once);
+        :data:`UNSEEN` when it did not, or is not a run."""
+        run = config.get("configurable", {}).get(RUN_KEY)
+        if run is None:
+            return UNSEEN
+        with self._lock:
+            found = self._found.pop((id(run), thread_id), None)
+        return UNSEEN if found is None or found[0] is not run else found[1]
 
 
 def caller_named(config: Mapping[str, Any], ns: str) -> frozenset[str]:
@@ -106,9 +163,11 @@ def put(
     data: dict[str, Any],
     source: object,
     named: frozenset[str] = frozenset(),
+    started: object = UNSEEN,
 ) -> Flow[None]:
     """Append the ``checkpoint`` event ``data``, refused as the module says (``source``
-    is its metadata's, ``named`` what the run's caller named, see :func:`caller_named`)."""
+    is its metadata's, ``named`` what the run's caller named, see :func:`caller_named`,
+    ``started`` what its run found when it started, see :class:`RunStarts`)."""
     ns, checkpoint_id, parent = data["ns"], data["id"], data["parent"]
     on_purpose = source in BRANCHING or parent in named
 
@@ -117,6 +176,11 @@ def put(
         if checkpoint_id in saved:  # put again: it replaces itself
             pass
         elif parent is None:
+            if started is not UNSEEN and ns == ROOT and not on_purpose:
+                if thread.deleted_before != started:
+                    raise ThreadDeletedError(thread_id, ns, checkpoint_id)
+                if (latest := thread.latest(ns)) is not None:
+                    raise ThreadConflictError(thread_id, ns, None, latest)
             thread.check_not_deleted(thread_id, ns, checkpoint_id)
         elif parent not in saved:
             raise ThreadDeletedError(thread_id, ns, parent)
@@ -133,9 +197,9 @@ def put_writes(threads: Threads, thread_id: str, data: dict[str, Any]) -> Flow[N
 
     def entries(thread: Thread) -> Entries:
         # Writes may land before the put of their checkpoint (LangGraph does not
-        # wait for it): only a checkpoint of a deleted thread is refused.
+        # wait for it): only a checkpoint removed, or of a deleted thread, is refused.
         if checkpoint_id not in thread.checkpoints.get(ns, {}):
-            thread.check_not_deleted(thread_id, ns, checkpoint_id)
+            thread.check_not_removed(thread_id, ns, checkpoint_id)
         return [(WRITES, data)]
 
     yield from threads.append(thread_id, entries)

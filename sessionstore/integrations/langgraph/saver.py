@@ -30,6 +30,7 @@ from . import compaction, listing, ownership, retention
 from .access import Call, Flow, Threads
 from .codec import Codec
 from .driver import acall_on, arun, call_on, in_own_loop, run
+from .ownership import UNSEEN, RunStarts
 
 _T = TypeVar("_T")
 #: How many locks the sync writes of a saver's threads share (by thread id).
@@ -94,6 +95,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         self._alocks = weakref.WeakKeyDictionary()
         self._alocks_lock = threading.Lock()
         codec = self._codec
+        self._starts = RunStarts()
         self._threads = Threads(
             ttl,
             bool(refresh_on_read),
@@ -122,7 +124,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             config, checkpoint, metadata, new_versions
         )
         named = ownership.caller_named(config, data["ns"])
-        return stored, ownership.put(self._threads, thread_id, data, metadata.get("source"), named)
+        source = metadata.get("source")
+        started = self._starts.started(config, thread_id) if data["parent"] is None else UNSEEN
+        return stored, ownership.put(self._threads, thread_id, data, source, named, started)
 
     def _put_writes(
         self,
@@ -141,7 +145,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint of ``config`` (its ``checkpoint_id``, else the latest of its
         thread and ``checkpoint_ns``) with its pending writes; None when there is none."""
-        return self._run(listing.get_tuple(self._threads, self._codec, config))
+        return self._run(listing.get_tuple(self._threads, self._codec, config, self._starts))
 
     def list(
         self,
@@ -240,7 +244,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """:meth:`get_tuple`, awaited."""
-        return await self._arun(listing.get_tuple(self._threads, self._codec, config))
+        return await self._arun(listing.get_tuple(self._threads, self._codec, config, self._starts))
 
     async def alist(
         self,

@@ -49,6 +49,8 @@ class Thread:
     valid_id: str | None = None
     #: The mark of the last deletion: checkpoints made before it are of the deleted thread.
     deleted_before: str | None = None
+    #: The checkpoints (namespace, id) that ``prune`` or ``delete_for_runs`` removed since.
+    removed: frozenset[tuple[str, str]] = frozenset()
     #: Whether the last event that counts is a ``seal``: a compaction is under way.
     sealed: bool = False
     #: The time (epoch ms) of the last ``seal`` that counts.
@@ -64,6 +66,13 @@ class Thread:
         thread was last deleted."""
         if self.deleted_before is not None and checkpoint_id <= self.deleted_before:
             raise ThreadDeletedError(thread_id, ns, checkpoint_id)
+
+    def check_not_removed(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was removed (by
+        ``prune`` or ``delete_for_runs``) or made before the thread was last deleted."""
+        if (ns, checkpoint_id) in self.removed:
+            raise ThreadDeletedError(thread_id, ns, checkpoint_id)
+        self.check_not_deleted(thread_id, ns, checkpoint_id)
 
     def continued_by(self, event: SessionEvent) -> bool:
         """Whether ``event`` is the last event folded here (so the log read on from it
@@ -85,6 +94,7 @@ class Thread:
             dict(self.blobs),
             dict(self.writes),
             deleted_before=self.deleted_before,
+            removed=self.removed,
         )
         thread.valid_id, thread.sealed = self.valid_id, self.sealed
         thread.sealed_at, thread.reopened = self.sealed_at, self.reopened
@@ -115,6 +125,8 @@ class Thread:
             if event.type == CHECKPOINT:
                 saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
                 _own(self.checkpoints, ns, owned)[data["id"]] = saved
+                if (ns, data["id"]) in self.removed:  # put again since
+                    self.removed = self.removed - {(ns, data["id"])}
                 self._latest[ns] = max(self._latest.get(ns, ""), data["id"])
         elif event.type == WRITES:
             stored = _own(self.writes, (data["ns"], data["checkpoint"]), owned)
@@ -123,6 +135,10 @@ class Thread:
                 if idx < 0 or (task, idx) not in stored:
                     stored[(task, idx)] = (channel, value, path)
         elif event.type == REMOVE:
+            # A compaction leaves no checkpoint event of those: each listed counts.
+            self.removed = self.removed | {
+                (ns, checkpoint_id) for ns, checkpoint_id in data["checkpoints"]
+            }
             for ns, checkpoint_id in data["checkpoints"]:
                 if checkpoint_id in self.checkpoints.get(ns, {}):
                     saved_ns = _own(self.checkpoints, ns, owned)
@@ -134,6 +150,7 @@ class Thread:
                 self.writes.pop((ns, checkpoint_id), None)
         elif event.type == DELETED:
             self.checkpoints, self.blobs, self.writes, self._latest = {}, {}, {}, {}
+            self.removed = frozenset()
             self.deleted_before = max(self.deleted_before or "", data["before"])
 
 
