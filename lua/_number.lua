@@ -18,3 +18,33 @@ local function stored_integer(text)
   end
   return tonumber(text)
 end
+
+-- The largest epoch the library writes is a time in ms; any integer Lua holds exactly
+-- (2^53 - 1) passes.
+local EPOCH_MAX = 9007199254740991
+
+-- the epoch stored as text (a writer lease's, see lease_acquire.lua), or nil when text
+-- is not one the library writes
+local function epoch_of(text)
+  local epoch = stored_integer(text)
+  if epoch and math.abs(epoch) <= EPOCH_MAX then
+    return epoch
+  end
+  return nil
+end
+
+-- the epoch held by the epoch key `key` (0 when there is none); raises CORRUPT naming
+-- the key when it holds anything else the library never writes (bounded_get,
+-- _limits.lua, measures it first)
+local function stored_epoch(key)
+  local text = bounded_get(key, 24)
+  if not text then
+    return 0
+  end
+  local epoch = epoch_of(text)
+  if not epoch then
+    error({err = 'CORRUPT the epoch key ' .. key .. ' holds ' .. string.format('%q', text)
+      .. ', not an epoch the library writes'})
+  end
+  return epoch
+end

@@ -5,12 +5,13 @@
 -- KEYS[1] - the history versions zset (member = score = when, integer text)
 -- KEYS[2] - the history values hash (when -> msgpack bytes, "" for a recorded clear)
 -- ARGV[1] - the latest time wanted (integer text)
--- ARGV[2] - how many versions at most (integer text, from 1)
+-- ARGV[2] - how many versions at most (integer text, from 1; anything else is taken as
+--           the nearest of 1 and HISTORY_PAGE_MAX)
 -- returns {when, value, when, value, ...}, newest first; a version whose value is
 --         missing from the hash (damaged) comes with false
 
 local HISTORY_PAGE_MAX = 1000
-local limit = math.min(tonumber(ARGV[2]) or 1, HISTORY_PAGE_MAX)
+local limit = math.max(1, math.min(math.floor(tonumber(ARGV[2]) or 1), HISTORY_PAGE_MAX))
 local found = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'LIMIT', 0, limit)
 if #found == 0 then
   return {}

@@ -12,17 +12,18 @@
 --         before, also when its epoch key is gone with the session; lapsed is 1 when the
 --         stored epoch was positive (a lease that lapsed without being released: taken
 --         over), else 0; 0 when another owner holds it (nothing written)
--- Every check runs before the first write; the work is a fixed number of commands.
+-- Every check runs before the first write; the work is a fixed number of commands. An
+-- epoch key holding what the library never writes raises CORRUPT naming it.
 
 check_token('a writer lease owner', ARGV[1])
 local held = bounded_hmget(KEYS[1], {'owner', 'epoch'})
 if held[1] and held[1] ~= ARGV[1] then
   return 0
 end
-local epoch = held[1] and tonumber(held[2])
+local epoch = held[1] and epoch_of(held[2])
 local lapsed = 0
 if not epoch then
-  local stored = tonumber(bounded_get(KEYS[2], 24)) or 0
+  local stored = stored_epoch(KEYS[2])
   if stored > 0 then lapsed = 1 end
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

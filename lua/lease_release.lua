@@ -12,8 +12,8 @@ local held = bounded_hmget(KEYS[1], {'owner', 'epoch'})
 if held[1] ~= ARGV[1] then
   return 0
 end
-local epoch = tonumber(held[2])
-local stored = tonumber(bounded_get(KEYS[2], 24))
+local epoch = epoch_of(held[2])
+local stored = stored_epoch(KEYS[2])
 redis.call('UNLINK', KEYS[1])
 if epoch and stored == epoch then
   -- KEEPTTL: the key keeps the session's expiry (see log_append.lua).

@@ -85,7 +85,7 @@ local fence = ARGV[#ARGV]
 -- Fencing: a writer whose lease was taken over since it took it writes nothing. Its own
 -- epoch, expired or released, stays the newest until another lease is taken.
 if fence ~= '' then
-  local stored = tonumber(bounded_get(KEYS[4], 24)) or 0
+  local stored = stored_epoch(KEYS[4])
   if math.abs(stored) > tonumber(fence) then
     return {'BUSY'}
   end

@@ -394,3 +394,41 @@ def test_on_a_cluster_an_index_lost_on_its_node_is_written_again_by_the_next_wri
         for history in (False, True):
             store.session(f"A-{int(history)}", "s", "e", "1h", history=history).set_data(3, T0)
         assert listed(store) == (["s-B"], ["A-0", "A-1", "B-0", "B-1"])
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_listing_pages_through_an_index_its_tenant_flooded(server, ns):
+    """A tenant may fill its own index by hand (50,000 entries, none of them data): its
+    listing, as the least-privilege user, reads the index a bounded page a call
+    (``ZSCAN``), never the whole index in one command, and lists what exists."""
+    client = admin(server)
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", library().source)
+    client.execute_command(*setuser_args("flood", "pw", ns))
+    url = f"redis://flood:pw@127.0.0.1:{server.port}/0?durability=none"
+    with sessionstore.connect(url, ns) as store:
+        fill(store)
+        sessions, _ = keys.index_keys(ns)
+        later = (int(time.time()) + 3600) * 1000  # too young for a listing to clean
+        for start in range(0, 50_000, 10_000):
+            client.zadd(sessions, {f"planted-{n}": later for n in range(start, start + 10_000)})
+        zranges, zscans = _calls(client, "zrange"), _calls(client, "zscan")
+        assert listed(store)[0] == ["s-0", "s-1", "s-2"]
+        assert _calls(client, "zrange") == zranges
+        assert _calls(client, "zscan") - zscans >= 50_000 // 1_000
+    client.acl_deluser("flood")
+    client.close()
+
+
+def test_a_user_whose_acl_predates_zscan_still_lists(server, ns):
+    client = admin(server)
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", library().source)
+    client.execute_command(*setuser_args("older", "pw", ns), "-zscan")
+    url = f"redis://older:pw@127.0.0.1:{server.port}/0?durability=none"
+    with sessionstore.connect(url, ns) as store:
+        fill(store)
+        assert listed(store) == (["s-0", "s-1", "s-2"], ["SYM0", "SYM1"])
+    client.acl_deluser("older")
+    client.close()

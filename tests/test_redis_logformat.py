@@ -109,11 +109,12 @@ def test_damage_gives_the_same_error_in_both_shapes(what):
 def test_a_reply_that_fills_its_window_continues_after_its_last_entry():
     plan = LogRead("s", 0, None)
     bound = WINDOW + ENTRY_EVENTS - 1
-    assert plan.first_range() == ("0-0", f"{bound}-{2**64 - 1}", None)
+    assert plan.first_range() == ("0-0", f"{bound}-{2**64 - 1}", bound + 2)
     plan.take_meta({**META, b"next_seq": b"%d" % (3 * WINDOW)})
     plan.take(flat([entry(seq) for seq in range(bound + 1)]))
     assert not plan.done
-    assert plan.next_range() == (f"({bound}-1", f"{2 * bound + 1}-{2**64 - 1}", None)
+    assert plan.next_range() == (f"({bound}-1", f"{2 * bound + 1}-{2**64 - 1}", bound + 3)
+
 
 
 def test_a_reply_that_ends_before_its_window_is_missing_events():

@@ -6,15 +6,18 @@ entry it added before; with ``durability="replicas:N"`` confirmed by N replicas 
 data is, so a failover never keeps a session's data without its entry); listings read
 the index instead of scanning the keyspace:
 
-1. ``ZRANGE`` of the index (one slot, also on a cluster);
+1. ``ZSCAN`` of the index (one slot, also on a cluster), :data:`SCAN_COUNT` entries a
+   call whatever its size (a tenant may fill its own index by hand), then sorted as
+   ``ZRANGE`` gives them; a user whose ACL predates ``ZSCAN`` reads it with one
+   ``ZRANGE``;
 2. one pipelined check per entry (``HGETALL`` of a session's meta hash, ``HGET w`` of a
    value hash, ``EXISTS`` of a history) -- on a cluster redis-py splits the pipeline by
    node;
 3. entries whose data is gone are skipped, and those older than
    :data:`~sessionstore.keys.GRACE_MS` are removed by ``index_forget.lua``.
 
-So a listing costs one call per 1,000 entries of the namespace, whatever the size of the
-server's keyspace, and needs no ``SCAN``. :func:`rebuild` (``sessionstore doctor
+So a listing costs a few calls per 1,000 entries of the namespace, each bounded, whatever
+the size of the server's keyspace, and needs no ``SCAN``. :func:`rebuild` (``sessionstore doctor
 --fix``) indexes data written before the index existed; it needs ``SCAN``, so an admin
 runs it once.
 """
@@ -30,7 +33,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from .. import keys
 from ..drive import Steps
-from ..errors import InvalidArgumentError
+from ..errors import AccessDeniedError, InvalidArgumentError
 from ..jsondata import elide
 from ..when import now_ms
 from . import scripts
@@ -101,7 +104,8 @@ def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
 class Listing:
     """One listing of an index, sans I/O: what to send, and what the replies mean.
 
-    A driver sends :meth:`range_command`, hands the reply to :meth:`take_range`, sends
+    A driver scans the index and hands the pages to :meth:`take_scanned` (or a whole
+    ``ZRANGE`` reply to :meth:`take_range`), sends
     the checks of each :meth:`chunks` (queued by ``queue``) and hands their replies to
     :meth:`take_checks`; then sends :meth:`forget_calls`. :attr:`found` holds (member,
     check reply) of every entry whose data is there; an error reply about the data (a key
@@ -120,13 +124,19 @@ class Listing:
     def of(cls, index: str, queue: Queue) -> Listing:
         return cls(index, queue, [], [], [], [])
 
-    def range_command(self) -> scripts.Command:
-        return ["ZRANGE", self.index, 0, -1, "WITHSCORES"]
-
     def take_range(self, reply: Sequence[Any]) -> None:
+        """The index's (member, score) pairs, as ``ZRANGE ... WITHSCORES`` orders them."""
         for member, score in reply:
             self.members.append(text(member))
             self.scores.append(float(score))
+
+    def take_scanned(self, pages: Sequence[Sequence[Any]]) -> None:
+        """The (member, score) pairs of every ``ZSCAN`` page of a whole scan (a member
+        may come twice: the last score counts), put in ``ZRANGE``'s order."""
+        found: dict[Any, float] = {}
+        for page in pages:
+            found.update((member, float(score)) for member, score in page)
+        self.take_range(sorted(found.items(), key=lambda pair: (pair[1], pair[0])))
 
     def chunks(self) -> list[Sequence[str]]:
         return _chunks(self.members)
@@ -154,8 +164,12 @@ class Listing:
 def list_steps(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Steps[Listing]:
     """Run a :class:`Listing` (see the module doc)."""
     listing = Listing.of(index, queue)
-    with guard("ZRANGE", index):
-        listing.take_range((yield functools.partial(client.zrange, index, 0, -1, withscores=True)))
+    try:
+        listing.take_scanned((yield from _scan_steps(client, guard, index)))
+    except AccessDeniedError:  # a user whose ACL an older version made
+        with guard("ZRANGE", index):
+            whole = yield functools.partial(client.zrange, index, 0, -1, withscores=True)
+        listing.take_range(whole)
     for chunk in listing.chunks():
         with guard("pipelined checks of", index):
             pipe = client.pipeline(transaction=False)
@@ -168,6 +182,19 @@ def list_steps(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> S
         with guard("index_forget.lua", index):
             yield from scripts.run_steps(client, "index_forget", [index], args)
     return listing
+
+
+def _scan_steps(client: Any, guard: ErrorBoundary, index: str) -> Steps[list[Any]]:
+    """Every page of a whole ``ZSCAN`` of ``index``: each call bounded by its count,
+    every entry there from start to end found (some maybe twice)."""
+    pages: list[Any] = []
+    cursor: Any = 0
+    while True:
+        with guard("ZSCAN", index):
+            cursor, page = yield functools.partial(client.zscan, index, cursor, count=SCAN_COUNT)
+        pages.append(page)
+        if int(cursor) == 0:
+            return pages
 
 
 # Old stores: find and index what the index lacks (an admin's job: it needs SCAN) ---------
@@ -220,8 +247,8 @@ def _missing(client: Any, guard: ErrorBoundary, namespace: str) -> dict[str, lis
     sessions, values = _stored(client, guard, namespace)
     missing: dict[str, list[str]] = {}
     for index, members in zip(keys.index_keys(namespace), (sessions, values), strict=True):
-        with guard("ZRANGE", index):
-            indexed = {text(m) for m in client.zrange(index, 0, -1)}
+        with guard("ZSCAN", index):
+            indexed = {text(m) for m, _ in client.zscan_iter(index, count=SCAN_COUNT)}
         missing[index] = [member for member in members if member not in indexed]
     return missing
 

@@ -49,9 +49,11 @@ class LogRead:
     :attr:`done` is False, ``XRANGE`` :meth:`next_range` continues. Each asks for the
     entries that can hold the next events wanted (``limit``, or :data:`WINDOW` for a whole
     read): ids up to the last one's seq plus :data:`ENTRY_EVENTS`, so a reply holds at
-    most that many plus ``2 * ENTRY_EVENTS`` events. The commands need not be atomic (nor MULTI,
-    which Redis refuses under maxmemory): entries below ``next_seq`` never change, and
-    what a concurrent append adds lies past the ``next_seq`` read first.
+    most that many plus ``2 * ENTRY_EVENTS`` events, and (``COUNT``) at most one entry
+    more than the range has seqs, whatever a tenant planted in its own stream. The
+    commands need not be atomic (nor MULTI, which Redis refuses under maxmemory): entries
+    below ``next_seq`` never change, and what a concurrent append adds lies past the
+    ``next_seq`` read first.
 
     Each entry's ``events`` value is parsed once: msgspec checks its event objects field
     by field as it parses them, and they are built into :class:`SessionEvent` objects
@@ -72,6 +74,7 @@ class LogRead:
         self.from_seq = from_seq
         self.limit = limit
         self._bound = 0
+        self._asked = 0
         #: The events read, or with ``records`` their :class:`StoredRecord` objects.
         self.events: list[Any] = []
         self.records = records
@@ -84,22 +87,26 @@ class LogRead:
         self._last_id = ""
         self._meta: dict[Any, Any] = {}
 
-    def _range(self, start: str) -> tuple[str, str, int | None]:
+    def _range(self, start: str, first: int) -> tuple[str, str, int]:
         # The entries that can hold the next `window` events end at most ENTRY_EVENTS - 1
         # events after them: one reply holds at most window + 2 * ENTRY_EVENTS events.
         wanted = WINDOW if self.limit is None else self.from_seq + self.limit - self._expect
         window = max(1, wanted)
         self._bound = min(self._expect + window + ENTRY_EVENTS - 1, MAX_SEQUENCE_PART)
-        return start, stream_id(self._bound, MAX_SEQUENCE_PART), None
+        # A log has one entry per seq it ends at (an id's first part): one more than the
+        # range's seqs means a planted one, which the reply then holds (read no further).
+        self._asked = max(self._bound - first, 0) + 2
+        return start, stream_id(self._bound, MAX_SEQUENCE_PART), self._asked
 
-    def first_range(self) -> tuple[str, str, int | None]:
+    def first_range(self) -> tuple[str, str, int]:
         """(min, max, count) of the first XRANGE: from the entry holding ``from_seq``."""
         # Stream ids are 64-bit: a larger from_seq reads (nothing) from the highest id.
-        return self._range(stream_id(min(self.from_seq, MAX_SEQUENCE_PART), 0))
+        first = min(self.from_seq, MAX_SEQUENCE_PART)
+        return self._range(stream_id(first, 0), first)
 
-    def next_range(self) -> tuple[str, str, int | None]:
+    def next_range(self) -> tuple[str, str, int]:
         """(min, max, count) of the next XRANGE: after the last entry seen."""
-        return self._range("(" + self._last_id)
+        return self._range("(" + self._last_id, int(self._last_id.partition("-")[0]))
 
     def take_meta(self, meta: Mapping[Any, Any]) -> None:
         """The ``HGETALL meta`` reply: SessionNotFoundError when empty."""
@@ -154,14 +161,21 @@ class LogRead:
 
     def _after(self, size: int) -> None:
         """Every entry of a reply of ``size`` entries was taken."""
-        # The reply held every entry up to the bound: one holding `expect` ends by then.
-        seen_all = size == 0 or self._bound >= self._expect + ENTRY_EVENTS - 1
+        # The reply held every entry up to the bound (it was not cut at the count asked):
+        # one holding `expect` ends by then.
+        seen_all = size == 0 or (
+            size < self._asked and self._bound >= self._expect + ENTRY_EVENTS - 1
+        )
         if self._expect < self._end:
             if seen_all:
                 self._missing()
             return
         # A torn tail's first entry starts at next_seq, so it ends by then too.
-        if self._bound >= self.next_seq + ENTRY_EVENTS - 1 and self.from_seq <= self.next_seq:
+        if (
+            seen_all
+            and self._bound >= self.next_seq + ENTRY_EVENTS - 1
+            and self.from_seq <= self.next_seq
+        ):
             self.tail = False
         self.done = True
 

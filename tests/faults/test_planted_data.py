@@ -16,6 +16,7 @@ unlinks. Measured on a real redis-server by the server's own accounting of each 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -24,7 +25,7 @@ import redis
 from support.redis_helpers import namespace_snapshot
 
 import sessionstore
-from sessionstore import CorruptDataError, InvalidArgumentError
+from sessionstore import CorruptDataError, CorruptLogError, InvalidArgumentError
 from sessionstore.keys import ValueKey, history_keys, seq_key
 from sessionstore.redis.library import install, script
 from sessionstore.redis.valueformat import (
@@ -553,3 +554,74 @@ def test_a_guarded_delete_never_reads_an_entry_and_refuses_what_it_cannot_tell(
     stats = commands["cmdstat_fcall"]
     assert stats["calls"] == 1 and stats["usec"] < freeing + BOUND_MS * 1000
     assert not [name for name in commands if name.startswith(("cmdstat_xr", "cmdstat_xread"))]
+
+
+@pytest.mark.parametrize("count", ["-1", "0", "-99999999", "nan", "1e400", "1.5"])
+def test_a_history_page_takes_at_most_its_page_whatever_the_count_asked(client, namespace, count):
+    key = ValueKey(namespace, "PAGE", "s", "e", "1h", "backtest")
+    at, values = history_keys(key)
+    whens = range(T0, T0 + 3_000)
+    client.zadd(at, {str(w): w for w in whens})
+    client.hset(values, mapping={str(w): b"\x01" for w in whens})
+    page = client.execute_command(
+        "FCALL_RO", script("history_page").function, 2, at, values, T0 + 10_000, count
+    )
+    assert 2 <= len(page) <= 2 * 1_000
+
+
+@pytest.mark.parametrize(
+    "epoch", ["nan", "-nan", "inf", "1e308", "0x7fffffffffffffff", "  12", "1e18",
+              "-9223372036854775808", "9007199254740992"]
+)  # fmt: skip
+def test_an_epoch_the_library_never_writes_is_refused_naming_its_key(
+    client, namespace, redis_server, epoch
+):
+    """A writer lease's epoch planted as anything but the integer the library writes: the
+    writer, a fenced append and a release are refused as damage naming the epoch key,
+    never taken for another writer's lease (which locked the session's writers out)."""
+    from sessionstore.keys import log_epoch_key
+
+    planted = log_epoch_key(namespace, "s")
+    header = sessionstore.SessionHeader(id="s", created_at=T0)
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        store.events.create(header)
+        client.set(planted, epoch)
+        with pytest.raises(CorruptDataError, match=re.escape(planted)):
+            store.events.writer(header)
+        client.set(planted, "5")
+        with store.events.writer(header) as writer:
+            client.set(planted, epoch)
+            writer.emit("note", {})
+            with pytest.raises(CorruptDataError, match=re.escape(planted)):
+                writer.flush()
+            client.set(planted, "5")
+        assert [e.type for e in store.events.load("s").events] == ["note"]
+
+
+def test_a_read_of_a_stream_planted_with_entries_asks_for_a_bounded_count(
+    client, namespace, redis_server
+):
+    """A tenant's stream holding 200,000 entries ids ``0-1`` to ``0-200000`` (one seq):
+    a read asks for at most one entry more than its range has seqs, and refuses it."""
+    from sessionstore.keys import log_keys
+
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        store.events.create(sessionstore.SessionHeader(id="s"))
+        store.events.append("s", [sessionstore.SessionEvent(seq=0, type="note", time=1, data={})])
+        meta, stream = log_keys(namespace, "s")
+        client.hset(meta, "next_seq", 2)
+        pipe = client.pipeline(transaction=False)
+        for start in range(2, 200_002, 10_000):
+            for n in range(start, start + 10_000):
+                pipe.execute_command("XADD", stream, f"0-{n}", "events", "[]")
+        pipe.execute()
+        client.config_set("slowlog-log-slower-than", 0)
+        client.slowlog_reset()
+        try:
+            with pytest.raises(CorruptLogError):
+                store.events.load("s")
+            ranges = [e["command"].split() for e in client.slowlog_get(128)
+                      if e["command"].startswith(b"XRANGE")]  # fmt: skip
+        finally:
+            client.config_set("slowlog-log-slower-than", 10_000)
+    assert ranges and all(r[-2] == b"COUNT" and int(r[-1]) <= 12_002 for r in ranges), ranges
