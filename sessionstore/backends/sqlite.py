@@ -58,8 +58,9 @@ def namespace_usage(url: str, *, timeout: float | None = None) -> dict[str, dict
         ("sessions", "SELECT namespace, COUNT(*) FROM log_sessions GROUP BY namespace"),
         (
             "values",
-            f"SELECT namespace, COUNT(*) FROM (SELECT {keys} FROM kv_values WHERE {_LIVE}"
-            f" UNION SELECT {keys} FROM kv_history WHERE {_LIVE}) GROUP BY namespace",
+            # A key may hold a plain record and a history: two values, as listed.
+            f"SELECT namespace, COUNT(*) FROM (SELECT {keys}, 0 FROM kv_values WHERE {_LIVE}"
+            f" UNION SELECT {keys}, 1 FROM kv_history WHERE {_LIVE}) GROUP BY namespace",
         ),
     )
     try:
