@@ -1,4 +1,5 @@
-"""Reads of large batches defer garbage collection, and never leave the collector off.
+"""Reads of large batches defer garbage collection, and never leave the collector off
+(a LangGraph saver's list of a long thread too).
 
 Every read that builds events (``load``, ``read_from``, ``read_records_from``) on SQLite,
 files and Redis: far fewer collections start while it builds 10,000 events than with
@@ -174,3 +175,25 @@ def test_a_collector_switched_off_while_a_batch_defers_collection_stays_off() ->
     finally:
         gc.enable()
     assert _collecting()
+
+
+def test_a_langgraph_list_of_a_long_thread_starts_far_fewer_collections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("langgraph.checkpoint.conformance")
+    from integrations.test_langgraph import put, thread
+
+    from sessionstore.integrations.langgraph import SessionStoreSaver
+
+    saver = SessionStoreSaver("memory://")
+    parent = None
+    for _ in range(1_000):
+        parent = put(saver, "t", parent)
+    with _collections() as deferred:
+        assert len(list(saver.list(thread("t")))) == 1_000
+    monkeypatch.setattr(gcdefer, "DEFER_FROM", 10**12)
+    with _collections() as undeferred:
+        assert len(list(saver.list(thread("t")))) == 1_000
+    assert _collecting()
+    assert len(undeferred) >= 10, undeferred
+    assert len(deferred) * 4 <= len(undeferred), (deferred, undeferred)

@@ -10,6 +10,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
 
+from sessionstore.gcdefer import deferred_collection
+
 from .access import Flow, Threads
 from .codec import Codec
 from .ownership import RunStarts
@@ -55,7 +57,9 @@ def list_checkpoints(
         if limit is not None and len(found) >= limit:
             break
         thread = yield from threads.read(name, refresh=True)
-        found.extend(_listed(codec, name, thread, config, filter, before))
+        size = sum(map(len, thread.checkpoints.values()))
+        with deferred_collection(size):  # thousands of tuples built, nothing to collect
+            found.extend(_listed(codec, name, thread, config, filter, before))
     return found if limit is None else found[:limit]
 
 
