@@ -9,12 +9,14 @@ across processes (two runners at once, a runner killed mid-run and resumed by an
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import operator
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
@@ -24,6 +26,7 @@ pytest.importorskip("langgraph.checkpoint.conformance")
 
 from conftest import BACKENDS, url_for  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
+from langgraph.errors import EmptyInputError  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 
@@ -636,6 +639,24 @@ def test_of_two_runs_starting_one_new_thread_the_second_to_save_is_refused(
     assert state is not None and "other" in state.checkpoint["channel_values"]["log"]
 
 
+def test_a_run_that_never_saves_leaves_nothing_of_its_context_held(
+    saver: SessionStoreSaver,
+) -> None:
+    class Context:
+        pass
+
+    graph = steps_graph().compile(checkpointer=saver)
+    held = []
+    for run in range(3):
+        context = Context()
+        held.append(weakref.ref(context))
+        with pytest.raises(EmptyInputError):  # reads the new thread, then stops
+            graph.invoke(None, thread(f"never-{run}"), context=context)
+        del context
+    gc.collect()
+    assert [ref() for ref in held] == [None, None, None]
+
+
 def test_a_put_without_a_parent_from_outside_a_run_is_checked_against_deletion_only(
     saver: SessionStoreSaver,
 ) -> None:
@@ -654,7 +675,38 @@ def test_a_thread_id_too_long_for_its_compaction_copy_is_refused_before_any_writ
     for too_long in ("x" * (THREAD_ID_BYTES + 1), "é" * (THREAD_ID_BYTES // 2 + 1)):
         with pytest.raises(InvalidArgumentError, match=f"longer than {THREAD_ID_BYTES} bytes"):
             put(saver, too_long, None)
+        assert saver.get_tuple(thread(too_long)) is None
     assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [longest]
+
+
+def test_a_thread_an_older_version_stored_under_a_longer_id_is_read_and_deleted(
+    saver: SessionStoreSaver,
+) -> None:
+    """Older versions took ids up to the store's own limit: such a thread is read,
+    listed and deleted; only a compaction, which needs room for its copy, is refused."""
+    older = "o" * (THREAD_ID_BYTES + 5)
+    assert saver._sync is not None
+    events = saver._sync.events
+    root = put(saver, "short", None)
+    stored, after = [], None
+    for seq, parent in enumerate([None, "first"]):
+        made, metadata, _ = checkpoint()
+        made["id"] = "first" if parent is None else "second"
+        data = {"ns": "", "id": made["id"], "parent": parent, "blobs": [], "after": after}
+        data |= {"checkpoint": saver._codec.pack(made), "metadata": saver._codec.pack(metadata)}
+        after = f"event-{seq}"
+        stored.append(
+            sessionstore.SessionEvent(seq=seq, type="checkpoint", time=1, data=data, id=after)
+        )
+    events.create(sessionstore.SessionHeader(id=session_id(older)))
+    events.append(session_id(older), stored)
+    assert saver.get_tuple(thread(older)).checkpoint["id"] == "second"
+    assert {t.checkpoint["id"] for t in saver.list(None)} == {root, "first", "second"}
+    with pytest.raises(InvalidArgumentError, match=f"longer than {THREAD_ID_BYTES} bytes"):
+        saver.prune([older])
+    assert [t.checkpoint["id"] for t in saver.list(thread(older))] == ["second", "first"]
+    saver.delete_thread(older)
+    assert saver.get_tuple(thread(older)) is None
 
 
 def test_prune_and_delete_for_runs_never_create_a_thread(saver: SessionStoreSaver) -> None:

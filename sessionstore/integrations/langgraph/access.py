@@ -36,6 +36,7 @@ from .layout import (
     Names,
     backup_id,
     chained,
+    check_writable,
     now_ms,
     session_id,
     thread_ids,
@@ -217,6 +218,8 @@ class Threads:
         does not exist is created when ``create``, else nothing is written (nor when
         ``entries`` makes none): ``[]``."""
         sid = session_id(thread_id)
+        if create:
+            check_writable(thread_id)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             thread = yield from self.read(thread_id)
             if thread.sealed:

@@ -96,6 +96,7 @@ from .layout import (
     Entries,
     backup_id,
     chained,
+    check_writable,
     now_ms,
     session_id,
     valid,
@@ -105,7 +106,9 @@ from .thread import Thread
 
 def compact(threads: Threads, codec: Codec, thread_id: str, entries: Entries) -> Flow[None]:
     """Append ``entries`` to the thread with a ``seal``, then rewrite its log without
-    what no longer counts; nothing when the thread has no log."""
+    what no longer counts; nothing when the thread has no log. A thread whose id leaves
+    no room for its copy's is refused before anything is written."""
+    check_writable(thread_id)
     sealed = yield from threads.append(
         thread_id, lambda thread: [*entries, (SEAL, {})], create=False
     )

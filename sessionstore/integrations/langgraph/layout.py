@@ -74,17 +74,21 @@ Entries = list[tuple[str, dict[str, Any]]]
 
 def session_id(thread_id: Any) -> str:
     """The event log of ``thread_id`` (LangGraph's thread ids are strings; others are
-    taken as their ``str``); :class:`~sessionstore.InvalidArgumentError` for one longer
-    than :data:`THREAD_ID_BYTES`."""
-    return PREFIX + _checked(thread_id)
+    taken as their ``str``)."""
+    return PREFIX + str(thread_id)
 
 
 def backup_id(thread_id: Any) -> str:
-    """Where a compaction keeps the sealed log of ``thread_id`` while it runs."""
-    return BACKUP_PREFIX + _checked(thread_id)
+    """Where a compaction keeps the sealed log of ``thread_id`` while it runs (none can
+    for a thread whose id :func:`check_writable` refuses)."""
+    return BACKUP_PREFIX + str(thread_id)
 
 
-def _checked(thread_id: Any) -> str:
+def check_writable(thread_id: Any) -> str:
+    """``str(thread_id)``, or :class:`~sessionstore.InvalidArgumentError` when it is
+    longer than :data:`THREAD_ID_BYTES`: a new thread is refused such an id before
+    anything is written, and so is a compaction of one (an older version stored such
+    threads: they are read, listed and deleted as any)."""
     text = str(thread_id)
     if len(text) * 4 > THREAD_ID_BYTES and len(text.encode("utf-8", "replace")) > THREAD_ID_BYTES:
         raise InvalidArgumentError(

@@ -99,12 +99,13 @@ UNSEEN: Final = object()
 class RunStarts:
     """What each run of a graph that started on a thread with no checkpoint of its own
     (LangGraph's run reads the thread's latest checkpoint first) found there: the
-    thread's deletion mark then. Kept by the run object's identity (it holds the object,
-    so the identity is not reused meanwhile) until the run's ``put`` without a parent,
-    the last :data:`RUNS_KEPT` runs."""
+    thread's deletion mark then, until the run's ``put`` without a parent; the last
+    :data:`RUNS_KEPT` runs. A run is known by its run object's identity, the object not
+    held (it holds the run's context): a later run given the same identity reads the
+    thread first too, which replaces what an earlier one left."""
 
     def __init__(self) -> None:
-        self._found: OrderedDict[tuple[int, str], tuple[object, str | None]] = OrderedDict()
+        self._found: OrderedDict[tuple[int, str], str | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, config: Mapping[str, Any], thread_id: str, thread: Thread) -> None:
@@ -119,7 +120,7 @@ class RunStarts:
         key = (id(run), thread_id)
         with self._lock:
             if thread.latest(ROOT) is None:
-                self._found[key] = (run, thread.deleted_before)
+                self._found[key] = thread.deleted_before
                 self._found.move_to_end(key)
                 while len(self._found) > RUNS_KEPT:
                     self._found.popitem(last=False)
@@ -134,8 +135,7 @@ class RunStarts:
         if run is None:
             return UNSEEN
         with self._lock:
-            found = self._found.pop((id(run), thread_id), None)
-        return UNSEEN if found is None or found[0] is not run else found[1]
+            return self._found.pop((id(run), thread_id), UNSEEN)
 
 
 def caller_named(config: Mapping[str, Any], ns: str) -> frozenset[str]:
