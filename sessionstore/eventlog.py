@@ -246,8 +246,13 @@ def _record(seq: int, kind: str, time: int, data: Any, event_id: str | None) -> 
 def event_text(event: SessionEvent) -> bytes:
     """The canonical JSON of an event as every backend stores it: what ``orjson.dumps``
     writes for ``{"seq", "type", "time", "data", "id"}``, ``id`` left out when None. Two
-    events are identical when their texts are equal."""
-    return orjson.dumps(_record(event.seq, event.type, event.time, event.data, event.id))
+    events are identical when their texts are equal. :class:`NotJSONSerializableError`
+    for one whose data ``orjson`` cannot write (nested deeper than
+    :data:`~sessionstore.jsondata.MAX_DEPTH`, as an older version let JSON text be)."""
+    try:
+        return orjson.dumps(_record(event.seq, event.type, event.time, event.data, event.id))
+    except orjson.JSONEncodeError as exc:
+        raise NotJSONSerializableError(event.type, event.seq, "$", str(exc)) from None
 
 
 def data_of_text(text: bytes, has_id: bool) -> bytes:

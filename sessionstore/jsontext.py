@@ -69,7 +69,9 @@ def checked_texts(texts: list[bytes]) -> tuple[list[bytes], list[dict[str, Any]]
     except (msgspec.DecodeError, orjson.JSONDecodeError, orjson.JSONEncodeError, RecursionError):
         pass
     else:
-        if canonical == texts and not any(map(_too_deep, canonical, parsed)):
+        if canonical == texts and (
+            max(map(len, texts)) < _DEEP_TEXT or not any(map(_too_deep, canonical, parsed))
+        ):
             return canonical, parsed
     pairs = [_checked_text(index, text) for index, text in enumerate(texts)]
     return [text for text, _ in pairs], [data for _, data in pairs]
@@ -84,6 +86,10 @@ def _parsed_objects(joined: bytes) -> list[dict[str, Any]]:
     if set(map(type, parsed)) - {dict}:
         raise orjson.JSONDecodeError("not only objects", "", 0)
     return parsed  # type: ignore[no-any-return]
+
+
+#: The shortest text that can nest deeper than MAX_DEPTH: its brackets, opened and closed.
+_DEEP_TEXT = 2 * (MAX_DEPTH + 1)
 
 
 def _too_deep(text: bytes, data: dict[str, Any]) -> bool:

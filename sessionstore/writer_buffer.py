@@ -16,6 +16,7 @@ import uuid
 from typing import Any, NamedTuple
 
 import msgspec
+import orjson
 
 from . import event_flows, telemetry
 from .contracts import EventBatch
@@ -26,7 +27,7 @@ from .errors import (
     SessionStoreError,
     StoreClosedError,
 )
-from .eventlog import encode_batch
+from .eventlog import data_of_text, encode_batch
 from .flows import Flow
 from .jsontext import TEXT_TYPES, JSONText
 from .leases import Lease, taken_over
@@ -166,8 +167,15 @@ class WriterBuffer:
         )
         encoded = encode_batch(self.session_id, [event])
         [text] = encoded.texts
-        # The event handed back and queued has data of its own, parsed from its text.
-        queued = SessionEvent.model_validate_json(text)
+        # The event handed back and queued has data of its own, parsed from its text (by
+        # orjson, which follows the nesting append takes, as pydantic's parser does not).
+        queued = SessionEvent.model_construct(
+            seq=event.seq,
+            type=type,
+            time=when,
+            data=orjson.loads(data_of_text(text, False)),
+            id=None,
+        )
         self.last_time = when
         self.next_seq += 1
         moment = time.monotonic()

@@ -119,3 +119,16 @@ def test_data_nested_past_the_limit_is_refused_as_text_and_as_data_alike(depth, 
 def _batch_of(events: list[SessionEvent], data: object) -> list[bytes]:
     last = SessionEvent(seq=len(events), type="deep", time=0, data=data)
     return encode_batch("s", [*events, last]).texts
+
+
+def test_an_event_too_deep_to_write_again_is_refused_naming_it():
+    """An older version let JSON text nest one level too deep for its record to be
+    written again (a fork, an export): that raises the error naming the event."""
+    from sessionstore.eventlog import event_text
+
+    event = SessionEvent.model_construct(
+        seq=7, type="old", time=0, data=_nested(MAX_DEPTH + 1), id=None
+    )
+    with pytest.raises(NotJSONSerializableError) as caught:
+        event_text(event)
+    assert (caught.value.event_type, caught.value.seq) == ("old", 7)

@@ -859,6 +859,20 @@ def test_writer_of_a_log_without_events_takes_any_time_first(store):
         assert [e.time for e in store.events.load(session_id).events] == [early, early + HOUR]
 
 
+def test_writer_takes_data_nested_as_deep_as_append_does(store):
+    from sessionstore.jsondata import MAX_DEPTH
+
+    deepest: object = 1
+    for _ in range(MAX_DEPTH - 1):
+        deepest = [deepest]
+    w = store.events.writer(header("w"))
+    assert w.emit("deep", {"a": deepest}).data == {"a": deepest}
+    with pytest.raises(NotJSONSerializableError):
+        w.emit("deeper", {"a": [deepest]})
+    w.close()
+    assert [e.data for e in store.events.load("w").events] == [{"a": deepest}]
+
+
 def test_writer_refuses_a_time_before_the_event_before_it(store):
     h = header("w")
     w = store.events.writer(h)
