@@ -365,6 +365,58 @@ def test_values_get_history_lists_every_version_as_a_table_or_json_lines(values_
     ]
 
 
+@pytest.fixture
+def mixed_target(target):
+    """A key written by a history handle and by a plain handle: two versions and a plain
+    record."""
+    _, url, ns = target
+    with sessionstore.connect(url, ns) as store:
+        history = store.session("MIX", "st", "ex", "1h", history=True)
+        history.put("h-100", T + 100)
+        history.put("h-200", T + 200)
+        store.session("MIX", "st", "ex", "1h").set_data("plain-50", T + 50)
+    return url, ns
+
+
+def test_values_get_history_lists_the_history_of_a_key_that_holds_a_plain_value_too(
+    mixed_target,
+):
+    url, ns = mixed_target
+    base = ("values", "get", "MIX", "st", "ex", "1h", "--history", "--when", str(T + 150))
+    as_json = cli(*base, "--url", url, "-n", ns, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert rows_of(as_json.stdout) == [
+        {"when": T + 100, "value": "h-100", "at_when": "visible"},
+        {"when": T + 200, "value": "h-200", "at_when": "withheld"},
+    ]
+    listed = rows_of(cli("values", "list", "--url", url, "-n", ns, "--json").stdout)
+    assert [row["records"] for row in listed if row["history"]] == [2]
+    table = cli(*base, "--url", url, "-n", ns, env_extra={"COLUMNS": "200"})
+    (older,) = [line for line in table.stdout.splitlines() if '"h-100"' in line]
+    (later,) = [line for line in table.stdout.splitlines() if '"h-200"' in line]
+    assert "visible" in older and "withheld" in later and "plain-50" not in table.stdout
+    for result in (as_json, table):
+        assert result.stderr == (
+            "note: the key holds a plain value too (stored for 2024-06-10T06:13:20.050Z: "
+            '"plain-50"; get without --history shows it): listed are the versions of its '
+            "history\n"
+        )
+
+
+def test_values_get_reads_the_plain_value_of_a_key_that_holds_a_history_too_and_says_so(
+    mixed_target,
+):
+    url, ns = mixed_target
+    result = cli("values", "get", "MIX", "st", "ex", "1h", "--url", url, "-n", ns, "--json")
+    assert json.loads(result.stdout) == {
+        "history": False,
+        "state": "stored",
+        "when": T + 50,
+        "value": "plain-50",
+    }
+    assert "the key holds a history too (2 versions: --history lists them)" in result.stderr
+
+
 def test_values_print_as_json_not_as_a_python_repr(values_target):
     url, ns = values_target
     shown = cli("values", "get", "BTCUSDT", "llm", "binance", "1h", "--url", url, "-n", ns)
@@ -377,6 +429,29 @@ def test_values_get_rejects_a_bad_when_in_one_line(values_target):
         "values", "get", "BTCUSDT", "llm", "binance", "1h", "--when", "soon", "--url", url, "-n", ns
     )
     assert result.returncode == 2 and result.stderr.startswith("error: invalid argument")
+
+
+@pytest.mark.parametrize("when", ["\u00b9", "\u0665\u0660", "-\u0665", "\uff15", "--5", "5\n"])
+def test_values_get_takes_only_ascii_digits_as_epoch_milliseconds(tmp_path, when):
+    """Superscripts, Arabic-Indic and full-width digits are no epoch milliseconds (and no
+    ISO datetime): refused as any other bad --when, never read as a number."""
+    url = (tmp_path / "store").as_uri()
+    with sessionstore.connect(url, "default") as store:
+        store.session("BTCUSDT", "llm", "binance", "1h").set_data("early", 5)
+    result = cli("values", "get", "BTCUSDT", "llm", "binance", "1h", "--when", when, "--url", url)
+    assert result.returncode == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: invalid argument (")
+    assert "): --when must be 'latest', epoch milliseconds or an ISO datetime, not '" in line
+    assert result.stdout == ""
+
+
+def test_values_get_says_a_when_of_more_digits_than_a_number_takes_is_out_of_range(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    (tmp_path / "store").mkdir()
+    result = cli("values", "get", "a", "b", "c", "d", "--when", "9" * 5000, "--url", url)
+    assert result.returncode == 2
+    assert "): --when of 5000 characters is out of range (|when| <= " in result.stderr
 
 
 def test_values_clear_removes_the_key(values_target):
@@ -446,6 +521,26 @@ def test_every_bad_input_is_one_escaped_line_and_exit_2(args, tmp_path):
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
     assert "\x1b" not in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("sessions", "list"),
+        ("values", "get", "a", "b", "c", "d"),
+        ("export",),
+        ("import",),
+        ("namespaces",),
+        ("top", "--once"),
+        ("demo",),
+    ],
+)
+def test_an_empty_url_is_an_invalid_argument_not_an_unexpected_error(args):
+    result = cli(*args, "--url", "")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == (
+        "error: invalid argument: url must be a non-empty str or path, not an empty str\n"
+    )
 
 
 def test_a_password_is_never_echoed_in_an_error():

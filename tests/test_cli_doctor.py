@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -318,3 +319,45 @@ def test_a_server_without_durable_aof_gets_the_durability_advice_once(namespace)
     assert checks["read/write"].endswith(
         "the event log refuses appends (DurabilityError: see persistence)"
     )
+
+
+def keys_of(ports: list[int], namespace: str) -> list[bytes]:
+    """Every key of ``namespace`` on the servers at ``ports``."""
+    found = []
+    for port in ports:
+        client = redis.Redis(port=port)
+        try:
+            found += client.keys(f"ss:{namespace}:*")
+        finally:
+            client.close()
+    return found
+
+
+def totals_of_top(url: str, namespace: str) -> tuple[int, int]:
+    result = CliRunner().invoke(app, ["top", "--url", url, "-n", namespace, "--once", "--json"])
+    assert result.exit_code == 0, result.stderr
+    refresh = json.loads(result.stdout)
+    return refresh["sessions"]["total"], refresh["values"]["total"]
+
+
+@pytest.mark.parametrize("where", ["redis", "acl", "cluster"])
+def test_doctor_leaves_no_key_and_no_index_entry_on_redis(where, request, namespace):
+    if where == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        url, ports = cluster.url, [node.port for node in cluster.primaries()]
+    else:
+        server = request.getfixturevalue("redis_server")
+        url = server.url if where == "redis" else request.getfixturevalue("acl_url")
+        ports = [server.port]
+    for _ in range(3):
+        result = doctor("--url", url, "-n", namespace)
+        assert "OK   read/write" in result.stdout, result.stdout
+    assert keys_of(ports, namespace) == []
+    assert totals_of_top(url, namespace) == (0, 0)
+
+
+def test_doctor_whose_event_log_is_refused_leaves_no_key_on_redis(acl_url, redis_server, namespace):
+    fsync = acl_url.replace("?durability=aof", "")
+    result = doctor("--url", fsync, "-n", namespace)
+    assert "FAIL read/write: values, history and update work" in result.stdout, result.stdout
+    assert keys_of([redis_server.port], namespace) == []

@@ -33,7 +33,7 @@ ALL = commands(typer.main.get_command(app))
 
 
 def objects(*args: str, exit_code: int = 0) -> list[dict[str, Any]]:
-    result = CliRunner().invoke(app, list(args))
+    result = CliRunner().invoke(app, list(args), env={"SESSIONSTORE_URL": None})
     assert result.exit_code == exit_code, (args, result.stdout, result.stderr, result.exception)
     lines = result.stdout.splitlines()
     parsed = [json.loads(line) for line in lines]

@@ -22,8 +22,11 @@ from sessionstore.cli.demo import sessions_command
 runner = CliRunner()
 
 
-def run(*args: str):  # noqa: ANN201
-    return runner.invoke(app, list(args), catch_exceptions=False)
+def run(*args: str, url_from_env: str | None = None):  # noqa: ANN201
+    """Run the command; ``$SESSIONSTORE_URL`` is ``url_from_env`` (unset: None), never
+    the test run's own."""
+    env = {"SESSIONSTORE_URL": url_from_env}
+    return runner.invoke(app, list(args), catch_exceptions=False, env=env)
 
 
 def test_acl_without_a_password_generates_one_and_the_line_creates_a_working_user(
@@ -50,6 +53,35 @@ def test_acl_with_a_password_uses_it_and_says_nothing_else():
     result = run("acl", "u", "--password", "given-secret", "--json")
     assert result.exit_code == 0 and result.stderr == ""
     assert '"generated_password": false' in result.stdout and ">given-secret" in result.stdout
+
+
+def test_acl_takes_its_url_from_the_environment_as_every_subcommand_does(redis_server):
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    server = urlsplit(redis_server.url)
+    args = ("acl", user, "--password", "pw", "-n", "t-env")
+    printed = run(*args, url_from_env=redis_server.url)
+    assert printed.exit_code == 0, printed.stderr
+    assert printed.stdout.startswith(
+        f"redis-cli -h {server.hostname} -p {server.port} ACL SETUSER {user} "
+    )
+    applied = run(*args, "--apply", "--json", url_from_env=redis_server.url)
+    admin = redis.Redis(host=server.hostname, port=server.port)
+    try:
+        assert applied.exit_code == 0, applied.stderr
+        assert json.loads(applied.stdout)["applied"] == [f"{server.hostname}:{server.port}"]
+        assert admin.acl_getuser(user) is not None
+    finally:
+        admin.acl_deluser(user)
+        admin.close()
+
+
+def test_acl_apply_without_any_url_names_both_ways_to_give_one():
+    result = run("acl", "u", "--apply")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: invalid argument: --apply needs --url (or $SESSIONSTORE_URL): an admin's URL "
+        "of the deployment\n"
+    )
 
 
 def test_the_printed_sessions_command_never_holds_a_masked_password():

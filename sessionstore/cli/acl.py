@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..connection import REDIS_SCHEMES, scheme_of
+from ..connection import ENV_URL, REDIS_SCHEMES, scheme_of
 from ..errors import InvalidArgumentError, SessionStoreError
 from .common import Json, Namespace, console, emit_json, errors, fail
 from .text import plain
@@ -38,6 +38,7 @@ def acl(
         str | None,
         typer.Option(
             "--url",
+            envvar=ENV_URL,
             help="The Redis deployment (redis://, rediss://, unix://, redis+sentinel://): the "
             "printed line is sent to its host and port and grants the database it names; "
             "with --apply, an admin's URL.",
@@ -73,7 +74,12 @@ def acl(
     from ..redis.acl import grant_functions_args, grant_functions_line, setuser_args, setuser_line
 
     if apply and url is None:
-        fail(InvalidArgumentError("--apply needs --url: an admin's URL of the deployment"), None)
+        fail(
+            InvalidArgumentError(
+                f"--apply needs --url (or ${ENV_URL}): an admin's URL of the deployment"
+            ),
+            None,
+        )
     try:
         at, db = _target(url) if url is not None else (None, 0)
         generated = password is None and not upgrade
@@ -115,7 +121,9 @@ def _target(url: str) -> tuple[tuple[str, int] | None, int]:
     from ..redis.options import parse_options
 
     if scheme_of(url) not in REDIS_SCHEMES:
-        raise InvalidArgumentError("sessionstore acl is for Redis: --url must be a Redis URL")
+        raise InvalidArgumentError(
+            f"sessionstore acl is for Redis: --url (or ${ENV_URL}) must be a Redis URL"
+        )
     options = parse_options(url, None, None)
     if options.sentinel is not None:
         return None, int(options.sentinel.node_kwargs.get("db", 0))

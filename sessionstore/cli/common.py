@@ -191,10 +191,16 @@ def library_notices() -> Iterator[list[str]]:
 
 
 def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
+    """:func:`say_error`, then exit 2."""
+    say_error(exc, url, hint)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def say_error(exc: SessionStoreError, url: str | None, hint: str | None = None) -> None:
     """One ``error:`` line on stderr (the URL masked, every quoted value escaped), then a
     ``hint:`` line when there is one (for a :class:`DurabilityError` of the server's
     settings its own hint, else :data:`DURABILITY_HINT`; none for a write too few
-    replicas confirmed); exit 2."""
+    replicas confirmed)."""
     if isinstance(exc, DurabilityError) and not isinstance(exc, StoreUnavailableError):
         hint = exc.hint or DURABILITY_HINT
     kind = {
@@ -204,11 +210,10 @@ def fail(exc: SessionStoreError, url: str | None, hint: str | None = None) -> No
         StoreNotFoundError: "not found",
         InvalidArgumentError: "invalid argument",
     }.get(type(exc), type(exc).__name__)
-    where = f" ({mask_url(url)})" if url is not None else ""
+    where = f" ({mask_url(url)})" if url else ""
     errors.print(plain(f"error: {kind}{where}: ", exc))
     if hint:
         errors.print(plain("hint: ", hint))
-    raise typer.Exit(EXIT_ERROR)
 
 
 def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
@@ -257,9 +262,18 @@ def guarded(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except SessionStoreError as exc:
-            fail(exc, resolve_url(kwargs.get("url")) if "url" in kwargs else None)
+            fail(exc, store_url(kwargs["url"]) if "url" in kwargs else None)
 
     return run  # type: ignore[return-value]
+
+
+def store_url(url: str | None) -> str | None:
+    """The URL an error line names: ``url`` resolved as a store would resolve it; None
+    when it cannot be (an empty ``--url``: the error itself says what is wrong)."""
+    try:
+        return resolve_url(url)
+    except SessionStoreError:
+        return None
 
 
 def emit_json(payload: dict[str, Any]) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import gzip
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Protocol, cast
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -187,15 +187,10 @@ def export(
     resolved = resolve_url(url)
     compress = gzip_it or (output is not None and output.name.endswith(".gz"))
     try:
-        with library_notices(), _destination(output) as raw:
-            out: IO[bytes] = raw
-            if compress:
-                out = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)  # type: ignore[assignment]
-            try:
-                end = export_archive(resolved, namespace, out)
-            finally:
-                if compress:
-                    out.close()
+        with library_notices(), ExitStack() as closing:
+            out = HeldBack(lambda: _open_output(output, compress, closing))
+            # export_archive only writes to its output.
+            end = export_archive(resolved, namespace, cast(IO[bytes], out))
     except SessionStoreError as exc:
         fail(exc, resolved)
     if json:
@@ -213,14 +208,48 @@ def export(
         )
 
 
-@contextmanager
-def _destination(output: Path | None) -> Iterator[IO[bytes]]:
+class Writable(Protocol):
+    """What an archive can be written to (a file, stdout, a gzip stream)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
+class HeldBack:
+    """Where ``export`` writes the archive: the first write (the format line, written
+    before the store is read) is held back until a second comes, the store having
+    answered; only then is the output opened (``open_output``) and both written. So an
+    export that cannot connect, log in or read writes nothing and creates no file."""
+
+    def __init__(self, open_output: Callable[[], Writable]) -> None:
+        self._open_output = open_output
+        self._held: bytes | None = None
+        self._out: Writable | None = None
+
+    def write(self, data: bytes) -> int:
+        if self._out is None:
+            if self._held is None:
+                self._held = bytes(data)
+                return len(data)
+            self._out = self._open_output()
+            self._out.write(self._held)
+        return self._out.write(data)
+
+
+def _open_output(output: Path | None, compress: bool, closing: ExitStack) -> Writable:
+    """The archive's output: stdout, or the file ``output`` (created, or emptied), gzipped
+    when ``compress``; ``closing`` closes it (stdout: flushes it). A file that cannot be
+    opened raises :class:`InvalidArgumentError` naming it."""
     if output is None:
-        yield sys.stdout.buffer
-        sys.stdout.buffer.flush()
-        return
-    with output.open("wb") as file:
-        yield file
+        raw = sys.stdout.buffer
+        closing.callback(raw.flush)
+    else:
+        try:
+            raw = closing.enter_context(output.open("wb"))
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot write {output}: {exc.strerror}") from None
+    if not compress:
+        return raw
+    return closing.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", mtime=0))
 
 
 def import_(

@@ -8,6 +8,7 @@ Values are printed as JSON (the exact form of :mod:`.common`), never as a Python
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -40,7 +41,7 @@ from .common import (
     say_nothing_found,
 )
 from .tables import human_bytes, print_listing
-from .text import plain, shorten
+from .text import count, plain, shorten
 
 app = typer.Typer(help="Session values.", **APP_SETTINGS)
 
@@ -62,22 +63,34 @@ History = Annotated[
     bool,
     typer.Option(
         "--history",
-        help="Every version of the key (when, value), oldest first, instead of the one "
-        "visible at --when.",
+        help="Every version of the key's history (when, value), oldest first (a key "
+        "without one: its plain record), instead of the one visible at --when.",
     ),
 ]
 #: Longest value ``get`` prints whole without --json.
 SHOWN_CHARS = 2000
 
 
+#: Epoch milliseconds as --when takes them: ASCII digits, with an optional minus
+#: (``str.isdigit`` is true of other scripts' digits and of superscripts too).
+EPOCH_MS = re.compile(r"-?[0-9]+")
+
+
 def parse_when(text: str) -> int:
-    """``latest`` (the newest value of any time), epoch ms, or an ISO-8601 datetime (naive
-    is UTC), as epoch ms."""
+    """``latest`` (the newest value of any time), epoch ms (:data:`EPOCH_MS`), or an
+    ISO-8601 datetime (naive is UTC), as epoch ms. Anything else, or a time out of
+    range, raises :class:`InvalidArgumentError`."""
     if text == "latest":
         return MAX_ABS_EPOCH_MS
     when: int | datetime
-    if text.lstrip("-").isdigit():
-        when = int(text)
+    if EPOCH_MS.fullmatch(text):
+        try:
+            when = int(text)
+        except ValueError:  # more digits than int() converts
+            raise InvalidArgumentError(
+                f"--when of {len(text)} characters is out of range "
+                f"(|when| <= {MAX_ABS_EPOCH_MS} ms)"
+            ) from None
     else:
         try:
             when = datetime.fromisoformat(text)
@@ -116,12 +129,17 @@ def get(
     A history value is read as of --when (and said so on stderr). A value stored for a
     later time than --when is reported as withheld, with the time it is stored for.
 
+    A key holding both a plain value and a history (written by a plain and a history
+    handle) is read as its plain value; --history lists the versions of its history, and
+    each names the other on stderr.
+
     --json: one object {"history", "state", "when", "value"}: state is "stored",
     "withheld" (stored for "when", later than --when), "cleared" or "absent". With
-    --history, one object per version {"when", "value", "at_when"}, at_when being
-    "visible", "withheld" (later than --when) or "older". Values are exact JSON: bytes as
-    {"$bytes": base64}, a map with keys that are not strings as {"$map": [[key, value],
-    ...]}, NaN and infinities as {"$float": "nan"}."""
+    --history, one object per version {"when", "value", "at_when"} (a key without a
+    history: its plain record), at_when being "visible", "withheld" (later than --when)
+    or "older". Values are exact JSON: bytes as {"$bytes": base64}, a map with keys that
+    are not strings as {"$map": [[key, value], ...]}, NaN and infinities as {"$float":
+    "nan"}."""
     at = parse_when(when)
     with open_store(url, namespace, existing=True) as store:
         found = store.session(symbol, strategy, exchange, frame, mode=mode).records()
@@ -131,6 +149,13 @@ def get(
     if found.history:
         errors.print(
             plain("note: a history value: read as of --when (--history lists its versions)")
+        )
+    elif found.versions:
+        errors.print(
+            plain(
+                "note: a plain value, read as such; the key holds a history too "
+                f"({count(len(found.versions), 'version')}: --history lists them)"
+            )
         )
     records = found.records()
     shown = visible(records, at)
@@ -163,9 +188,18 @@ def describe(result: dict[str, Any]) -> str:
 
 
 def print_versions(found: ValueRecords, at: int, json: bool) -> None:
-    """``get --history``: every version (a plain value's one record) as a table or JSON lines."""
-    records = found.records()
-    if found.plain is not None:
+    """``get --history``: every version of the key's history (a key without one: its
+    plain record, said so) as a table or JSON lines. A plain record beside the history
+    is named on stderr (``get`` without --history reads it)."""
+    records = found.versions or found.records()
+    if found.plain is not None and found.versions:
+        errors.print(
+            plain(
+                f"note: the key holds a plain value too ({record_text(found.plain, found.where)};"
+                " get without --history shows it): listed are the versions of its history"
+            )
+        )
+    elif found.plain is not None:
         errors.print(plain("note: a plain value: its one record"))
     current = visible(records, at)
     rows = [
@@ -191,6 +225,14 @@ def print_versions(found: ValueRecords, at: int, json: bool) -> None:
         shown = plain(shorten(json_text(row["value"]), 200))
         table.add_row(iso(row["when"]), shown, row["at_when"])
     console.print(table)
+
+
+def record_text(record: Stored, where: str) -> str:
+    """A record in a line of text: when it is stored for and its value as JSON (cut to 200
+    characters), or that it is a clear."""
+    if record.payload is None:
+        return f"cleared for {iso(record.when)}"
+    return f"stored for {iso(record.when)}: {shorten(json_text(value_of(record, where)), 200)}"
 
 
 @app.command("list")

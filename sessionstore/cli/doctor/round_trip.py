@@ -19,22 +19,30 @@ from ...store import Store
 from ..common import DURABILITY_HINT
 from .check import Check
 
+#: The key parts of the probe's value after its symbol (the probe's name).
+PROBE_PARTS = ("doctor", "doctor", "doctor")
+
 
 def round_trip(url: str, namespace: str, durability_failed: bool = False) -> Check:
     """Write, read and delete a probe value and a probe log session in the namespace: this
     exercises every permission (and, on Redis, every function of the library) the library
-    needs. On a file store every file and folder the probe made is removed again. An
+    needs. On a file store every file and folder the probe made is removed again, on
+    Redis every key and namespace index entry (:class:`RedisScratch`). An
     event log refused for the durability the persistence check already failed
     (``durability_failed``) is named, not explained a second time."""
     probe = probe_name("doctor")
     started = time.perf_counter()
     values_work = False
     try:
-        with sessionstore.connect(url, namespace) as store, FileScratch(url, store, probe):
-            session = store.session(probe, "doctor", "doctor", "doctor")
+        with (
+            sessionstore.connect(url, namespace) as store,
+            FileScratch(url, store, probe),
+            RedisScratch(url, store, probe),
+        ):
+            session = store.session(probe, *PROBE_PARTS)
             session.set_data({"probe": True}, 0)
             session.update(lambda value: value, 0)
-            history = store.session(probe, "doctor", "doctor", "doctor", history=True)
+            history = store.session(probe, *PROBE_PARTS, history=True)
             history.set_data(1, 0)
             if session.get_data(0) != {"probe": True} or history.get_data(0) != 1:
                 return Check("read/write", "FAIL", "a value written was not read back")
@@ -82,7 +90,7 @@ class FileScratch:
         from ...arguments import value_key
         from ...backends.files import FileValues
 
-        key = value_key(store.namespace, probe, "doctor", "doctor", "doctor", "backtest")
+        key = value_key(store.namespace, probe, *PROBE_PARTS, "backtest")
         key_dir = FileValues(file_root(url)).key_dir(key)
         log = Path(store.events.locate(probe) or key_dir)
         self.probe_paths = [key_dir, log]
@@ -104,3 +112,25 @@ class FileScratch:
             # Not empty (written meanwhile by someone else), or gone already: kept.
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
+
+
+class RedisScratch:
+    """On Redis, what the round trip of ``probe`` leaves is removed on leaving the block
+    (:func:`.leftovers.remove_leftovers`: the probe's index entries, which the store's
+    deletes leave to later listings). Left to those listings when the store cannot be
+    reached, or refuses. Nothing on other stores."""
+
+    def __init__(self, url: str, store: Store, probe: str) -> None:
+        self.url, self.store, self.probe = url, store, probe
+
+    def __enter__(self) -> RedisScratch:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, trace: object) -> None:
+        if scheme_of(self.url) not in REDIS_SCHEMES or isinstance(exc, StoreUnavailableError):
+            return
+        # Imported here: importing the CLI loads no Redis driver.
+        from .leftovers import remove_leftovers
+
+        with contextlib.suppress(SessionStoreError):
+            remove_leftovers(self.url, self.store, self.probe, PROBE_PARTS)
