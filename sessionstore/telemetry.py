@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from .leases import TakenOver
 from .version import __version__
@@ -213,7 +213,8 @@ def scope_for(url: str, namespace: str, cache: bool | None = None) -> Scope:
     """The scope of a store on ``url`` (a masked or a full URL: only its scheme and its
     ``?cache=`` are read) in ``namespace``."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
-    caches = bool(cache) or parse_qs(urlsplit(url).query).get("cache") == ["yes"]
+    query = url.partition("?")[2].partition("#")[0]  # urlsplit refuses some URLs a store takes
+    caches = bool(cache) or parse_qs(query).get("cache") == ["yes"]
     return Scope(_SYSTEMS.get(scheme, "sessionstore." + scheme), namespace, caches)
 
 

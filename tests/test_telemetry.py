@@ -726,3 +726,11 @@ def test_the_acl_users_password_reaches_no_attribute(acl_url: str, namespace: st
         telemetry.reset()
     assert recorded.spans()
     assert not any("conformance-secret" in text for text in recorded.texts())
+
+
+@pytest.mark.parametrize(
+    ("url", "caches"),
+    [("memory://127.0.0.1:1[", False), ("redis://h:1[/0?cache=yes", True), ("x?cache=no", False)],
+)
+def test_the_scope_of_any_url_a_store_takes_is_read_without_parsing_the_rest(url, caches):
+    assert telemetry.scope_for(url, "ns").caches is caches
