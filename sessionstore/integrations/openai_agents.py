@@ -14,9 +14,12 @@ Layout of the log (its id is the ``session_id``):
 
 * every item is one ``"item"`` event, ``data = {"item": item}``, in the order added;
   ``add_items`` appends a whole list as one batch (all or nothing);
-* ``pop_item`` appends a ``"pop"`` event, ``data = {"seq": S}``: it removes the item of
-  event ``S``. A pop that names no live item (already popped, or not an item) removes
-  nothing;
+* ``pop_item`` appends a ``"pop"`` event, ``data = {"seq": S, "after": D}``: it removes
+  the item of event ``S``, if ``D`` names the event just before it (a digest of that
+  event, see :func:`_digest`): a pop that landed on a log it did not read (one cleared
+  and written again to the same length meanwhile) removes nothing. A pop that names no
+  live item (already popped, or not an item) removes nothing; one without ``after``
+  (written by an older version) is not checked;
 * ``clear_session`` deletes the log.
 
 The items are the ``"item"`` events not removed by a ``"pop"``, oldest first; events of
@@ -28,8 +31,12 @@ Concurrency: every write names the seq it continues from and the store refuses i
 (``SeqConflictError``) when anything landed first. ``add_items`` then retries at the
 stored next seq, so concurrent adds from coroutines, threads and processes all land once.
 ``pop_item`` appends its pop at the end of the log it read, so it removes the newest item
-only if nothing changed since; else it reads again and retries. It returns the item it
-removed, never one another popper got.
+only if nothing changed since; else it reads again and retries. It then reads on from
+the last event it knew: a log cleared and written again meanwhile (before its pop
+landed, which then removed nothing, or after, which the clear undid) makes it pop
+again. It returns the item it removed, never one another popper got. A write whose
+caller is cancelled runs to its end before the cancellation reaches the caller, so
+nothing it wrote lands after the call is gone.
 
 Any thread, any event loop: one session object (and its store) may be used from
 several threads each running its own event loop, and from one loop after another
@@ -47,12 +54,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from itertools import groupby, islice
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from agents.items import TResponseInputItem
@@ -79,9 +87,12 @@ from ..models import SessionEvent, SessionHeader
 from ..records import StoredRecord, parsed_values
 from ..when import now_ms
 
+_T = TypeVar("_T")
+
 #: Event type of one conversation item; ``data = {"item": item}``.
 ITEM = "item"
-#: Event type of a removal by ``pop_item``; ``data = {"seq": seq of the item event}``.
+#: Event type of a removal by ``pop_item``; ``data = {"seq": seq of the item event,
+#: "after": digest of the event before the pop}``.
 POP = "pop"
 #: How often a write retries after losing the race to another writer.
 WRITE_ATTEMPTS = 1000
@@ -207,8 +218,7 @@ class SessionStoreSession:
                 for i, item in enumerate(batch)
             ]
 
-        async with self._lock:
-            await self._append(events)
+        await _to_the_end(self._locked_append(events))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when there is none.
@@ -217,28 +227,38 @@ class SessionStoreSession:
         read it, so it lands only if no other write came first; else this call reads
         the log again and retries.
         """
+        return await _to_the_end(self._pop())
+
+    async def _pop(self) -> TResponseInputItem | None:
         async with self._lock:
             for attempt in range(1, WRITE_ATTEMPTS + 1):
                 await self._refresh()
-                live = self._log.live
-                if not live:
+                read = self._log
+                if not read.live or read.last is None:
                     return None
-                seq = next(reversed(live))
-                at = self._log.next_seq
-                pop = _event(at, POP, now_ms(), {"seq": seq}, _batch_id())
+                seq = next(reversed(read.live))
+                popped: TResponseInputItem = read.item(seq)
+                data = {"seq": seq, "after": _digest(read.last)}
+                pop = _event(read.next_seq, POP, now_ms(), data, _batch_id())
                 try:
                     self._append_at = await self.store.events.append(self.session_id, [pop])
                 except (SeqConflictError, SessionNotFoundError):
                     await self._pause(attempt)
                     continue
-                popped: TResponseInputItem = self._log.item(seq)
-                return popped
+                await self._refresh()
+                if self._log is read and seq not in read.live:
+                    return popped
+                # The log was cleared and written again, before the pop landed (which
+                # then removed nothing) or after it (which undid it): pop again.
         raise ConcurrentModificationError(
             f"pop_item of session {self.session_id!r} lost {WRITE_ATTEMPTS} races in a row"
         )
 
     async def clear_session(self) -> None:
         """Delete the session's log (nothing happens when there is none)."""
+        await _to_the_end(self._clear())
+
+    async def _clear(self) -> None:
         async with self._lock:
             with contextlib.suppress(SessionNotFoundError):
                 await self.store.events.delete(self.session_id)
@@ -261,6 +281,10 @@ class SessionStoreSession:
         return f"SessionStoreSession({self.session_id!r}, {self.store!r})"
 
     # --- internals -------------------------------------------------------------------
+
+    async def _locked_append(self, events: Callable[[int], list[SessionEvent]]) -> None:
+        async with self._lock:
+            await self._append(events)
 
     async def _append(self, events: Callable[[int], list[SessionEvent]]) -> None:
         """Append the items ``events(first_seq)`` at the stored next seq, retrying on
@@ -398,6 +422,8 @@ class _Folded:
                     if name == "item":
                         added[record.seq] = value
                         texts[record.seq] = data[name]
+                    elif "after" in data and not _follows(data["after"], records, index):
+                        pass  # a pop that landed on a log it did not read
                     elif type(value) is int:
                         if value in added:
                             del added[value]
@@ -437,6 +463,36 @@ def _identity(record: StoredRecord) -> tuple[Any, ...]:
     the JSON of its data)."""
     data = tuple((name, bytes(value)) for name, value in record.data.items())
     return (record.seq, record.type, record.time, record.id, data)
+
+
+def _digest(identity: tuple[Any, ...]) -> str:
+    """What a pop names the event before it by: a digest of that event's
+    :func:`_identity`."""
+    return hashlib.blake2b(repr(identity).encode(), digest_size=8).hexdigest()
+
+
+def _follows(after: Any, records: list[StoredRecord], index: int) -> bool:
+    """Whether the pop ``records[index]``, whose ``after`` is the JSON text ``after``,
+    comes just after the event it names (a pop first in a log follows none)."""
+    return index > 0 and orjson.loads(bytes(after)) == _digest(_identity(records[index - 1]))
+
+
+async def _to_the_end(operation: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``operation`` to its end even when the caller is cancelled meanwhile, then
+    raise that cancellation: a write the caller gave up on has landed or failed by then,
+    never later (a store call running in a worker thread is not stopped by it)."""
+    task = asyncio.ensure_future(operation)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return task.result()
 
 
 def _batch_id() -> str:

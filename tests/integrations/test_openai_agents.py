@@ -455,7 +455,7 @@ def test_the_log_is_append_only_a_pop_is_an_event(ours):
     events = ours.events("conv")
     assert [(e.seq, e.type) for e in events] == [(0, "item"), (1, "item"), (2, "item"), (3, "pop")]
     assert [e.data for e in events[:3]] == [{"item": user(t)} for t in ("one", "two", "three")]
-    assert events[3].data == {"seq": 2}
+    assert events[3].data["seq"] == 2 and set(events[3].data) == {"seq", "after"}
     # The last event of each batch carries a random id; the others none.
     assert events[0].id is None and events[1].id and events[2].id and events[3].id
     assert len({events[1].id, events[2].id, events[3].id}) == 3
@@ -495,6 +495,60 @@ def test_a_pop_racing_an_add_removes_the_newest_item_at_its_append(ours):
     ours.open("conv").add_items([user("two")])
     assert s.pop_item() == user("two")
     assert s.get_items() == [user("one")]
+
+
+class Interleaved:
+    """A store whose event log runs ``before`` (once) ahead of the next append it is
+    asked for, then the append itself after ``delay`` seconds, shielded from its caller's
+    cancellation (as a store call running in a worker thread goes on): what another
+    session does between a session's read and its write."""
+
+    def __init__(self, store: Any, before: Any = None, delay: float = 0.0) -> None:
+        self._store, self._before, self._delay = store, before, delay
+        self.events = self
+        self.started = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store.events, name)
+
+    async def append(self, session_id: str, events: Any) -> int:
+        self.started.set()
+        before, self._before = self._before, None
+        if before is not None:
+            await before()
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        return await asyncio.shield(self._store.events.append(session_id, events))
+
+
+def test_a_pop_whose_log_was_cleared_and_written_again_before_it_landed_pops_again(ours):
+    popper, other = ours.open_async("conv"), ours.open_async("conv")
+    ours.run(popper.add_items, [user("old one"), user("old two"), user("old three")])
+    assert said(ours.run(popper.get_items)) == ["old one", "old two", "old three"]
+
+    async def rewrite() -> None:  # the log is back at the length the popper read
+        await other.clear_session()
+        await other.add_items([user("new one"), user("new two"), user("new three")])
+
+    popper.store = Interleaved(popper.store, rewrite)
+    assert ours.run(popper.pop_item) == user("new three")
+    assert said(ours.run(other.get_items)) == ["new one", "new two"]
+    assert said(ours.run(popper.get_items)) == ["new one", "new two"]
+
+
+def test_a_cancelled_write_has_landed_when_the_cancellation_reaches_its_caller(ours):
+    session = ours.open_async("conv")
+    slow = session.store = Interleaved(session.store, delay=0.2)
+
+    async def cancelled_add() -> list[Any]:
+        adding = asyncio.ensure_future(session.add_items([user("one"), user("two")]))
+        await slow.started.wait()
+        adding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await adding
+        return await session.get_items()
+
+    assert said(ours.run(cancelled_add)) == ["one", "two"]
 
 
 def test_a_log_deleted_and_written_again_is_read_afresh(ours):
