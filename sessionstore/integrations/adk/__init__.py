@@ -68,10 +68,10 @@ an applied replay: the event is stored once and its deltas applied once.
 
 Reads cost what they return: ``get_session`` reads the app and user values, the log's
 metadata (``info``) and then only the events from the last state snapshot or from the
-first event asked for (``num_recent_events``; ``after_timestamp`` reads back in growing
-steps until an event before that time is found), whichever comes first.
-``after_timestamp`` keeps what ADK's in-memory service keeps: the newest events up to
-(not including) the newest one stamped before that time. ``list_sessions`` reads the
+first event asked for (``num_recent_events``), whichever comes first; with
+``after_timestamp`` every event, since hosts whose clocks disagree append out of time
+order: it keeps what ADK's own services keep, every event stamped at or after that time
+(then the newest ``num_recent_events`` of them). ``list_sessions`` reads the
 user's index of sessions (without a user, the namespace's list of values: the app's
 user values are its index of users) and, for each session listed, its metadata and its
 last snapshot onward (the session's own state lives in its log), never the namespace's

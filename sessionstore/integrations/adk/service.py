@@ -51,8 +51,6 @@ _FRAME = "-"
 _WHEN = 0
 #: How many value handles of app and user states a service keeps.
 _HANDLES_KEPT = 1024
-#: How many events ``after_timestamp`` reads first, from the end (then four times more).
-_FIRST_STEP = 32
 
 
 class SessionStoreSessionService(BaseSessionService):
@@ -164,11 +162,12 @@ class SessionStoreSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         """The session with its state (app, user and its own, merged) and its events in
-        order, as appended: all of them, or the newest ``config.num_recent_events``,
-        or those from the newest run at or after ``config.after_timestamp``. None when
-        it is not stored. Reads only the events returned and those since the last state
-        snapshot; applies first any app or user delta of the session that a process
-        which died after appending its event left unapplied."""
+        order, as appended: all of them, or those stamped at or after
+        ``config.after_timestamp``, then the newest ``config.num_recent_events`` of
+        them (as ADK's own services give them). None when it is not stored. Reads only
+        the events returned and those since the last state snapshot (every event with
+        ``after_timestamp``); applies first any app or user delta of the session that a
+        process which died after appending its event left unapplied."""
         sid = _stripped(session_id)
         _check(app_name, user_id, sid)
         app, user = await self._read_states(app_name, user_id)
@@ -402,34 +401,23 @@ class SessionStoreSessionService(BaseSessionService):
         return True
 
     async def _read(self, log_id: str, next_seq: int, config: GetSessionConfig | None) -> _Read:
-        """The session state at ``next_seq`` and the events ``config`` asks for."""
+        """The session state at ``next_seq`` and the events ``config`` asks for: those
+        stamped at or after ``after_timestamp`` (all read: hosts whose clocks disagree
+        append out of time order), then the newest ``num_recent_events`` of them."""
         last = next_seq - 1
         snapshot = last - last % SNAPSHOT_EVERY
         recent = None if config is None else config.num_recent_events
         after = None if config is None else config.after_timestamp
-        first = 1 if recent is None else max(1, next_seq - recent)
-        if recent is None and after is not None:
-            first = max(1, next_seq - _FIRST_STEP)
-        step = _FIRST_STEP
-        while True:
-            events = await self._events.read_from(log_id, min(first, snapshot))
-            events = [e for e in events if e.seq < next_seq]  # appended meanwhile: later
-            if not events or events[0].seq != min(first, snapshot):
-                raise LogNotFoundError(log_id)  # deleted meanwhile
-            mine = events[first - events[0].seq :] if first <= next_seq else []
-            if recent is not None or after is None or first == 1:
-                break
-            if mine and mine[0].data["event"]["timestamp"] < after:
-                break
-            step *= 4
-            first = max(1, next_seq - step)
+        first = 1 if recent is None or after is not None else max(1, next_seq - recent)
+        events = await self._events.read_from(log_id, min(first, snapshot))
+        events = [e for e in events if e.seq < next_seq]  # appended meanwhile: later
+        if not events or events[0].seq != min(first, snapshot):
+            raise LogNotFoundError(log_id)  # deleted meanwhile
+        mine = events[first - events[0].seq :] if first <= next_seq else []
         if after is not None:
-            times = [e.data["event"]["timestamp"] for e in mine]
-            cut = len(times)
-            while cut > 0 and times[cut - 1] >= after:
-                cut -= 1
-            if cut > 0:
-                mine = mine[cut:]
+            mine = [e for e in mine if e.data["event"]["timestamp"] >= after]
+            if recent is not None:
+                mine = mine[max(len(mine) - recent, 0) :] if recent > 0 else []
         state = dict(events[snapshot - events[0].seq].data["state"])
         for event in events[snapshot - events[0].seq + 1 :]:
             delta = event.data["event"].get("actions", {}).get("state_delta") or {}
