@@ -20,7 +20,7 @@ local function stored_integer(text)
 end
 
 -- The largest epoch the library writes is a time in ms; any integer Lua holds exactly
--- (2^53 - 1) passes.
+-- (2^53 - 1) passes, and a new lease's epoch is never taken past it (lease_acquire.lua).
 local EPOCH_MAX = 9007199254740991
 
 -- the epoch stored as text (a writer lease's, see lease_acquire.lua), or nil when text

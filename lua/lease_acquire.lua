@@ -24,6 +24,10 @@ local epoch = held[1] and epoch_of(held[2])
 local lapsed = 0
 if not epoch then
   local stored = stored_epoch(KEYS[2])
+  if math.abs(stored) >= EPOCH_MAX then
+    error({err = 'CORRUPT the epoch key ' .. KEYS[2] .. ' holds the largest epoch: no lease can'
+      .. ' follow it'})
+  end
   if stored > 0 then lapsed = 1 end
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

@@ -25,8 +25,7 @@ whole key; session sizes come from the count the appends keep, see :mod:`.logfor
 name); ``DEL`` (the functions delete with ``UNLINK``, which frees a big key in the
 background). The rest costs what Redis's own commands
 cost any client: ``HGETALL``, ``XRANGE``, ``XREAD`` and ``ZRANGE`` by rank cost what they
-return (a tenant reading its own big key pays for its own reply), ``ZSCAN`` (the
-listings read the namespace index with it) about its count a call. The exceptions, which
+return (a tenant reading its own big key pays for its own reply). The exceptions, which
 the functions need: ``ZRANGEBYSCORE``, ``ZREVRANGEBYSCORE`` and ``ZRANGE ... BYSCORE``
 step over a ``LIMIT`` offset (the library's calls use 0); ``SET`` over a big key frees
 it at once unless the server frees in the background
@@ -74,7 +73,7 @@ COMMANDS = (
     "exists", "unlink", "pexpire", "pexpiretime", "pttl", "persist", "get", "set", "strlen",
     "hget", "hmget", "hgetall", "hset", "hdel", "hexists", "hlen", "hstrlen",
     "object|encoding",
-    "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscan", "zscore", "zrem",
+    "zadd", "zcard", "zrange", "zrangebyscore", "zrevrangebyscore", "zscore", "zrem",
     "xadd", "xdel", "xlen", "xrange", "xread", "xsetid",
 )  # fmt: skip
 

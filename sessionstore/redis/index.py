@@ -6,10 +6,13 @@ entry it added before; with ``durability="replicas:N"`` confirmed by N replicas 
 data is, so a failover never keeps a session's data without its entry); listings read
 the index instead of scanning the keyspace:
 
-1. ``ZSCAN`` of the index (one slot, also on a cluster), :data:`SCAN_COUNT` entries a
-   call whatever its size (a tenant may fill its own index by hand), then sorted as
-   ``ZRANGE`` gives them; a user whose ACL predates ``ZSCAN`` reads it with one
-   ``ZRANGE``;
+1. ``ZRANGE`` of the index by rank (one slot, also on a cluster), :data:`SCAN_COUNT`
+   entries a call whatever its size (a tenant may fill its own index by hand), each
+   page starting at the last entry of the one before: an entry added or removed before
+   it meanwhile shifts the ranks, which that entry then shows, and the reading starts
+   again (after :data:`PAGED_READS`, one ``ZRANGE`` of the whole index). Ranks are the
+   data's, so a page read from another server (a failover, a slot moved) continues
+   where the last one ended, as a ``ZSCAN`` cursor would not;
 2. one pipelined check per entry (``HGETALL`` of a session's meta hash, ``HGET w`` of a
    value hash, ``EXISTS`` of a history) -- on a cluster redis-py splits the pipeline by
    node;
@@ -32,8 +35,8 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from .. import keys
-from ..drive import Steps
-from ..errors import AccessDeniedError, InvalidArgumentError
+from ..drive import Steps, drive
+from ..errors import InvalidArgumentError
 from ..jsondata import elide
 from ..when import now_ms
 from . import scripts
@@ -55,6 +58,10 @@ Queue = Callable[[Any, str], None]
 #: clocks of clients must agree within the other half, less that timeout.
 REFRESH_MS = keys.GRACE_MS // 2
 
+
+#: Readings of an index a page at a time before one ``ZRANGE`` reads it whole: each
+#: starts again when entries were added or removed before the page it read up to.
+PAGED_READS = 3
 
 #: The longest index entry ``index_add.lua`` takes (``INDEX_MEMBER_BYTES`` there).
 INDEX_MEMBER_BYTES = 262144
@@ -104,8 +111,8 @@ def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
 class Listing:
     """One listing of an index, sans I/O: what to send, and what the replies mean.
 
-    A driver scans the index and hands the pages to :meth:`take_scanned` (or a whole
-    ``ZRANGE`` reply to :meth:`take_range`), sends
+    A driver reads the index (:func:`range_steps`) and hands it to :meth:`take_range`,
+    sends
     the checks of each :meth:`chunks` (queued by ``queue``) and hands their replies to
     :meth:`take_checks`; then sends :meth:`forget_calls`. :attr:`found` holds (member,
     check reply) of every entry whose data is there; an error reply about the data (a key
@@ -129,14 +136,6 @@ class Listing:
         for member, score in reply:
             self.members.append(text(member))
             self.scores.append(float(score))
-
-    def take_scanned(self, pages: Sequence[Sequence[Any]]) -> None:
-        """The (member, score) pairs of every ``ZSCAN`` page of a whole scan (a member
-        may come twice: the last score counts), put in ``ZRANGE``'s order."""
-        found: dict[Any, float] = {}
-        for page in pages:
-            found.update((member, float(score)) for member, score in page)
-        self.take_range(sorted(found.items(), key=lambda pair: (pair[1], pair[0])))
 
     def chunks(self) -> list[Sequence[str]]:
         return _chunks(self.members)
@@ -164,12 +163,7 @@ class Listing:
 def list_steps(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> Steps[Listing]:
     """Run a :class:`Listing` (see the module doc)."""
     listing = Listing.of(index, queue)
-    try:
-        listing.take_scanned((yield from _scan_steps(client, guard, index)))
-    except AccessDeniedError:  # a user whose ACL an older version made
-        with guard("ZRANGE", index):
-            whole = yield functools.partial(client.zrange, index, 0, -1, withscores=True)
-        listing.take_range(whole)
+    listing.take_range((yield from range_steps(client, guard, index)))
     for chunk in listing.chunks():
         with guard("pipelined checks of", index):
             pipe = client.pipeline(transaction=False)
@@ -184,17 +178,36 @@ def list_steps(client: Any, guard: ErrorBoundary, index: str, queue: Queue) -> S
     return listing
 
 
-def _scan_steps(client: Any, guard: ErrorBoundary, index: str) -> Steps[list[Any]]:
-    """Every page of a whole ``ZSCAN`` of ``index``: each call bounded by its count,
-    every entry there from start to end found (some maybe twice)."""
-    pages: list[Any] = []
-    cursor: Any = 0
+def range_steps(client: Any, guard: ErrorBoundary, index: str) -> Steps[list[Any]]:
+    """The (member, score) pairs of ``index`` in ``ZRANGE``'s order, read a page of
+    :data:`SCAN_COUNT` a call (see the module doc): every entry there from start to end,
+    each once."""
+    for _ in range(PAGED_READS):
+        found = yield from _paged(client, guard, index)
+        if found is not None:
+            return found
+    with guard("ZRANGE", index):
+        whole: list[Any] = yield functools.partial(client.zrange, index, 0, -1, withscores=True)
+    return whole
+
+
+def _paged(client: Any, guard: ErrorBoundary, index: str) -> Steps[list[Any] | None]:
+    """The whole index read by rank a page at a time; None when the ranks shifted
+    between two pages (the entry a page starts at is not the last one read)."""
+    found: list[Any] = []
     while True:
-        with guard("ZSCAN", index):
-            cursor, page = yield functools.partial(client.zscan, index, cursor, count=SCAN_COUNT)
-        pages.append(page)
-        if int(cursor) == 0:
-            return pages
+        start = max(len(found) - 1, 0)
+        stop = start + SCAN_COUNT  # inclusive: the last entry read, then SCAN_COUNT more
+        with guard("ZRANGE", index):
+            page = yield functools.partial(client.zrange, index, start, stop, withscores=True)
+        ended = len(page) <= stop - start
+        if found:
+            if not page or tuple(page[0]) != tuple(found[-1]):
+                return None
+            page = page[1:]
+        found += page
+        if ended:
+            return found
 
 
 # Old stores: find and index what the index lacks (an admin's job: it needs SCAN) ---------
@@ -247,8 +260,7 @@ def _missing(client: Any, guard: ErrorBoundary, namespace: str) -> dict[str, lis
     sessions, values = _stored(client, guard, namespace)
     missing: dict[str, list[str]] = {}
     for index, members in zip(keys.index_keys(namespace), (sessions, values), strict=True):
-        with guard("ZSCAN", index):
-            indexed = {text(m) for m, _ in client.zscan_iter(index, count=SCAN_COUNT)}
+        indexed = {text(m) for m, _ in drive(range_steps(client, guard, index))}
         missing[index] = [member for member in members if member not in indexed]
     return missing
 

@@ -625,3 +625,23 @@ def test_a_read_of_a_stream_planted_with_entries_asks_for_a_bounded_count(
         finally:
             client.config_set("slowlog-log-slower-than", 10_000)
     assert ranges and all(r[-2] == b"COUNT" and int(r[-1]) <= 12_002 for r in ranges), ranges
+
+
+def test_the_largest_epoch_taken_over_is_one_the_next_writer_can_write_with(
+    client, namespace, redis_server
+):
+    """A released epoch just below the largest one accepted: the next lease takes one
+    more, which its appends' fence still reads; none follows that one."""
+    from sessionstore.keys import log_epoch_key
+
+    header = sessionstore.SessionHeader(id="s", created_at=T0)
+    with sessionstore.connect(redis_server.url, namespace) as store:
+        store.events.create(header)
+        client.set(log_epoch_key(namespace, "s"), str(-(2**53 - 2)))
+        with store.events.writer(header) as writer:
+            writer.emit("note", {})
+        assert [e.type for e in store.events.load("s").events] == ["note"]
+        assert int(client.get(log_epoch_key(namespace, "s"))) == -(2**53 - 1)
+        # No lease can follow the largest epoch: refused as damage, nothing written.
+        with pytest.raises(CorruptDataError, match="the largest epoch"):
+            store.events.writer(header)
