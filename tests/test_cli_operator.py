@@ -327,3 +327,14 @@ def test_values_expire_sets_and_removes_a_values_retention(any_store, namespace)
     for wrong in ((), ("--ttl", "5", "--persist"), ("--ttl", "0")):
         refused = run("values", "expire", *key, *wrong, *common)
         assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid argument")
+
+
+@pytest.mark.parametrize("bad", ["redis://h:99999/0", "redis://[::1", "redis://127.0.0.1:-1/0"])
+@pytest.mark.parametrize("given", ["--url", "env"])
+def test_acl_names_a_malformed_url_as_an_invalid_argument(bad, given):
+    if given == "env":
+        result = run("acl", "bob", url_from_env=bad)
+    else:
+        result = run("acl", "bob", "--url", bad)
+    assert result.exit_code == 2
+    assert "invalid URL" in result.output and "unexpected" not in result.output

@@ -119,6 +119,7 @@ def _target(url: str) -> tuple[tuple[str, int] | None, int]:
     from redis.connection import parse_url
 
     from ..redis.options import parse_options
+    from ..urls import invalid_url
 
     if scheme_of(url) not in REDIS_SCHEMES:
         raise InvalidArgumentError(
@@ -127,7 +128,10 @@ def _target(url: str) -> tuple[tuple[str, int] | None, int]:
     options = parse_options(url, None, None)
     if options.sentinel is not None:
         return None, int(options.sentinel.node_kwargs.get("db", 0))
-    parsed = parse_url(options.url)
+    try:
+        parsed = parse_url(options.url)
+    except ValueError as exc:  # a port out of range, a bracket left open
+        raise invalid_url(url, exc) from None
     db = int(parsed.get("db", 0))
     if "path" in parsed:
         return None, db

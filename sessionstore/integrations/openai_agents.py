@@ -34,9 +34,10 @@ stored next seq, so concurrent adds from coroutines, threads and processes all l
 only if nothing changed since; else it reads again and retries. It then reads on from
 the last event it knew: a log cleared and written again meanwhile (before its pop
 landed, which then removed nothing, or after, which the clear undid) makes it pop
-again. It returns the item it removed, never one another popper got. A write whose
-caller is cancelled runs to its end before the cancellation reaches the caller, so
-nothing it wrote lands after the call is gone.
+again. It returns the item it removed, never one another popper got. A store write
+whose caller is cancelled runs to its end before the cancellation reaches the caller,
+so nothing lands after the call is gone (a cancellation is no rollback: a pop cancelled
+then has removed its item); a call cancelled before it writes writes nothing.
 
 Any thread, any event loop: one session object (and its store) may be used from
 several threads each running its own event loop, and from one loop after another
@@ -218,7 +219,8 @@ class SessionStoreSession:
                 for i, item in enumerate(batch)
             ]
 
-        await _to_the_end(self._locked_append(events))
+        async with self._lock:
+            await self._append(events)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when there is none.
@@ -227,9 +229,6 @@ class SessionStoreSession:
         read it, so it lands only if no other write came first; else this call reads
         the log again and retries.
         """
-        return await _to_the_end(self._pop())
-
-    async def _pop(self) -> TResponseInputItem | None:
         async with self._lock:
             for attempt in range(1, WRITE_ATTEMPTS + 1):
                 await self._refresh()
@@ -241,7 +240,8 @@ class SessionStoreSession:
                 data = {"seq": seq, "after": _digest(read.last)}
                 pop = _event(read.next_seq, POP, now_ms(), data, _batch_id())
                 try:
-                    self._append_at = await self.store.events.append(self.session_id, [pop])
+                    appending = self.store.events.append(self.session_id, [pop])
+                    self._append_at = await _to_the_end(appending)
                 except (SeqConflictError, SessionNotFoundError):
                     await self._pause(attempt)
                     continue
@@ -256,12 +256,9 @@ class SessionStoreSession:
 
     async def clear_session(self) -> None:
         """Delete the session's log (nothing happens when there is none)."""
-        await _to_the_end(self._clear())
-
-    async def _clear(self) -> None:
         async with self._lock:
             with contextlib.suppress(SessionNotFoundError):
-                await self.store.events.delete(self.session_id)
+                await _to_the_end(self.store.events.delete(self.session_id))
             self._log = _Folded()
             self._append_at = 0
 
@@ -282,17 +279,14 @@ class SessionStoreSession:
 
     # --- internals -------------------------------------------------------------------
 
-    async def _locked_append(self, events: Callable[[int], list[SessionEvent]]) -> None:
-        async with self._lock:
-            await self._append(events)
-
     async def _append(self, events: Callable[[int], list[SessionEvent]]) -> None:
         """Append the items ``events(first_seq)`` at the stored next seq, retrying on
         conflict."""
         first = self._append_at
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                self._append_at = await self.store.events.append(self.session_id, events(first))
+                appending = self.store.events.append(self.session_id, events(first))
+                self._append_at = await _to_the_end(appending)
                 return
             except NotJSONSerializableError as exc:
                 raise _item_error(self.session_id, exc, first) from None
@@ -478,9 +472,10 @@ def _follows(after: Any, records: list[StoredRecord], index: int) -> bool:
 
 
 async def _to_the_end(operation: Coroutine[Any, Any, _T]) -> _T:
-    """Await ``operation`` to its end even when the caller is cancelled meanwhile, then
-    raise that cancellation: a write the caller gave up on has landed or failed by then,
-    never later (a store call running in a worker thread is not stopped by it)."""
+    """Await the store write ``operation`` to its end even when the caller is cancelled
+    meanwhile, then raise that cancellation: a write the caller gave up on has landed or
+    failed by then, never later (a store call running in a worker thread is not stopped
+    by it)."""
     task = asyncio.ensure_future(operation)
     cancelled: asyncio.CancelledError | None = None
     while not task.done():

@@ -538,6 +538,7 @@ def test_a_pop_whose_log_was_cleared_and_written_again_before_it_landed_pops_aga
 
 def test_a_cancelled_write_has_landed_when_the_cancellation_reaches_its_caller(ours):
     session = ours.open_async("conv")
+    ours.run(session.add_items, [user("zero")])
     slow = session.store = Interleaved(session.store, delay=0.2)
 
     async def cancelled_add() -> list[Any]:
@@ -548,7 +549,24 @@ def test_a_cancelled_write_has_landed_when_the_cancellation_reaches_its_caller(o
             await adding
         return await session.get_items()
 
-    assert said(ours.run(cancelled_add)) == ["one", "two"]
+    assert said(ours.run(cancelled_add)) == ["zero", "one", "two"]
+
+
+def test_pops_cancelled_before_they_write_remove_nothing(ours):
+    session = ours.open_async("conv")
+    ours.run(session.add_items, [user(str(n)) for n in range(20)])
+
+    async def pops() -> list[Any]:
+        popping = [asyncio.ensure_future(session.pop_item()) for _ in range(10)]
+        await asyncio.sleep(0)  # the first holds the lock, the others wait for it
+        for task in popping[1:]:
+            task.cancel()
+        return await asyncio.gather(*popping, return_exceptions=True)
+
+    done = ours.run(pops)
+    assert done[0] == user("19")
+    assert all(isinstance(result, asyncio.CancelledError) for result in done[1:])
+    assert said(ours.run(session.get_items)) == [str(n) for n in range(19)]
 
 
 def test_a_log_deleted_and_written_again_is_read_afresh(ours):
