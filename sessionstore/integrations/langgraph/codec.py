@@ -111,18 +111,25 @@ class Codec:
         """Checkpoint ``checkpoint_id`` of namespace ``ns`` of the folded ``thread``, with
         its channel values and pending writes."""
         entry = thread.checkpoints[ns][checkpoint_id]
-        checkpoint: Checkpoint = self.unpack(entry.checkpoint)
+        # unpack() inlined: a list of many checkpoints makes several of these each.
+        loads, text = self.serde.loads_typed, binascii.a2b_base64
+        packed = entry.checkpoint
+        checkpoint: Checkpoint = loads((packed[0], text(packed[1])))
         values = {}
+        blobs = thread.blobs
         for channel, version in checkpoint["channel_versions"].items():
-            blob = thread.blobs.get((ns, channel, version))
+            blob = blobs.get((ns, channel, version))
             if blob is not None:
-                values[channel] = self.unpack(blob)
+                values[channel] = loads((blob[0], text(blob[1])))
         checkpoint["channel_values"] = values
-        stored = thread.writes.get((ns, checkpoint_id), {})
-        ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][2], *kv[0]))
-        pending = [
-            (task, channel, self.unpack(value)) for (task, _), (channel, value, _) in ordered
-        ]
+        stored = thread.writes.get((ns, checkpoint_id))
+        pending = []
+        if stored:
+            ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][2], *kv[0]))
+            pending = [
+                (task, channel, loads((value[0], text(value[1]))))
+                for (task, _), (channel, value, _) in ordered
+            ]
         parent = checkpoint_config(thread_id, ns, entry.parent) if entry.parent else None
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),
