@@ -112,9 +112,8 @@ class Listing:
     """One listing of an index, sans I/O: what to send, and what the replies mean.
 
     A driver reads the index (:func:`range_steps`) and hands it to :meth:`take_range`,
-    sends
-    the checks of each :meth:`chunks` (queued by ``queue``) and hands their replies to
-    :meth:`take_checks`; then sends :meth:`forget_calls`. :attr:`found` holds (member,
+    sends the checks of each :meth:`chunks` (queued by ``queue``) and hands their replies
+    to :meth:`take_checks`; then sends :meth:`forget_calls`. :attr:`found` holds (member,
     check reply) of every entry whose data is there; an error reply about the data (a key
     of the wrong type) counts as there, for the caller to report; any other error reply
     is raised (see :meth:`take_checks`).
