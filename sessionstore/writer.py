@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from .contracts import EventBackend
+from .errors import SessionStoreError
 from .flows import run
 from .jsontext import JSONText
 from .models import SessionEvent, SessionHeader
@@ -77,6 +78,15 @@ class WriterShell:
         due = buffer.next_due()
         if due is not None:
             context.drain.schedule(self, due)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A writer holds its session's lease and the events it queued in this process:
+        it does not travel (:class:`~sessionstore.errors.SessionStoreError`); a worker
+        opens a writer of its own from the store, which does."""
+        raise SessionStoreError(
+            f"the writer of session {self._buffer.session_id!r} stays in the process that"
+            " opened it: pass the store (it pickles) and open a writer in the worker"
+        )
 
     @property
     def session_id(self) -> str:

@@ -10,6 +10,7 @@ otherwise).
 from __future__ import annotations
 
 import faulthandler
+import fcntl
 import os
 import signal
 import threading
@@ -323,3 +324,75 @@ def test_threads_forking_at_once_each_let_go_only_of_the_sqlite_lock_they_took(
         thread.join(30)
     assert not database.writing.locked()
     database.close()
+
+
+@contextmanager
+def idle_child() -> Iterator[None]:
+    """A child forked now that does nothing (a pool's worker waiting for work) for as
+    long as the block runs; killed at its end."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_file_lock_held_at_a_fork_is_free_once_its_holder_lets_go(tmp_path):
+    """A ``flock`` belongs to its open file description, which a child forked while
+    another thread held it shares: the holder unlocks it, closing alone would leave it
+    held for as long as the child lives."""
+    from sessionstore.backends.dirhandle import Folder
+    from sessionstore.backends.fsutil import exclusive_lock
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    folder = Folder(fd, str(tmp_path))
+    inside, done = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with exclusive_lock(folder, "key.lock"):
+            inside.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=holding)
+    thread.start()
+    assert inside.wait(10)
+    with idle_child():
+        done.set()
+        thread.join(10)
+        probe = os.open(tmp_path / "key.lock", os.O_RDWR)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no BlockingIOError
+        finally:
+            os.close(probe)
+    os.close(fd)
+
+
+def test_a_writers_lease_ends_at_its_close_whatever_children_were_forked(tmp_path, namespace):
+    url = str(tmp_path / "store")
+    header = SessionHeader(id="s", created_at=T0)
+    with sessionstore.connect(url, namespace) as store:
+        writer = store.events.writer(header)
+        writer.emit("note", {})
+        with idle_child():
+            writer.close()
+            assert not store.events.info("s").busy
+            with store.events.writer(header) as again:
+                again.emit("note", {})
+        assert [e.type for e in store.events.load("s").events] == ["note", "note"]
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite"])
+def test_a_writer_does_not_travel_and_says_so(backend, tmp_path, namespace):
+    import pickle
+
+    url = str(tmp_path / "store") if backend == "file" else f"sqlite:///{tmp_path / 's.db'}"
+    with sessionstore.connect(url, namespace) as store:
+        writer = store.events.writer(SessionHeader(id="s", created_at=T0))
+        with pytest.raises(sessionstore.SessionStoreError, match="'s' stays in the process"):
+            pickle.dumps(writer)
+        writer.close()
+        assert pickle.loads(pickle.dumps(store)).namespace == namespace

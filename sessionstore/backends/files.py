@@ -54,6 +54,7 @@ from ..when import now_ms
 from .dirhandle import Folder, StoreRoot, namespace_named
 from .fsutil import (
     DIGEST_MARK,
+    close_unlocked,
     decode_name,
     encode_name,
     exclusive_lock,
@@ -398,7 +399,7 @@ class FileValues(ValueBackend):
             fd = self._held.pop((key, when, token), None)
             if fd is not None:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
+                    close_unlocked(fd)
 
     def _release(self, folder: Folder, key: ValueKey, when: int, token: str) -> None:
         """Give up the lease file of ``token`` (under the key's ``.lock``): removed when it
@@ -412,7 +413,7 @@ class FileValues(ValueBackend):
                 if _same_file(folder.stat(name), os.fstat(fd)):
                     folder.unlink(name)
         finally:
-            os.close(fd)
+            close_unlocked(fd)
 
     def put_computed(
         self,

@@ -317,7 +317,17 @@ def exclusive_lock(folder: Folder, name: str) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        close_unlocked(fd)
+
+
+def close_unlocked(fd: int) -> None:
+    """Let go of the ``flock`` ``fd`` holds, then close it. A lock belongs to the open
+    file description, which a child forked while it was held refers to as well: closing
+    alone would leave it held for as long as that child lives (its own copy, which no
+    code of the child closes, keeps it), and every other taker of it waiting."""
+    with suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def remove_stale_temps(folder: Folder) -> None:

@@ -70,6 +70,7 @@ from .dirhandle import Folder, StoreRoot
 from .fdpool import FdPool, HeldFile
 from .fsutil import (
     atomic_write,
+    close_unlocked,
     encode_name,
     os_errors,
     read_all,
@@ -343,7 +344,7 @@ class JsonlEvents(EventBackend):
             fcntl.flock(fd, fcntl.LOCK_SH)
             return self._states.read_range(fd, session_id, from_seq, limit, os.fspath(path))
         finally:
-            os.close(fd)
+            close_unlocked(fd)
 
     def _open_log(self, session_id: str, flags: int) -> int:
         """The session's log opened with ``flags`` in the logs folder walked from the
@@ -429,7 +430,7 @@ class JsonlEvents(EventBackend):
                         yield fd, folder
                         return
                 finally:
-                    os.close(fd)
+                    close_unlocked(fd)
         raise StoreUnavailableError(f"{path} kept being replaced during {doing}")
 
     def delete(self, session_id: str, *, last: SessionEvent | None = None) -> None:
@@ -495,7 +496,7 @@ class JsonlEvents(EventBackend):
             self._states.remember(session_id, LogState.parsed_whole(st, log, raw, size), st)
             return log
         finally:
-            os.close(fd)
+            close_unlocked(fd)
 
 
 def _name(session_id: str) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import CorruptLogError, UnsafePathError, UnsupportedVersionError
 from ..jsondata import short_repr
 from ..models import SessionHeader, SessionInfo
-from .fsutil import encode_name
+from .fsutil import close_unlocked, encode_name
 from .jsonl_format import LOG_SUFFIX, parse_header_line
 from .jsonl_io import first_line, last_committed, open_existing, still_named
 
@@ -115,7 +115,7 @@ def _prune_one(folder: Folder, name: str, now_ms: int, forget: Callable[[str], N
         folder.fsync()
         return True
     finally:
-        os.close(fd)
+        close_unlocked(fd)
 
 
 def _log_names(folder: Folder) -> list[str]:

@@ -20,10 +20,11 @@ import weakref
 from contextlib import suppress
 from pathlib import Path
 
+from .. import forksafe
 from ..leases import Lease, next_epoch, taken
 from ..when import now_ms
 from .dirhandle import StoreRoot
-from .fsutil import encode_name, locked_elsewhere, os_errors
+from .fsutil import close_unlocked, encode_name, locked_elsewhere, os_errors
 
 #: The folder of the lease files, in the namespace's folder.
 LEASES_DIR = "leases"
@@ -43,6 +44,9 @@ class LeaseFiles:
         self._held: dict[str, tuple[str, int, int]] = {}
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _close_all, self._held)
+        # At the fork itself, not at the child's first call: a child that never calls
+        # (a pool's worker) would hold the parent's leases for as long as it lives.
+        forksafe.at_fork(self, "forked")
 
     def _path(self, session_id: str) -> Path:
         return self._dir / _name(session_id)
@@ -113,7 +117,7 @@ class LeaseFiles:
         with suppress(OSError):
             os.pwrite(held[1], b"-%d" % held[2], 0)  # released: its epoch negated
         with suppress(OSError):
-            os.close(held[1])  # closing releases the lock
+            close_unlocked(held[1])
 
     def busy(self, session_id: str, owner: str | None = None) -> bool:
         """Whether another owner than ``owner`` holds the session's lease, here or in
