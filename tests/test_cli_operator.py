@@ -136,6 +136,21 @@ def any_store(request, tmp_path) -> str:  # noqa: ANN001
     return request.getfixturevalue("redis_server").url + "?durability=none"
 
 
+def test_namespaces_counts_a_key_holding_a_plain_record_and_a_history_as_two_values(
+    any_store,
+):
+    """As the namespace's own listing lists them, on every backend."""
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    with sessionstore.connect(any_store, namespace) as store:
+        store.session("MIX", "s", "e", "1h").set_data({"plain": 1}, 1)
+        store.session("MIX", "s", "e", "1h", history=True).set_data({"v": 1}, 2)
+        store.session("HIST", "s", "e", "1h", history=True).set_data({"v": 2}, 1)
+        listed = store.list_values()
+    found = {usage.name: usage for usage in sessionstore.namespaces(any_store)}
+    assert len(listed) == 3
+    assert (found[namespace].sessions, found[namespace].values) == (0, 3)
+
+
 def test_namespaces_lists_each_namespace_with_its_sessions_and_values(any_store):
     ours = [f"t-{uuid.uuid4().hex[:8]}-{n}" for n in range(2)] + ["t-odd:name {x}"]
     fill(any_store, ours[0], sessions=2, values=1)
