@@ -163,6 +163,7 @@ class RedisServer:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
+        self._close_pipe()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -171,6 +172,13 @@ class RedisServer:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        """The stderr pipe of a server that ended (left open, it is a ResourceWarning
+        whenever it is collected, in whichever test that happens)."""
+        if self.process and self.process.poll() is not None and self.process.stderr:
+            self.process.stderr.close()
 
     def cleanup(self) -> None:
         self.stop()
