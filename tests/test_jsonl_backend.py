@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -245,27 +246,52 @@ def test_a_torn_first_append(tmp_path: Path) -> None:
 # --- corruption -------------------------------------------------------------------------
 
 
-def test_a_damaged_byte_is_corruption_unless_it_is_in_the_last_line(tmp_path: Path) -> None:
+def test_a_damaged_byte_is_corruption_unless_it_is_the_final_newline(tmp_path: Path) -> None:
+    """A complete line that does not parse is damage, the last line's too (SQLite and
+    Redis refuse a damaged last event alike); only a last line without its newline is a
+    torn write."""
     with connect(tmp_path) as store:
         path, sizes = three_batch_log(store)
     full = path.read_bytes()
-    # Damaging the newline before the last line merges it into the last line.
-    last_line = full.rindex(b"\n", 0, len(full) - 1)
     for offset in range(len(full)):
         damaged = full[:offset] + b"\xff" + full[offset + 1 :]
         path.write_bytes(damaged)
         with connect(tmp_path) as store:
-            if offset >= last_line:
+            if offset == len(full) - 1:
                 assert store.events.load(SID).events == events(0, 5)
                 assert path.read_bytes() == full[: sizes[1]]
                 continue
             with pytest.raises(CorruptLogError) as caught:
                 store.events.load(SID)
             assert caught.value.line == line_of(full, offset), offset
+            # an event line names its seq; the header (line 1) has none
+            assert (caught.value.seq is None) == (line_of(full, offset) == 1), offset
             assert caught.value.session_id == SID
             with pytest.raises(CorruptLogError):
                 store.events.append(SID, [event(8)])
         assert path.read_bytes() == damaged, f"rewritten after damage at {offset}"
+
+
+def test_zero_bytes_in_the_final_batch_are_a_torn_write(tmp_path: Path) -> None:
+    """A crash before the fsync can leave zeros where bytes of the final batch were not
+    written yet, with bytes after them written (its final newline too): the batch is
+    torn and left out. Zeros in an earlier batch are damage to a committed one."""
+    with connect(tmp_path) as store:
+        path, sizes = three_batch_log(store)
+    full = path.read_bytes()
+    rng = random.Random(7)
+    holes = {(a, b) for a in range(sizes[1], len(full)) for b in (a + 1, a + 9, len(full) - 1)}
+    for start, stop in sorted((a, min(b, len(full))) for a, b in holes if a < b):
+        path.write_bytes(full[:start] + bytes(stop - start) + full[stop:])
+        with connect(tmp_path) as store:
+            assert store.events.load(SID).events == events(0, 5), (start, stop)
+        assert path.read_bytes() == full[: sizes[1]], (start, stop)
+    for start in rng.sample(range(sizes[0] - 1), 40) + [sizes[0] - 1]:
+        damaged = full[:start] + b"\0\0" + full[start + 2 :]
+        path.write_bytes(damaged)
+        with connect(tmp_path) as store, pytest.raises(CorruptLogError):
+            store.events.load(SID)
+        assert path.read_bytes() == damaged, start
 
 
 def test_a_deleted_line_before_the_end_is_corruption(tmp_path: Path) -> None:
@@ -298,7 +324,7 @@ def _edit_line(raw: bytes, number: int, edit: Any) -> bytes:
         (3, lambda r: {**r, "batch_end": 6}, 1),
         (5, lambda r: {**r, "batch_end": 2}, 3),
         (4, lambda r: {**r, "seq": 3}, 3),
-        (4, lambda r: [r], None),
+        (4, lambda r: [r], 2),
         (3, lambda r: {**r, "time": 2**63}, 1),
         (3, lambda r: {**r, "id": 5}, 1),
         (3, lambda r: {**r, "note": "an unknown field"}, 1),

@@ -11,11 +11,12 @@ An append holds an exclusive ``flock`` on the log and writes the batch with one 
 and an fsync, so a crash can only tear the final batch. A writer's append checks its lease
 under that lock first (fencing): a lease file another process holds locked, a lease this
 process holds for another writer, or a newer epoch in the lease file refuses it. Readers
-recognise a torn final batch -- a last line without its newline or that does not parse,
-with the lines of its batch before it, or a final batch that never reaches its
-``batch_end`` -- and leave it out; anything wrong before it is :class:`CorruptLogError`,
-and nothing is rewritten. A file without a complete header line (a crash during the very
-first append) counts as absent.
+recognise a torn final batch -- one that never reaches its ``batch_end``: its last line
+lacks its newline, or lines of it hold zero bytes (what a crash before the fsync leaves
+where bytes were not written yet), or its last lines are missing -- and leave it out;
+anything else wrong is :class:`CorruptLogError` (a complete line that does not parse is
+damage, also the last one), and nothing is rewritten. A file without a complete header
+line (a crash during the very first append) counts as absent.
 
 The line format and its parsing are :mod:`.jsonl_format` (no I/O), the reads and writes
 of one open log :mod:`.jsonl_io`, listing and pruning a folder of logs

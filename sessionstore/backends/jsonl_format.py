@@ -240,21 +240,20 @@ def _parse_batches(
     offsets: list[int] = []
     committed, end = 0, offset
     open_end: int | None = None  # batch_end of the batch being read, until its last event
-    malformed: CorruptLogError | None = None  # harmless only as the very last line
     number = line - 1
     while offset < len(raw):
-        if malformed is not None:
-            raise malformed
         number += 1
         stop = raw.find(b"\n", offset)
         if stop < 0:
-            break
+            break  # a last line without its newline: torn
         start, text, offset = offset, raw[offset:stop], stop + 1
         try:
             record, batch_end = parse_event(text)
         except MalformedLine as exc:
-            malformed = CorruptLogError(session_id, str(exc), seq=exc.seq, line=number)
-            continue
+            if b"\0" in text and _unfinished(raw, offset, open_end):
+                break
+            seq = next_seq + len(events) if exc.seq is None else exc.seq
+            raise CorruptLogError(session_id, str(exc), seq=seq, line=number) from None
         seq = record["seq"]
         _check_order(session_id, seq, batch_end, next_seq + len(events), open_end, number)
         if seq % INDEX_EVERY == 0:
@@ -266,6 +265,26 @@ def _parse_batches(
     kept = _multiples(next_seq + committed) - _multiples(next_seq)
     del events[committed:]
     return Events(session_id, events), end, offsets[:kept]
+
+
+def _unfinished(raw: bytes, offset: int, open_end: int | None) -> bool:
+    """Whether a line holding zero bytes, which ends before ``offset``, lies in the final
+    batch, whose ``batch_end`` is ``open_end`` (None: not known yet): a crash before the
+    batch's fsync can leave zeros where its bytes were not written yet, the bytes around
+    them written. So is every later line: zeros again, or an event of that same batch
+    (one committing another batch means the zeros are damage to a committed one)."""
+    for text in raw[offset:].split(b"\n")[:-1]:
+        if b"\0" in text:
+            continue
+        try:
+            _, batch_end = parse_event(text)
+        except MalformedLine:
+            return False
+        if open_end is None:
+            open_end = batch_end
+        elif batch_end != open_end:
+            return False
+    return True
 
 
 def batch_offsets(texts: Sequence[bytes], first_seq: int, base: int) -> list[int]:

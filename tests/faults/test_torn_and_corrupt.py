@@ -9,8 +9,8 @@ nothing.
 =========  ================================================  ====================================
 backend    torn tail (load repairs)                          corruption (CorruptLogError)
 =========  ================================================  ====================================
-JSONL      the file cut at every byte offset inside its      a byte flipped (XOR 0xFF) in any line
-           last batch                                        but the last; a line deleted
+JSONL      the file cut at every byte offset inside its      a byte flipped (XOR 0xFF) anywhere
+           last batch                                        but the final newline; a line deleted
 SQLite     1..k rows of a batch past ``next_seq``, well      a row below ``next_seq`` deleted or
            formed or not                                     altered (type, time, data, id);
                                                              ``next_seq`` malformed
@@ -135,11 +135,12 @@ def test_jsonl_damage_before_the_end_is_corruption_and_nothing_is_rewritten(tmp_
         store.events.append(SESSION, last)
         path = Path(store.events.locate(SESSION) or "")
     full = path.read_bytes()
-    # Damage at or after the newline before the last line only tears the last line.
-    last_line = full.rindex(b"\n", 0, len(full) - 1)
-    newlines = [i for i in range(last_line) if full[i : i + 1] == b"\n"]
-    budget = iterations(normal=800, ci=200, soak=last_line)
-    offsets = sorted(set(newlines + [0] + rng.sample(range(last_line), min(budget, last_line))))
+    # Damage to the final newline only tears the last line; a complete line that does not
+    # parse is damage, the last one's too.
+    final = len(full) - 1
+    newlines = [i for i in range(final) if full[i : i + 1] == b"\n"]
+    budget = iterations(normal=800, ci=200, soak=final)
+    offsets = sorted(set(newlines + [0] + rng.sample(range(final), min(budget, final))))
     damaged_inputs: list[tuple[str, bytes, int]] = [
         (f"byte {o} flipped", full[:o] + bytes([full[o] ^ 0xFF]) + full[o + 1 :], line_of(full, o))
         for o in offsets
