@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import threading
 import time
@@ -1037,11 +1038,13 @@ def test_header_checks(redis_server, ns, open_):
     with pytest.raises(SessionExistsError):
         events.append("s", batch(1, 1), SessionHeader(id="s", created_at=T0))
     assert events.append("s", batch(1, 1), header) == 2
-    raw(redis_server.url).hset(keys.log_keys(ns, "s")[0], "version", 7)
+    meta = keys.log_keys(ns, "s")[0]
+    raw(redis_server.url).hset(meta, "version", 7)
     with pytest.raises(UnsupportedVersionError):
         events.append("s", batch(2, 1), None)
-    with pytest.raises(UnsupportedVersionError):
-        events.read("s")
+    for read in (events.read, events.info):  # each names the log's key
+        with pytest.raises(UnsupportedVersionError, match=re.escape(meta)):
+            read("s")
 
 
 def test_an_append_after_a_tail_deleted_by_hand_lowers_the_stale_last_id(redis_server, ns, open_):

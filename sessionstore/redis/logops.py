@@ -328,7 +328,7 @@ class LogOps:
         :meth:`~sessionstore.contracts.EventBackend.read_records`."""
         meta, stream = self._keys(session_id)
         for attempt in range(READ_ATTEMPTS):
-            plan = LogRead(session_id, from_seq, limit, records)
+            plan = LogRead(session_id, from_seq, limit, records, where=meta)
             try:
                 yield from self._fetch(client, plan, meta, stream)
             except CorruptLogError:

@@ -66,13 +66,19 @@ class LogRead:
     """
 
     def __init__(
-        self, session_id: str, from_seq: int, limit: int | None, records: bool = False
+        self,
+        session_id: str,
+        from_seq: int,
+        limit: int | None,
+        records: bool = False,
+        where: str | None = None,
     ) -> None:
         if limit is not None and limit < 0:
             raise InvalidArgumentError(f"limit must be >= 0, not {limit!r}")
         self.session_id = session_id
         self.from_seq = from_seq
         self.limit = limit
+        self._where = where
         self._bound = 0
         self._asked = 0
         #: The events read, or with ``records`` their :class:`StoredRecord` objects.
@@ -113,7 +119,7 @@ class LogRead:
         if not meta:
             raise SessionNotFoundError(self.session_id)
         self._meta = dict(meta)
-        self.header = decode_header(self.session_id, meta, check_version=True)
+        self.header = decode_header(self.session_id, meta, check_version=True, where=self._where)
         self.next_seq = decode_next_seq(meta)
         if self.next_seq < 0:
             raise CorruptLogError(self.session_id, "the meta hash has no valid next_seq")
