@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -10,19 +11,25 @@ from .contracts import Stored
 from .keys import ValueKey
 from .models import SessionEvent, SessionHeader
 
-#: Session ids and value symbols that begin with this are the library's own checks (the
-#: demo's first write, ``sessionstore doctor``): written and deleted at once, and never
-#: listed, also when a crash left one behind.
+#: Session ids and value symbols of the form ``~probe-<purpose>-<12 hex digits>``
+#: (:data:`PROBE_PREFIX`, a lowercase word, a random token) are the library's own checks
+#: (the demo's first write, ``sessionstore doctor``): written and deleted at once, and
+#: never listed, also when a crash left one behind. Other names that begin with the
+#: prefix are a user's, listed and exported as any other.
 PROBE_PREFIX = "~probe-"
+_PROBE_TOKEN_BYTES = 6
+_PROBE = re.compile(rf"{re.escape(PROBE_PREFIX)}[a-z]+-[0-9a-f]{{{2 * _PROBE_TOKEN_BYTES}}}")
 
 
 def probe_name(purpose: str) -> str:
-    """A fresh reserved name for a check (see :data:`PROBE_PREFIX`)."""
-    return f"{PROBE_PREFIX}{purpose}-{secrets.token_hex(6)}"
+    """A fresh reserved name for a check (see :data:`PROBE_PREFIX`); ``purpose`` is a
+    lowercase word."""
+    return f"{PROBE_PREFIX}{purpose}-{secrets.token_hex(_PROBE_TOKEN_BYTES)}"
 
 
 def is_probe(name: str) -> bool:
-    return name.startswith(PROBE_PREFIX)
+    """Whether ``name`` is one :func:`probe_name` makes."""
+    return name.startswith(PROBE_PREFIX) and _PROBE.fullmatch(name) is not None
 
 
 class ValueRef(NamedTuple):

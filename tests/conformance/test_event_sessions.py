@@ -572,3 +572,14 @@ def test_the_librarys_own_checks_are_never_listed(store):
     assert [i.header.id for i in store.events.list_info()] == ["kept"]
     assert [ref.symbol for ref in store.list_values()] == ["KEPT"]
     assert seqs(store.events.load(probe).events) == [0]  # still there, by its name
+
+
+@pytest.mark.parametrize("name", ["~probe-BTCUSDT", "~probe-doctor-0123456789ab-x", "~probe-"])
+def test_a_users_name_that_only_begins_like_a_check_is_listed(store, name):
+    """Only the names the library's checks make are reserved: a user's session or value
+    whose name merely begins with the same prefix is listed as any other."""
+    started(store, name, count=1)
+    store.session(name, "s", "e", "1h").set_data(1, T)
+    assert [h.id for h in store.events.list()] == [name]
+    assert [i.header.id for i in store.events.list_info()] == [name]
+    assert [ref.symbol for ref in store.list_values()] == [name]
