@@ -274,6 +274,8 @@ def update(
     :class:`ConcurrentModificationError` once it has lost ``UPDATE_ATTEMPTS`` races in
     a row (after ``UPDATE_ATTEMPTS - 1`` back-offs).
     """
+    if not callable(fn):
+        raise InvalidArgumentError(f"update needs a callable fn, not {fn!r:.60}")
     ms = to_epoch_ms(when)
     if not prepared(state, lifecycle):
         yield from ready(state, lifecycle)

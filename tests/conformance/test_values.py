@@ -367,6 +367,15 @@ def test_update_with_an_unserialisable_result_keeps_the_record(store):
     assert s.get_data(T0) == 1
 
 
+@pytest.mark.parametrize("bad", [5, None, "fn"])
+def test_update_with_a_fn_that_is_not_callable_is_refused_and_keeps_the_record(store, bad):
+    s = open_session(store)
+    s.set_data(1, T0)
+    with pytest.raises(InvalidArgumentError, match="update needs a callable fn"):
+        s.update(bad, T0)
+    assert s.get_data(T0) == 1
+
+
 def test_update_propagates_errors_raised_by_fn(store):
     s = open_session(store)
     s.set_data(1, T0)
