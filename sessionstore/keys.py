@@ -150,6 +150,7 @@ Clients' clocks must agree within ``GRACE_MS``. Stores written before the index 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import NamedTuple
 from urllib.parse import unquote
@@ -209,8 +210,16 @@ class ValueKey(NamedTuple):
         return (self.symbol, self.strategy, self.exchange, self.frame, self.mode)
 
     def label(self) -> str:
-        """A human-readable name for messages: ``symbol/strategy/exchange/frame/mode``."""
-        return "/".join(self.parts)
+        """A human-readable name for messages: ``symbol/strategy/exchange/frame/mode``,
+        each part as it is, or JSON-quoted when it is empty, holds a ``/`` or begins with
+        ``"``, so two keys never share a label."""
+        return "/".join(map(_label_part, self.parts))
+
+
+def _label_part(part: str) -> str:
+    if part and "/" not in part and not part.startswith('"'):
+        return part
+    return json.dumps(part, ensure_ascii=False)
 
 
 def _tag(key: ValueKey) -> str:
