@@ -116,7 +116,6 @@ def test_a_reply_that_fills_its_window_continues_after_its_last_entry():
     assert plan.next_range() == (f"({bound}-1", f"{2 * bound + 1}-{2**64 - 1}", bound + 3)
 
 
-
 def test_a_reply_that_ends_before_its_window_is_missing_events():
     plan = LogRead("s", 0, None)
     plan.first_range()
