@@ -107,13 +107,23 @@ def test_list_goes_on_past_damaged_sessions_and_says_what_it_skipped(damaged):
     assert table.exit_code == 0 and "good" in table.stdout and "CORRUPT" in table.stdout
 
 
-def test_verify_of_one_damaged_session_exits_1_and_of_a_missing_one_too(damaged):
+def test_verify_of_one_damaged_session_exits_1(damaged):
     _, url, ns = damaged
     holed = run("sessions", "verify", "holed", "--url", url, "-n", ns)
     assert holed.exit_code == 1 and holed.stdout.startswith("holed: CORRUPT: ")
     assert run("sessions", "verify", "good", "--url", url, "-n", ns).exit_code == 0
-    missing = run("sessions", "verify", "nope", "--url", url, "-n", ns)
-    assert missing.exit_code == 1 and "nope: MISSING" in missing.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_verify_of_a_session_that_does_not_exist_says_so_and_exits_2_as_show_does(damaged, as_json):
+    _, url, ns = damaged
+    args = ("sessions", "verify", "nope", "--url", url, "-n", ns)
+    missing = run(*args, *(["--json"] if as_json else []))
+    assert missing.exit_code == 2, missing.stdout + missing.stderr
+    assert missing.stdout == "" and "damaged" not in missing.stderr
+    (line,) = missing.stderr.splitlines()
+    assert line.startswith("error: not found (") and line.endswith("session 'nope' not found")
+    assert run("sessions", "show", "nope", "--url", url, "-n", ns).exit_code == 2
 
 
 def test_show_of_a_damaged_session_is_one_line_on_stderr(damaged):

@@ -288,15 +288,16 @@ def tail(
                 print_events([event], json)
 
 
-def check_session(store: Any, session_id: str) -> dict[str, Any]:
+def check_session(store: Any, session_id: str) -> dict[str, Any] | None:
     """What ``verify`` says of one session: ``ok``, ``state`` (``balanced``, ``open turn
-    N``, ``corrupt``, ``missing``), ``events``, ``reason`` and ``warnings``."""
+    N``, ``corrupt``), ``events``, ``reason`` and ``warnings``; None when the session
+    does not exist."""
     try:
         events = store.events.read_from(session_id, 0)
     except DAMAGE as exc:
         return {"id": session_id, "ok": False, "state": "corrupt", "reason": str(exc)}
-    except SessionNotFoundError as exc:
-        return {"id": session_id, "ok": False, "state": "missing", "reason": str(exc)}
+    except SessionNotFoundError:
+        return None
     return {
         "id": session_id,
         "ok": True,
@@ -333,7 +334,8 @@ def verify(
     """Check contiguity, format and version of every session (or one) without repairing:
     one line a session, ok, open turn, CORRUPT or WARNING (a harness field that repair
     cannot read, in a log written before append checked them). Exit 1 when any is
-    damaged; an open final turn (it may be live) and a warning are not failures.
+    damaged; an open final turn (it may be live) and a warning are not failures. A
+    session named that does not exist is an error, as for show (exit 2).
     --json: one object per session checked."""
     results: list[dict[str, Any]] = []
     with open_store(url, namespace, existing=True) as store:
@@ -353,7 +355,9 @@ def verify(
             ]
         for sid in ids:
             result = check_session(store, sid)
-            if result["state"] == "missing" and session_id is None:
+            if result is None:
+                if session_id is not None:
+                    raise SessionNotFoundError(session_id)
                 continue  # deleted since it was listed
             results.append(result)
     if json:
