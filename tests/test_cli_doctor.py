@@ -285,6 +285,18 @@ def test_the_least_privilege_user_is_told_the_exact_commands_it_may_not_run(acl_
     assert checks["read/write"].startswith("OK ")
 
 
+def test_fix_as_the_least_privilege_user_reports_a_current_library_as_ok(acl_url, namespace):
+    from sessionstore.redis.library import library
+
+    plain_run = lines_of(doctor("--url", acl_url, "-n", namespace))
+    result = doctor("--url", acl_url, "-n", namespace, "--fix")
+    assert result.exit_code == 0, result.stdout
+    checks = lines_of(result)
+    assert checks["functions"] == plain_run["functions"]
+    assert checks["functions"] == f"OK {library().name} is installed on the server"
+    assert "FUNCTION LOAD" not in result.stdout
+
+
 def test_the_least_privilege_user_without_durability_aof_gets_its_remedy_once(acl_url, namespace):
     fsync = acl_url.replace("?durability=aof", "")
     result = doctor("--url", fsync, "-n", namespace)

@@ -24,7 +24,8 @@ Fix = Annotated[
     bool,
     typer.Option(
         "--fix",
-        help="Install the Redis Functions library on every primary (needs FUNCTION LOAD) "
+        help="Install this version's Redis Functions library on every primary where it is "
+        "missing or outdated (needs FUNCTION LOAD; where it is current nothing is loaded) "
         "and index the sessions and values written before the namespace index existed "
         "(needs SCAN): run it as an admin, once, and after each upgrade.",
     ),
@@ -41,8 +42,8 @@ def doctor(
     removed again). Each finding is said once: a server it cannot reach is the only
     line. The URL is read and the durability checked by the library itself, as a store
     would. Exit 0 when nothing blocks use, 1 when something does. With --fix, first install the
-    functions library where it is missing and index what was stored before the index
-    existed.
+    functions library where it is missing or outdated (where it is current, nothing is
+    loaded and any user gets OK) and index what was stored before the index existed.
     --json: one object {"url", "namespace", "ok", "checks": [{"name", "status",
     "detail"}]}."""
     try:

@@ -264,16 +264,20 @@ def aof_fsync_check(client: Any, servers: list[tuple[str, Any]], where: str) -> 
 def functions_check(client: Any, servers: list[tuple[str, Any]], fix: bool) -> Check:
     """This version of the Redis Functions library on every primary (a replica gets it
     by replication), asked by calling its version function, as the least-privilege user
-    may; with ``fix``, loaded where it is missing (needs ``FUNCTION LOAD``)."""
+    may; with ``fix``, loaded where it is missing or of another version (needs
+    ``FUNCTION LOAD``), and only there: where it is current, ``fix`` changes nothing and
+    needs no more than the least-privilege user may do."""
     import redis
 
     name, loaded, missing = library().name, [], []
     for server, node in servers:
         try:
-            if fix and install(client, node):
-                loaded.append(server)
-            elif not installed(client, node):
+            if installed(client, node):
+                continue
+            if not fix:
                 missing.append(server)
+            elif install(client, node):  # False: loaded meanwhile by another client
+                loaded.append(server)
         except LibraryMissingError:
             return Check(
                 "functions",
