@@ -108,6 +108,12 @@ class Database:
         self._pid = os.getpid()
         self._generation = 0
         self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        #: The connections a thread is using (between :meth:`acquire` and
+        #: :meth:`release`: how many times), and those :meth:`close` left to their thread
+        #: to close at its release (closing one while another thread runs a statement on
+        #: it crashes the process).
+        self._in_use: dict[sqlite3.Connection, int] = {}
+        self._closing: set[sqlite3.Connection] = set()
         #: The thread in an immediate transaction (holding ``writing``), if any.
         self.writer: int | None = None
         #: The forking thread that holds ``writing`` across its fork, if any.
@@ -118,22 +124,44 @@ class Database:
         forksafe.after_fork_in_parent(self, "release_writes_after_fork")
         forksafe.at_fork(self, "_forked")
 
-    def connection(self) -> sqlite3.Connection:
-        """This thread's connection, opened (and the schema created) on first use."""
+    def acquire(self) -> sqlite3.Connection:
+        """This thread's connection, opened (and the schema created) on first use, and
+        marked in use until :meth:`release`."""
         local = self._local
         pid = os.getpid()
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.owner == (pid, self._generation):
-            return conn
         with self._lock:
-            if self._pid != pid:
-                _INHERITED.extend(c for _, c in self._connections)
-                self._connections, self._pid = [], pid
-            self._close_orphans()
-            conn = self._connect()
-            self._connections.append((threading.current_thread(), conn))
-            local.conn, local.owner = conn, (pid, self._generation)
+            conn: sqlite3.Connection | None = getattr(local, "conn", None)
+            if conn is None or local.owner != (pid, self._generation):
+                if self._pid != pid:
+                    _INHERITED.extend(c for _, c in self._connections)
+                    self._connections, self._pid = [], pid
+                    self._in_use, self._closing = {}, set()
+                self._close_orphans()
+                conn = self._connect()
+                self._connections.append((threading.current_thread(), conn))
+                local.conn, local.owner = conn, (pid, self._generation)
+            self._in_use[conn] = self._in_use.get(conn, 0) + 1
         return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, not marked in use (what a test inspects)."""
+        conn = self.acquire()
+        self.release(conn)
+        return conn
+
+    def release(self, conn: sqlite3.Connection) -> None:
+        """The end of a use :meth:`acquire` began; a connection :meth:`close` closed
+        meanwhile is closed at the end of its last use."""
+        with self._lock:
+            uses = self._in_use.pop(conn, 1) - 1
+            if uses:
+                self._in_use[conn] = uses
+                return
+            if conn not in self._closing:
+                return
+            self._closing.discard(conn)
+        with suppress(sqlite3.Error):
+            conn.close()
 
     def _close_orphans(self) -> None:
         """Close the connections of threads that have ended (they are idle for good)."""
@@ -272,19 +300,23 @@ class Database:
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
         if conn is None or local.owner != (os.getpid(), self._generation):
             return
-        if conn.in_transaction:
-            return
         with self._lock:
+            if conn.in_transaction or conn in self._in_use:
+                return
             self._connections = [(t, c) for t, c in self._connections if c is not conn]
         with suppress(sqlite3.Error):
             conn.close()
         local.conn = None
 
     def close(self) -> None:
-        """Close every connection this process opened; later use opens new ones."""
+        """Close every connection this process opened, each one a thread is using at
+        the end of that use; later use opens new ones."""
         with self._lock:
             if self._pid == os.getpid():
                 for _, conn in self._connections:
+                    if conn in self._in_use:
+                        self._closing.add(conn)
+                        continue
                     with suppress(sqlite3.Error):
                         conn.close()
             else:
@@ -299,17 +331,19 @@ class Guard:
     A class rather than a generator-based context manager: it is entered once per
     operation, and ``contextlib`` costs several times as much."""
 
-    __slots__ = ("_db", "_subject")
+    __slots__ = ("_db", "_subject", "_conn")
 
     def __init__(self, database: Database, subject: str) -> None:
         self._db = database
         self._subject = subject
+        self._conn: sqlite3.Connection | None = None
 
     def __enter__(self) -> sqlite3.Connection:
         try:
-            return self._db.connection()
+            conn = self._conn = self._db.acquire()
         except DRIVER_ERRORS as exc:
             raise translate(exc, self._subject, self._db.path) from exc
+        return conn
 
     def __exit__(
         self,
@@ -317,6 +351,9 @@ class Guard:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._conn is not None:
+            self._db.release(self._conn)
+            self._conn = None
         if isinstance(exc, DRIVER_ERRORS):
             raise translate(exc, self._subject, self._db.path) from exc
 
@@ -349,7 +386,7 @@ class Transaction:
             self._lock = lock
             database.writer = threading.get_ident()
         try:
-            conn = self._conn = database.connection()
+            conn = self._conn = database.acquire()
             if not self._durable:
                 conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(self._begin)
@@ -390,10 +427,13 @@ class Transaction:
     def _release(self) -> None:
         """Give the connection back as every other transaction expects it (durable
         commits) and free the write lock."""
+        conn, self._conn = self._conn, None
         try:
-            if not self._durable and self._conn is not None:
-                self._conn.execute("PRAGMA synchronous=FULL")
+            if not self._durable and conn is not None:
+                conn.execute("PRAGMA synchronous=FULL")
         finally:
+            if conn is not None:
+                self._db.release(conn)
             if self._lock is not None:
                 self._db.writer = None
                 self._lock.release()

@@ -78,7 +78,11 @@ class SyncClient:
         self._client: Any = None
         self._cache: Any = None
         self._lock = threading.Lock()
-        forksafe.renew_locks(self, "_lock")
+        #: Calls running (:meth:`run`), and whether :meth:`close` waits for them to end.
+        self._running = 0
+        self._close_pending = False
+        self._running_lock = threading.Lock()
+        forksafe.renew_locks(self, "_lock", "_running_lock")
         self._first_use = FirstUse(options, topology, guard, BLOCKING)
 
     def get(self) -> Any:
@@ -126,14 +130,37 @@ class SyncClient:
         self, op: Callable[Concatenate[Any, _P], Steps[_R]], /, *args: _P.args, **kw: _P.kwargs
     ) -> _R:
         """Run the operation ``op(client, ...)`` (:mod:`sessionstore.drive`) on :meth:`get`."""
-        return drive(op(self.get(), *args, **kw))
+        with self._running_lock:
+            self._running += 1
+        try:
+            return drive(op(self.get(), *args, **kw))
+        finally:
+            with self._running_lock:
+                self._running -= 1
+                closing = self._close_pending and not self._running
+                if closing:
+                    self._close_pending = False
+            if closing:
+                self._close_now()
 
     def close(self) -> None:
-        """Close the client (and its pools); a later call reconnects."""
+        """Close the client (and its pools) once the calls running now have ended (a
+        cluster client closed under a call fails it); a later call reconnects."""
+        with self._running_lock:
+            if self._running:
+                self._close_pending = True
+                return
+        self._close_now()
+
+    def _close_now(self) -> None:
         if self._cache is not None:
             self._cache.close()
-        if self._client is not None and self._client is not self._plain:
-            self._client.close()
+        with self._lock:
+            client = self._client
+            if client is not None and client is not self._plain:
+                # A closed cluster client stays closed: a later call opens another.
+                self._client = None
+                client.close()
         self._plain.close()
         if self._sentinel is not None:
             self._sentinel.close()

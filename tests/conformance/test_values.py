@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -290,6 +291,41 @@ def test_a_closed_store_refuses_use(open_store):
         s.get_data(T0)
     with pytest.raises(StoreClosedError):
         store.session(*KEY)
+
+
+def test_closing_a_store_while_threads_are_mid_call_lets_each_call_end_or_refuse(
+    open_store, shared
+):
+    """Every call either ends as it would have (its write stored) or raises
+    StoreClosedError; none crashes the process or fails otherwise."""
+    store = open_store()
+    s = open_session(store)
+    done: list[int] = []
+    failed: list[BaseException] = []
+    started = threading.Barrier(9)
+
+    def work():
+        started.wait()
+        while True:
+            try:
+                done.append(s.update(lambda v: (v or 0) + 1, T0))
+            except StoreClosedError:
+                return
+            except BaseException as exc:  # noqa: BLE001 - any other outcome is the failure
+                failed.append(exc)
+                return
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    while len(done) < 40 and not failed:
+        time.sleep(0.005)
+    store.close()
+    for thread in threads:
+        thread.join(30)
+    assert not failed, failed[:3]
+    assert open_session(open_store()).get_data(T0) == len(done) == max(done)
 
 
 def test_two_stores_on_one_url_share_values(open_store, shared):
