@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
+from urllib.parse import unquote
 
 import msgpack
 import typer
@@ -214,6 +215,37 @@ def say_error(exc: SessionStoreError, url: str | None, hint: str | None = None) 
     errors.print(plain(f"error: {kind}{where}: ", exc))
     if hint:
         errors.print(plain("hint: ", hint))
+
+
+def mask_address(address: str) -> str:
+    """``address`` as the CLI may print it: a URL (``tcp://user:pass@host:8786``) or a
+    ``user:pass@host:port`` without a scheme, with the password of its user info masked
+    as :func:`~sessionstore.urls.mask_url` masks a URL's."""
+    if "://" in address:
+        return mask_url(address)
+    return mask_url(_SCHEME_STAND_IN + address).removeprefix(_SCHEME_STAND_IN)
+
+
+_SCHEME_STAND_IN = "address://"
+
+
+def mask_in(text: str, address: str) -> str:
+    """``text`` (an error message that may quote ``address``) with the user info of
+    ``address`` masked wherever it occurs; when its password would still show (quoted
+    in another form), a line saying the message is withheld instead."""
+    shown = mask_address(address)
+    if shown == address:
+        return text
+    after = address.partition("://")[2] or address
+    userinfo = after[: after.rfind("@")]
+    masked = mask_address(after)
+    masked_userinfo = masked[: masked.rfind("@")]
+    text = text.replace(address, shown).replace(after, masked)
+    text = text.replace(userinfo, masked_userinfo)
+    password = userinfo.partition(":")[2]
+    if password and any(piece in text for piece in {password, unquote(password)}):
+        return "(the message is not shown: it quotes the password)"
+    return text
 
 
 def say_nothing_found(what: str, url: str | None, namespace: str) -> None:

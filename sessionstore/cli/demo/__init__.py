@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from typing import Annotated, Any
 
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from ...connection import DEFAULT_DIR, ENV_URL, mask_url, resolve_url
 from ...errors import SessionStoreError
-from ..common import EXIT_ERROR, Json, emit_json, errors, fail
+from ..common import EXIT_ERROR, Json, emit_json, errors, fail, mask_address
 from ..text import plain
 from . import data
 from .check import DemoResult
@@ -36,11 +35,26 @@ def demo(
     workers: Annotated[
         int,
         typer.Option(
-            min=0, help="Worker processes, or Dask tasks with --scheduler (0: one per CPU)."
+            min=0,
+            max=data.MAX_WORKERS,
+            help="Worker processes, or Dask tasks with --scheduler (0: one per CPU; "
+            f"at most {data.MAX_WORKERS}).",
         ),
     ] = 0,
-    symbols: Annotated[int, typer.Option(min=1, help="Symbols to backtest.")] = 8,
-    candles: Annotated[int, typer.Option(min=2, help="Candles per symbol.")] = 48,
+    symbols: Annotated[
+        int,
+        typer.Option(
+            min=1, max=data.MAX_SYMBOLS, help=f"Symbols to backtest (at most {data.MAX_SYMBOLS})."
+        ),
+    ] = 8,
+    candles: Annotated[
+        int,
+        typer.Option(
+            min=2,
+            max=data.MAX_CANDLES,
+            help=f"Candles per symbol (2 to {data.MAX_CANDLES}).",
+        ),
+    ] = 48,
     namespace: Annotated[
         str, typer.Option("--namespace", "-n", help="Namespace of the demo's data.")
     ] = "demo",
@@ -78,7 +92,7 @@ def demo(
     counts the candles whose turns the store holds. --json: one object, the summary."""
     console = Console()
     store_url = resolve_url(url)
-    worker_count = workers or os.cpu_count() or 2
+    worker_count = workers or data.default_workers()
     plan = [jobs for jobs in data.plan(symbols, worker_count) if jobs]
     look = sessions_command(url, namespace)
     heading = None
@@ -90,7 +104,11 @@ def demo(
             )
         )
         if scheduler is not None:
-            where = "a local Dask cluster" if scheduler == "local" else f"Dask at {scheduler}"
+            where = (
+                "a local Dask cluster"
+                if scheduler == "local"
+                else f"Dask at {mask_address(scheduler)}"
+            )
             heading.append_text(plain(f", as tasks on {where}"))
         if crash:
             heading.append(" (one worker will crash mid-turn)", style="red")

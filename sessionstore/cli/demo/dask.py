@@ -12,6 +12,7 @@ import sessionstore
 
 from ...errors import SessionStoreError
 from ...store import Store
+from ..common import mask_address, mask_in
 from .data import Job
 from .workers import EVENTS_PER_CANDLE, WorkerReport, run_jobs
 
@@ -50,7 +51,8 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
                 client = stack.enter_context(Client(scheduler, timeout=10))
             except (OSError, ValueError, TypeError) as exc:
                 raise SchedulerError(
-                    f"cannot reach the Dask scheduler at {scheduler!r}: {exc}"
+                    f"cannot reach the Dask scheduler at {mask_address(scheduler)!r}: "
+                    f"{mask_in(str(exc), scheduler)}"
                 ) from None
         yield client
 

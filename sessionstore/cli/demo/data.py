@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -18,6 +19,13 @@ MODE = "backtest"
 SYMBOL = re.compile(r"SYM[0-9]{3,}USDT")
 #: Its session ids: a variant and a symbol.
 SESSION_ID = re.compile(rf"({'|'.join(VARIANTS)})-({SYMBOL.pattern})")
+#: The most worker processes (or Dask tasks) a run takes: each is a process of its own,
+#: and the parent keeps a list and a progress bar per worker.
+MAX_WORKERS = 1024
+#: The most symbols a run takes (two sessions each; the jobs are dealt up front).
+MAX_SYMBOLS = 10_000
+#: The most candles per symbol (six events each, read back whole by the check).
+MAX_CANDLES = 10_000
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,11 @@ class Job:
     @property
     def cwd(self) -> str:
         return f"/demo/{self.variant}"
+
+
+def default_workers() -> int:
+    """The workers of a run that names none: one per CPU, at most :data:`MAX_WORKERS`."""
+    return min(os.cpu_count() or 2, MAX_WORKERS)
 
 
 def symbols(count: int) -> list[str]:

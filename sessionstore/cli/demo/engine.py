@@ -14,7 +14,6 @@ the durability the URL asks for is refused with nothing written.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import sessionstore
@@ -24,7 +23,7 @@ from ...results import probe_name
 from ...store import Store
 from .check import DemoResult, check_run
 from .dask import SchedulerError, dask_client, run_on_dask
-from .data import plan
+from .data import default_workers, plan
 from .ownership import ForeignDataError, delete_own, survey
 from .processes import run_processes
 
@@ -52,7 +51,7 @@ def run(
     ``on_start()`` is called and the workers start: ``workers`` spawned processes, or
     with ``scheduler`` (see :func:`run_on_dask`) ``workers`` Dask tasks.
     """
-    workers = workers or os.cpu_count() or 2
+    workers = workers or default_workers()
     if scheduler is not None and crash:
         raise SchedulerError(
             "--crash kills a worker process, which a Dask cluster would restart and run "
