@@ -132,6 +132,43 @@ def test_a_destination_holding_other_data_is_refused_unless_merging(tmp_path, na
     assert sessionstore.transfer.verify(from_url, to_url, namespace, merge=True) == []
 
 
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_destination_value_that_differs_is_refused_and_left_as_it_was(tmp_path, namespace, merge):
+    """Under a key the source has too: another plain record, or a history version the
+    source does not have, is reported and kept, never overwritten or mixed in."""
+    from_url, to_url = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    seed(from_url, namespace)
+    with sessionstore.connect(to_url, namespace) as store:
+        store.session(*PLAIN).set_data({"precious": "destination"}, 5)
+        store.session(*HISTORY, history=True).put({"precious": "v2"}, 2)
+        before = {key: store.session(*key).records() for key in (PLAIN, HISTORY)}
+    report = sessionstore.copy(from_url, to_url, namespace, merge=merge)
+    assert report.problems == [
+        "value 'BTCUSDT/llm-momentum/binance/1h/backtest': the destination holds another "
+        "plain record under this key; not written, left as it was",
+        "value 'BTCUSDT/llm-signal/binance/1h/backtest': the destination's history under "
+        "this key holds a version the source does not (at 2); not written, left as it was",
+    ]
+    with sessionstore.connect(to_url, namespace) as store:
+        assert {key: store.session(*key).records() for key in (PLAIN, HISTORY)} == before
+
+
+def test_a_copy_of_values_goes_on_over_what_an_earlier_run_wrote(tmp_path, namespace):
+    """The records of the source's own value, in part (an interrupted run) or whole,
+    are no conflict: the copy completes them."""
+    from_url, to_url = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    seed(from_url, namespace)
+    with sessionstore.connect(from_url, namespace) as store:
+        first = store.session(*HISTORY).records().versions[0]
+    with sessionstore.connect(to_url, namespace) as store:
+        store.session(*HISTORY, history=True).put(
+            sessionstore.codec.load_value(first.payload or b"", "v"), first.when
+        )
+    assert sessionstore.copy(from_url, to_url, namespace, verify=True).ok
+    assert sessionstore.copy(from_url, to_url, namespace, verify=True).ok
+    assert contents(to_url, namespace) == contents(from_url, namespace)
+
+
 def test_a_session_with_a_live_writer_is_copied_up_to_its_committed_events(tmp_path, namespace):
     from_url, to_url = (tmp_path / "a").as_uri(), f"sqlite:///{tmp_path / 'b.db'}"
     with (

@@ -15,6 +15,8 @@ writes them into a store's namespace through the public API, exactly:
 - a value's plain record is written with ``set_data`` at its logical time, each
   history version with ``put`` at exactly its time (a recorded clear too); the expiry
   last, with ``set_ttl``. Writing a value again writes the same records: idempotent.
+  A value whose key holds other records in the destination (another plain record, a
+  history version the incoming value does not have) is refused, not overwritten.
 
 What could not be written is collected in its ``problems`` (one line
 each) and the run goes on with the next session or value; counts are in
@@ -27,10 +29,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..codec import load_value
+from ..contracts import Stored
 from ..errors import SessionNotFoundError, SessionStoreError
 from ..eventlog import event_text, header_differences
 from ..models import SessionEvent
-from ..results import ValueRef
+from ..results import ValueRecords, ValueRef
 from ..store import Store
 from ..when import now_ms
 from .records import (
@@ -220,6 +223,11 @@ class NamespaceWriter:
         ref = item.ref
         where = "/".join(ref[:5])
         try:
+            held = self.store.session(*item.parts, mode=ref.mode).records()
+            conflict = _conflict(item, held, where)
+            if conflict is not None:
+                self.problems.append(f"{label(ref)}: {conflict}; not written, left as it was")
+                return
             if item.plain is not None:
                 plain = self.store.session(*item.parts, mode=ref.mode)
                 value = (
@@ -237,3 +245,36 @@ class NamespaceWriter:
             self.problems.append(f"{label(ref)}: {type(exc).__name__}: {exc}")
             return
         self.counts.values += 1
+
+
+def _conflict(item: ValueItem, held: ValueRecords, where: str) -> str | None:
+    """Why the records ``held`` under the item's key are not the item's own (what an
+    earlier run of the same copy wrote, or part of it), or None when they are."""
+    if (
+        item.plain is not None
+        and held.plain is not None
+        and not _same(item.plain, held.plain, where)
+    ):
+        return "the destination holds another plain record under this key"
+    if item.versions and held.versions:
+        incoming = {version.when: version for version in item.versions}
+        for version in held.versions:
+            other = incoming.get(version.when)
+            if other is None or not _same(other, version, where):
+                return (
+                    "the destination's history under this key holds a version the source "
+                    f"does not (at {version.when})"
+                )
+    return None
+
+
+def _same(one: Stored, other: Stored, where: str) -> bool:
+    """Whether two records hold the same value for the same time (the same value may
+    be packed otherwise by another version of the codec)."""
+    if one.when != other.when:
+        return False
+    if one.payload == other.payload:
+        return True
+    if one.payload is None or other.payload is None:
+        return False
+    return bool(load_value(one.payload, where) == load_value(other.payload, where))
