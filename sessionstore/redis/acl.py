@@ -53,8 +53,10 @@ from __future__ import annotations
 import shlex
 
 from ..errors import InvalidArgumentError
+from ..jsondata import short_repr
 from ..keys import namespace_pattern
 from .library import library, scripts
+from .options import MAX_DB
 
 #: Commands sent by the library itself, by redis-py on its behalf and by the Lua
 #: scripts. (redis-py's CLIENT SETINFO on connect, Redis 7.2+, may be refused: redis-py
@@ -109,8 +111,10 @@ def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[
     ``+select|<db>``, and no other."""
     for name, value in (("user", user), ("password", password), ("namespace", namespace)):
         check_acl_text(name, value)
-    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
-        raise InvalidArgumentError(f"the database must be a whole number from 0, not {db!r:.20}")
+    if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db <= MAX_DB:
+        raise InvalidArgumentError(
+            f"the database must be a whole number in [0, {MAX_DB}], not {short_repr(db)}"
+        )
     select = [f"+select|{db}"] if db else []
     return [
         "ACL", "SETUSER", user, "reset", "on", f">{password}",

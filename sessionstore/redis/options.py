@@ -8,9 +8,11 @@ never its value).
 
 Every value is checked before use (:func:`check_redis_params`): seconds
 (``socket_timeout``, ``socket_connect_timeout``) are finite and in (0, ``MAX_TIMEOUT``],
-``health_check_interval`` is whole seconds in [0, ``MAX_TIMEOUT``], ``db`` a whole number
-below 2**31, ``socket_read_size`` a whole number of bytes in [1, 2**26], ``protocol`` 2 or
-3, a flag (``socket_keepalive``, ``retry_on_timeout``, ``ssl_check_hostname``,
+``health_check_interval`` is whole seconds in [0, ``MAX_TIMEOUT``], ``db`` (``?db=``, or
+the path of ``redis://host:port/<db>`` and ``redis+sentinel://host/SERVICE/<db>``) a
+whole number below 2**31 (a path that names no number is refused too: redis-py would
+read it as database 0), ``socket_read_size`` a whole number of bytes in [1, 2**26],
+``protocol`` 2 or 3, a flag (``socket_keepalive``, ``retry_on_timeout``, ``ssl_check_hostname``,
 ``legacy_responses``) yes/no, true/false, y/n, t/f or 1/0; ``?max_connections=`` is a whole
 number in [1, ``MAX_CONNECTIONS``]; ``?retry_on_error=`` is refused (the store chooses
 what it retries); and a port, where a URL names one, is 1-65535 (port 0 is refused rather
@@ -47,9 +49,11 @@ DEFAULT_MAX_CONNECTIONS = 50
 MAX_CONNECTIONS = 10_000
 #: Parameters in seconds: finite, in (0, MAX_TIMEOUT].
 _SECONDS_PARAMS = ("socket_timeout", "socket_connect_timeout")
+#: The highest database number a URL may name (``?db=`` or its path).
+MAX_DB = 2**31 - 1
 #: Whole-number parameters and their (lowest, highest) accepted values.
 _WHOLE_PARAMS = {
-    "db": (0, 2**31 - 1),
+    "db": (0, MAX_DB),
     "health_check_interval": (0, int(MAX_TIMEOUT)),
     "socket_read_size": (1, 2**26),
     "protocol": (2, 3),
@@ -142,8 +146,7 @@ def parse_sentinel_url(url: str, shown: str) -> SentinelTarget:
         raise InvalidArgumentError(
             f"{shown!r} names no service: write redis+sentinel://host:26379/SERVICE[/DB]"
         )
-    if db and not (db.isascii() and db.isdigit()):
-        raise InvalidArgumentError(f"the database of {shown!r} must be a number, not {db!r:.20}")
+    check_path_db(db, url, shown)
     items = [item for item in query.split("&") if item]
     own = {
         name: unquote(value)
@@ -228,7 +231,7 @@ def check_redis_params(url: str, shown: str) -> None:
                 )
         elif name in _WHOLE_PARAMS:
             low, high = _WHOLE_PARAMS[name]
-            if not (value.isascii() and value.isdigit() and low <= int(value[:12]) <= high):
+            if not _whole_in(value, low, high):
                 raise InvalidArgumentError(
                     f"?{name}= must be a whole number in [{low}, {high}], not {value!r:.40} "
                     f"in {shown!r}"
@@ -239,11 +242,43 @@ def check_redis_params(url: str, shown: str) -> None:
             )
     if url.partition("://")[0].lower() in ("redis", "rediss"):
         try:
-            port = urlsplit(url).port
+            parts = urlsplit(url)
+            port = parts.port
         except ValueError:
             return  # redis-py refuses it, with a message that hides the password
         if port == 0:
             raise InvalidArgumentError(f"{shown!r} names port 0: a port is 1-65535")
+        # redis-py reads the path as the database, slashes removed, when ?db= is absent.
+        check_path_db(unquote(parts.path).replace("/", ""), url, shown)
+
+
+def _whole_in(value: str, low: int, high: int) -> bool:
+    """Whether ``value`` is ASCII digits naming a number in [low, high] (leading zeros
+    allowed; a string of any length is judged without converting it whole)."""
+    if not (value.isascii() and value.isdigit()):
+        return False
+    digits = value.lstrip("0") or "0"
+    return len(digits) <= len(str(high)) and low <= int(digits) <= high
+
+
+def check_path_db(db: str, url: str, shown: str) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``db``, the database the path of
+    ``url`` names (``redis://host/<db>``, ``redis+sentinel://host/SERVICE/<db>``; empty
+    when it names none), is a whole number in the range ``?db=`` accepts. The message
+    quotes it only when ``shown`` (``url`` masked) shows it too: a password with a raw
+    ``/`` reads as a path."""
+    low, high = _WHOLE_PARAMS["db"]
+    if not db or _whole_in(db, low, high):
+        return
+    if db in unquote(shown):
+        raise InvalidArgumentError(
+            f"the database in the path must be a whole number in [{low}, {high}], not "
+            f"{db!r:.40} in {shown!r}"
+        )
+    raise InvalidArgumentError(
+        f"the database in the path must be a whole number in [{low}, {high}] in {shown!r} "
+        "(percent-encode @ : / ? # [ ] % and spaces in the user info)"
+    )
 
 
 def parse_options(url: str, timeout: float | None, durability: str | None) -> RedisOptions:
