@@ -504,7 +504,7 @@ def test_doctor_fails_when_the_server_is_down():
     "args",
     [
         ("acl", "u", "-n", ""),
-        ("acl", "u", "-n", "  "),
+        ("acl", "u", "-n", "\ud800"),
         ("acl", ""),
         ("acl", "u v"),
         ("acl", "u", "--password", "p q"),

@@ -4,7 +4,8 @@
 ``redis-cli`` line (docs/operations.md shows it, and a test runs both conformance
 suites through a user made from it).
 
-The user reads and writes only its namespace's keys (``~ss:<namespace>:*``) and cannot
+The user reads and writes only its namespace's keys (``~ss:<namespace>:*``, the
+namespace escaped as in its key names: :func:`key_pattern`) and cannot
 enumerate the keyspace (no ``SCAN``, ``KEYS``, ``RANDOMKEY``: listings read the
 namespace's index), read or change the configuration (no ``CONFIG``, ``ACL``), watch
 others (no ``MONITOR``, ``CLIENT``, pub/sub) or run Lua of its own: it may call the
@@ -50,11 +51,13 @@ this user's ``?cache=yes`` runs without tracking (see :mod:`.tracking`); ``PTTL`
 
 from __future__ import annotations
 
+import re
 import shlex
 
+from ..arguments import check_namespace
 from ..errors import InvalidArgumentError
 from ..jsondata import short_repr
-from ..keys import namespace_pattern
+from ..keys import namespace_prefix
 from .library import library, scripts
 from .options import MAX_DB
 
@@ -81,17 +84,33 @@ COMMANDS = (
 
 
 def check_acl_text(name: str, value: object) -> str:
-    """An ACL user name, password or namespace: a non-blank string with no white space
-    and nothing unprintable (a redis-cli line and the ACL file split on white space).
-    Raises :class:`InvalidArgumentError`, which never quotes a password."""
+    """An ACL user name or password: a non-blank string with no white space and nothing
+    unprintable (a redis-cli line and the ACL file split on white space). Raises
+    :class:`InvalidArgumentError`, which never quotes a password and quotes a user name
+    as a string (non-printable characters as escapes)."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgumentError(f"{name} must be a non-empty string")
     if any(char.isspace() or not char.isprintable() for char in value):
-        quoted = "" if name == "password" else f" {value.encode('unicode_escape')!r:.80}"
+        quoted = "" if name == "password" else f" {short_repr(value)}"
         raise InvalidArgumentError(
             f"{name}{quoted} must not hold white space or control characters"
         )
     return value
+
+
+#: The characters an ACL key pattern reads as glob syntax (Redis's ``stringmatchlen``).
+_GLOB = re.compile(r"[*?\[\]\\]")
+
+
+def key_pattern(namespace: str) -> str:
+    """The ACL key pattern of ``namespace``'s keys and of no other's: its key prefix as
+    :mod:`sessionstore.keys` escapes it (``ss:team%20a:``), every glob character in it
+    escaped with a backslash, then ``*``. Any namespace the library accepts is taken
+    (:func:`~sessionstore.arguments.check_namespace`): its white space, ``:`` and glob
+    characters are percent-escaped in the key names themselves, so one namespace's
+    prefix never begins another's."""
+    prefix = namespace_prefix(check_namespace(namespace))
+    return _GLOB.sub(lambda found: "\\" + found.group(), prefix) + "*"
 
 
 def function_rules() -> list[str]:
@@ -109,8 +128,9 @@ def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[
     channels); :func:`check_acl_text` checks each part. A ``db`` other than 0 (the
     database a URL names, which the client selects on connecting) is granted by
     ``+select|<db>``, and no other."""
-    for name, value in (("user", user), ("password", password), ("namespace", namespace)):
+    for name, value in (("user", user), ("password", password)):
         check_acl_text(name, value)
+    keys = key_pattern(namespace)
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db <= MAX_DB:
         raise InvalidArgumentError(
             f"the database must be a whole number in [0, {MAX_DB}], not {short_repr(db)}"
@@ -118,7 +138,7 @@ def setuser_args(user: str, password: str, namespace: str, db: int = 0) -> list[
     select = [f"+select|{db}"] if db else []
     return [
         "ACL", "SETUSER", user, "reset", "on", f">{password}",
-        f"~{namespace_pattern(namespace)}", "resetchannels", "-@all",
+        f"~{keys}", "resetchannels", "-@all",
         *(f"+{command}" for command in COMMANDS), *select, *function_rules(),
     ]  # fmt: skip
 
@@ -137,14 +157,29 @@ def setuser_line(
     user: str, password: str, namespace: str, db: int = 0, at: tuple[str, int] | None = None
 ) -> str:
     """:func:`setuser_args` as one ``redis-cli`` command line, sent to the server ``at``
-    ``(host, port)`` when given (else redis-cli's default, localhost:6379)."""
-    return _cli(at) + shlex.join(setuser_args(user, password, namespace, db))
+    ``(host, port)`` when given (else redis-cli's default, localhost:6379). Every
+    argument is quoted for a POSIX shell; one holding a character that is not printable
+    (possible in a namespace) is written in bash's ``$'...'`` form, its bytes as
+    ``\\xHH``, so that the line stays printable and gives Redis the exact bytes."""
+    return _cli(at) + " ".join(_quote(arg) for arg in setuser_args(user, password, namespace, db))
 
 
 def grant_functions_line(user: str, at: tuple[str, int] | None = None) -> str:
     """:func:`grant_functions_args` as one ``redis-cli`` command line (``at`` as for
     :func:`setuser_line`)."""
     return _cli(at) + shlex.join(grant_functions_args(user))
+
+
+def _quote(arg: str) -> str:
+    if arg.isprintable():
+        return shlex.quote(arg)
+    escaped = "".join(
+        ("\\" + char if char in "\\'" else char)
+        if char.isprintable()
+        else "".join(f"\\x{byte:02x}" for byte in char.encode())
+        for char in arg
+    )
+    return f"$'{escaped}'"
 
 
 def _cli(at: tuple[str, int] | None) -> str:
