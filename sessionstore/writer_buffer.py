@@ -26,11 +26,12 @@ from .errors import (
     SessionBusyError,
     SessionStoreError,
     StoreClosedError,
+    StoreUnavailableError,
 )
 from .eventlog import data_of_text, encode_batch
 from .flows import Flow
 from .jsontext import TEXT_TYPES, JSONText
-from .leases import Lease, taken_over
+from .leases import Lease
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
@@ -97,6 +98,8 @@ class WriterBuffer:
         #: The number of events of the batch last handed to an append whose success is
         #: not known yet (in flight, or failed); 0 when none.
         self.unsettled = 0
+        #: The unsettled batch's append failed with an unknown outcome: it may be stored.
+        self.maybe_stored = False
         self.error: BaseException | None = None
         self.paused = False
         self.closed = False
@@ -213,6 +216,7 @@ class WriterBuffer:
             del self.texts[:count]
             del self.emitted[:count]
             self.unsettled = 0
+            self.maybe_stored = False
             self.error = None
             self.paused = False
             self.hurry = bool(self.pending)
@@ -221,6 +225,26 @@ class WriterBuffer:
         with self._lock:
             self.error = error
             self.paused = True
+            if isinstance(error, StoreUnavailableError) and self.unsettled:
+                self.maybe_stored = True
+
+    def taken_over(self) -> SessionBusyError:
+        """What a write of a writer whose lease was taken over raises: it says what it
+        had queued is not stored, but for a batch whose append's outcome was unknown."""
+        with self._lock:
+            queued, first = len(self.pending), self.durable_seq
+            unknown = self.unsettled if self.maybe_stored else 0
+        detail = "another writer took its lease over"
+        if unknown:
+            detail += (
+                f": its events {first} to {first + unknown - 1}, whose append's outcome was"
+                " unknown, may be stored"
+            )
+            if queued > unknown:
+                detail += f"; the {queued - unknown} after them are not"
+        elif queued:
+            detail += f": the {queued} events it had queued are not stored"
+        return SessionBusyError(self.session_id, detail)
 
     def close(self) -> None:
         """Refuse emits from now on."""
@@ -252,7 +276,7 @@ class WriterBuffer:
             self.renewed_at = at
         else:
             self.fenced = True
-            self.failed(taken_over(self.session_id))
+            self.failed(self.taken_over())
 
     def next_due(self) -> float | None:
         """When the writer wants the drain next: the oldest pending event's window (not
@@ -269,19 +293,23 @@ class WriterBuffer:
 
     def write(self, context: WriterContext, target: int | None) -> Flow[None]:
         """The drain, run by a writer's shell under its drain lock (one at a time):
-        renew the lease when due, then append batches until ``target`` is durable
-        (None: one batch, unless paused), each fenced by the lease. A failure is
-        noted (:meth:`failed`) and raised; the batch stays queued, unsettled. Once the
-        lease was found taken over, every write raises :class:`SessionBusyError` at once,
-        without I/O."""
+        append batches until ``target`` is durable (None: one batch, unless paused),
+        each fenced by the lease, renewing the lease before any batch when it is due (a
+        backlog that takes longer than the lease keeps it, as the drain cannot renew it
+        meanwhile). A failure is noted (:meth:`failed`) and raised; the batch stays
+        queued, unsettled. Once the lease was found taken over, every write raises
+        :class:`SessionBusyError` at once, without I/O."""
         try:
             if self.fenced:
-                raise taken_over(self.session_id)
-            now = time.monotonic()
-            if self.renewal_due(now):
-                yield from event_flows.renew_lease(self.session_id, self.lease, self.lease_ms)
-                self.renewed_at = now
-            while batch := self.next_batch(target):
+                raise self.taken_over()
+            while True:
+                now = time.monotonic()
+                if self.renewal_due(now):
+                    yield from event_flows.renew_lease(self.session_id, self.lease, self.lease_ms)
+                    self.renewed_at = now
+                batch = self.next_batch(target)
+                if not batch:
+                    return
                 yield from event_flows.append_stored(
                     context.pending, context.lifecycle, self.session_id, batch, self.lease
                 )
@@ -290,8 +318,9 @@ class WriterBuffer:
                     return
         except SessionBusyError as exc:
             self.fenced = True
-            self.failed(exc)
-            raise
+            error = self.taken_over()
+            self.failed(error)
+            raise error from exc
         except Exception as exc:
             self.failed(exc)
             raise

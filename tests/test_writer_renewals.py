@@ -20,6 +20,7 @@ import sessionstore
 from sessionstore import SessionBusyError, SessionHeader, aio, keys
 from sessionstore.drain import AsyncDrain, Drain
 from sessionstore.leases import Lease
+from sessionstore.writer_buffer import BATCH_MAX as WRITER_BATCH
 from sessionstore.writer_buffer import WriterBuffer
 
 #: Seconds to wait for something that must happen.
@@ -348,3 +349,75 @@ def test_writers_held_by_long_flushes_never_keep_the_drain_from_renewing_a_lease
             writer.close()
         assert [e.type for e in store.events.load("idle").events] == ["note", "after"]
         assert all(len(store.events.load(f"held-{n}").events) == 1 for n in range(6))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_backlog_flushed_for_longer_than_the_lease_keeps_it(backend, api, request, tmp_path):
+    """A flush appending batch after batch (each well within the lease, all of them
+    longer than it) renews the lease between batches: the drain cannot meanwhile, as
+    the flush holds the writer's drain lock. No other writer takes the session over."""
+    url, ns = url_for(backend, request, tmp_path), f"backlog-{uuid.uuid4().hex[:8]}"
+    lease, delay, batches = 2.0, 0.4, 7  # the flush takes 1.4 leases; a batch 0.2 of one
+    with sessionstore.connect(url, ns) as other:
+
+        def slowed(backend_object: Any) -> None:
+            append = backend_object.append
+
+            def slow(*args: Any, **kwargs: Any) -> Any:
+                time.sleep(delay)  # a slow link
+                return append(*args, **kwargs)
+
+            async def aslow(*args: Any, **kwargs: Any) -> Any:
+                await asyncio.sleep(delay)
+                return await append(*args, **kwargs)
+
+            backend_object.append = aslow if api == "async" else slow
+
+        taken: list[int] = []
+        stop = threading.Event()
+
+        def contend() -> None:
+            while not stop.is_set():
+                try:
+                    other.events.writer(SessionHeader(id="s"), lease=30).close()
+                    taken.append(1)
+                    return
+                except SessionBusyError:
+                    time.sleep(0.02)
+
+        def emit_all(writer: Any) -> None:
+            for n in range(batches * WRITER_BATCH):
+                writer.emit("note", {"n": n})
+
+        contender = threading.Thread(target=contend)
+        if api == "sync":
+            with sessionstore.connect(url, ns) as store:
+                writer = store.events.writer(SessionHeader(id="s"), lease=lease)
+                slowed(store.events._backend)
+                emit_all(writer)
+                contender.start()
+                try:
+                    writer.flush()
+                finally:
+                    stop.set()
+                    contender.join()
+                writer.close()
+        else:
+
+            async def scenario() -> None:
+                async with aio.connect(url, ns) as store:
+                    writer = await store.events.writer(SessionHeader(id="s"), lease=lease)
+                    slowed(store.events._backend)
+                    emit_all(writer)
+                    contender.start()
+                    try:
+                        await writer.flush()
+                    finally:
+                        stop.set()
+                        await asyncio.to_thread(contender.join)
+                    await writer.close()
+
+            asyncio.run(scenario())
+        assert not taken, "another writer took the lease during the flush"
+        assert len(other.events.read_from("s", 0)) == batches * WRITER_BATCH
