@@ -21,11 +21,14 @@ def raise_unclosed(failed: list[tuple[str, BaseException]]) -> None:
     unwritten = []
     for session_id, error in failed:
         if isinstance(error, SessionBusyError | SeqConflictError):
+            # A fenced writer's error says what of its queue may be stored.
+            outcome = "" if isinstance(error, SessionBusyError) else ": it is not stored"
             log.warning(
                 "sessionstore: closing the store closed the writer of session %r, which"
-                " could not write what it had queued (%s): it is not stored",
+                " could not write what it had queued (%s)%s",
                 session_id,
                 error,
+                outcome,
             )
         else:
             unwritten.append((session_id, error))

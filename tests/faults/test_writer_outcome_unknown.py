@@ -26,7 +26,7 @@ from support.redis_server import RedisServer
 from support.tcp_proxy import TcpProxy
 
 import sessionstore
-from sessionstore import SessionEvent, SessionHeader, keys
+from sessionstore import SessionBusyError, SessionEvent, SessionHeader, keys
 from sessionstore.redis.retry import RETRIES
 
 from .test_linearizable_values import _preload
@@ -173,3 +173,31 @@ def test_a_writer_whose_append_outcome_a_failover_hid_stores_every_event_once(
         writer.close()
         client.close()
         stored_as_emitted(replica, namespace, emitted)
+
+
+def test_a_writer_fenced_after_an_unknown_outcome_says_that_batch_may_be_stored(
+    server, proxy, connect
+):
+    """Its lease taken over after an append whose outcome it could not know, the writer
+    refuses to write, and says that batch may be stored (it was: the reply was lost),
+    and that what it queued after it is not."""
+    namespace, writer, emitted = started(server, proxy, connect)
+    proxy.drop_replies("FCALL", count=RETRIES + 1)
+    emitted += emit(writer, 4, "lost")
+    wait_until(lambda: failed_in_background(writer))
+    emit(writer, 2, "never")
+    admin = redis.Redis(port=server.port)
+    admin.delete(keys.log_lease_key(namespace, SESSION))  # as if it expired
+    admin.close()
+    with sessionstore.connect(server.url, namespace) as direct:
+        header = direct.events.info(SESSION).header
+        direct.events.writer(header).close()  # takes the lease over
+    with pytest.raises(SessionBusyError) as caught:
+        writer.flush()
+    assert "its events 3 to 6, whose append's outcome was unknown, may be stored" in str(
+        caught.value
+    )
+    assert "the 2 after them are not" in str(caught.value)
+    stored_as_emitted(server, namespace, emitted)
+    with pytest.raises(SessionBusyError):
+        writer.close()
