@@ -590,6 +590,41 @@ def test_a_graph_whose_thread_is_deleted_mid_run_stops_with_the_typed_error(
     assert list(admin.list(None)) == []
 
 
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_run_deleted_mid_way_writes_nothing_more_in_any_durability(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], durability: str
+) -> None:
+    """With ``durability="async"`` LangGraph goes on running nodes after a ``put`` was
+    refused, writing for checkpoints made after the deletion: those writes are refused
+    too, and the thread holds nothing but its deletion."""
+    running, admin = savers
+    builder = StateGraph(Steps)
+    names = [f"n{n}" for n in range(5)]
+
+    def node(name: str) -> Callable[[Steps], dict[str, Any]]:
+        def step(state: Steps) -> dict[str, Any]:
+            if name == "n1":
+                admin.delete_thread("t")  # another process, as the graph runs
+            time.sleep(0.02)
+            return {"log": [name]}
+
+        return step
+
+    for name, after in zip(names, [START, *names[:-1]], strict=True):
+        builder.add_node(name, node(name))
+        builder.add_edge(after, name)
+    builder.add_edge(names[-1], END)
+    graph = builder.compile(checkpointer=running)
+    with pytest.raises(ThreadDeletedError):
+        graph.invoke({"log": []}, thread("t"), durability=durability)
+    time.sleep(0.2)  # what async durability still had under way
+    assert admin.get_tuple(thread("t")) is None
+    assert list(admin.list(None)) == []
+    store = admin._sync
+    assert store is not None
+    assert [e.type for e in store.events.read_from(session_id("t"), 0)] == ["deleted"]
+
+
 def test_a_run_that_saves_on_exit_never_brings_back_a_thread_deleted_as_it_ran(
     savers: tuple[SessionStoreSaver, SessionStoreSaver],
 ) -> None:

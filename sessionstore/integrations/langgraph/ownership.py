@@ -34,7 +34,10 @@ write that lost the race to another reads what landed first and is checked again
   :mod:`.compaction`), deletes it and writes it anew with a ``deleted`` event; a
   ``put`` whose parent is not stored, and a ``put`` without a parent or a
   ``put_writes`` of a checkpoint made before the deletion, raise
-  :class:`.ThreadDeletedError`: a graph still running never brings the thread back.
+  :class:`.ThreadDeletedError`, and so does every write of a run that started before
+  the deletion (:class:`RunStarts`; with ``durability="async"`` LangGraph goes on
+  running nodes after a ``put`` of the run was refused, and writes for checkpoints
+  made after the deletion): a graph still running never brings the thread back.
   A write that took seq 0 of the new log before the ``deleted`` event is deleted again.
   ``put_writes`` of a checkpoint that ``prune`` or ``delete_for_runs`` removed raises
   :class:`.ThreadDeletedError` too; of a checkpoint not stored yet it is accepted
@@ -97,35 +100,44 @@ UNSEEN: Final = object()
 
 
 class RunStarts:
-    """What each run of a graph that started on a thread with no checkpoint of its own
-    (LangGraph's run reads the thread's latest checkpoint first) found there: the
-    thread's deletion mark then, until the run's ``put`` without a parent; the last
-    :data:`RUNS_KEPT` runs. A run is known by its run object's identity, the object not
-    held (it holds the run's context): a later run given the same identity reads the
-    thread first too, which replaces what an earlier one left."""
+    """What each run of a graph found of its thread when it started (LangGraph's run
+    reads the thread's checkpoint first): the thread's deletion mark then, for every
+    write of the run, and whether it had no checkpoint of its own, until the run's
+    ``put`` without a parent; the last :data:`RUNS_KEPT` runs of each. A run is known by
+    its run object's identity, the object not held (it holds the run's context): a later
+    run given the same identity reads the thread first too, which replaces what an
+    earlier one left."""
 
     def __init__(self) -> None:
         self._found: OrderedDict[tuple[int, str], str | None] = OrderedDict()
+        self._marks: OrderedDict[tuple[int, str], str | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, config: Mapping[str, Any], thread_id: str, thread: Thread) -> None:
         """Note what the run of ``config`` (if a run's) found of the thread's own graph
-        when it read the latest checkpoint (no ``checkpoint_id`` given)."""
+        when it read its checkpoint (the latest, when no ``checkpoint_id`` was given)."""
         configurable = config.get("configurable", {})
         run = configurable.get(RUN_KEY)
         if run is None or configurable.get("checkpoint_ns", ROOT) != ROOT:
             return
-        if configurable.get("checkpoint_id"):
-            return
         key = (id(run), thread_id)
         with self._lock:
+            _remember(self._marks, key, thread.deleted_before)
+            if configurable.get("checkpoint_id"):
+                return
             if thread.latest(ROOT) is None:
-                self._found[key] = thread.deleted_before
-                self._found.move_to_end(key)
-                while len(self._found) > RUNS_KEPT:
-                    self._found.popitem(last=False)
+                _remember(self._found, key, thread.deleted_before)
             else:
                 self._found.pop(key, None)
+
+    def mark(self, config: Mapping[str, Any], thread_id: str) -> object:
+        """The deletion mark the run of ``config`` found when it started on the thread;
+        :data:`UNSEEN` when it did not, or is not a run."""
+        run = config.get("configurable", {}).get(RUN_KEY)
+        if run is None:
+            return UNSEEN
+        with self._lock:
+            return self._marks.get((id(run), thread_id), UNSEEN)
 
     def started(self, config: Mapping[str, Any], thread_id: str) -> object:
         """The deletion mark the run of ``config`` found when it started on the thread
@@ -136,6 +148,24 @@ class RunStarts:
             return UNSEEN
         with self._lock:
             return self._found.pop((id(run), thread_id), UNSEEN)
+
+
+def _remember(
+    runs: OrderedDict[tuple[int, str], str | None], key: tuple[int, str], mark: str | None
+) -> None:
+    runs[key] = mark
+    runs.move_to_end(key)
+    while len(runs) > RUNS_KEPT:
+        runs.popitem(last=False)
+
+
+def check_run_mark(
+    thread: Thread, thread_id: str, ns: str, checkpoint_id: str, mark: object
+) -> None:
+    """Raise :class:`.ThreadDeletedError` when the thread was deleted since the run
+    that writes ``checkpoint_id`` started (``mark``: see :meth:`RunStarts.mark`)."""
+    if mark is not UNSEEN and thread.deleted_before != mark:
+        raise ThreadDeletedError(thread_id, ns, checkpoint_id)
 
 
 def caller_named(config: Mapping[str, Any], ns: str) -> frozenset[str]:
@@ -164,15 +194,18 @@ def put(
     source: object,
     named: frozenset[str] = frozenset(),
     started: object = UNSEEN,
+    mark: object = UNSEEN,
 ) -> Flow[None]:
     """Append the ``checkpoint`` event ``data``, refused as the module says (``source``
     is its metadata's, ``named`` what the run's caller named, see :func:`caller_named`,
-    ``started`` what its run found when it started, see :class:`RunStarts`)."""
+    ``started`` what its run found when it started on a thread without checkpoints and
+    ``mark`` the deletion mark it found, see :class:`RunStarts`)."""
     ns, checkpoint_id, parent = data["ns"], data["id"], data["parent"]
     on_purpose = source in BRANCHING or parent in named
 
     def entries(thread: Thread) -> Entries:
         saved = thread.checkpoints.get(ns, {})
+        check_run_mark(thread, thread_id, ns, checkpoint_id, mark)
         if checkpoint_id in saved:  # put again: it replaces itself
             pass
         elif parent is None:
@@ -191,11 +224,16 @@ def put(
     yield from threads.append(thread_id, entries)
 
 
-def put_writes(threads: Threads, thread_id: str, data: dict[str, Any]) -> Flow[None]:
-    """Append the ``writes`` event ``data``; refused for a checkpoint of a deleted thread."""
+def put_writes(
+    threads: Threads, thread_id: str, data: dict[str, Any], mark: object = UNSEEN
+) -> Flow[None]:
+    """Append the ``writes`` event ``data``; refused for a checkpoint of a deleted thread,
+    and for any of a run that started before the thread was deleted (``mark``: see
+    :meth:`RunStarts.mark`)."""
     ns, checkpoint_id = data["ns"], data["checkpoint"]
 
     def entries(thread: Thread) -> Entries:
+        check_run_mark(thread, thread_id, ns, checkpoint_id, mark)
         # Writes may land before the put of their checkpoint (LangGraph does not
         # wait for it): only a checkpoint removed, or of a deleted thread, is refused.
         if checkpoint_id not in thread.checkpoints.get(ns, {}):

@@ -126,7 +126,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         named = ownership.caller_named(config, data["ns"])
         source = metadata.get("source")
         started = self._starts.started(config, thread_id) if data["parent"] is None else UNSEEN
-        return stored, ownership.put(self._threads, thread_id, data, source, named, started)
+        mark = self._starts.mark(config, thread_id)
+        flow = ownership.put(self._threads, thread_id, data, source, named, started, mark)
+        return stored, flow
 
     def _put_writes(
         self,
@@ -138,7 +140,8 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         thread_id, data = self._codec.writes_event(config, writes, task_id, task_path)
         if data is None:
             return _nothing()
-        return ownership.put_writes(self._threads, thread_id, data)
+        mark = self._starts.mark(config, thread_id)
+        return ownership.put_writes(self._threads, thread_id, data, mark)
 
     # --- the sync API ---------------------------------------------------------------
 
