@@ -21,7 +21,11 @@ from test_cli import cli  # noqa: E402
 import sessionstore  # noqa: E402
 from integrations.test_langgraph import put, thread  # noqa: E402
 from sessionstore import InvalidArgumentError, keys  # noqa: E402
-from sessionstore.integrations.langgraph import SessionStoreSaver, session_id  # noqa: E402
+from sessionstore.integrations.langgraph import (  # noqa: E402
+    SessionStoreSaver,
+    ThreadDeletedError,
+    session_id,
+)
 
 #: The backends whose retention differs: the local ones remove an expired log on a
 #: prune, Redis by itself.
@@ -53,6 +57,35 @@ def test_a_thread_past_its_ttl_is_gone(store: sessionstore.Store) -> None:
     assert saver.get_tuple(thread("t")) is None
     assert list(saver.list(None)) == []
     assert store.events.list() == []  # nothing of it is listed any more
+
+
+def test_a_run_whose_thread_lapses_under_it_never_brings_it_back(
+    store: sessionstore.Store,
+) -> None:
+    """A node slower than the ttl: the thread expires while the run goes on, and its
+    later writes raise ThreadDeletedError, leaving no log behind."""
+    from langgraph.graph import END, START, StateGraph
+
+    from integrations.test_langgraph import Steps
+
+    saver = SessionStoreSaver(store, ttl=0.3)
+
+    def slow(state: Steps) -> dict[str, Any]:
+        time.sleep(0.8)
+        return {"log": ["slow"]}
+
+    builder = StateGraph(Steps)
+    builder.add_node("fast", lambda state: {"log": ["fast"]})
+    builder.add_node("slow", slow)
+    builder.add_edge(START, "fast")
+    builder.add_edge("fast", "slow")
+    builder.add_edge("slow", END)
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(ThreadDeletedError):
+        graph.invoke({"log": []}, thread("t"))
+    store.events.prune()
+    assert store.events.list() == []
+    assert saver.get_tuple(thread("t")) is None
 
 
 def test_every_write_moves_the_expiry_and_a_read_only_when_asked(

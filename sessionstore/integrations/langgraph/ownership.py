@@ -109,8 +109,8 @@ class RunStarts:
     earlier one left."""
 
     def __init__(self) -> None:
-        self._found: OrderedDict[tuple[int, str], str | None] = OrderedDict()
-        self._marks: OrderedDict[tuple[int, str], str | None] = OrderedDict()
+        self._found: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._marks: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, config: Mapping[str, Any], thread_id: str, thread: Thread) -> None:
@@ -122,7 +122,7 @@ class RunStarts:
             return
         key = (id(run), thread_id)
         with self._lock:
-            _remember(self._marks, key, thread.deleted_before)
+            _remember(self._marks, key, (thread.deleted_before, thread.next_seq > 0))
             if configurable.get("checkpoint_id"):
                 return
             if thread.latest(ROOT) is None:
@@ -130,9 +130,22 @@ class RunStarts:
             else:
                 self._found.pop(key, None)
 
+    def wrote(self, config: Mapping[str, Any], thread_id: str) -> None:
+        """Note that a ``put`` of the run of ``config`` landed: the thread's log exists
+        from then on for it (it did not, when the run started a new thread)."""
+        run = config.get("configurable", {}).get(RUN_KEY)
+        if run is None:
+            return
+        key = (id(run), thread_id)
+        with self._lock:
+            found = self._marks.get(key)
+            if found is not None and not found[1]:
+                self._marks[key] = (found[0], True)
+
     def mark(self, config: Mapping[str, Any], thread_id: str) -> object:
-        """The deletion mark the run of ``config`` found when it started on the thread;
-        :data:`UNSEEN` when it did not, or is not a run."""
+        """What the run of ``config`` found when it started on the thread (its deletion
+        mark, and whether its log existed); :data:`UNSEEN` when it did not, or is not a
+        run."""
         run = config.get("configurable", {}).get(RUN_KEY)
         if run is None:
             return UNSEEN
@@ -150,9 +163,7 @@ class RunStarts:
             return self._found.pop((id(run), thread_id), UNSEEN)
 
 
-def _remember(
-    runs: OrderedDict[tuple[int, str], str | None], key: tuple[int, str], mark: str | None
-) -> None:
+def _remember(runs: OrderedDict[tuple[int, str], Any], key: tuple[int, str], mark: Any) -> None:
     runs[key] = mark
     runs.move_to_end(key)
     while len(runs) > RUNS_KEPT:
@@ -163,8 +174,12 @@ def check_run_mark(
     thread: Thread, thread_id: str, ns: str, checkpoint_id: str, mark: object
 ) -> None:
     """Raise :class:`.ThreadDeletedError` when the thread was deleted since the run
-    that writes ``checkpoint_id`` started (``mark``: see :meth:`RunStarts.mark`)."""
-    if mark is not UNSEEN and thread.deleted_before != mark:
+    that writes ``checkpoint_id`` started, or its log, which existed then or which the
+    run wrote since, is gone (it expired) (``mark``: see :meth:`RunStarts.mark`)."""
+    if not isinstance(mark, tuple):
+        return  # UNSEEN
+    deleted_before, existed = mark
+    if thread.deleted_before != deleted_before or (existed and not thread.next_seq):
         raise ThreadDeletedError(thread_id, ns, checkpoint_id)
 
 

@@ -9,7 +9,7 @@ import os
 import random
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -128,7 +128,7 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
         started = self._starts.started(config, thread_id) if data["parent"] is None else UNSEEN
         mark = self._starts.mark(config, thread_id)
         flow = ownership.put(self._threads, thread_id, data, source, named, started, mark)
-        return stored, flow
+        return stored, _then(flow, lambda: self._starts.wrote(config, thread_id))
 
     def _put_writes(
         self,
@@ -364,3 +364,9 @@ def _nothing() -> Flow[None]:
     """A flow that makes no call."""
     return
     yield  # a generator
+
+
+def _then(flow: Flow[None], after: Callable[[], None]) -> Flow[None]:
+    """``flow``, then ``after()`` once it has ended without raising."""
+    yield from flow
+    after()
