@@ -27,12 +27,16 @@ cancellation, ``KeyboardInterrupt`` or ``SystemExit``) is reported and its write
 again alike.
 
 A drain also knows the writers of its store that are open (:class:`OpenWriters`), so
-that closing the store closes them first.
+that closing the store closes them first. At the interpreter's normal exit (not a
+signal's, nor ``os._exit``) the sync writers this process left open are closed, each
+flushing what it queued (what a close raises is logged), and an async writer left open
+with events queued is logged as losing them: no event loop runs then to write them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import heapq
 import itertools
@@ -40,6 +44,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import forksafe
@@ -124,6 +129,7 @@ class OpenWriters:
 
     def __init__(self) -> None:
         self._open: dict[Any, int] = {}
+        _LIVE.add(self)
 
     def opened(self, writer: Any) -> None:
         self._open[writer] = os.getpid()
@@ -404,3 +410,34 @@ class _LoopDrain:
         self._serving.discard(task)
         if self._wake is not None:
             self._wake.set()  # so that the task ends once nothing is left
+
+
+#: Every store's open writers, for the exit handler.
+_LIVE: weakref.WeakSet[OpenWriters] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """Close the sync writers this process left open (see the module doc)."""
+    for drain in list(_LIVE):
+        for writer in drain.open_writers():
+            if isinstance(drain, AsyncDrain):
+                queued = len(writer._buffer.pending)
+                if queued:
+                    log.warning(
+                        "sessionstore: the process is exiting with the async writer of session"
+                        " %r open: its %d queued events are not stored (await its close())",
+                        writer.session_id,
+                        queued,
+                    )
+                continue
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - logged: the process is exiting
+                log.warning(
+                    "sessionstore: closing the writer of session %r left open at exit failed: %s",
+                    writer.session_id,
+                    exc,
+                )
+
+
+atexit.register(_close_at_exit)

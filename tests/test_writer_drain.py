@@ -11,6 +11,7 @@ import contextlib
 import gc
 import threading
 import time
+import uuid
 import weakref
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from conftest import url_for
 
 import sessionstore
-from sessionstore import SessionHeader, aio
+from sessionstore import SessionHeader, SessionNotFoundError, aio
 from sessionstore.drain import DRAIN_THREADS
 
 
@@ -390,3 +391,56 @@ def test_an_async_store_closed_from_another_loop_closes_writers_on_theirs(
             return {n: len(await again.events.read_from(f"s-{n}", 0)) for n in range(2)}
 
     assert asyncio.run(stored()) == emitted
+
+
+EXIT_SCRIPT = """
+import asyncio, sys
+import sessionstore
+from sessionstore import SessionHeader, aio
+
+url, api, namespace = sys.argv[1:4]
+if api == "sync":
+    store = sessionstore.connect(url, namespace)
+    writer = store.events.writer(SessionHeader(id="left-open"), window=60)
+    for n in range(10):
+        writer.emit("note", {"n": n})
+else:
+    async def main():
+        store = aio.connect(url, namespace)
+        writer = await store.events.writer(SessionHeader(id="left-open"), window=60)
+        for n in range(10):
+            writer.emit("note", {"n": n})
+    asyncio.run(main())
+print("exiting without closing")
+"""
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_process_exiting_with_a_writer_open_stores_or_reports_what_it_queued(
+    backend, api, request, tmp_path
+):
+    """At a normal exit, a sync writer left open is closed (what it queued is stored);
+    an async one cannot be (no loop runs then): its loss is logged, naming it."""
+    import subprocess
+    import sys
+
+    url, namespace = url_for(backend, request, tmp_path), f"exiting-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, url, api, namespace],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    with sessionstore.connect(url, namespace) as store:
+        try:
+            stored = store.events.read_from("left-open", 0)
+        except SessionNotFoundError:
+            stored = []
+    if api == "sync":
+        assert [e.data["n"] for e in stored] == list(range(10))
+        assert "left open at exit" not in done.stderr
+    else:
+        assert stored == []
+        assert "async writer of session 'left-open' open: its 10 queued events" in done.stderr
