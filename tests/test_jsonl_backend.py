@@ -275,23 +275,35 @@ def test_a_damaged_byte_is_corruption_unless_it_is_the_final_newline(tmp_path: P
 def test_zero_bytes_in_the_final_batch_are_a_torn_write(tmp_path: Path) -> None:
     """A crash before the fsync can leave zeros where bytes of the final batch were not
     written yet, with bytes after them written (its final newline too): the batch is
-    torn and left out. Zeros in an earlier batch are damage to a committed one."""
+    torn and left out, when what follows the zeros is that batch's (known by a line of
+    it before them) or zeros to the end. Zeros followed by events that may be of a later
+    batch, and zeros in an earlier batch, are damage: refused, nothing rewritten."""
     with connect(tmp_path) as store:
         path, sizes = three_batch_log(store)
     full = path.read_bytes()
-    rng = random.Random(7)
+    first_line_end = full.index(b"\n", sizes[1])  # the final batch's first line
     holes = {(a, b) for a in range(sizes[1], len(full)) for b in (a + 1, a + 9, len(full) - 1)}
     for start, stop in sorted((a, min(b, len(full))) for a, b in holes if a < b):
-        path.write_bytes(full[:start] + bytes(stop - start) + full[stop:])
+        damaged = full[:start] + bytes(stop - start) + full[stop:]
+        path.write_bytes(damaged)
         with connect(tmp_path) as store:
-            assert store.events.load(SID).events == events(0, 5), (start, stop)
-        assert path.read_bytes() == full[: sizes[1]], (start, stop)
-    for start in rng.sample(range(sizes[0] - 1), 40) + [sizes[0] - 1]:
-        damaged = full[:start] + b"\0\0" + full[start + 2 :]
+            if start > first_line_end or stop >= len(full) - 1:
+                assert store.events.load(SID).events == events(0, 5), (start, stop)
+                assert path.read_bytes() == full[: sizes[1]], (start, stop)
+                continue
+            with pytest.raises(CorruptLogError):
+                store.events.load(SID)
+        assert path.read_bytes() == damaged, (start, stop)
+    rng = random.Random(7)
+    earlier = rng.sample(range(sizes[1] - 1), 60) + [sizes[0] - 1, sizes[1] - 2]
+    # a whole committed batch zeroed, a committed one after it
+    earlier_batch = (sizes[0], sizes[1] - 1)
+    for start, stop in [(o, o + 2) for o in earlier] + [earlier_batch]:
+        damaged = full[:start] + bytes(stop - start) + full[stop:]
         path.write_bytes(damaged)
         with connect(tmp_path) as store, pytest.raises(CorruptLogError):
             store.events.load(SID)
-        assert path.read_bytes() == damaged, start
+        assert path.read_bytes() == damaged, (start, stop)
 
 
 def test_a_deleted_line_before_the_end_is_corruption(tmp_path: Path) -> None:

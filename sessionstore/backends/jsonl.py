@@ -13,7 +13,8 @@ under that lock first (fencing): a lease file another process holds locked, a le
 process holds for another writer, or a newer epoch in the lease file refuses it. Readers
 recognise a torn final batch -- one that never reaches its ``batch_end``: its last line
 lacks its newline, or lines of it hold zero bytes (what a crash before the fsync leaves
-where bytes were not written yet), or its last lines are missing -- and leave it out;
+where bytes were not written yet) followed only by zeros or by lines a line before them
+shows to be of that batch, or its last lines are missing -- and leave it out;
 anything else wrong is :class:`CorruptLogError` (a complete line that does not parse is
 damage, also the last one), and nothing is rewritten. A file without a complete header
 line (a crash during the very first append) counts as absent.

@@ -269,20 +269,21 @@ def _parse_batches(
 
 def _unfinished(raw: bytes, offset: int, open_end: int | None) -> bool:
     """Whether a line holding zero bytes, which ends before ``offset``, lies in the final
-    batch, whose ``batch_end`` is ``open_end`` (None: not known yet): a crash before the
-    batch's fsync can leave zeros where its bytes were not written yet, the bytes around
-    them written. So is every later line: zeros again, or an event of that same batch
-    (one committing another batch means the zeros are damage to a committed one)."""
+    batch, whose ``batch_end`` is ``open_end`` (None: the line would begin a batch): a
+    crash before the batch's fsync can leave zeros where its bytes were not written yet,
+    the bytes around them written. So is every later line: zeros again, or an event of
+    that same batch, which only a known ``batch_end`` tells (an event after zeros that
+    would begin a batch may be of a later, committed batch: the zeros are then damage)."""
     for text in raw[offset:].split(b"\n")[:-1]:
         if b"\0" in text:
             continue
+        if open_end is None:
+            return False
         try:
             _, batch_end = parse_event(text)
         except MalformedLine:
             return False
-        if open_end is None:
-            open_end = batch_end
-        elif batch_end != open_end:
+        if batch_end != open_end:
             return False
     return True
 
