@@ -152,6 +152,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 from urllib.parse import unquote
 
@@ -213,7 +214,12 @@ class ValueKey(NamedTuple):
         """A human-readable name for messages: ``symbol/strategy/exchange/frame/mode``,
         each part as it is, or JSON-quoted when it is empty, holds a ``/`` or begins with
         ``"``, so two keys never share a label."""
-        return "/".join(map(_label_part, self.parts))
+        return label_of(self.parts)
+
+
+def label_of(parts: Sequence[str]) -> str:
+    """The label of a value key's five parts (see :meth:`ValueKey.label`)."""
+    return "/".join(map(_label_part, parts))
 
 
 def _label_part(part: str) -> str:

@@ -3,6 +3,7 @@ address's password."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -94,3 +95,13 @@ def test_a_message_quoting_the_address_is_masked_in_every_form_it_quotes():
     assert "SECRET" not in said and "user:***@host:1" in said
     decoded = mask_in("cannot log in as user with password PW/SECRET", address)
     assert "SECRET" not in decoded
+
+
+@pytest.mark.parametrize("password", ["pa\\ss", 'pa"ss', "pa\tss", "pa\u200ess"])
+def test_a_password_a_message_escapes_is_never_shown(password):
+    """repr and JSON escape a backslash, a quote or an unprintable character: the
+    password so quoted is found as well."""
+    address = f"tcp://u:{password}@127.0.0.1:1"
+    for said in (f"invalid address {address.split('//')[1]!r}", json.dumps({"at": address})):
+        shown = mask_in(said, address)
+        assert "pa" not in shown.replace("password", ""), shown

@@ -323,3 +323,20 @@ def test_damaged_sessions_and_values_are_reported_and_the_rest_is_copied(tmp_pat
     assert any("damaged in the source" in line for line in report.differences or [])
     with pytest.raises(sessionstore.CorruptLogError):
         sessionstore.transfer.export_archive(from_url, namespace, io.BytesIO())
+
+
+def test_a_value_problem_names_its_key_as_labels_do(tmp_path, namespace):
+    """Two keys that differ only in where a ``/`` falls are told apart in the report."""
+    from_url, to_url = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    parts = [("a/b", "c", "e", "1h"), ("a", "b/c", "e", "1h")]
+    with sessionstore.connect(from_url, namespace) as store:
+        for key in parts:
+            store.session(*key).set_data("source", 1)
+    with sessionstore.connect(to_url, namespace) as store:
+        for key in parts:
+            store.session(*key).set_data("destination", 2)
+    report = sessionstore.copy(from_url, to_url, namespace)
+    assert sorted(problem.split(":")[0] for problem in report.problems) == [
+        "value '\"a/b\"/c/e/1h/backtest'",
+        "value 'a/\"b/c\"/e/1h/backtest'",
+    ]

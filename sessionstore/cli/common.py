@@ -243,9 +243,16 @@ def mask_in(text: str, address: str) -> str:
     text = text.replace(address, shown).replace(after, masked)
     text = text.replace(userinfo, masked_userinfo)
     password = userinfo.partition(":")[2]
-    if password and any(piece in text for piece in {password, unquote(password)}):
+    if password and any(piece in text for piece in _quoted_forms(password)):
         return "(the message is not shown: it quotes the password)"
     return text
+
+
+def _quoted_forms(password: str) -> set[str]:
+    """The forms a message may quote ``password`` in: as it is, URL-unquoted, and each
+    of those escaped as ``repr`` and JSON escape them."""
+    forms = {password, unquote(password)}
+    return forms | {repr(form)[1:-1] for form in forms} | {json.dumps(form)[1:-1] for form in forms}
 
 
 def say_nothing_found(what: str, url: str | None, namespace: str) -> None:

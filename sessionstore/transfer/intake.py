@@ -32,6 +32,7 @@ from ..codec import load_value
 from ..contracts import Stored
 from ..errors import SessionNotFoundError, SessionStoreError
 from ..eventlog import event_text, header_differences
+from ..keys import label_of
 from ..models import SessionEvent
 from ..results import ValueRecords, ValueRef
 from ..store import Store
@@ -81,8 +82,9 @@ class _Open:
 
 
 def label(ref: ValueRef) -> str:
-    """``value 'SYM/strategy/exchange/frame/mode'``, for messages."""
-    return f"value {'/'.join(ref[:5])!r}"
+    """``value 'SYM/strategy/exchange/frame/mode'``, for messages (see
+    :meth:`~sessionstore.keys.ValueKey.label`)."""
+    return f"value {label_of(ref[:5])!r}"
 
 
 class NamespaceWriter:
@@ -221,7 +223,7 @@ class NamespaceWriter:
     def _value(self, item: ValueItem) -> None:
         self.finish()
         ref = item.ref
-        where = "/".join(ref[:5])
+        where = label_of(ref[:5])
         try:
             held = self.store.session(*item.parts, mode=ref.mode).records()
             conflict = _conflict(item, held, where)

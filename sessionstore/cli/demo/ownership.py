@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import SessionStoreError
+from ...keys import label_of
 from ...models import SessionHeader
 from ...results import ValueRef
 from ...store import Store
@@ -56,7 +57,7 @@ class ForeignDataError(SessionStoreError):
         self.namespace, self.sessions, self.values = namespace, sessions, values
         self.taken = taken or []
         named = [f"session {sid!r}" for sid in sessions[:3]]
-        named += [f"value {'/'.join(ref[:5])!r}" for ref in values[: max(0, 3 - len(named))]]
+        named += [f"value {label_of(ref[:5])!r}" for ref in values[: max(0, 3 - len(named))]]
         more = len(sessions) + len(values) - len(named)
         message = (
             f"namespace {namespace!r} holds {len(sessions)} session(s) and {len(values)} "
