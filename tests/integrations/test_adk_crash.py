@@ -205,3 +205,57 @@ def test_an_appender_applying_its_deltas_after_a_reader_did_doubles_none(shared:
         return seen
 
     assert asyncio.run(run()) == asyncio.run(expected())
+
+
+def test_an_appender_applying_its_deltas_after_its_session_was_deleted_changes_nothing(
+    shared: str,
+) -> None:
+    """The appender of an event on "x" stops before its deltas; another service reads
+    "x" (applying them), writes newer values of the same keys through "y" and deletes
+    "x"; then the appender applies its own: they are not applied again over the newer
+    ones (the deletion dropped the record of what "x" had applied)."""
+    ns = namespace()
+
+    async def run() -> list[Any]:
+        reached, go = asyncio.Event(), asyncio.Event()
+
+        async def pause() -> None:
+            reached.set()
+            await go.wait()
+
+        async with (
+            SessionStoreSessionService(shared, namespace=ns) as one,
+            SessionStoreSessionService(shared, namespace=ns) as two,
+        ):
+            x = await one.create_session(app_name=APP, user_id=USER, session_id="x")
+            await two.create_session(app_name=APP, user_id=USER, session_id="y")
+            left = stopping(one, pause)
+            left[0] = 1
+            old = text_event("old", 1e9, **{"user:k": "old", "app:k": "old"})
+            late = asyncio.create_task(one.append_event(x, old))
+            await reached.wait()
+            await two.get_session(app_name=APP, user_id=USER, session_id="x")
+            return await newer_then_deleted(two, late, go)
+
+    async def newer_then_deleted(
+        two: BaseSessionService, late: asyncio.Task[Any] | None, go: asyncio.Event | None
+    ) -> list[Any]:
+        y = await two.get_session(app_name=APP, user_id=USER, session_id="y")
+        assert y is not None
+        new = text_event("new", 2e9, **{"user:k": "new", "app:k": "new"})
+        await two.append_event(y, new)
+        await two.delete_session(app_name=APP, user_id=USER, session_id="x")
+        if go is not None and late is not None:
+            go.set()
+            await late
+        y = await two.get_session(app_name=APP, user_id=USER, session_id="y")
+        return [await two.get_user_state(app_name=APP, user_id=USER), y.state if y else None]
+
+    async def expected() -> list[Any]:
+        service = InMemorySessionService()
+        x = await service.create_session(app_name=APP, user_id=USER, session_id="x")
+        await service.create_session(app_name=APP, user_id=USER, session_id="y")
+        await service.append_event(x, text_event("old", 1e9, **{"user:k": "old", "app:k": "old"}))
+        return await newer_then_deleted(service, None, None)
+
+    assert asyncio.run(run()) == asyncio.run(expected())

@@ -11,6 +11,10 @@ User state value (app, :data:`USER_STATE`, user, ``-``)::
     {"state": {raw key: value}, "sessions": {session id: incarnation},
      "applied": {incarnation: seq}}
 
+Either may hold ``"gone": {incarnation: epoch ms}``: the incarnations deleted lately
+(the newest :data:`GONE_KEPT`), whose deltas are never applied again (a slow appender's,
+arriving after the deletion dropped their ``applied`` entry).
+
 ``sessions`` is the user's index of sessions (what ``list_sessions`` lists, and the
 incarnation a session id stands for now). The app's users are those with a user state
 value; ``users``, written by earlier versions at every ``create_session`` (a value that
@@ -30,6 +34,7 @@ from google.adk.sessions import State
 from pydantic_core import to_jsonable_python
 
 from ...models import SessionEvent
+from ...when import now_ms
 
 #: The event log of an ADK session is ``PREFIX + app/user/session/incarnation``.
 PREFIX = "adk:"
@@ -150,6 +155,10 @@ def applied(stored: Any, incarnation: str) -> int:
     return found
 
 
+#: How many deleted incarnations a state value remembers (see the module doc).
+GONE_KEPT = 1000
+
+
 def _parts_of(stored: Any, index: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
     stored = stored or {}
     return (
@@ -157,6 +166,23 @@ def _parts_of(stored: Any, index: str) -> tuple[dict[str, Any], dict[str, Any], 
         dict(stored.get(index, {})),
         dict(stored.get("applied", {})),
     )
+
+
+def _gone(stored: Any) -> dict[str, int]:
+    return dict((stored or {}).get("gone", {}))
+
+
+def _value(
+    state: dict[str, Any],
+    index: str,
+    entries: dict[str, Any],
+    done: dict[str, int],
+    gone: dict[str, int],
+) -> dict[str, Any]:
+    value = {"state": state, index: entries, "applied": done}
+    if gone:
+        value["gone"] = gone
+    return value
 
 
 def applying(
@@ -173,13 +199,14 @@ def applying(
 
     def apply(stored: Any) -> dict[str, Any]:
         state, entries, done = _parts_of(stored, index)
+        gone = _gone(stored)
         for seq, delta in pending:
-            if seq > done.get(incarnation, NONE):
+            if incarnation not in gone and seq > done.get(incarnation, NONE):
                 state.update(delta)
                 done[incarnation] = seq
         if listed is not None:
             entries[listed[0]] = listed[1] if scope == USER else 1
-        return {"state": state, index: entries, "applied": done}
+        return _value(state, index, entries, done, gone)
 
     return apply
 
@@ -210,16 +237,21 @@ def forgetting(
     scope: str, incarnation: str, session: str | None = None
 ) -> Callable[[Any], dict[str, Any]]:
     """What ``update`` applies to a scope's value when the incarnation is deleted: its
-    ``applied`` entry dropped, and ``session`` taken out of the index while it still
-    stands for ``incarnation``."""
+    ``applied`` entry dropped, the incarnation noted as gone (the newest
+    :data:`GONE_KEPT`), and ``session`` taken out of the index while it still stands
+    for ``incarnation``."""
     index = INDEX[scope]
 
     def forget(stored: Any) -> dict[str, Any]:
         state, entries, done = _parts_of(stored, index)
+        gone = _gone(stored)
         done.pop(incarnation, None)
+        gone[incarnation] = now_ms()
+        if len(gone) > GONE_KEPT:
+            gone = dict(sorted(gone.items(), key=lambda item: item[1])[-GONE_KEPT:])
         if session is not None and entries.get(session) == incarnation:
             del entries[session]
-        return {"state": state, index: entries, "applied": done}
+        return _value(state, index, entries, done, gone)
 
     return forget
 

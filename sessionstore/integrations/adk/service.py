@@ -328,8 +328,7 @@ class SessionStoreSessionService(BaseSessionService):
         user = self._handle(USER_STATE, app_name, user_id)
         await user.update(forgetting(USER, incarnation, sid), _WHEN)
         app = self._handle(APP_STATE, app_name, _EXCHANGE)
-        if applied(await self._stored(app), incarnation) != NONE:
-            await app.update(forgetting(APP, incarnation), _WHEN)
+        await app.update(forgetting(APP, incarnation), _WHEN)
 
     async def _repair(
         self, names: tuple[str, str, str, str], read: _Read, app: Any, user: Any
