@@ -137,11 +137,9 @@ class SyncClient:
         finally:
             with self._running_lock:
                 self._running -= 1
-                closing = self._close_pending and not self._running
-                if closing:
+                if self._close_pending and not self._running:
                     self._close_pending = False
-            if closing:
-                self._close_now()
+                    self._close_now()  # no call starts meanwhile
 
     def close(self) -> None:
         """Close the client (and its pools) once the calls running now have ended (a
@@ -150,7 +148,7 @@ class SyncClient:
             if self._running:
                 self._close_pending = True
                 return
-        self._close_now()
+            self._close_now()
 
     def _close_now(self) -> None:
         if self._cache is not None:

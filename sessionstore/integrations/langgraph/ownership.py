@@ -176,8 +176,8 @@ def check_run_mark(
     """Raise :class:`.ThreadDeletedError` when the thread was deleted since the run
     that writes ``checkpoint_id`` started, or its log, which existed then or which the
     run wrote since, is gone (it expired) (``mark``: see :meth:`RunStarts.mark`)."""
-    if not isinstance(mark, tuple):
-        return  # UNSEEN
+    if not isinstance(mark, tuple) or ns != ROOT:
+        return  # UNSEEN; a subgraph's run object may never have read the thread itself
     deleted_before, existed = mark
     if thread.deleted_before != deleted_before or (existed and not thread.next_seq):
         raise ThreadDeletedError(thread_id, ns, checkpoint_id)
