@@ -421,7 +421,7 @@ def _close_at_exit() -> None:
     for drain in list(_LIVE):
         for writer in drain.open_writers():
             if isinstance(drain, AsyncDrain):
-                queued = len(writer._buffer.pending)
+                queued = writer.queued
                 if queued:
                     log.warning(
                         "sessionstore: the process is exiting with the async writer of session"

@@ -96,6 +96,11 @@ class WriterShell:
     def next_seq(self) -> int:
         return self._buffer.next_seq
 
+    @property
+    def queued(self) -> int:
+        """How many events emitted are not durable yet."""
+        return self._buffer.next_seq - self._buffer.durable_seq
+
     def emit(
         self,
         type: str,
