@@ -259,3 +259,46 @@ def test_an_appender_applying_its_deltas_after_its_session_was_deleted_changes_n
         return await newer_then_deleted(service, None, None)
 
     assert asyncio.run(run()) == asyncio.run(expected())
+
+
+def test_deleting_a_session_applies_the_deltas_its_appender_has_not_yet(shared: str) -> None:
+    """The appender of an event stops before its deltas; the session is deleted: the
+    deletion applies them (ADK keeps app and user state when a session goes), and the
+    appender's own apply, after it, changes nothing."""
+    ns = namespace()
+    delta = {"user:only": "set", "app:only": "set"}
+
+    async def run() -> list[Any]:
+        reached, go = asyncio.Event(), asyncio.Event()
+
+        async def pause() -> None:
+            reached.set()
+            await go.wait()
+
+        async with (
+            SessionStoreSessionService(shared, namespace=ns) as one,
+            SessionStoreSessionService(shared, namespace=ns) as two,
+        ):
+            x = await one.create_session(app_name=APP, user_id=USER, session_id="x")
+            await two.create_session(app_name=APP, user_id=USER, session_id="y")
+            stopping(one, pause)[0] = 1
+            late = asyncio.create_task(one.append_event(x, text_event("e", 1e9, **delta)))
+            await reached.wait()
+            await two.delete_session(app_name=APP, user_id=USER, session_id="x")
+            go.set()
+            await late
+            return await states(two)
+
+    async def states(service: BaseSessionService) -> list[Any]:
+        y = await service.get_session(app_name=APP, user_id=USER, session_id="y")
+        return [await service.get_user_state(app_name=APP, user_id=USER), y.state if y else None]
+
+    async def expected() -> list[Any]:
+        service = InMemorySessionService()
+        x = await service.create_session(app_name=APP, user_id=USER, session_id="x")
+        await service.create_session(app_name=APP, user_id=USER, session_id="y")
+        await service.append_event(x, text_event("e", 1e9, **delta))
+        await service.delete_session(app_name=APP, user_id=USER, session_id="x")
+        return await states(service)
+
+    assert asyncio.run(run()) == asyncio.run(expected())

@@ -200,8 +200,10 @@ class SessionStoreSessionService(BaseSessionService):
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session's events and its own state (nothing when it is not
-        stored); app and user state stay. The log goes first: from then on the session
-        is not found, and an old session object is refused."""
+        stored); app and user state stay, with every app and user delta of its events
+        applied (an appender's that had not applied them yet too: they are never
+        applied after the deletion). The log goes first: from then on the session is
+        not found, and an old session object is refused."""
         sid = _stripped(session_id)
         _check(app_name, user_id, sid)
         user = self._handle(USER_STATE, app_name, user_id)
@@ -209,8 +211,27 @@ class SessionStoreSessionService(BaseSessionService):
         if incarnation is None:
             return
         with contextlib.suppress(LogNotFoundError):
-            await self._events.delete(session_id_of(app_name, user_id, sid, incarnation))
+            await self._delete_log((app_name, user_id, sid, incarnation))
         await self._forget(app_name, user_id, sid, incarnation)
+
+    async def _delete_log(self, names: tuple[str, str, str, str]) -> None:
+        """Apply the app and user deltas of the log's events that are not yet, then
+        delete it while it still ends with the last of them (read again when an append
+        landed meanwhile; deleted whatever it ends with after
+        :data:`DELETE_ATTEMPTS` such races)."""
+        log_id = session_id_of(*names)
+        for _ in range(DELETE_ATTEMPTS):
+            info = await self._events.info(log_id)
+            if info.next_seq == 0:
+                break
+            read = await self._read(log_id, info.next_seq, _NO_EVENTS)
+            await self._repair(names, read, *await self._read_states(*names[:2]))
+            try:
+                await self._events.delete(log_id, last=read.last)
+                return
+            except SeqConflictError:
+                continue
+        await self._events.delete(log_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state, raw keys (no ``user:`` prefix); ``{}`` when none."""
@@ -461,6 +482,8 @@ class SessionStoreSessionService(BaseSessionService):
 
 session_id_of = session_id
 _NO_EVENTS = GetSessionConfig(num_recent_events=0)
+#: How many appends racing a deletion it reads again for (see ``_delete_log``).
+DELETE_ATTEMPTS = 5
 
 
 class _Threaded:
