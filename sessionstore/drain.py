@@ -29,7 +29,8 @@ again alike.
 A drain also knows the writers of its store that are open (:class:`OpenWriters`), so
 that closing the store closes them first. At the interpreter's normal exit (not a
 signal's, nor ``os._exit``) the sync writers this process left open are closed, each
-flushing what it queued (what a close raises is logged), and an async writer left open
+flushing what it queued, all at once and for at most :data:`EXIT_WAIT` seconds (what a
+close raises, or a close not done by then, is logged), and an async writer left open
 with events queued is logged as losing them: no event loop runs then to write them.
 """
 
@@ -412,32 +413,52 @@ class _LoopDrain:
             self._wake.set()  # so that the task ends once nothing is left
 
 
+#: The longest the exit handler waits for the writers left open to close (seconds).
+EXIT_WAIT = 10.0
 #: Every store's open writers, for the exit handler.
 _LIVE: weakref.WeakSet[OpenWriters] = weakref.WeakSet()
 
 
 def _close_at_exit() -> None:
-    """Close the sync writers this process left open (see the module doc)."""
+    """Close the sync writers this process left open, at once, for at most
+    :data:`EXIT_WAIT` seconds in all (see the module doc)."""
+    deadline = time.monotonic() + EXIT_WAIT
+    closing: list[tuple[Any, threading.Thread]] = []
     for drain in list(_LIVE):
         for writer in drain.open_writers():
             if isinstance(drain, AsyncDrain):
-                queued = writer.queued
-                if queued:
+                if writer.queued:
                     log.warning(
                         "sessionstore: the process is exiting with the async writer of session"
                         " %r open: its %d queued events are not stored (await its close())",
                         writer.session_id,
-                        queued,
+                        writer.queued,
                     )
                 continue
-            try:
-                writer.close()
-            except Exception as exc:  # noqa: BLE001 - logged: the process is exiting
-                log.warning(
-                    "sessionstore: closing the writer of session %r left open at exit failed: %s",
-                    writer.session_id,
-                    exc,
-                )
+            thread = threading.Thread(target=_close_one, args=(writer,), daemon=True)
+            thread.start()
+            closing.append((writer, thread))
+    for writer, thread in closing:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            log.warning(
+                "sessionstore: the writer of session %r left open at exit was not closed"
+                " within %g s: its %d queued events may not be stored",
+                writer.session_id,
+                EXIT_WAIT,
+                writer.queued,
+            )
+
+
+def _close_one(writer: Any) -> None:
+    try:
+        writer.close()
+    except Exception as exc:  # noqa: BLE001 - logged: the process is exiting
+        log.warning(
+            "sessionstore: closing the writer of session %r left open at exit failed: %s",
+            writer.session_id,
+            exc,
+        )
 
 
 atexit.register(_close_at_exit)

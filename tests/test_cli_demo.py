@@ -105,3 +105,10 @@ def test_a_password_a_message_escapes_is_never_shown(password):
     for said in (f"invalid address {address.split('//')[1]!r}", json.dumps({"at": address})):
         shown = mask_in(said, address)
         assert "pa" not in shown.replace("password", ""), shown
+
+
+def test_a_password_quoted_inside_a_longer_string_or_in_another_hex_case_is_never_shown():
+    quoted = "tcp://u:pa'ss@127.0.0.1:8786"
+    assert "pa" not in mask_in(repr('to "scheduler" at ' + quoted), quoted).replace("password", "")
+    encoded = "tcp://u:p%2fss@127.0.0.1:8786"
+    assert "2fss" not in mask_in("could not reach tcp://u:p%2Fss@127.0.0.1:8786", encoded).lower()

@@ -444,3 +444,44 @@ def test_a_process_exiting_with_a_writer_open_stores_or_reports_what_it_queued(
     else:
         assert stored == []
         assert "async writer of session 'left-open' open: its 10 queued events" in done.stderr
+
+
+def test_the_writers_left_open_at_exit_hold_it_up_for_a_bounded_time(tmp_path):
+    """A store that does not answer at exit (its server paused): the writers left open
+    are closed at once, and the process ends after at most EXIT_WAIT seconds, saying
+    which writers' events may not be stored."""
+    import signal
+    import subprocess
+    import sys
+
+    from support.redis_server import RedisServer
+
+    from sessionstore.drain import EXIT_WAIT
+
+    script = """
+import os, signal, sys
+import sessionstore
+from sessionstore import SessionHeader
+store = sessionstore.connect(sys.argv[1] + "?durability=none", "paused", timeout=5)
+writers = [store.events.writer(SessionHeader(id=f"s{n}"), window=60) for n in range(3)]
+for writer in writers:
+    writer.emit("note")
+os.kill(int(sys.argv[2]), signal.SIGSTOP)
+"""
+    with RedisServer() as server:
+        assert server.process is not None
+        began = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", script, server.url, str(server.process.pid)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert took < EXIT_WAIT + 10, took
+    for n in range(3):
+        assert f"writer of session 's{n}' left open at exit was not closed" in done.stderr

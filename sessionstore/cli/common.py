@@ -243,16 +243,22 @@ def mask_in(text: str, address: str) -> str:
     text = text.replace(address, shown).replace(after, masked)
     text = text.replace(userinfo, masked_userinfo)
     password = userinfo.partition(":")[2]
-    if password and any(piece in text for piece in _quoted_forms(password)):
+    folded = text.casefold()
+    if password and any(piece.casefold() in folded for piece in _quoted_forms(password)):
         return "(the message is not shown: it quotes the password)"
     return text
 
 
 def _quoted_forms(password: str) -> set[str]:
-    """The forms a message may quote ``password`` in: as it is, URL-unquoted, and each
-    of those escaped as ``repr`` and JSON escape them."""
+    """The forms a message may quote ``password`` in (compared without case, so a
+    percent-escape in either case counts): as it is, URL-unquoted, and each of those
+    escaped as ``repr`` (either quote), JSON and Python's string escapes do."""
     forms = {password, unquote(password)}
-    return forms | {repr(form)[1:-1] for form in forms} | {json.dumps(form)[1:-1] for form in forms}
+    escaped = {form.encode("unicode_escape").decode("ascii") for form in forms}
+    escaped |= {json.dumps(form)[1:-1] for form in forms}
+    escaped |= {repr(form)[1:-1] for form in forms}
+    escaped |= {text.replace("'", "\\'").replace('"', '\\"') for text in escaped}
+    return forms | escaped
 
 
 def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
