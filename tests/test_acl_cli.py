@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 import uuid
 
 import pytest
 import redis
+from test_acl_apply import cli
 
 import sessionstore
 from sessionstore import AccessDeniedError, SessionEvent, SessionHeader
@@ -18,16 +18,6 @@ from sessionstore.redis.acl import key_pattern
 from sessionstore.redis.library import install
 
 T0 = 1_718_000_000_000
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sessionstore", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-    )
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,64 @@ def test_an_appender_applying_its_deltas_after_a_reader_did_doubles_none(shared:
     assert asyncio.run(run()) == asyncio.run(expected())
 
 
+async def paused_appender(
+    url: str,
+    event: Any,
+    meanwhile: Callable[[BaseSessionService], Awaitable[None]],
+    then: Callable[[BaseSessionService], Awaitable[list[Any]]],
+) -> list[Any]:
+    """Two services on one namespace: one creates "x", the other "y"; the first appends
+    ``event`` to "x" and stops before its deltas while the other runs ``meanwhile``;
+    then the first goes on, and the other's ``then`` says what is stored."""
+    reached, go = asyncio.Event(), asyncio.Event()
+
+    async def pause() -> None:
+        reached.set()
+        await go.wait()
+
+    ns = namespace()
+    async with (
+        SessionStoreSessionService(url, namespace=ns) as one,
+        SessionStoreSessionService(url, namespace=ns) as two,
+    ):
+        x = await one.create_session(app_name=APP, user_id=USER, session_id="x")
+        await two.create_session(app_name=APP, user_id=USER, session_id="y")
+        stopping(one, pause)[0] = 1
+        late = asyncio.create_task(one.append_event(x, event))
+        await reached.wait()
+        await meanwhile(two)
+        go.set()
+        await late
+        return await then(two)
+
+
+def in_memory_after(
+    event: Any,
+    meanwhile: Callable[[BaseSessionService], Awaitable[None]],
+    then: Callable[[BaseSessionService], Awaitable[list[Any]]],
+) -> list[Any]:
+    """:func:`paused_appender`'s operations on ADK's InMemorySessionService, in order."""
+
+    async def run() -> list[Any]:
+        service = InMemorySessionService()
+        x = await service.create_session(app_name=APP, user_id=USER, session_id="x")
+        await service.create_session(app_name=APP, user_id=USER, session_id="y")
+        await service.append_event(x, event)
+        await meanwhile(service)
+        return await then(service)
+
+    return asyncio.run(run())
+
+
+async def user_and_y_state(service: BaseSessionService) -> list[Any]:
+    y = await service.get_session(app_name=APP, user_id=USER, session_id="y")
+    return [await service.get_user_state(app_name=APP, user_id=USER), y.state if y else None]
+
+
+async def delete_x(service: BaseSessionService) -> None:
+    await service.delete_session(app_name=APP, user_id=USER, session_id="x")
+
+
 def test_an_appender_applying_its_deltas_after_its_session_was_deleted_changes_nothing(
     shared: str,
 ) -> None:
@@ -214,91 +272,28 @@ def test_an_appender_applying_its_deltas_after_its_session_was_deleted_changes_n
     "x" (applying them), writes newer values of the same keys through "y" and deletes
     "x"; then the appender applies its own: they are not applied again over the newer
     ones (the deletion dropped the record of what "x" had applied)."""
-    ns = namespace()
 
-    async def run() -> list[Any]:
-        reached, go = asyncio.Event(), asyncio.Event()
+    def old() -> Any:
+        return text_event("old", 1e9, **{"user:k": "old", "app:k": "old"})
 
-        async def pause() -> None:
-            reached.set()
-            await go.wait()
-
-        async with (
-            SessionStoreSessionService(shared, namespace=ns) as one,
-            SessionStoreSessionService(shared, namespace=ns) as two,
-        ):
-            x = await one.create_session(app_name=APP, user_id=USER, session_id="x")
-            await two.create_session(app_name=APP, user_id=USER, session_id="y")
-            left = stopping(one, pause)
-            left[0] = 1
-            old = text_event("old", 1e9, **{"user:k": "old", "app:k": "old"})
-            late = asyncio.create_task(one.append_event(x, old))
-            await reached.wait()
-            await two.get_session(app_name=APP, user_id=USER, session_id="x")
-            return await newer_then_deleted(two, late, go)
-
-    async def newer_then_deleted(
-        two: BaseSessionService, late: asyncio.Task[Any] | None, go: asyncio.Event | None
-    ) -> list[Any]:
-        y = await two.get_session(app_name=APP, user_id=USER, session_id="y")
+    async def newer_then_deleted(service: BaseSessionService) -> None:
+        await service.get_session(app_name=APP, user_id=USER, session_id="x")
+        y = await service.get_session(app_name=APP, user_id=USER, session_id="y")
         assert y is not None
-        new = text_event("new", 2e9, **{"user:k": "new", "app:k": "new"})
-        await two.append_event(y, new)
-        await two.delete_session(app_name=APP, user_id=USER, session_id="x")
-        if go is not None and late is not None:
-            go.set()
-            await late
-        y = await two.get_session(app_name=APP, user_id=USER, session_id="y")
-        return [await two.get_user_state(app_name=APP, user_id=USER), y.state if y else None]
+        await service.append_event(y, text_event("new", 2e9, **{"user:k": "new", "app:k": "new"}))
+        await delete_x(service)
 
-    async def expected() -> list[Any]:
-        service = InMemorySessionService()
-        x = await service.create_session(app_name=APP, user_id=USER, session_id="x")
-        await service.create_session(app_name=APP, user_id=USER, session_id="y")
-        await service.append_event(x, text_event("old", 1e9, **{"user:k": "old", "app:k": "old"}))
-        return await newer_then_deleted(service, None, None)
-
-    assert asyncio.run(run()) == asyncio.run(expected())
+    found = asyncio.run(paused_appender(shared, old(), newer_then_deleted, user_and_y_state))
+    assert found == in_memory_after(old(), newer_then_deleted, user_and_y_state)
 
 
 def test_deleting_a_session_applies_the_deltas_its_appender_has_not_yet(shared: str) -> None:
     """The appender of an event stops before its deltas; the session is deleted: the
     deletion applies them (ADK keeps app and user state when a session goes), and the
     appender's own apply, after it, changes nothing."""
-    ns = namespace()
-    delta = {"user:only": "set", "app:only": "set"}
 
-    async def run() -> list[Any]:
-        reached, go = asyncio.Event(), asyncio.Event()
+    def event() -> Any:
+        return text_event("e", 1e9, **{"user:only": "set", "app:only": "set"})
 
-        async def pause() -> None:
-            reached.set()
-            await go.wait()
-
-        async with (
-            SessionStoreSessionService(shared, namespace=ns) as one,
-            SessionStoreSessionService(shared, namespace=ns) as two,
-        ):
-            x = await one.create_session(app_name=APP, user_id=USER, session_id="x")
-            await two.create_session(app_name=APP, user_id=USER, session_id="y")
-            stopping(one, pause)[0] = 1
-            late = asyncio.create_task(one.append_event(x, text_event("e", 1e9, **delta)))
-            await reached.wait()
-            await two.delete_session(app_name=APP, user_id=USER, session_id="x")
-            go.set()
-            await late
-            return await states(two)
-
-    async def states(service: BaseSessionService) -> list[Any]:
-        y = await service.get_session(app_name=APP, user_id=USER, session_id="y")
-        return [await service.get_user_state(app_name=APP, user_id=USER), y.state if y else None]
-
-    async def expected() -> list[Any]:
-        service = InMemorySessionService()
-        x = await service.create_session(app_name=APP, user_id=USER, session_id="x")
-        await service.create_session(app_name=APP, user_id=USER, session_id="y")
-        await service.append_event(x, text_event("e", 1e9, **delta))
-        await service.delete_session(app_name=APP, user_id=USER, session_id="x")
-        return await states(service)
-
-    assert asyncio.run(run()) == asyncio.run(expected())
+    found = asyncio.run(paused_appender(shared, event(), delete_x, user_and_y_state))
+    assert found == in_memory_after(event(), delete_x, user_and_y_state)
