@@ -83,7 +83,12 @@ class SyncClient:
         self._close_pending = False
         self._running_lock = threading.Lock()
         forksafe.renew_locks(self, "_lock", "_running_lock")
+        forksafe.at_fork(self, "_forked")
         self._first_use = FirstUse(options, topology, guard, BLOCKING)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's calls running at the fork are not its own."""
+        self._running, self._close_pending = 0, False
 
     def get(self) -> Any:
         """The client to use (see the class doc)."""
