@@ -351,8 +351,7 @@ def test_writers_held_by_long_flushes_never_keep_the_drain_from_renewing_a_lease
         assert all(len(store.events.load(f"held-{n}").events) == 1 for n in range(6))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-@pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize(("backend", "api"), [("sqlite", "sync"), ("redis", "async")])
 def test_a_backlog_flushed_for_longer_than_the_lease_keeps_it(backend, api, request, tmp_path):
     """A flush appending batch after batch (each well within the lease, all of them
     longer than it) renews the lease between batches: the drain cannot meanwhile, as
