@@ -9,15 +9,22 @@ import uuid
 
 import pytest
 import redis
-from test_acl_apply import cli
+from typer.testing import CliRunner
 
 import sessionstore
 from sessionstore import AccessDeniedError, SessionEvent, SessionHeader
+from sessionstore.cli import app
 from sessionstore.keys import namespace_prefix
 from sessionstore.redis.acl import key_pattern
 from sessionstore.redis.library import install
 
 T0 = 1_718_000_000_000
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``sessionstore *args``, in this process (its output is a subprocess's)."""
+    result = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.mark.parametrize(
