@@ -48,9 +48,10 @@ def taken(epoch: int, lapsed: bool) -> int:
     return TakenOver(epoch) if lapsed else epoch
 
 
-def taken_over(session_id: str) -> SessionBusyError:
-    """What a fenced append raises: the writer's lease is held by another writer."""
-    return SessionBusyError(session_id, "another writer took its lease over")
+def taken_over(session_id: str, outcome: str = "") -> SessionBusyError:
+    """What a fenced append raises: the writer's lease is held by another writer;
+    ``outcome`` (``": ..."``) says what of its writes is stored."""
+    return SessionBusyError(session_id, "another writer took its lease over" + outcome)
 
 
 def next_epoch(stored: int, clock_ms: int) -> int:

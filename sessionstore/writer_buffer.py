@@ -31,7 +31,7 @@ from .errors import (
 from .eventlog import data_of_text, encode_batch
 from .flows import Flow
 from .jsontext import TEXT_TYPES, JSONText
-from .leases import Lease
+from .leases import Lease, taken_over
 from .models import SessionEvent, SessionHeader
 from .store_state import Lifecycle, PendingSessions
 from .when import now_ms, to_epoch_ms
@@ -234,17 +234,17 @@ class WriterBuffer:
         with self._lock:
             queued, first = len(self.pending), self.durable_seq
             unknown = self.unsettled if self.maybe_stored else 0
-        detail = "another writer took its lease over"
+        outcome = ""
         if unknown:
-            detail += (
+            outcome = (
                 f": its events {first} to {first + unknown - 1}, whose append's outcome was"
                 " unknown, may be stored"
             )
             if queued > unknown:
-                detail += f"; the {queued - unknown} after them are not"
+                outcome += f"; the {queued - unknown} after them are not"
         elif queued:
-            detail += f": the {queued} events it had queued are not stored"
-        return SessionBusyError(self.session_id, detail)
+            outcome = f": the {queued} events it had queued are not stored"
+        return taken_over(self.session_id, outcome)
 
     def close(self) -> None:
         """Refuse emits from now on."""

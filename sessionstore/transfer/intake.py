@@ -34,7 +34,7 @@ from ..errors import SessionNotFoundError, SessionStoreError
 from ..eventlog import event_text, header_differences
 from ..keys import label_of
 from ..models import SessionEvent
-from ..results import ValueRecords, ValueRef
+from ..results import ValueRef
 from ..store import Store
 from ..when import now_ms
 from .records import (
@@ -46,6 +46,7 @@ from .records import (
     SessionStart,
     ValueDamaged,
     ValueItem,
+    value_item,
 )
 
 #: The shortest retention the copy gives something whose expiry has passed meanwhile.
@@ -225,8 +226,7 @@ class NamespaceWriter:
         ref = item.ref
         where = label_of(ref[:5])
         try:
-            held = self.store.session(*item.parts, mode=ref.mode).records()
-            conflict = _conflict(item, held, where)
+            conflict = _conflict(item, value_item(self.store, ref), where)
             if conflict is not None:
                 self.problems.append(f"{label(ref)}: {conflict}; not written, left as it was")
                 return
@@ -249,9 +249,10 @@ class NamespaceWriter:
         self.counts.values += 1
 
 
-def _conflict(item: ValueItem, held: ValueRecords, where: str) -> str | None:
-    """Why the records ``held`` under the item's key are not the item's own (what an
-    earlier run of the same copy wrote, or part of it), or None when they are."""
+def _conflict(item: ValueItem, held: ValueItem, where: str) -> str | None:
+    """Why the records ``held`` under the item's key in the destination are not the
+    item's own (what an earlier run of the same copy wrote, or part of it), or None when
+    they are."""
     if (
         item.plain is not None
         and held.plain is not None
