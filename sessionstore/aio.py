@@ -182,10 +182,14 @@ class AsyncEventLog(EventLogBase[AsyncEventBackend]):
         await arun(flow, self._backend)
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent | Mapping[str, Any]],
+        *,
+        header: SessionHeader | None = None,
     ) -> int:
         """Durably append a contiguous batch; see :meth:`sessionstore.EventLog.append`."""
-        flow = event_flows.append(self._pending, self._lifecycle, session_id, events)
+        flow = event_flows.append(self._pending, self._lifecycle, session_id, events, header)
         return await arun(flow, self._backend)
 
     async def load(self, session_id: str) -> LoadedSession:

@@ -21,6 +21,7 @@ from .errors import (
 )
 from .eventlog import (
     check_batch,
+    check_header,
     check_seq,
     check_session_id,
     closers,
@@ -28,6 +29,7 @@ from .eventlog import (
     header_differences,
 )
 from .flows import Call, Flow
+from .jsondata import short_repr
 from .leases import Lease, taken_over
 from .models import EARLIEST_TIME, SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
@@ -64,17 +66,39 @@ def append(
     lifecycle: Lifecycle,
     session_id: str,
     events: Iterable[SessionEvent | Mapping[str, Any]],
+    expected: SessionHeader | None = None,
 ) -> Flow[int]:
     _open(lifecycle)
     header, ttl_ms = pending.lookup(session_id)
+    if expected is not None:
+        expected = _expected_header(session_id, expected)
+        if header is not None and header != expected:
+            raise SessionExistsError(session_id, header_differences(header, expected))
+        header = expected
     batch = encode_batch(session_id, events)
     if not batch:
-        if header is not None:
+        if header is not None and expected is None:
             return 0
-        _, stored = yield Call(EventBackend.read, session_id, 0)
+        try:
+            _, stored = yield Call(EventBackend.read, session_id, 0)
+        except SessionNotFoundError:
+            if expected is None:
+                raise
+            return 0  # nothing to store, nothing stored
         return len(stored)
     call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
     return (yield from _append_created(pending, header, call))
+
+
+def _expected_header(session_id: str, header: object) -> SessionHeader:
+    """The ``header`` an append names (the session as its caller read it), checked."""
+    checked = check_header(header)
+    if checked.id != session_id:
+        raise InvalidArgumentError(
+            f"the header given to an append to session {short_repr(session_id)} is of"
+            f" session {short_repr(checked.id)}"
+        )
+    return checked
 
 
 def _append_created(

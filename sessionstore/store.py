@@ -226,13 +226,26 @@ class EventLog(EventLogBase[EventBackend]):
         flow = event_flows.create(self._pending, self._lifecycle, header, self._retention(ttl))
         run(flow, self._backend)
 
-    def append(self, session_id: str, events: Iterable[SessionEvent | Mapping[str, Any]]) -> int:
+    def append(
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent | Mapping[str, Any]],
+        *,
+        header: SessionHeader | None = None,
+    ) -> int:
         """Durably append a contiguous batch starting at the stored next seq; return the
         new next seq. A batch identical to what is stored at those seqs is an applied
         replay and writes nothing; anything else raises ``SeqConflictError``. Each event
         keeps the ``time`` it carries, in any order (only a writer's ``emit`` refuses a
-        time before the event before it)."""
-        flow = event_flows.append(self._pending, self._lifecycle, session_id, events)
+        time before the event before it).
+
+        ``header`` (the session's header as :meth:`info` or :meth:`load` gave it) makes
+        the append land only in that session: one deleted and created again since (so
+        stored with another header, even at the same next seq) raises
+        ``SessionExistsError``, and one not stored is stored with ``header`` when the
+        batch starts at seq 0 (as after :meth:`create`), else ``SeqConflictError``;
+        nothing is written then. The check is in the same atomic step as the seq's."""
+        flow = event_flows.append(self._pending, self._lifecycle, session_id, events, header)
         return run(flow, self._backend)
 
     def load(self, session_id: str) -> LoadedSession:

@@ -277,9 +277,11 @@ class LogOps:
         fence = [] if lease is None else [self._epoch(session_id)]
         names = [*self._all_keys(session_id), *fence]
         args = append_args(batch, header, ttl_ms, None if lease is None else lease.epoch)
-        # Only an append that may materialise the session (it carries the header) can
-        # create data, so only it adds the index entry first.
-        first = None if header is None else session_entry(self._namespace, session_id)
+        # Only an append that may materialise the session (it carries the header, and
+        # its batch starts at seq 0: a log not stored takes no other) can create data,
+        # so only it adds the index entry first.
+        materialises = header is not None and batch.events[0].seq == 0
+        first = session_entry(self._namespace, session_id) if materialises else None
         replicas = self._durability.replicas
         problem = ""
         for attempt in range(TAIL_ATTEMPTS + 1):

@@ -135,6 +135,67 @@ def test_append_by_another_store_to_a_materialised_session(store, open_store, sh
 # --- append ----------------------------------------------------------------------------
 
 
+# --- append naming the session's header --------------------------------------------------
+
+
+def test_an_append_naming_the_stored_header_lands(store, open_store, shared):
+    h = started(store, "s-1", 2)
+    other = open_store()
+    assert other.events.append("s-1", [ev(2)], header=other.events.info("s-1").header) == 3
+    assert store.events.append("s-1", [ev(3)], header=h) == 4
+    assert seqs(store.events.load("s-1").events) == [0, 1, 2, 3]
+
+
+def test_an_append_naming_a_session_made_again_is_refused_at_the_same_seq(
+    store, open_store, backend
+):
+    old = started(store, "s-1", 2)
+    store.events.delete("s-1")
+    made_again = header("s-1", created_at=old.created_at + 1)
+    store.events.create(made_again)
+    store.events.append("s-1", [ev(0, data={"again": True}), ev(1)])
+    for writer in (store,) if backend == "memory" else (store, open_store()):
+        with pytest.raises(SessionExistsError) as caught:
+            writer.events.append("s-1", [ev(2)], header=old)
+        assert caught.value.session_id == "s-1"
+    loaded = store.events.load("s-1")
+    assert loaded.header == made_again and seqs(loaded.events) == [0, 1]
+    assert store.events.append("s-1", [ev(2)], header=made_again) == 3
+
+
+def test_an_append_naming_a_header_of_a_session_not_stored_writes_only_from_seq_0(store):
+    h = header("s-1")
+    with pytest.raises(SeqConflictError) as caught:
+        store.events.append("s-1", [ev(2)], header=h)
+    assert (caught.value.expected, caught.value.got) == (0, 2)
+    with pytest.raises(SessionNotFoundError):
+        store.events.info("s-1")
+    assert store.events.append("s-1", [ev(0)], header=h) == 1
+    assert store.events.load("s-1").header == h
+
+
+def test_an_append_naming_another_header_than_its_own_create_is_refused(store):
+    h = header("s-1")
+    store.events.create(h)
+    with pytest.raises(SessionExistsError):
+        store.events.append("s-1", [ev(0)], header=SessionHeader(id="s-1", created_at=h.created_at))
+    assert store.events.append("s-1", [ev(0)], header=h) == 1
+    assert store.events.load("s-1").header == h
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"id": "s-1"}, SessionHeader(id="s-2"), SessionHeader.model_construct(id="s-1", version=9)],
+    ids=["a dict", "another session's", "another version"],
+)
+def test_an_append_naming_a_bad_header_is_refused_and_writes_nothing(store, bad):
+    started(store, "s-1", 1)
+    with pytest.raises(SessionStoreError) as caught:
+        store.events.append("s-1", [ev(1)], header=bad)
+    assert "s-1" in str(caught.value) or "version" in str(caught.value)
+    assert seqs(store.events.load("s-1").events) == [0]
+
+
 def test_seq_starts_at_zero_and_is_contiguous_across_batches(store):
     store.events.create(header())
     assert store.events.append("s-1", [ev(0), ev(1)]) == 2

@@ -9,6 +9,7 @@ across processes (two runners at once, a runner killed mid-run and resumed by an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import multiprocessing
 import operator
@@ -31,7 +32,13 @@ from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 
 import sessionstore  # noqa: E402
-from sessionstore import InvalidArgumentError, SeqConflictError, SessionStoreError, aio  # noqa: E402
+from sessionstore import (  # noqa: E402
+    InvalidArgumentError,
+    SeqConflictError,
+    SessionExistsError,
+    SessionStoreError,
+    aio,
+)
 from sessionstore.integrations.langgraph import (  # noqa: E402
     SessionStoreSaver,
     ThreadConflictError,
@@ -118,6 +125,21 @@ def stepped_put(saver: SessionStoreSaver, parent: str) -> tuple[Any, dict[str, A
     made, md, versions = checkpoint()
     _, flow = saver._put(config, made, md, versions)
     return flow, made
+
+
+def next_append(saver: SessionStoreSaver, flow: Any, call: Any) -> Any:
+    """Make the calls of ``flow`` from ``call`` on, up to the first append; that append
+    (not made)."""
+    while call.name != "append":
+        call = flow.send(saver._call(call))
+    return call
+
+
+def finish(saver: SessionStoreSaver, flow: Any, call: Any) -> None:
+    """Make the calls of ``flow`` from ``call`` on, to its end."""
+    with contextlib.suppress(StopIteration):
+        while True:
+            call = flow.send(saver._call(call))
 
 
 def assert_one_chain(saver: SessionStoreSaver, thread_id: str) -> None:
@@ -452,14 +474,12 @@ def test_a_put_that_lost_the_race_is_checked_again_and_refused(
     one, two = savers
     root = put(one, "t", None)
     flow, _ = stepped_put(two, root)
-    append = flow.send(two._call(next(flow)))
+    append = next_append(two, flow, next(flow))
     put(one, "t", root)
     with pytest.raises(SeqConflictError) as lost:
         two._call(append)
-    read = flow.throw(lost.value)
-    assert read.name == "read_from"
     with pytest.raises(ThreadConflictError):
-        flow.send(two._call(read))
+        finish(two, flow, flow.throw(lost.value))
     assert_one_chain(two, "t")
 
 
@@ -552,23 +572,31 @@ def test_late_writes_never_bring_a_deleted_thread_back(
     assert found is not None and found.checkpoint["id"] == fresh
 
 
-def test_a_write_that_read_a_log_since_deleted_counts_for_nothing(
-    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+@pytest.mark.parametrize("known", [True, False], ids=["written from what it knew", "read first"])
+def test_a_write_whose_log_was_deleted_after_it_read_it_is_refused(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], known: bool
 ) -> None:
     """The put is driven step by step (its flow yields each call it makes): the thread
-    is deleted between its read and its append, which lands on the log written anew at
-    the seq it expected."""
+    is deleted between its read (the put before it, or its own) and its append, which
+    the store refuses although the log written anew ends at the seq it expected: the
+    append names the header of the log it read. The put then reads the thread again
+    and is refused."""
     running, admin = savers
     root = put(running, "t", None)
+    if not known:
+        running._threads.forget(session_id("t"))
     flow, made = stepped_put(running, root)
-    read = next(flow)
-    append = flow.send(running._call(read))
-    assert (append.name, append.args[1][0].seq) == ("append", 1)
+    first = next(flow)
+    assert first.name == ("append" if known else "info")
+    append = next_append(running, flow, first)
+    assert append.args[1][0].seq == 1
     admin.delete_thread("t")  # the log anew: one "deleted" event, next seq 1
-    running._call(append)
-    with pytest.raises(StopIteration):
-        flow.send(None)
+    with pytest.raises(SessionExistsError) as refused:
+        running._call(append)
+    with pytest.raises(ThreadDeletedError):
+        finish(running, flow, flow.throw(refused.value))
     assert admin.get_tuple(thread("t")) is None
+    assert [e.type for e in running._sync.events.read_from(session_id("t"), 0)] == ["deleted"]
     with pytest.raises(ThreadDeletedError):  # and its next write is refused
         put(running, "t", made["id"])
     assert admin.get_tuple(thread("t")) is None

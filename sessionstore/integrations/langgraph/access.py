@@ -25,6 +25,7 @@ from sessionstore import (
     SessionExistsError,
     SessionHeader,
     SessionNotFoundError,
+    SessionStoreError,
 )
 
 from .layout import (
@@ -198,11 +199,21 @@ class Threads:
                 self._known.popitem(last=False)
         return thread
 
-    def create(self, sid: str) -> Flow[None]:
-        """Create the log ``sid`` (with the saver's ttl), unless another did first."""
-        header = SessionHeader(id=sid)  # created now; a log another made first is kept
-        with contextlib.suppress(SessionExistsError):
+    def create(
+        self, sid: str, replacing: SessionHeader | None = None
+    ) -> Flow[SessionHeader | None]:
+        """Create the log ``sid`` (with the saver's ttl), unless another did first; its
+        header (None when another made it first: that log is kept). A log made in place
+        of one deleted (``replacing``: its header) is made later than it, so the two
+        headers differ (see :meth:`append`)."""
+        header = SessionHeader(id=sid)
+        if replacing is not None and header.created_at <= replacing.created_at:
+            header = SessionHeader(id=sid, created_at=replacing.created_at + 1)
+        try:
             yield Call("create", (header,), {"ttl": self.ttl})
+        except SessionExistsError:
+            return None
+        return header
 
     def append(
         self,
@@ -216,11 +227,27 @@ class Threads:
         batch, and return them; after a lost race, read what landed first and make them
         again; while the thread is sealed (a compaction is under way), wait. A log that
         does not exist is created when ``create``, else nothing is written (nor when
-        ``entries`` makes none): ``[]``."""
+        ``entries`` makes none): ``[]``.
+
+        Each append names the log's header, read before the thread it was made from:
+        it lands only where that thread ends in that very log, not in one deleted and
+        made again since (at whatever length). So the thread as this saver last saw it
+        (kept with its header) is written to without reading it first: an append that
+        lands proves it was the log as stored; one refused, or an ``entries`` that
+        raises or makes nothing from it, is made again from the thread read anew."""
         sid = session_id(thread_id)
         if create:
             check_writable(thread_id)
+        known = self._writable(sid)
+        if known is not None:
+            landed = yield from self._append_to(sid, known, entries)
+            if landed is not None:
+                return landed
+        created: SessionHeader | None = None  # the header of the log this call created
         for attempt in range(1, WRITE_ATTEMPTS + 1):
+            # A log created and not yet written (the store writes it with its first
+            # events) has no header to read: the one it was created with is named.
+            header = (yield from self._header(sid)) or created
             thread = yield from self.read(thread_id)
             if thread.sealed:
                 yield from backoff(attempt, eager=0)
@@ -228,21 +255,24 @@ class Threads:
             made = entries(thread)
             if not made:
                 return []
+            if header is not None and thread.header != header:
+                thread = self.keep(sid, dataclasses.replace(thread, header=header))
             stamp = max(now_ms(), thread.last_time)
             batch = chained(made, thread.next_seq, thread.valid_id, stamp)
             try:
-                yield Call("append", (sid, batch))
+                yield Call("append", (sid, batch), {"header": thread.header})
             except (SeqConflictError, EventTimeOrderError):
                 pass
             except SessionExistsError:
-                pass  # another created the log first: this one's header is forgotten
+                self.forget(sid)  # made again since its header was read: read it anew
             except SessionNotFoundError:
                 if not create:
                     return []
-                yield from self.create(sid)
+                created = yield from self.create(sid)
             else:
-                # What is kept is the thread as read: the next read starts from the
-                # last event read, so it finds the log deleted meanwhile, if it was.
+                # Without a header the log may have been made again between the read
+                # and the append: the thread is kept as read, its next read finds out.
+                self.keep(sid, thread if thread.header is None else thread.extended(batch))
                 return batch
             yield from backoff(attempt)
         raise ConcurrentModificationError(
@@ -250,6 +280,67 @@ class Threads:
             f"waited that long for a compaction to end (its sealed log is kept as "
             f"{backup_id(thread_id)!r} while it runs)"
         )
+
+    def _writable(self, sid: str) -> Thread | None:
+        """The thread of log ``sid`` as last seen, when it may be written to without
+        reading it first: its header known, not empty, not sealed, no compaction copy
+        to drop, not past its ttl."""
+        with self._lock:
+            known = self._known.get(sid)
+        if (
+            known is None
+            or known.header is None
+            or not known.next_seq
+            or known.sealed
+            or known.reopened is not None
+            or (self.ttl is not None and self._lapsed(known))
+        ):
+            return None
+        return known
+
+    def _append_to(
+        self, sid: str, known: Thread, entries: Callable[[Thread], Entries]
+    ) -> Flow[list[SessionEvent] | None]:
+        """Append ``entries(known)`` to the log ``sid`` as ``known`` (its header and
+        next seq); the batch when it landed, None when anything else happened (the
+        thread may have changed: nothing made from ``known`` is trusted then)."""
+        try:
+            made = entries(known)
+        except SessionStoreError:
+            return None  # judged from what may be stale: judged again from a read
+        if not made:
+            return None
+        stamp = max(now_ms(), known.last_time)
+        batch = chained(made, known.next_seq, known.valid_id, stamp)
+        try:
+            yield Call("append", (sid, batch), {"header": known.header})
+        except SessionExistsError:
+            self.forget(sid)
+            return None
+        except (SeqConflictError, EventTimeOrderError, SessionNotFoundError):
+            return None
+        self.keep(sid, known.extended(batch))
+        return batch
+
+    def _header(self, sid: str) -> Flow[SessionHeader | None]:
+        """The header of log ``sid`` (None when it is not stored)."""
+        try:
+            info = yield Call("info", (sid,))
+        except SessionNotFoundError:
+            return None
+        header: SessionHeader = info.header
+        return header
+
+    def header_of(self, sid: str) -> SessionHeader | None:
+        """The header of the thread kept for log ``sid`` (None when none is known)."""
+        with self._lock:
+            known = self._known.get(sid)
+        return None if known is None else known.header
+
+    def forget(self, sid: str) -> None:
+        """Forget the thread kept for log ``sid``: its next read reads it whole."""
+        with self._lock:
+            self._known.pop(sid, None)
 
     def names(self, thread_id: str | None) -> Flow[Names]:
         """``[thread_id]``, or every thread of the namespace when it is None."""

@@ -269,10 +269,11 @@ def delete(threads: Threads, thread_id: str) -> Flow[None]:
     mark = {"before": str(uuid6())}
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         sealed = yield from threads.append(thread_id, lambda thread: [(SEAL, {})], create=False)
+        replaced = threads.header_of(sid) if sealed else None
         if sealed and not (yield from _deleted_under(thread_id, sealed[-1])):
             yield from backoff(attempt)
             continue
-        yield from threads.create(sid)
+        yield from threads.create(sid, replaced)
         [tombstone] = chained([(DELETED, mark)], 0, None, now_ms())
         try:
             yield Call("append", (sid, [tombstone]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sessionstore import SessionEvent
+from sessionstore import SessionEvent, SessionHeader
 
 from .errors import ThreadDeletedError
 from .layout import AFTER, BLOBS, CHECKPOINT, DELETED, OPEN, REMOVE, SEAL, WRITES
@@ -58,6 +58,9 @@ class Thread:
     #: The id of the ``seal`` that the last ``open`` counted after, when no ``seal``
     #: counted since: the compaction it ended may have left its copy behind.
     reopened: str | None = None
+    #: The header of the log, read before any of the events folded here (so a header
+    #: of a log since deleted and made again, never a newer one); None when not read.
+    header: SessionHeader | None = None
     #: The latest checkpoint id of each namespace (kept as the log folds).
     _latest: dict[str, str] = field(default_factory=dict)
 
@@ -95,6 +98,7 @@ class Thread:
             dict(self.writes),
             deleted_before=self.deleted_before,
             removed=self.removed,
+            header=self.header,
         )
         thread.valid_id, thread.sealed = self.valid_id, self.sealed
         thread.sealed_at, thread.reopened = self.sealed_at, self.reopened
