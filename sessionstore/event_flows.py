@@ -73,18 +73,23 @@ def append(
     if expected is not None:
         expected = _expected_header(session_id, expected)
         if header is not None and header != expected:
-            raise SessionExistsError(session_id, header_differences(header, expected))
+            # This store's create, never written: the caller names the log stored (or
+            # to store) instead, which the backend judges; the create is dropped.
+            pending.discard(session_id)
+            ttl_ms = None
         header = expected
     batch = encode_batch(session_id, events)
     if not batch:
         if header is not None and expected is None:
             return 0
         try:
-            _, stored = yield Call(EventBackend.read, session_id, 0)
+            stored_header, stored = yield Call(EventBackend.read, session_id, 0)
         except SessionNotFoundError:
             if expected is None:
                 raise
             return 0  # nothing to store, nothing stored
+        if expected is not None and stored_header != expected:
+            raise SessionExistsError(session_id, header_differences(stored_header, expected))
         return len(stored)
     call = Call(EventBackend.append, session_id, batch, header, ttl_ms=ttl_ms)
     return (yield from _append_created(pending, header, call))

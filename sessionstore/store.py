@@ -242,9 +242,11 @@ class EventLog(EventLogBase[EventBackend]):
         ``header`` (the session's header as :meth:`info` or :meth:`load` gave it) makes
         the append land only in that session: one deleted and created again since (so
         stored with another header, even at the same next seq) raises
-        ``SessionExistsError``, and one not stored is stored with ``header`` when the
-        batch starts at seq 0 (as after :meth:`create`), else ``SeqConflictError``;
-        nothing is written then. The check is in the same atomic step as the seq's."""
+        ``SessionExistsError`` (an empty batch checks it too), and one not stored is
+        stored with ``header`` when the batch starts at seq 0 (as after :meth:`create`),
+        else ``SeqConflictError``; nothing is written then. The check is in the same
+        atomic step as the seq's. A :meth:`create` of this store not written yet, under
+        another header, is dropped."""
         flow = event_flows.append(self._pending, self._lifecycle, session_id, events, header)
         return run(flow, self._backend)
 

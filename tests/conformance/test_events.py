@@ -174,13 +174,43 @@ def test_an_append_naming_a_header_of_a_session_not_stored_writes_only_from_seq_
     assert store.events.load("s-1").header == h
 
 
-def test_an_append_naming_another_header_than_its_own_create_is_refused(store):
-    h = header("s-1")
-    store.events.create(h)
+def test_an_append_naming_the_header_another_store_wrote_drops_its_own_create(
+    store, open_store, shared
+):
+    """This store created the session (not written yet) and lost the race: another
+    store wrote it with its own header. An append naming that header lands; the create
+    that did not take is forgotten."""
+    mine = header("s-1")
+    store.events.create(mine)
+    theirs = SessionHeader(id="s-1", created_at=mine.created_at + 1)
+    other = open_store()
+    other.events.create(theirs)
+    other.events.append("s-1", [ev(0)])
+    assert store.events.append("s-1", [ev(1)], header=theirs) == 2
+    assert store.events.append("s-1", [ev(2)]) == 3
+    assert store.events.load("s-1").header == theirs
+
+
+def test_an_append_naming_another_header_than_its_own_create_stores_that_one(store):
+    mine = header("s-1")
+    store.events.create(mine)
+    named = SessionHeader(id="s-1", created_at=mine.created_at)
+    assert store.events.append("s-1", [ev(0)], header=named) == 1
+    assert store.events.load("s-1").header == named
     with pytest.raises(SessionExistsError):
-        store.events.append("s-1", [ev(0)], header=SessionHeader(id="s-1", created_at=h.created_at))
-    assert store.events.append("s-1", [ev(0)], header=h) == 1
-    assert store.events.load("s-1").header == h
+        store.events.append("s-1", [ev(1)], header=mine)
+
+
+def test_an_empty_append_naming_a_header_checks_it(store):
+    old = started(store, "s-1", 2)
+    assert store.events.append("s-1", [], header=old) == 2
+    store.events.delete("s-1")
+    assert store.events.append("s-1", [], header=old) == 0
+    made_again = header("s-1", created_at=old.created_at + 1)
+    store.events.create(made_again)
+    store.events.append("s-1", [ev(0)])
+    with pytest.raises(SessionExistsError):
+        store.events.append("s-1", [], header=old)
 
 
 @pytest.mark.parametrize(

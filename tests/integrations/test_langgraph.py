@@ -572,6 +572,20 @@ def test_late_writes_never_bring_a_deleted_thread_back(
     assert found is not None and found.checkpoint["id"] == fresh
 
 
+def test_a_saver_whose_create_of_a_new_thread_lost_the_race_writes_on(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver],
+) -> None:
+    """Two runners start one new thread: the loser's create of its log (not written
+    until its first events) is overtaken by the winner, who writes the log with its own
+    header. The loser then writes to the log the winner wrote."""
+    loser, winner = savers
+    loser._run(loser._threads.create(session_id("t")))
+    root = put(winner, "t", None)
+    put(loser, "t", root)
+    assert len(list(winner.list(thread("t")))) == 2
+    assert_one_chain(winner, "t")
+
+
 @pytest.mark.parametrize("known", [True, False], ids=["written from what it knew", "read first"])
 def test_a_write_whose_log_was_deleted_after_it_read_it_is_refused(
     savers: tuple[SessionStoreSaver, SessionStoreSaver], known: bool

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from itertools import chain
@@ -653,3 +654,27 @@ def test_of_two_savers_recovering_one_compaction_one_does_it(
     assert [h.id for h in two._sync.events.list()] == [session_id("t")]
     put_big(two, ids[-1], 3)
     assert_one_chain(one, "t")
+
+
+def test_a_log_written_anew_on_a_clock_behind_never_takes_a_deleted_logs_header(
+    savers: tuple[SessionStoreSaver, SessionStoreSaver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner holds the thread as it was before another deleted it; the other writes
+    the thread again and prunes it on a clock behind by the thread's age, writing its log
+    anew. The runner's next write names the deleted log's header and the seq that log
+    had, which the log written anew also has: it is refused all the same."""
+    runner, other = savers
+    main = session_id("t")
+    ids = grow(runner, 6)
+    assert runner._sync is not None
+    deleted = runner._sync.events.info(main).header
+    other.delete_thread("t")
+    again = grow(other, 2)
+    behind = deleted.created_at * 1_000_000
+    monkeypatch.setattr(time, "time_ns", lambda: behind)
+    other.prune(["t"])
+    monkeypatch.undo()
+    assert runner._sync.events.info(main).header != deleted
+    with pytest.raises(ThreadDeletedError):
+        put_big(runner, ids[-1], 6)
+    assert_reads_as_latest(other, again[-1], 1)

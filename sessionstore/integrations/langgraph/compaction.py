@@ -79,6 +79,7 @@ from sessionstore import (
     SeqConflictError,
     SessionEvent,
     SessionExistsError,
+    SessionHeader,
     SessionNotFoundError,
 )
 
@@ -167,6 +168,12 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         with contextlib.suppress(SessionNotFoundError):
             yield Call("set_ttl", (backup, threads.ttl))
     try:
+        # The log written anew is made later than this one (on any host's clock), so a
+        # write naming this one's header is refused there (see Threads.append).
+        replaced: SessionHeader | None = (yield Call("info", (sid,))).header
+    except SessionNotFoundError:
+        replaced = None
+    try:
         # Only while the log still ends with this seal: a saver that recovered the
         # compaction meanwhile (this process was paused) sealed it after.
         yield Call("delete", (sid,), {"last": seal})
@@ -179,7 +186,7 @@ def _rewrite(threads: Threads, codec: Codec, thread_id: str, seal: SessionEvent)
         # the one that deleted it.
         if (yield from _last_id(backup)) != seal.id:
             return
-    yield from _write_anew(threads, codec, thread_id, events)
+    yield from _write_anew(threads, codec, thread_id, events, replaced)
 
 
 def _orphan_copy(thread_id: str, events: list[SessionEvent], copied: SessionEvent) -> Flow[None]:
@@ -214,7 +221,11 @@ def _drop_copy_of(backup: str, seals: set[str | None]) -> Flow[None]:
 
 
 def _write_anew(
-    threads: Threads, codec: Codec, thread_id: str, events: list[SessionEvent]
+    threads: Threads,
+    codec: Codec,
+    thread_id: str,
+    events: list[SessionEvent],
+    replaced: SessionHeader | None = None,
 ) -> Flow[None]:
     """Step 3's writing and step 4: the log written anew from the sealed ``events``
     (an applied replay when another saver wrote it first), then the copy deleted.
@@ -230,7 +241,7 @@ def _write_anew(
         return
     if now_ms() > looked + threads.stale_seal * 500:
         return
-    yield from threads.create(sid)
+    yield from threads.create(sid, replaced)
     for attempt in range(2):
         try:
             yield Call("append", (sid, rewritten))
