@@ -95,9 +95,22 @@ def append(
     return (yield from _append_created(pending, header, call))
 
 
+#: The headers appends named lately, checked (by identity: a header is frozen, so one
+#: checked stays valid, and holding it here keeps its id from being reused).
+_CHECKED_HEADERS: dict[int, SessionHeader] = {}
+_CHECKED_KEPT = 256
+
+
 def _expected_header(session_id: str, header: object) -> SessionHeader:
     """The ``header`` an append names (the session as its caller read it), checked."""
-    checked = check_header(header)
+    known = _CHECKED_HEADERS.get(id(header))
+    if known is not None and known is header:
+        checked = known
+    else:
+        checked = check_header(header)
+        if len(_CHECKED_HEADERS) >= _CHECKED_KEPT:
+            _CHECKED_HEADERS.clear()
+        _CHECKED_HEADERS[id(checked)] = checked
     if checked.id != session_id:
         raise InvalidArgumentError(
             f"the header given to an append to session {short_repr(session_id)} is of"
