@@ -125,7 +125,11 @@ class Codec:
         stored = thread.writes.get((ns, checkpoint_id))
         pending = []
         if stored:
-            ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][2], *kv[0]))
+            ordered = (
+                sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][2], *kv[0]))
+                if len(stored) > 1
+                else stored.items()
+            )
             pending = [
                 (task, channel, loads((value[0], text(value[1]))))
                 for (task, _), (channel, value, _) in ordered
