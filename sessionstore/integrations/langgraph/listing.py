@@ -37,7 +37,7 @@ def get_tuple(
     if not saved:
         return None
     checkpoint_id = get_checkpoint_id(config) or thread.latest(ns)
-    if checkpoint_id not in saved:
+    if checkpoint_id is None or checkpoint_id not in saved:
         return None
     return codec.tuple(thread_id, thread, ns, checkpoint_id)
 

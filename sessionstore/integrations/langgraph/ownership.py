@@ -82,7 +82,7 @@ from .layout import (
     now_ms,
     session_id,
 )
-from .thread import Thread
+from .thread import Saved, Thread
 
 #: The namespace of a thread's own graph; a subgraph's checkpoints have namespaces of
 #: their own (``"child:<task>"``, or ``"child"`` for a stateful subgraph).
@@ -219,7 +219,7 @@ def put(
     on_purpose = source in BRANCHING or parent in named
 
     def entries(thread: Thread) -> Entries:
-        saved = thread.checkpoints.get(ns, {})
+        saved: Mapping[str, Saved] = thread.checkpoints.get(ns, {})
         check_run_mark(thread, thread_id, ns, checkpoint_id, mark)
         if checkpoint_id in saved:  # put again: it replaces itself
             pass

@@ -10,7 +10,9 @@ never replaces a newer one as the latest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
+
+from immutables import Map
 
 from sessionstore import SessionEvent, SessionHeader
 
@@ -37,10 +39,10 @@ class Thread:
     id) then (task, idx) as (channel, value, task path). ``last`` tells the last event
     folded from any other (its seq and random id)."""
 
-    checkpoints: dict[str, dict[str, Saved]] = field(default_factory=dict)
-    blobs: dict[tuple[str, str, Any], Packed | None] = field(default_factory=dict)
-    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, Packed, str]]] = field(
-        default_factory=dict
+    checkpoints: Map[str, Map[str, Saved]] = field(default_factory=Map)
+    blobs: Map[tuple[str, str, Any], Packed | None] = field(default_factory=Map)
+    writes: Map[tuple[str, str], Map[tuple[str, int], tuple[str, Packed, str]]] = field(
+        default_factory=Map
     )
     next_seq: int = 0
     last_time: int = 0
@@ -88,14 +90,14 @@ class Thread:
 
     def extended(self, events: list[SessionEvent]) -> Thread:
         """This thread with ``events`` (the next ones of its log) folded in; this one
-        stays as it was (other readers may hold it). Only what the events change is
-        copied: the inner tables they touch, and the outer ones (a copy in C)."""
+        stays as it was (other readers may hold it): the new thread's tables share what
+        the events leave unchanged."""
         if not events:
             return self
         thread = Thread(
-            dict(self.checkpoints),
-            dict(self.blobs),
-            dict(self.writes),
+            self.checkpoints,
+            self.blobs,
+            self.writes,
             deleted_before=self.deleted_before,
             removed=self.removed,
             header=self.header,
@@ -103,10 +105,9 @@ class Thread:
         thread.valid_id, thread.sealed = self.valid_id, self.sealed
         thread.sealed_at, thread.reopened = self.sealed_at, self.reopened
         thread._latest = dict(self._latest)
-        owned: set[int] = set()  # the inner tables this extension copied
         for event in events:
             if event.data.get(AFTER) == thread.valid_id:
-                thread._fold(event, owned)
+                thread._fold(event)
                 thread.valid_id, thread.sealed = event.id, event.type == SEAL
                 if event.type == SEAL:
                     thread.sealed_at, thread.reopened = event.time, None
@@ -120,53 +121,51 @@ class Thread:
         )
         return thread
 
-    def _fold(self, event: SessionEvent, owned: set[int]) -> None:
+    def _fold(self, event: SessionEvent) -> None:
         data = event.data
         if event.type in (CHECKPOINT, BLOBS):
             ns = data["ns"]
-            for channel, version, value in data["blobs"]:
-                self.blobs[(ns, channel, version)] = value
+            if data["blobs"]:
+                with self.blobs.mutate() as blobs:
+                    for channel, version, value in data["blobs"]:
+                        blobs[(ns, channel, version)] = value
+                    self.blobs = blobs.finish()
             if event.type == CHECKPOINT:
                 saved = Saved(data["checkpoint"], data["metadata"], data["parent"])
-                _own(self.checkpoints, ns, owned)[data["id"]] = saved
+                inner = self.checkpoints.get(ns, _EMPTY).set(data["id"], saved)
+                self.checkpoints = self.checkpoints.set(ns, inner)
                 if (ns, data["id"]) in self.removed:  # put again since
                     self.removed = self.removed - {(ns, data["id"])}
                 self._latest[ns] = max(self._latest.get(ns, ""), data["id"])
         elif event.type == WRITES:
-            stored = _own(self.writes, (data["ns"], data["checkpoint"]), owned)
+            key = (data["ns"], data["checkpoint"])
             task, path = data["task"], data["path"]
-            for idx, channel, value in data["writes"]:
-                if idx < 0 or (task, idx) not in stored:
-                    stored[(task, idx)] = (channel, value, path)
+            with self.writes.get(key, _EMPTY).mutate() as stored:
+                for idx, channel, value in data["writes"]:
+                    if idx < 0 or (task, idx) not in stored:
+                        stored[(task, idx)] = (channel, value, path)
+                self.writes = self.writes.set(key, stored.finish())
         elif event.type == REMOVE:
             # A compaction leaves no checkpoint event of those: each listed counts.
             self.removed = self.removed | {
                 (ns, checkpoint_id) for ns, checkpoint_id in data["checkpoints"]
             }
             for ns, checkpoint_id in data["checkpoints"]:
-                if checkpoint_id in self.checkpoints.get(ns, {}):
-                    saved_ns = _own(self.checkpoints, ns, owned)
-                    del saved_ns[checkpoint_id]
+                saved_ns = self.checkpoints.get(ns)
+                if saved_ns is not None and checkpoint_id in saved_ns:
+                    saved_ns = saved_ns.delete(checkpoint_id)
+                    self.checkpoints = self.checkpoints.set(ns, saved_ns)
                     if self._latest.get(ns) == checkpoint_id:
                         self._latest.pop(ns)
                         if saved_ns:
                             self._latest[ns] = max(saved_ns)
-                self.writes.pop((ns, checkpoint_id), None)
+                if (ns, checkpoint_id) in self.writes:
+                    self.writes = self.writes.delete((ns, checkpoint_id))
         elif event.type == DELETED:
-            self.checkpoints, self.blobs, self.writes, self._latest = {}, {}, {}, {}
+            self.checkpoints, self.blobs, self.writes, self._latest = _EMPTY, _EMPTY, _EMPTY, {}
             self.removed = frozenset()
             self.deleted_before = max(self.deleted_before or "", data["before"])
 
 
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def _own(outer: dict[_K, dict[Any, _V]], key: _K, owned: set[int]) -> dict[Any, _V]:
-    """``outer[key]``, copied first (once per extension) when another thread may hold it."""
-    inner = outer.get(key)
-    if inner is None or id(inner) not in owned:
-        inner = dict(inner) if inner is not None else {}
-        outer[key] = inner
-        owned.add(id(inner))
-    return inner
+#: The empty table every new one starts from.
+_EMPTY: Map[Any, Any] = Map()
