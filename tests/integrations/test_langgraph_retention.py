@@ -59,6 +59,30 @@ def test_a_thread_past_its_ttl_is_gone(store: sessionstore.Store) -> None:
     assert store.events.list() == []  # nothing of it is listed any more
 
 
+def test_a_lapsed_thread_written_again_is_a_new_log_with_the_ttl(
+    store: sessionstore.Store,
+) -> None:
+    """A thread past its ttl, not yet removed (the local stores remove it at a prune),
+    is written again by another saver: a new log (another header), with the ttl; a
+    saver that knew the lapsed log, with no ttl of its own, is refused when it writes
+    from it, even where the new log has grown to the seq it expects."""
+    knowing = SessionStoreSaver(store)
+    lapsing = SessionStoreSaver(store, ttl=0.15)
+    root = put(lapsing, "t", None)
+    known = put(knowing, "t", root)
+    lapsed = store.events.info(session_id("t")).header
+    time.sleep(0.35)
+    again = put(lapsing, "t", None)
+    put(lapsing, "t", again)
+    found = store.events.info(session_id("t"))
+    assert found.header != lapsed and found.next_seq == 2
+    assert found.expires_at is not None
+    with pytest.raises(ThreadDeletedError):
+        put(knowing, "t", known)
+    latest = lapsing.get_tuple(thread("t"))
+    assert latest is not None and latest.checkpoint["id"] != known
+
+
 def test_a_run_whose_thread_lapses_under_it_never_brings_it_back(
     store: sessionstore.Store,
 ) -> None:

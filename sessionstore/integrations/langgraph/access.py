@@ -255,7 +255,11 @@ class Threads:
             made = entries(thread)
             if not made:
                 return []
-            if header is not None and thread.header != header:
+            if not thread.next_seq:
+                # Only this call's own create writes a log anew: a header read from a log
+                # since gone (lapsed and pruned, deleted) would bring that log back.
+                header = created
+            if thread.header != header and (header is not None or not thread.next_seq):
                 thread = self.keep(sid, dataclasses.replace(thread, header=header))
             stamp = max(now_ms(), thread.last_time)
             batch = chained(made, thread.next_seq, thread.valid_id, stamp)
