@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from .thread import Packed, Saved, Thread
+from .thread import Packed, Saved, Tables, Thread
 
 
 def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -107,9 +107,11 @@ class Codec:
         metadata: CheckpointMetadata = self.unpack(entry.metadata)
         return metadata
 
-    def tuple(self, thread_id: str, thread: Thread, ns: str, checkpoint_id: str) -> CheckpointTuple:
-        """Checkpoint ``checkpoint_id`` of namespace ``ns`` of the folded ``thread``, with
-        its channel values and pending writes."""
+    def tuple(
+        self, thread_id: str, thread: Thread | Tables, ns: str, checkpoint_id: str
+    ) -> CheckpointTuple:
+        """Checkpoint ``checkpoint_id`` of namespace ``ns`` of the folded ``thread`` (or
+        its :class:`.Tables`), with its channel values and pending writes."""
         entry = thread.checkpoints[ns][checkpoint_id]
         # unpack() inlined: a list of many checkpoints makes several of these each.
         loads, text = self.serde.loads_typed, binascii.a2b_base64

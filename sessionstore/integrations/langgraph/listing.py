@@ -19,6 +19,8 @@ from .thread import Thread
 
 #: What ``list`` gives.
 Tuples = list[CheckpointTuple]
+#: From how many checkpoints of a thread a list reads its tables as dicts (copied once).
+PLAIN_FROM = 64
 
 
 def get_tuple(
@@ -75,9 +77,11 @@ def _listed(
     wanted_ns = configurable.get("checkpoint_ns")
     wanted_id = configurable.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
+    many = sum(map(len, thread.checkpoints.values())) > PLAIN_FROM
+    tables = thread.plain() if many else thread
     found = [
         (checkpoint_id, ns)
-        for ns, saved in thread.checkpoints.items()
+        for ns, saved in tables.checkpoints.items()
         if wanted_ns is None or ns == wanted_ns
         for checkpoint_id in saved
         if (not wanted_id or checkpoint_id == wanted_id)
@@ -85,7 +89,7 @@ def _listed(
     ]
     for checkpoint_id, ns in sorted(found, reverse=True):
         if filter:
-            metadata = codec.metadata(thread.checkpoints[ns][checkpoint_id])
+            metadata = codec.metadata(tables.checkpoints[ns][checkpoint_id])
             if not all(metadata.get(k) == v for k, v in filter.items()):
                 continue
-        yield codec.tuple(thread_id, thread, ns, checkpoint_id)
+        yield codec.tuple(thread_id, tables, ns, checkpoint_id)

@@ -9,8 +9,9 @@ never replaces a newer one as the latest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from immutables import Map
 
@@ -30,6 +31,16 @@ class Saved:
     checkpoint: Packed
     metadata: Packed
     parent: str | None
+
+
+class Tables(NamedTuple):
+    """A thread's tables as plain dicts (:meth:`Thread.plain`): many lookups cost less
+    in a dict than in an immutable map, so what reads many entries (a list of a
+    thread's checkpoints) reads them from these."""
+
+    checkpoints: Mapping[str, Mapping[str, Saved]]
+    blobs: Mapping[tuple[str, str, Any], Packed | None]
+    writes: Mapping[tuple[str, str], Mapping[tuple[str, int], tuple[str, Packed, str]]]
 
 
 @dataclass
@@ -65,6 +76,8 @@ class Thread:
     header: SessionHeader | None = None
     #: The latest checkpoint id of each namespace (kept as the log folds).
     _latest: dict[str, str] = field(default_factory=dict)
+    #: :meth:`plain`, made at its first call (a thread is never changed once made).
+    _plain: Tables | None = field(default=None, init=False, repr=False, compare=False)
 
     def check_not_deleted(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Raise :class:`ThreadDeletedError` when ``checkpoint_id`` was made before the
@@ -83,6 +96,16 @@ class Thread:
         """Whether ``event`` is the last event folded here (so the log read on from it
         is the one folded)."""
         return event.id is not None and (event.seq, event.id) == self.last
+
+    def plain(self) -> Tables:
+        """The tables as dicts (a copy of each, made once)."""
+        if self._plain is None:
+            self._plain = Tables(
+                {ns: dict(saved) for ns, saved in self.checkpoints.items()},
+                dict(self.blobs),
+                dict(self.writes),
+            )
+        return self._plain
 
     def latest(self, ns: str) -> str | None:
         """The id of the latest checkpoint of namespace ``ns``; None when it has none."""
