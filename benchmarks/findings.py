@@ -388,16 +388,19 @@ saver last read it, naming the log's header (the store refuses the append if the
 moved on or was made again, and the saver then reads it and tries again), and
 `get_tuple` reads what was appended since: 9 SQL statements and two durable commits, as
 `SqliteSaver`'s two. Until the appends named the header each `put` and `put_writes`
-read the thread first (five calls, 11 statements): 0.46-0.59 then, 0.60-0.69 in the
-first run without those reads (Redis 0.30-0.35 then, 0.50 now). What remains, measured
-with the thread's CPU time per step over 1,000 steps: 430 us of user time against
-`SqliteSaver`'s 243, of which the SQL: each of our commits takes about 115 us of CPU
-against their 83 (an append writes three b-tree pages: the event row, its primary-key
-index and the session row that keeps `next_seq`; their insert two), and `BEGIN
-IMMEDIATE` plus the `next_seq` update 40 us an append; the rest is the saver's flow,
-the event's checks and encoding, and folding the appended checkpoint into the thread
-kept (which copies its tables: O(checkpoints) per step). Between its two commits ours
-still works past the 50 us where a commit slows down.""",
+read the thread first (five calls, 11 statements), and each step copied the thread's
+tables (O(checkpoints): 22 us a fold at 1,000 checkpoints, 4 us since they are
+immutable maps). Measured apart from this group, 1,000 steps over three runs each: ours
+at 0.57-0.63x `SqliteSaver`'s rate before both, 0.72-0.76x after. What remains is CPU:
+with the commits made non-durable on both sides (no fsync), a step at the thousandth
+checkpoint takes 143-151 us of ours for `put` against 53-60, 86-93 for `put_writes`
+against 25-28 and 56-59 for `get_tuple` against 29-32. Of ours, the SQL: each commit
+about 115 us of CPU when durable against their 83 (an append writes three b-tree pages:
+the event row, its primary-key index and the session row that keeps `next_seq`; their
+insert two) and `BEGIN IMMEDIATE` plus the `next_seq` update 40 us an append; the rest
+is spread over the store's layers (the flow, the event's model and lossless check, its
+canonical text) and the saver's (the event built, the thread folded), none above 10 us.
+Between its two commits ours still works past the 50 us where a commit slows down.""",
     "LangGraph checkpointers: SQLite: 3-node graph run, 1,000 steps": """\
 Each graph step writes and reads the thread as the step row's calls do, and pays the
 same price for its commits (see "LangGraph checkpointers: SQLite: put + put_writes +
