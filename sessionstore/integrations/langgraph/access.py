@@ -92,6 +92,12 @@ def last_event(log: str) -> Flow[SessionEvent | None]:
     return tail[-1] if tail else None
 
 
+def _after(thread: Thread, made: Entries) -> list[SessionEvent]:
+    """The events of ``made`` as they follow ``thread``'s last one: from its next seq,
+    chained to its last valid event, stamped now (never before its last event)."""
+    return chained(made, thread.next_seq, thread.valid_id, max(now_ms(), thread.last_time))
+
+
 class Threads:
     """The threads of one saver: how each is read (folded, kept, brought up to date) and
     written (seq-checked appends, retried after a lost race), and the retention of the
@@ -261,8 +267,7 @@ class Threads:
                 header = created
             if thread.header != header and (header is not None or not thread.next_seq):
                 thread = self.keep(sid, dataclasses.replace(thread, header=header))
-            stamp = max(now_ms(), thread.last_time)
-            batch = chained(made, thread.next_seq, thread.valid_id, stamp)
+            batch = _after(thread, made)
             try:
                 yield Call("append", (sid, batch), {"header": thread.header})
             except (SeqConflictError, EventTimeOrderError):
@@ -314,8 +319,7 @@ class Threads:
             return None  # judged from what may be stale: judged again from a read
         if not made:
             return None
-        stamp = max(now_ms(), known.last_time)
-        batch = chained(made, known.next_seq, known.valid_id, stamp)
+        batch = _after(known, made)
         try:
             yield Call("append", (sid, batch), {"header": known.header})
         except SessionExistsError:

@@ -15,7 +15,7 @@ from sessionstore.gcdefer import deferred_collection
 from .access import Flow, Threads
 from .codec import Codec
 from .ownership import RunStarts
-from .thread import Thread
+from .thread import Tables, Thread
 
 #: What ``list`` gives.
 Tuples = list[CheckpointTuple]
@@ -60,15 +60,16 @@ def list_checkpoints(
             break
         thread = yield from threads.read(name, refresh=True)
         size = sum(map(len, thread.checkpoints.values()))
+        tables = thread.plain() if size > PLAIN_FROM else thread
         with deferred_collection(size):  # thousands of tuples built, nothing to collect
-            found.extend(_listed(codec, name, thread, config, filter, before))
+            found.extend(_listed(codec, name, tables, config, filter, before))
     return found if limit is None else found[:limit]
 
 
 def _listed(
     codec: Codec,
     thread_id: str,
-    thread: Thread,
+    tables: Thread | Tables,
     config: RunnableConfig | None,
     filter: dict[str, Any] | None,
     before: RunnableConfig | None,
@@ -77,8 +78,6 @@ def _listed(
     wanted_ns = configurable.get("checkpoint_ns")
     wanted_id = configurable.get("checkpoint_id")
     before_id = get_checkpoint_id(before) if before else None
-    many = sum(map(len, thread.checkpoints.values())) > PLAIN_FROM
-    tables = thread.plain() if many else thread
     found = [
         (checkpoint_id, ns)
         for ns, saved in tables.checkpoints.items()
