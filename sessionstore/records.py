@@ -6,7 +6,7 @@ A :class:`StoredRecord` is a msgspec struct that the garbage collector does not 
 and its ``data`` a dict of :class:`msgspec.Raw` values, which it does not track either: a
 long log read this way adds nothing for the collector to walk. What a reader takes out of
 ``data`` it parses itself (:func:`parsed_values`, one ``orjson.loads``), which refuses
-what an event read refuses.
+what an event read refuses, naming the event.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .errors import CorruptDataError, CorruptLogError
 from .gcdefer import deferred_collection
 from .models import (
     SessionEvent,
@@ -119,10 +120,33 @@ def _nested_text(value: Any) -> str:
     return "".join(out)
 
 
-def parsed_values(records: list[StoredRecord]) -> list[Any]:
+def parsed_values(records: list[StoredRecord], session_id: str | None = None) -> list[Any]:
     """Every data value of ``records``, in order (record by record, key by key), parsed
-    in one ``orjson.loads``; ``orjson.JSONDecodeError`` for a value an event read
-    refuses too (a number out of range, text that is not UTF-8)."""
+    in one ``orjson.loads``. A value an event read refuses too (a number out of range,
+    text that is not UTF-8) raises :class:`~sessionstore.errors.CorruptLogError` naming
+    ``session_id`` and the first such record's seq (without ``session_id``, a
+    :class:`~sessionstore.errors.CorruptDataError` naming that seq)."""
     joined = b",".join([value for record in records for value in record.data.values()])
-    found: list[Any] = orjson.loads(b"[" + joined + b"]")
+    try:
+        found: list[Any] = orjson.loads(b"[" + joined + b"]")
+    except orjson.JSONDecodeError as exc:
+        raise _damaged(records, session_id, exc) from None
     return found
+
+
+def _damaged(
+    records: list[StoredRecord], session_id: str | None, error: orjson.JSONDecodeError
+) -> CorruptDataError:
+    """The error naming the first of ``records`` whose data values do not parse (the
+    first record when each parses alone: ``error`` is then the batch's)."""
+    seq, reason = (records[0].seq if records else 0), str(error)
+    for record in records:
+        try:
+            orjson.loads(b"[" + b",".join(record.data.values()) + b"]")
+        except orjson.JSONDecodeError as exc:
+            seq, reason = record.seq, str(exc)
+            break
+    detail = f"a value of the stored event's data is not valid JSON: {reason}"
+    if session_id is None:
+        return CorruptDataError(f"event {seq}", detail)
+    return CorruptLogError(session_id, detail, seq=seq)

@@ -33,7 +33,15 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sessionstore
-from sessionstore import CorruptLogError, SessionEvent, SessionHeader, aio, keys, models
+from sessionstore import (
+    CorruptDataError,
+    CorruptLogError,
+    SessionEvent,
+    SessionHeader,
+    aio,
+    keys,
+    models,
+)
 from sessionstore.eventlog import events_of_texts
 from sessionstore.models import (
     INT64_MAX,
@@ -255,7 +263,7 @@ def test_stored_records_and_their_parsed_values_take_what_the_full_validation_ta
         alike = decodes_alike(joined, numbers=(skip, stop) != (0, len(texts)))
     try:
         values = None if found is None else parsed_values(found)
-    except orjson.JSONDecodeError:
+    except CorruptDataError:
         values = None
     if expected is None:
         assert values is None
@@ -317,6 +325,19 @@ def test_above_a_raised_recursion_limit_reads_nest_as_deep_as_orjson_and_no_deep
         assert parsed_values([record]) == [event.data["a"]]
     finally:
         sys.setrecursionlimit(before)
+
+
+@pytest.mark.parametrize("damage", [b'"\xff"', b'"\xed\xa0\x80"', b"1e400"])
+def test_parsed_values_name_the_record_holding_a_value_a_read_refuses(damage):
+    good = b'{"seq":3,"type":"t","time":1,"data":{"a":1}}'
+    bad = b'{"seq":4,"type":"t","time":1,"data":{"a":2,"b":' + damage + b"}}"
+    records = stored_records(b"[" + good + b",\n" + bad + b"]", 3, 2)
+    assert records is not None  # values are kept as text: parsing them finds the damage
+    with pytest.raises(CorruptLogError) as caught:
+        parsed_values(records, "s-1")
+    assert (caught.value.session_id, caught.value.seq) == ("s-1", 4)
+    with pytest.raises(CorruptDataError, match="event 4"):
+        parsed_values(records)
 
 
 def test_records_of_events_write_data_nested_deeper_than_orjson_writes():

@@ -157,6 +157,11 @@ def event_line(seq: int, data: bytes = b'{"n":1}', kind: bytes = b'"note"') -> b
 BATCH_DAMAGE: dict[str, tuple[bytes, int]] = {
     "NaN in data": (b"[" + event_line(2, b'{"x":NaN}') + b"]", 2),
     "Infinity in data": (b"[" + event_line(2, b'{"x":-Infinity}') + b"]", 2),
+    "NaN in a later event": (b"[" + event_line(2) + b",\n" + event_line(3, b'{"x":NaN}') + b"]", 3),
+    "a number out of range in a later event": (
+        b"[" + event_line(2) + b",\n" + event_line(3, b'{"x":1e400}') + b"]",
+        3,
+    ),
     "not JSON": (b"[" + event_line(2)[:-2], 2),
     "one event short": (b"[" + event_line(2) + b"]", 2),
     "seq out of place": (b"[" + event_line(2) + b",\n" + event_line(4) + b"]", 3),

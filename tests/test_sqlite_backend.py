@@ -67,9 +67,11 @@ def events(database: Database) -> SqliteEvents:
     return SqliteEvents(database, NS)
 
 
-def raw(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
-    """Run ``sql`` on a separate, plain connection (as an outside tool would)."""
+def raw(db_path: Path, sql: str, params: tuple = (), text: type = str) -> list[tuple]:
+    """Run ``sql`` on a separate, plain connection (as an outside tool would), text read
+    as ``text`` (bytes: damage may have left text that is not UTF-8)."""
     with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.text_factory = text
         return conn.execute(sql, params).fetchall()
 
 
@@ -88,6 +90,7 @@ def log_rows(db_path: Path, session_id: str = "s-1") -> list[tuple]:
         db_path,
         "SELECT * FROM log_events WHERE namespace=? AND session_id=? ORDER BY seq",
         (NS, session_id),
+        bytes,
     ) + raw(db_path, "SELECT * FROM log_sessions WHERE namespace=? AND id=?", (NS, session_id))
 
 
@@ -391,6 +394,10 @@ def test_orphan_rows_of_an_unmaterialised_session_are_a_torn_tail(events, db_pat
         ("UPDATE log_events SET type = NULL WHERE seq = 1", 1),
         ("UPDATE log_events SET time = NULL WHERE seq = 2", 2),
         ("UPDATE log_events SET data = NULL WHERE seq = 1", 1),
+        # Text that is not UTF-8 (the driver fails the whole statement on it).
+        ("UPDATE log_events SET data = CAST(X'7B2261223A22FF227D' AS TEXT) WHERE seq = 2", 2),
+        ("UPDATE log_events SET type = CAST(X'C328' AS TEXT) WHERE seq = 1", 1),
+        ("UPDATE log_events SET event_id = CAST(X'FF' AS TEXT) WHERE seq = 0", 0),
     ],
 )
 def test_damage_before_the_end_is_corruption_and_nothing_is_rewritten(events, db_path, sql, seq):
@@ -615,6 +622,19 @@ def test_a_malformed_stored_header_is_corruption(events, db_path):
     raw(db_path, "UPDATE log_sessions SET created_at = 'yesterday'")
     with pytest.raises(CorruptLogError):
         events.read("s-1")
+
+
+def test_a_stored_header_that_is_not_utf8_is_corruption_and_list_skips_it(events, db_path):
+    started(events, "s-1", 1)
+    kept = started(events, "s-2", 1)
+    raw(db_path, "UPDATE log_sessions SET cwd = CAST(X'2FFF' AS TEXT) WHERE id = 's-1'")
+    with pytest.raises(CorruptLogError, match="cwd") as caught:
+        events.read("s-1")
+    assert caught.value.session_id == "s-1"
+    with pytest.raises(CorruptLogError, match="cwd"):
+        events.info("s-1")
+    assert events.list() == [kept]
+    assert [info.header for info in events.list_info()] == [kept]
 
 
 def test_list_reads_the_session_rows_of_the_namespace(events, database, db_path):

@@ -85,7 +85,14 @@ from ..models import (
 )
 from ..when import now_ms as wall_clock_ms
 from .sqlite_db import Database
-from .sqlite_log_rows import checked_ttl, columns, row_header, row_record, session_info
+from .sqlite_log_rows import (
+    checked_ttl,
+    columns,
+    fetch_rows,
+    row_header,
+    row_record,
+    session_info,
+)
 
 _SESSION_COLUMNS = "version, created_at, cwd, parent_id, fork_seq, next_seq"
 _EVENT_COLUMNS = "seq, type, time, data, event_id"
@@ -353,14 +360,14 @@ class SqliteEvents(EventBackend):
         end = INT64_MAX if limit is None else min(from_seq + limit, INT64_MAX)
         params = (self._ns, session_id, from_seq, end)
         with self._db.guard(session_id) as conn:
-            rows = conn.execute(_READ_REPAIR if repair else _READ, params).fetchall()
+            rows = fetch_rows(conn, _READ_REPAIR if repair else _READ, params)
         header, next_seq, torn = self._read_session(session_id, rows)
         if torn and not self._db.read_only():
             # Read again and cut under the write lock, so that the tail is judged against
             # a next_seq no other process can move meanwhile. A read-only file is never
             # repaired: its torn tail is left out all the same.
             with self._db.transaction(session_id, immediate=True) as conn:
-                rows = conn.execute(_READ, params).fetchall()
+                rows = fetch_rows(conn, _READ, params)
                 header, next_seq, _ = self._read_session(session_id, rows)
                 events = self._checked(session_id, rows, 2, from_seq, next_seq, limit)
                 self._cut_tail(conn, session_id, next_seq)
@@ -397,9 +404,10 @@ class SqliteEvents(EventBackend):
     ) -> tuple[SessionHeader, int, object] | None:
         """The stored header, next seq and (unchecked) ``ttl_ms`` of ``session_id``, or
         None if it has no row."""
-        row = conn.execute(_SELECT_SESSION, (self._ns, session_id)).fetchone()
-        if row is None:
+        rows = fetch_rows(conn, _SELECT_SESSION, (self._ns, session_id))
+        if not rows:
             return None
+        row = rows[0]
         return self._header(session_id, row[:5], row[5]), row[5], row[6]
 
     def _header(self, session_id: str, row: Sequence[Any], next_seq: object) -> SessionHeader:
@@ -417,11 +425,12 @@ class SqliteEvents(EventBackend):
         """Exactly the ``count`` committed events from seq ``first`` (see :meth:`_checked`)."""
         if count <= 0:
             return []
-        rows = conn.execute(
+        rows = fetch_rows(
+            conn,
             f"SELECT {_EVENT_COLUMNS} FROM log_events WHERE namespace=? AND session_id=?"
             " AND seq >= ? AND seq < ? ORDER BY seq",
             (self._ns, session_id, first, first + count),
-        ).fetchall()
+        )
         return self._checked(session_id, rows, 0, first, first + count, None)
 
     @staticmethod
@@ -534,18 +543,16 @@ class SqliteEvents(EventBackend):
 
     def info(self, session_id: str) -> SessionInfo:
         with self._db.guard(session_id) as conn:
-            row = conn.execute(
-                _INFO + " AND s.id=?3", (wall_clock_ms(), self._ns, session_id)
-            ).fetchone()
-        if row is None:
+            rows = fetch_rows(conn, _INFO + " AND s.id=?3", (wall_clock_ms(), self._ns, session_id))
+        if not rows:
             raise SessionNotFoundError(session_id)
-        return session_info(session_id, row, self._where)
+        return session_info(session_id, rows[0], self._where)
 
     def list_info(self) -> list[SessionInfo]:
         """:meth:`info` of every session row; a damaged one is skipped as :meth:`list`
         skips it."""
         with self._db.guard("(list)") as conn:
-            rows = conn.execute(_INFO, (wall_clock_ms(), self._ns)).fetchall()
+            rows = fetch_rows(conn, _INFO, (wall_clock_ms(), self._ns))
         found = []
         for row in rows:
             try:
@@ -561,9 +568,11 @@ class SqliteEvents(EventBackend):
         """The header of every session row; a row whose header is damaged or of another
         format version is skipped, with a warning on the ``sessionstore`` logger."""
         with self._db.guard("(list)") as conn:
-            rows = conn.execute(
-                f"SELECT id, {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=?", (self._ns,)
-            ).fetchall()
+            rows = fetch_rows(
+                conn,
+                f"SELECT id, {_SESSION_COLUMNS} FROM log_sessions WHERE namespace=?",
+                (self._ns,),
+            )
         headers = []
         for row in rows:
             try:

@@ -4,6 +4,7 @@ that does not hold what this library writes raises :class:`CorruptLogError`."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,41 @@ from pydantic import ValidationError
 from ..errors import CorruptLogError
 from ..eventlog import check_stored_version
 from ..models import SessionHeader, SessionInfo, describe_invalid
+
+
+class NotUTF8(bytes):
+    """A stored text value that is not UTF-8 (outside damage), as :func:`fetch_rows`
+    reads it: no column check takes it for text, so its row is refused by name."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"text that is not UTF-8 ({len(self)} bytes)"
+
+
+def fetch_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Every row of ``sql``. The driver fails a whole statement on one text value that
+    is not UTF-8; that statement is run again reading text as bytes, and such a value
+    comes back as :class:`NotUTF8` (the others decoded), for the row's checks to
+    refuse naming the row, as any other damage."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if not str(exc).startswith("Could not decode to UTF-8"):
+            raise
+    conn.text_factory = bytes
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.text_factory = str
+    return [tuple(_text(value) if type(value) is bytes else value for value in row) for row in rows]
+
+
+def _text(value: bytes) -> str | NotUTF8:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return NotUTF8(value)
 
 
 def columns(header: SessionHeader) -> tuple[object, ...]:
@@ -60,7 +96,8 @@ def row_record(session_id: str, row: Sequence[Any]) -> dict[str, Any]:
     if event_id is not None and not isinstance(event_id, str):
         raise CorruptLogError(session_id, f"event id is {event_id!r:.40}", seq=seq)
     if not isinstance(data, str):
-        raise CorruptLogError(session_id, f"event data is {type(data).__name__}", seq=seq)
+        shown = repr(data) if type(data) is NotUTF8 else type(data).__name__
+        raise CorruptLogError(session_id, f"event data is {shown}", seq=seq)
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

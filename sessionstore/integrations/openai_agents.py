@@ -75,7 +75,6 @@ from .. import aio
 from ..backoff import LOST_RACE
 from ..errors import (
     ConcurrentModificationError,
-    CorruptLogError,
     InvalidArgumentError,
     NotJSONSerializableError,
     SeqConflictError,
@@ -339,13 +338,7 @@ class SessionStoreSession:
         """The stored records from ``seq`` and every value of their data, parsed (which
         finds damage within them as an event read does)."""
         records = await self.store.events.read_records_from(self.session_id, seq)
-        try:
-            return records, parsed_values(records)
-        except orjson.JSONDecodeError:
-            await self.store.events.read_from(self.session_id, seq)  # names the damage
-            raise CorruptLogError(
-                self.session_id, "a stored event's data is not valid JSON", seq=seq
-            ) from None
+        return records, parsed_values(records, self.session_id)
 
 
 class _Run:

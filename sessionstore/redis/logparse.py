@@ -226,7 +226,8 @@ class LogRead:
             found = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
             self._check_entry(entry_id, first, value)
-            self._corrupt(f"entry {entry_id} is not valid JSON: {exc}", first)
+            index, detail = _first_unparsable(value, exc)
+            self._corrupt(f"entry {entry_id} is not valid JSON: {detail}", first + index)
         if type(found) is not list or len(found) != count:
             self._check_entry(entry_id, first, value)
             self._corrupt(f"entry {entry_id} does not hold {count} events", first)
@@ -322,6 +323,18 @@ class LogRead:
     def result(self) -> tuple[SessionHeader, list[Any]]:
         assert self.header is not None
         return self.header, self.events
+
+
+def _first_unparsable(value: bytes, error: orjson.JSONDecodeError) -> tuple[int, str]:
+    """The index of the first event (one per line) of an entry's ``events`` value that
+    is not JSON, with what is wrong with it; the entry's ``error`` (index 0) when the
+    lines do not tell (the value is not one event per line)."""
+    for index, line in enumerate(value[1:-1].split(SEPARATOR)):
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return index, str(exc)
+    return 0, str(error)
 
 
 def _events_value(fields: Any) -> bytes | None:
