@@ -226,8 +226,8 @@ class LogRead:
             found = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
             self._check_entry(entry_id, first, value)
-            index, detail = _first_unparsable(value, exc)
-            self._corrupt(f"entry {entry_id} is not valid JSON: {detail}", first + index)
+            at, reason = _first_unparsable(value, exc)
+            self._corrupt(f"entry {entry_id} is not valid JSON: {reason}", first + at)
         if type(found) is not list or len(found) != count:
             self._check_entry(entry_id, first, value)
             self._corrupt(f"entry {entry_id} does not hold {count} events", first)
