@@ -4,9 +4,10 @@ with one parse and stored as it is, without the round trip Python data needs.
 The text must hold what data given as Python objects must be (see
 :func:`sessionstore.jsondata.dump_lossless`): a JSON object, no NaN or Infinity,
 integers within 64 bits, strings of valid Unicode, nested no deeper than Python data
-may be, no key twice in one object (one of its values would be lost). Text in canonical form (what ``orjson.dumps`` writes: no spaces, keys in the
-order given) is stored byte for byte; any other valid text is stored in canonical form,
-so the same data is stored as the same bytes whichever way it came.
+may be, and no key twice in one object (one of its values would be lost). Text in
+canonical form (what ``orjson.dumps`` writes: no spaces, keys in the order given) is
+stored byte for byte; any other valid text is stored in canonical form, so the same
+data is stored as the same bytes whichever way it came.
 """
 
 from __future__ import annotations

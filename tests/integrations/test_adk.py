@@ -26,7 +26,7 @@ from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
 from google.adk.errors._stale_session_error import StaleSessionError as AdkStale  # noqa: E402
 from google.adk.events import Event, EventActions  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
-from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
+from google.adk.sessions import BaseSessionService, DatabaseSessionService, InMemorySessionService  # noqa: E402
 from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
 from google.genai import types  # noqa: E402
 from support.redis_sentinel import SentinelSetup  # noqa: E402
@@ -270,6 +270,59 @@ def test_scoped_state_is_kept_as_adks_services_keep_it(url: str) -> None:
         return seen
 
     as_in_memory(url, body)
+
+
+def test_state_values_not_made_for_json_are_kept_as_adks_database_service_keeps_them(
+    url: str, tmp_path: Any
+) -> None:
+    """Bytes (UTF-8 or not), a datetime and a callable in the initial state and in an
+    event's delta, in every scope: the state read back is what ADK's own database
+    service gives (it makes them JSON its own way, never failing the call)."""
+    import datetime
+
+    def callable_value() -> None: ...
+
+    def values(scope: str) -> dict[str, Any]:
+        return {
+            f"{scope}text": b"hi",
+            f"{scope}raw": b"\xff\x00",
+            f"{scope}at": datetime.datetime(2026, 1, 2, 3, 4, 5),
+            f"{scope}nested": {"b": [b"\x01\xfe"]},
+        }
+
+    async def body(service: BaseSessionService) -> Any:
+        initial = {**values(""), **values("app:"), **values("user:")}
+        made = await service.create_session(
+            app_name=APP, user_id=USER, session_id="s", state=initial
+        )
+        delta = {
+            "k": 1,
+            **{
+                f"{scope}d-{key}": v
+                for scope in ("", "app:", "user:")
+                for key, v in values("").items()
+            },
+        }
+        await service.append_event(made, text_event("x", 10.0, **delta))
+        with_callable = await service.create_session(
+            app_name=APP, user_id=USER, session_id="c", state={"f": callable_value}
+        )
+        await service.append_event(with_callable, text_event("y", 11.0, g=callable_value))
+        found = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        calls = await service.get_session(app_name=APP, user_id=USER, session_id="c")
+        assert found is not None and calls is not None
+        return found.state, {key: type(calls.state[key]) for key in ("f", "g")}
+
+    async def theirs() -> Any:
+        service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'adk.db'}")
+        try:
+            return await body(service)
+        finally:
+            await service.close()
+
+    expected = asyncio.run(theirs())
+    assert expected[1] == {"f": str, "g": str}
+    assert on(url, body) == expected
 
 
 def test_temp_state_is_never_stored(url: str) -> None:

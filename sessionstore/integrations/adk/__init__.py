@@ -23,6 +23,9 @@ new log (all of a log's keys in one hash slot on Redis Cluster):
   (what ADK's own database service stores), ``temp:`` keys already trimmed from its
   state delta. Every :data:`SNAPSHOT_EVERY`-th seq also carries ``"state"``: the
   session-scoped state after that event, so that a read folds at most that many events.
+  Where ADK's database service makes the delta's values JSON otherwise than the event's
+  own JSON does (bytes, a value only its string form stands for), ``"delta"`` carries
+  the delta's app, user and session keys as it makes them, which the states take.
   ``scoped`` is ``[a, u]``, the seqs of the newest records up to this one with an app
   (a user) delta, -1 for none.
 

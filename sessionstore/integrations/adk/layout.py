@@ -33,6 +33,11 @@ from urllib.parse import quote, unquote
 from google.adk.sessions import State
 from pydantic_core import to_jsonable_python
 
+try:  # ADK's own conversion, where the installed ADK has one (2.15 does)
+    from google.adk.sessions._session_util import make_json_safe_state as _json_safe
+except ImportError:  # pragma: no cover - an older google-adk
+    _json_safe = to_jsonable_python  # type: ignore[assignment]
+
 from ...models import SessionEvent
 from ...when import now_ms
 
@@ -105,9 +110,11 @@ class Mark:
 
 def scoped(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``state`` split as ADK splits it: raw app and user keys, the session's own keys;
-    ``temp:`` keys dropped; values made JSON as ADK's database service makes them."""
+    ``temp:`` keys dropped; values made JSON as ADK's database service makes them (bytes
+    as their UTF-8 text, else standard base64; a value that cannot be made JSON as its
+    string form, with a warning on ADK's logger)."""
     split: dict[str, dict[str, Any]] = {APP: {}, USER: {}, "session": {}}
-    for key, value in to_jsonable_python(state).items():
+    for key, value in _json_safe(state).items():
         if key.startswith(State.APP_PREFIX):
             split[APP][key.removeprefix(State.APP_PREFIX)] = value
         elif key.startswith(State.USER_PREFIX):
@@ -125,9 +132,13 @@ def carried(split: dict[str, dict[str, Any]], seq: int, app: int, user: int) -> 
 
 def split_of(record: SessionEvent) -> dict[str, dict[str, Any]]:
     """The scoped deltas a record carries: those of the initial state at creation,
-    those of the event's ``state_delta`` after it."""
+    those of the event's ``state_delta`` after it (its ``delta``, when the event's JSON
+    holds a value that ADK's database service makes JSON otherwise)."""
     if record.type == CREATED:
         return {APP: record.data["app_state"], USER: record.data["user_state"]}
+    found = record.data.get("delta")
+    if found is not None:
+        return found  # type: ignore[no-any-return]
     return scoped(record.data["event"].get("actions", {}).get("state_delta") or {})
 
 

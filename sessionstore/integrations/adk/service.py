@@ -42,6 +42,7 @@ from .layout import (
     merged,
     scoped,
     session_id,
+    split_of,
     state_of,
 )
 
@@ -258,7 +259,9 @@ class SessionStoreSessionService(BaseSessionService):
         log_id = session_id_of(session.app_name, session.user_id, session.id, mark.incarnation)
         seq = mark.next_seq
         stored: dict[str, Any] = {"event": event.model_dump(mode="json", exclude_none=True)}
-        split = scoped(stored["event"].get("actions", {}).get("state_delta") or {})
+        split = scoped(event.actions.state_delta or {})
+        if split != scoped(stored["event"].get("actions", {}).get("state_delta") or {}):
+            stored["delta"] = split  # made JSON otherwise than the event's own JSON
         stored["scoped"] = carried(split, seq, mark.app, mark.user)
         try:
             if seq % SNAPSHOT_EVERY == 0:
@@ -440,8 +443,7 @@ class SessionStoreSessionService(BaseSessionService):
                 mine = mine[max(len(mine) - recent, 0) :] if recent > 0 else []
         state = dict(events[snapshot - events[0].seq].data["state"])
         for event in events[snapshot - events[0].seq + 1 :]:
-            delta = event.data["event"].get("actions", {}).get("state_delta") or {}
-            state.update(scoped(delta)["session"])
+            state.update(split_of(event)["session"])
         return _Read(mine, state, events)
 
     async def _read_states(self, app_name: str, user_id: str) -> tuple[Any, Any]:
