@@ -47,7 +47,7 @@ from .drain import AsyncDrain
 from .flows import arun, recording
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
-from .results import LoadedSession, ValueRecords, ValueRef, value_refs
+from .results import LoadedSession, ValueRecords, ValueRef
 from .session_state import SessionState
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
 
@@ -313,8 +313,9 @@ class AsyncStore(StoreBase[AsyncSession, AsyncEventLog]):
     async def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
         expired, sorted."""
-        self._lifecycle.check_open()
-        return value_refs(await self._async.values.scan(self.namespace))
+        return await arun(
+            value_flows.list_values(self._lifecycle, self.namespace), self._async.values
+        )
 
     async def check_durable(self) -> None:
         """Raise ``DurabilityError``, writing nothing, when event-log appends cannot be as

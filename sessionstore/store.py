@@ -23,7 +23,7 @@ from .drain import Drain
 from .flows import recording, run
 from .models import SessionEvent, SessionHeader, SessionInfo
 from .records import StoredRecord
-from .results import LoadedSession, ValueRecords, ValueRef, value_refs
+from .results import LoadedSession, ValueRecords, ValueRef
 from .session_state import SessionState
 from .storebase import EventLogBase, SessionBase, StoreBase, open_as
 from .writer import SessionWriter
@@ -397,8 +397,7 @@ class Store(StoreBase[Session, EventLog]):
     def list_values(self) -> list[ValueRef]:
         """Every stored session value of this namespace (plain and history) that has not
         expired, sorted."""
-        self._lifecycle.check_open()
-        return value_refs(self._backends.values.scan(self.namespace))
+        return run(value_flows.list_values(self._lifecycle, self.namespace), self._backends.values)
 
     def check_durable(self) -> None:
         """Raise ``DurabilityError``, writing nothing, when the store cannot make

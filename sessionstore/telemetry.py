@@ -51,6 +51,7 @@ OPERATIONS = {
     "set_value_retention": "set_ttl",
     "delete_value": "delete",
     "value_records": "records",
+    "list_values": "list_values",
     "check_durable": "check_durable",
     "create": "events.create",
     "append": "events.append",

@@ -20,7 +20,7 @@ from .errors import (
     InvalidArgumentError,
 )
 from .flows import Apply, Call, Flow, Hold, Sleep
-from .results import ValueRecords
+from .results import ValueRecords, ValueRef, value_refs
 from .session_state import SessionState
 from .store_state import Lifecycle
 from .when import MAX_ABS_EPOCH_MS, to_epoch_ms
@@ -323,6 +323,14 @@ def delete_value(state: SessionState, lifecycle: Lifecycle) -> Flow[bool]:
     removed = yield Call(ValueBackend.forget, state.key)
     state.remember(None)
     return bool(removed)
+
+
+def list_values(lifecycle: Lifecycle, namespace: str) -> Flow[list[ValueRef]]:
+    """Every stored session value of ``namespace`` (plain and history) that has not
+    expired, sorted; reads only."""
+    lifecycle.check_open()
+    found = yield Call(ValueBackend.scan, namespace)
+    return value_refs(found)
 
 
 def value_records(state: SessionState, lifecycle: Lifecycle) -> Flow[ValueRecords]:

@@ -149,6 +149,8 @@ VALUE_OPERATIONS = {
     "records",
     "set_ttl",
     "delete",
+    "list_values",
+    "check_durable",
 }
 EVENT_OPERATIONS = {
     "events.create",
@@ -157,8 +159,14 @@ EVENT_OPERATIONS = {
     "events.inspect",
     "events.info",
     "events.read_from",
+    "events.read_records_from",
     "events.read_page",
     "events.list",
+    "events.list_info",
+    "events.stored_bytes",
+    "events.set_ttl",
+    "events.fork",
+    "events.prune",
     "events.delete",
     "writer.open",
     "writer.flush",
@@ -178,6 +186,8 @@ def _sync_calls(store: sessionstore.Store) -> None:
     history.put({"b": 1}, WHEN)
     history.get_or_compute(WHEN + 1, lambda: 3)
     history.records()
+    store.list_values()
+    store.check_durable()
     header = _header()
     log = store.events
     log.create(header)
@@ -186,8 +196,14 @@ def _sync_calls(store: sessionstore.Store) -> None:
     log.inspect(header.id)
     log.info(header.id)
     log.read_from(header.id, 0)
+    log.read_records_from(header.id, 0)
     list(log.iter_events(header.id))
     log.list()
+    log.list_info()
+    log.stored_bytes(header.id)
+    log.set_ttl(header.id, 60)
+    log.fork(header.id, header.id + "-child", at_seq=1)
+    log.prune()
     log.delete(header.id)
     with log.writer(_header(), window=60) as writer:
         writer.emit("user", {"n": 1})
@@ -206,6 +222,8 @@ async def _async_calls(store: sessionstore.aio.AsyncStore) -> None:
     await history.put({"b": 1}, WHEN)
     await history.get_or_compute(WHEN + 1, lambda: 3)
     await history.records()
+    await store.list_values()
+    await store.check_durable()
     header = _header()
     log = store.events
     await log.create(header)
@@ -214,8 +232,14 @@ async def _async_calls(store: sessionstore.aio.AsyncStore) -> None:
     await log.inspect(header.id)
     await log.info(header.id)
     await log.read_from(header.id, 0)
+    await log.read_records_from(header.id, 0)
     [event async for event in log.iter_events(header.id)]
     await log.list()
+    await log.list_info()
+    await log.stored_bytes(header.id)
+    await log.set_ttl(header.id, 60)
+    await log.fork(header.id, header.id + "-child", at_seq=1)
+    await log.prune()
     await log.delete(header.id)
     async with log.writer(_header(), window=60) as writer:
         writer.emit("user", {"n": 1})
