@@ -23,6 +23,7 @@ its type, as ``error.type``). Session ids and value keys only with
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -349,9 +350,9 @@ class Telemetry:
             if tracer_provider is None
             else tracer_provider.get_tracer("sessionstore", __version__)
         )
-        self._writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
         self._lost: weakref.WeakSet[Any] = weakref.WeakSet()
         self.metered = meter_provider is not None
+        self.meter_provider = meter_provider
         if meter_provider is None:
             return
         meter = meter_provider.get_meter("sessionstore", __version__)
@@ -366,12 +367,17 @@ class Telemetry:
             else:
                 made = meter.create_counter(name, unit=unit, description=description)
             setattr(self, attribute, made)
-        meter.create_observable_gauge(
-            "sessionstore.writer.queue.depth",
-            callbacks=[self._queue_depths],
-            unit="{event}",
-            description="Events emitted to write-behind writers and not yet durable.",
-        )
+        with _looking_gauges:
+            # A meter keeps the first instrument of a name, and its callback: one gauge
+            # per provider, which reads whichever Telemetry records with it now.
+            if not any(made is meter_provider for made in _GAUGED):
+                meter.create_observable_gauge(
+                    "sessionstore.writer.queue.depth",
+                    callbacks=[functools.partial(_queue_depths, meter_provider)],
+                    unit="{event}",
+                    description="Events emitted to write-behind writers and not yet durable.",
+                )
+                _GAUGED.append(meter_provider)
 
     # -- one operation --------------------------------------------------------------
 
@@ -441,17 +447,32 @@ class Telemetry:
 
     def track_writer(self, buffer: Any, backend: object) -> None:
         if self.metered:
-            self._writers[buffer] = getattr(backend, SCOPE_ATTR, _UNBOUND)
+            _writers[buffer] = getattr(backend, SCOPE_ATTR, _UNBOUND)
 
-    def _queue_depths(self, options: Any) -> Iterator[Any]:
-        from opentelemetry.metrics import Observation
 
-        depths: dict[Scope, int] = {}
-        for buffer, scope in list(self._writers.items()):
-            if not buffer.released:
-                depths[scope] = depths.get(scope, 0) + len(buffer.pending)
-        for scope, depth in depths.items():
-            yield Observation(depth, scope.attributes())
+#: The write-behind writers open in this process (while telemetry records metrics), by
+#: their store's scope: kept across :func:`configure` and :func:`reset`.
+_writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
+#: The meter providers given a queue-depth gauge (a provider is held for good: one per
+#: configuration a process makes).
+_GAUGED: list[Any] = []
+_looking_gauges = threading.Lock()
+
+
+def _queue_depths(meter_provider: Any, options: Any) -> Iterator[Any]:
+    """The queue depth of every open writer, by scope, while telemetry records metrics
+    with ``meter_provider``."""
+    from opentelemetry.metrics import Observation
+
+    found = current
+    if not found or found.meter_provider is not meter_provider:
+        return
+    depths: dict[Scope, int] = {}
+    for buffer, scope in list(_writers.items()):
+        if not buffer.released:
+            depths[scope] = depths.get(scope, 0) + len(buffer.pending)
+    for scope, depth in depths.items():
+        yield Observation(depth, scope.attributes())
 
 
 #: The operation running in this thread or task, on a Redis backend (where resends and
