@@ -406,18 +406,18 @@ def test_the_queue_depth_is_reported_again_after_telemetry_is_turned_off_and_on(
     current = telemetry.current
     assert current
     providers = {"meter_provider": current.meter_provider, "tracer_provider": None}
-    with sessionstore.connect("memory://", namespace) as store:
-        with store.events.writer(_header(), window=60) as before:
-            before.emit("user", {"n": 0})
-            telemetry.configure(enabled=False)
-            telemetry.configure(**providers)
-            with store.events.writer(_header(), window=60) as after:
-                for n in range(3):
-                    after.emit("user", {"n": n})
-                [depth] = recorded.points("sessionstore.writer.queue.depth")
-                assert depth.value == 4
-                telemetry.configure(meter_provider=MeterProvider(), tracer_provider=None)
-                assert recorded.points("sessionstore.writer.queue.depth") == []
+    store = sessionstore.connect("memory://", namespace)
+    with store, store.events.writer(_header(), window=60) as before:
+        before.emit("user", {"n": 0})
+        telemetry.configure(enabled=False)
+        telemetry.configure(**providers)
+        with store.events.writer(_header(), window=60) as after:
+            for n in range(3):
+                after.emit("user", {"n": n})
+            [depth] = recorded.points("sessionstore.writer.queue.depth")
+            assert depth.value == 4
+            telemetry.configure(meter_provider=MeterProvider(), tracer_provider=None)
+            assert recorded.points("sessionstore.writer.queue.depth") == []
 
 
 def _lease_outcomes(recorded: Recorded, attribute: str, value: str) -> dict[str, int]:
