@@ -122,7 +122,17 @@ INSTRUMENTS = (
         "{request}",
         "Value reads on a store with a cache, answered by it (hit) or not.",
     ),
+    (
+        "invalidations",
+        "sessionstore.cache.invalidations",
+        "{entry}",
+        "Cached value reads dropped because the value changed (Redis told of a write,"
+        " or of the database emptied or swapped).",
+    ),
 )
+
+#: The attributes of what is counted outside any operation, on Redis.
+_REDIS = {"db.system.name": "redis"}
 
 #: Backend calls that take a lease: the lease's kind.
 _LEASE_CALLS = {"acquire_lease": "writer", "acquire_compute_lease": "compute"}
@@ -148,7 +158,7 @@ class Scope:
     """Where a backend's operations happen: ``db.system.name``, ``db.namespace`` and
     whether its value reads may be answered from a cache (``?cache=yes``)."""
 
-    __slots__ = ("system", "namespace", "caches", "_attributes", "_operations")
+    __slots__ = ("system", "namespace", "caches", "_attributes", "_operations", "__weakref__")
 
     def __init__(self, system: str, namespace: str, caches: bool = False) -> None:
         self.system = system
@@ -217,7 +227,14 @@ def scope_for(url: str, namespace: str, cache: bool | None = None) -> Scope:
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     query = url.partition("?")[2].partition("#")[0]  # urlsplit refuses some URLs a store takes
     caches = bool(cache) or parse_qs(query).get("cache") == ["yes"]
-    return Scope(_SYSTEMS.get(scheme, "sessionstore." + scheme), namespace, caches)
+    scope = Scope(_SYSTEMS.get(scheme, "sessionstore." + scheme), namespace, caches)
+    if caches:
+        _caching.add(scope)
+    return scope
+
+
+#: The scopes of the stores with a cache (while their stores live).
+_caching: weakref.WeakSet[Scope] = weakref.WeakSet()
 
 
 def bind(scope: Scope, *backends: object) -> None:
@@ -315,6 +332,13 @@ def connection_waited(seconds: float, pool: str) -> None:
         found.connection_waited(seconds, pool)  # type: ignore[union-attr]
 
 
+def cache_invalidated(count: int) -> None:
+    """Count ``count`` cached value reads dropped because their values changed."""
+    found = current
+    if found and found.metered:
+        found.invalidations.add(count, _REDIS)
+
+
 def track_writer(buffer: Any, backend: object) -> None:
     """Count ``buffer``'s queued events in ``sessionstore.writer.queue.depth`` while it
     lives (read when the metrics are collected: nothing per emit)."""
@@ -335,6 +359,7 @@ class Telemetry:
     losses: Any
     computes: Any
     cache: Any
+    invalidations: Any
 
     def __init__(self, meter_provider: Any, tracer_provider: Any, record_ids: bool) -> None:
         from opentelemetry import context, trace
@@ -376,6 +401,12 @@ class Telemetry:
                     callbacks=[functools.partial(_queue_depths, meter_provider)],
                     unit="{event}",
                     description="Events emitted to write-behind writers and not yet durable.",
+                )
+                meter.create_observable_gauge(
+                    "sessionstore.cache.staleness_bound",
+                    callbacks=[functools.partial(_staleness_bounds, meter_provider)],
+                    unit="s",
+                    description="How far behind the server a store's cache may answer.",
                 )
                 _GAUGED.append(meter_provider)
 
@@ -473,6 +504,24 @@ def _queue_depths(meter_provider: Any, options: Any) -> Iterator[Any]:
             depths[scope] = depths.get(scope, 0) + len(buffer.pending)
     for scope, depth in depths.items():
         yield Observation(depth, scope.attributes())
+
+
+def _staleness_bounds(meter_provider: Any, options: Any) -> Iterator[Any]:
+    """The staleness bound of the cache of every store that has one, while telemetry
+    records metrics with ``meter_provider``."""
+    from opentelemetry.metrics import Observation
+
+    from .redis.tracking import BOUND
+
+    found = current
+    if not found or found.meter_provider is not meter_provider:
+        return
+    seen = set()
+    for scope in list(_caching):
+        attributes = scope.attributes()
+        if (scope.system, scope.namespace) not in seen:
+            seen.add((scope.system, scope.namespace))
+            yield Observation(BOUND, attributes)
 
 
 #: The operation running in this thread or task, on a Redis backend (where resends and

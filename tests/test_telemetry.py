@@ -594,6 +594,31 @@ def test_cache_hits_and_misses_are_counted(recorded: Recorded, redis_server: Any
     assert sum(counted.values()) == 3
 
 
+def test_cache_invalidations_and_the_staleness_bound_are_reported(
+    recorded: Recorded, redis_server: Any
+) -> None:
+    from sessionstore.redis.tracking import BOUND
+
+    with (
+        sessionstore.connect(redis_server.url, "cached", cache=True) as store,
+        sessionstore.connect(redis_server.url, "cached") as other,
+    ):
+        handle = store.session("A", "b", "c", "1h")
+        handle.set_data(1, WHEN)
+        assert handle.get_data(WHEN) == 1  # cached
+        other.session("A", "b", "c", "1h").set_data(2, WHEN)
+        deadline = time.monotonic() + 5
+        while handle.get_data(WHEN) != 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [bound] = recorded.points("sessionstore.cache.staleness_bound")
+        assert bound.value == BOUND
+        assert bound.attributes == {"db.system.name": "redis", "db.namespace": "cached"}
+        assert recorded.metric_units()["sessionstore.cache.staleness_bound"] == "s"
+    invalidated = recorded.points("sessionstore.cache.invalidations")
+    assert sum(point.value for point in invalidated) >= 1
+    assert recorded.metric_units()["sessionstore.cache.invalidations"] == "{entry}"
+
+
 def test_a_store_without_a_cache_counts_no_cache_requests(recorded: Recorded, url: str) -> None:
     with sessionstore.connect(url, "uncached") as store:
         handle = store.session("A", "b", "c", "1h")

@@ -67,7 +67,7 @@ from typing import Any
 
 import redis
 
-from .. import forksafe
+from .. import forksafe, telemetry
 from .compat import socket_of
 from .replies import text
 from .retry import RETRIES, retry_delay
@@ -237,10 +237,13 @@ class ValueCache:
                 elif message[0] == b"message":
                     names = message[2]
                     if names is None:
+                        dropped = len(self._entries)
                         self._entries.clear()
                     else:
-                        for name in names:
-                            self._entries.pop(text(name), None)
+                        entries = self._entries
+                        dropped = sum(entries.pop(text(name), None) is not None for name in names)
+                    if dropped:
+                        telemetry.cache_invalidated(dropped)
         finally:
             self._draining += 1
         # A reader the server dropped (CLIENT KILL, shutdown, idle timeout) no longer
@@ -303,6 +306,8 @@ class ValueCache:
                 raise part
         token = reply[-1]
         if token != self._token:
+            if self._entries:
+                telemetry.cache_invalidated(len(self._entries))
             self._entries.clear()
             self._token = token
 
