@@ -127,3 +127,66 @@ def test_a_worker_process_imports_no_redis_driver_for_the_cli_around_it():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert found.stdout.strip() == "[]"
+
+
+#: Set up as ``sitecustomize`` in every process of a demo run (the parent and each spawned
+#: worker), as ``opentelemetry-instrument`` sets up an SDK from the environment: metrics
+#: are read in memory and, at the process's exit, its compute outcomes are written out.
+_PROCESS_METRICS = """
+import atexit, json, os
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+_reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[_reader]))
+
+
+@atexit.register
+def _write_outcomes():
+    counts = {}
+    data = _reader.get_metrics_data()
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "sessionstore.compute.outcomes":
+                    for point in metric.data.data_points:
+                        outcome = point.attributes["sessionstore.compute.outcome"]
+                        counts[outcome] = counts.get(outcome, 0) + point.value
+    path = os.path.join(os.environ["DEMO_METRICS_DIR"], f"{os.getpid()}.json")
+    with open(path, "w") as out:
+        json.dump(counts, out)
+"""
+
+
+def test_the_demo_reports_its_model_calls_through_metrics_from_every_process(tmp_path):
+    """With a meter provider set in every process (each worker is a process of its own,
+    so each sets its own, as auto-instrumentation does), the computes the metrics count
+    are the demo's model calls."""
+    import json
+
+    hooks, out = tmp_path / "hooks", tmp_path / "metrics"
+    hooks.mkdir()
+    out.mkdir()
+    (hooks / "sitecustomize.py").write_text(_PROCESS_METRICS)
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONSTORE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(hooks), *filter(None, [env.get("PYTHONPATH")])])
+    env["DEMO_METRICS_DIR"] = str(out)
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstore", "demo", *SMALL, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    files = list(out.glob("*.json"))
+    assert len(files) >= 3  # the parent and both workers
+    counted: dict[str, int] = {}
+    for path in files:
+        for outcome, count in json.loads(path.read_text()).items():
+            counted[outcome] = counted.get(outcome, 0) + count
+    assert summary["model_calls"] > 0
+    assert counted.get("computed", 0) == summary["model_calls"], (counted, summary)
