@@ -1,8 +1,10 @@
 """Metrics and traces of every store operation, through the OpenTelemetry API.
 
 Optional (``pip install sessionstore[otel]``): nothing of ``opentelemetry`` is imported
-until the first operation, and only then if it is installed. Whether to record is
-decided once, at the first operation (or by :func:`configure`): with the API missing, or
+until the first operation, and only then if the process imported it already (or names a
+provider in ``OTEL_PYTHON_METER_PROVIDER`` / ``OTEL_PYTHON_TRACER_PROVIDER``): no provider
+can be set otherwise. Whether to record is decided once, at the first operation (or by
+:func:`configure`): with the API missing, or
 with neither a global meter provider nor a global tracer provider set (the API's own
 proxies and no-op providers count as none), telemetry is off and an operation pays one
 module attribute read. Set the global providers before a store's first call, or call
@@ -24,6 +26,8 @@ its type, as ``error.type``). Session ids and value keys only with
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import time
 import weakref
@@ -283,9 +287,20 @@ def look() -> Telemetry | None:
     if found is None:
         with _looking:
             if current is None:
-                current = _build(None, None, False)
+                # No provider can be set where nothing imported the API (a provider named
+                # in the environment is loaded by it): off, without importing it.
+                current = _build(None, None, False) if _api_in_use() else False
             found = current
     return found or None
+
+
+def _api_in_use() -> bool:
+    """Whether the OpenTelemetry API is imported in this process, or a provider is named
+    in the environment (``OTEL_PYTHON_METER_PROVIDER``, ``OTEL_PYTHON_TRACER_PROVIDER``)."""
+    return "opentelemetry" in sys.modules or any(
+        os.environ.get(name)
+        for name in ("OTEL_PYTHON_METER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER")
+    )
 
 
 def _build(

@@ -8,6 +8,8 @@ global ones (which may be set once per process), and forgets them at the end.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -723,6 +725,29 @@ def test_without_a_provider_nothing_is_recorded_and_nothing_breaks(
     assert telemetry.current is False
     assert recorded.spans() == []
     assert recorded.points("db.client.operation.duration") == []
+
+
+def test_a_process_that_never_imported_opentelemetry_does_not_import_it() -> None:
+    """No provider can be set where nothing imported the API: the first call decides
+    telemetry is off without importing it; a process that set one records."""
+    program = """
+import sys, sessionstore
+from sessionstore import telemetry
+if sys.argv[1] == "set":
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    metrics.set_meter_provider(MeterProvider())
+with sessionstore.connect("memory://", "t") as store:
+    store.session("A", "b", "c", "1h").set_data(1, 1)
+print("opentelemetry" in sys.modules, bool(telemetry.current))
+"""
+    found = [
+        subprocess.run(
+            [sys.executable, "-c", program, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for mode in ("unset", "set")
+    ]
+    assert found == [["False", "False"], ["True", "True"]]
 
 
 def test_configure_enabled_false_turns_it_off(recorded: Recorded) -> None:
