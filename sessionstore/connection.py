@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from .arguments import check_namespace, check_timeout, check_ttl
 from .backends.fsutil import local_path
 from .contracts import Backends
-from .errors import InvalidArgumentError, SessionStoreError
+from .errors import InvalidArgumentError, SessionStoreError, StoreNotFoundError
 from .urls import mask_url, query_names, reject_unknown_params
 
 ENV_URL = "SESSIONSTORE_URL"
@@ -113,6 +113,26 @@ def resolve_url(url: str | os.PathLike[str] | None) -> str:
         # Never the value itself: a URL given as bytes may hold a password.
         raise InvalidArgumentError(f"url must be a non-empty str or path, not {_kind(url)}")
     return url
+
+
+def check_exists(url: str) -> None:
+    """Raise :class:`StoreNotFoundError` when ``url`` names a file or SQLite store whose
+    path does not exist (a relative ``sqlite:///`` path resolves against the working
+    directory). Other stores are not looked at."""
+    scheme = scheme_of(url)
+    if scheme == "sqlite":
+        from .backends.sqlite_db import database_path
+
+        path = database_path(url)
+    elif scheme in ("", "file"):
+        path = file_root(url)
+    else:
+        return
+    if not path.exists():
+        raise StoreNotFoundError(
+            f"there is no store at {path} (what {mask_url(url)!r} resolves to); what only"
+            " reads a store creates none: check the path, or write to it first"
+        )
 
 
 def scheme_of(url: str) -> str:

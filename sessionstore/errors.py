@@ -126,6 +126,11 @@ class StoreUnavailableError(SessionStoreError):
     """The backing server is down or unreachable (raised within the configured timeout)."""
 
 
+class StoreNotFoundError(SessionStoreError):
+    """What only reads a store (a copy's or an export's source, a listing) was pointed at
+    a file or SQLite store whose path does not exist; nothing was created."""
+
+
 class AccessDeniedError(SessionStoreError):
     """The server refused access (authentication or ACL); the data may well exist."""
 

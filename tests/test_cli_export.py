@@ -3,11 +3,14 @@ answered, and a file it cannot write is one line naming it."""
 
 from __future__ import annotations
 
+import io
 from urllib.parse import urlsplit
 
+import pytest
 from typer.testing import CliRunner
 
 import sessionstore
+from sessionstore import transfer
 from sessionstore.cli import app
 
 T = 1_718_000_000_000
@@ -79,3 +82,25 @@ def test_an_empty_namespace_exports_its_format_line_and_end_line(tmp_path):
     assert len(lines) == 2
     assert lines[0].startswith(b'{"format":"sessionstore-archive"')
     assert lines[1].startswith(b'{"type":"end","sessions":0,"events":0,"values":0,')
+
+
+def test_a_source_that_does_not_exist_is_not_found_and_nothing_is_created(tmp_path, monkeypatch):
+    """What only reads a store (an export, a copy's source) creates none: a mistyped path
+    is an error naming the absolute path, and no file or folder appears."""
+    monkeypatch.chdir(tmp_path)
+    for url in ("sqlite:///typo/prod.db", "./typo-folder", (tmp_path / "gone").as_uri()):
+        for args in (
+            ["export", "--url", url, "-o", str(tmp_path / "out.jsonl")],
+            ["copy", "--from", url, "--to", str(tmp_path / "dest")],
+        ):
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 2, (args, result.output)
+            assert result.stderr.startswith("error: not found"), result.stderr
+            assert "there is no store at " + str(tmp_path) in result.stderr
+        with pytest.raises(sessionstore.StoreNotFoundError, match="there is no store at /"):
+            sessionstore.copy(url, tmp_path / "dest", "default")
+        with pytest.raises(sessionstore.StoreNotFoundError):
+            transfer.verify(url, tmp_path / "dest", "default")
+        with pytest.raises(sessionstore.StoreNotFoundError):
+            transfer.export_archive(url, "default", io.BytesIO())
+    assert sorted(path.name for path in tmp_path.iterdir()) == []

@@ -44,13 +44,14 @@ from rich.console import Console
 
 import sessionstore
 
-from ..connection import ENV_URL, file_root, mask_url, resolve_url, scheme_of
+from ..connection import ENV_URL, check_exists, mask_url, resolve_url
 from ..errors import (
     AccessDeniedError,
     DurabilityError,
     InvalidArgumentError,
     SessionNotFoundError,
     SessionStoreError,
+    StoreNotFoundError,
     StoreUnavailableError,
 )
 from .text import count, plain
@@ -118,30 +119,6 @@ def open_store(
             yield store
     except SessionStoreError as exc:
         fail(exc, resolved)
-
-
-def check_exists(url: str) -> None:
-    """Raise :class:`StoreNotFoundError` when ``url`` names a file or SQLite store whose
-    path does not exist (a relative ``sqlite:///`` path resolves against the working
-    directory). Other stores are not looked at."""
-    scheme = scheme_of(url)
-    if scheme == "sqlite":
-        from ..backends.sqlite_db import database_path
-
-        path = database_path(url)
-    elif scheme in ("", "file"):
-        path = file_root(url)
-    else:
-        return
-    if not path.exists():
-        raise StoreNotFoundError(
-            f"there is no store at {path} (what {mask_url(url)!r} resolves to); a command"
-            " that only reads creates none: check the path, or write to it first"
-        )
-
-
-class StoreNotFoundError(SessionStoreError):
-    """A command that only reads was pointed at a store whose path does not exist."""
 
 
 class _Notices(logging.Handler):

@@ -29,6 +29,7 @@ from .common import (
     Json,
     Namespace,
     Url,
+    check_exists,
     console,
     emit_json,
     errors,
@@ -130,6 +131,7 @@ def copy(
     source, destination = resolve_url(from_url), resolve_url(to_url)
     try:
         with library_notices():
+            check_exists(source)  # before the progress bar's count opens it
             total = namespace_size(source, namespace) if errors.is_terminal else 0
             with progress_bar(total, "copying") as advance:
                 report = sessionstore.copy(

@@ -355,7 +355,7 @@ def export_archive(
     """Write the archive of ``namespace`` of the store ``url`` to ``out`` (see the
     module docstring); returns the counts of its end record and ``live``, the sessions
     that had a live writer (exported up to their committed events)."""
-    source = opened(url, namespace, timeout)
+    source = opened(url, namespace, timeout, source=True)
     live: list[str] = []
     end: dict[str, Any] = {}
     with source as store:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..connection import resolve_url
+from ..connection import check_exists, resolve_url
 from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
 from ..store import Store, connect
 from ..when import now_ms
@@ -128,8 +128,20 @@ def copy(
     return report
 
 
-def opened(url: str | os.PathLike[str] | None, namespace: str, timeout: float | None) -> Store:
-    return connect(resolve_url(url), namespace, timeout=timeout)
+def opened(
+    url: str | os.PathLike[str] | None,
+    namespace: str,
+    timeout: float | None,
+    *,
+    source: bool = False,
+) -> Store:
+    """The store of ``url``; a ``source`` (only read) must exist: a file or SQLite store
+    whose path does not raises :class:`~sessionstore.errors.StoreNotFoundError`, and
+    nothing is created."""
+    resolved = resolve_url(url)
+    if source:
+        check_exists(resolved)
+    return connect(resolved, namespace, timeout=timeout)
 
 
 @contextmanager
@@ -141,7 +153,7 @@ def _pair(
     timeout: float | None,
 ) -> Iterator[tuple[Store, Store]]:
     target = namespace if to_namespace is None else to_namespace
-    source = opened(from_url, namespace, timeout)
+    source = opened(from_url, namespace, timeout, source=True)
     with source:
         destination = opened(to_url, target, timeout)
         with destination:
