@@ -577,3 +577,22 @@ def test_no_help_shows_raw_markup():
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
         assert result.exit_code == 0, path
         assert "``" not in result.stdout, path
+
+
+def test_an_empty_listing_names_the_namespaces_that_hold_data(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    sessionstore.connect(url, "e").close()  # an empty store
+    (tmp_path / "store").mkdir(exist_ok=True)
+    found = cli("values", "list", "--url", url, "-n", "e")
+    assert found.returncode == 0 and found.stderr.endswith(
+        "; no namespace of this store holds data\n"
+    )
+    with sessionstore.connect(url, "e") as store:
+        store.events.create(SessionHeader(id="s-1"))
+        store.events.append("s-1", [{"seq": 0, "type": "user", "time": 1, "data": {}}])
+    found = cli("values", "list", "--url", url, "-n", "e")
+    assert found.stderr.endswith("; no other namespace of this store holds data\n"), found.stderr
+    found = cli("values", "list", "--url", url, "-n", "f")
+    assert "; namespaces holding data: 'e' (1 session, 0 values) (choose one with -n)" in (
+        found.stderr
+    )

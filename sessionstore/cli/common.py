@@ -245,9 +245,10 @@ def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
     resolved = resolve_url(url)
     message = f"no {what} in namespace {namespace!r} of {mask_url(resolved)}"
     try:
-        others = [usage for usage in sessionstore.namespaces(resolved) if usage.name != namespace]
+        usages = sessionstore.namespaces(resolved)
     except SessionStoreError:
-        others = None
+        usages = None
+    others = None if usages is None else [u for u in usages if u.name != namespace]
     if others:
         held = ", ".join(
             f"{usage.name!r} ({count(usage.sessions, 'session')}, {count(usage.values, 'value')})"
@@ -255,7 +256,9 @@ def say_nothing_found(what: str, url: str | None, namespace: str) -> None:
         )
         more = f" and {len(others) - 10} more" if len(others) > 10 else ""
         message += f"; namespaces holding data: {held}{more} (choose one with -n)"
-    elif others is not None:
+    elif usages:  # this namespace holds data of another kind
+        message += "; no other namespace of this store holds data"
+    elif usages is not None:
         message += "; no namespace of this store holds data"
     errors.print(plain(message))
 
