@@ -8,6 +8,7 @@ was wrong; checks of event-log arguments (session ids, headers, batches) are in
 
 from __future__ import annotations
 
+import io
 import math
 
 from .errors import InvalidArgumentError
@@ -106,6 +107,27 @@ def check_timeout(name: str, timeout: object) -> float:
             f"{name} must be a number of seconds in (0, {MAX_TIMEOUT:g}], not {short_repr(timeout)}"
         )
     return float(timeout)
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value``, which must be True or False (a string such as ``"no"`` is true in Python:
+    taken for a flag, it would say the opposite of what it means)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {short_repr(value)}")
+    return value
+
+
+def check_binary_stream(name: str, stream: object, method: str) -> None:
+    """``stream`` must be a binary stream with ``method`` (``read`` or ``write``): a text
+    stream (``open(path, "w")``, ``sys.stdout``) raises :class:`InvalidArgumentError`
+    naming ``name``, before anything is read or written."""
+    if isinstance(stream, io.TextIOBase) or not callable(getattr(stream, method, None)):
+        kind = "a text stream" if isinstance(stream, io.TextIOBase) else type(stream).__name__
+        mode = "rb" if method == "read" else "wb"
+        raise InvalidArgumentError(
+            f"{name} must be a binary stream with {method}() (a file opened with {mode!r},"
+            f" sys.{'stdin' if method == 'read' else 'stdout'}.buffer), not {kind}"
+        )
 
 
 def check_poll(poll: object) -> float:

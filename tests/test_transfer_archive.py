@@ -138,3 +138,28 @@ def test_export_json_needs_an_output_file_and_then_prints_the_end_record(tmp_pat
     assert (end["sessions"], end["events"], end["values"], end["live"]) == (3, 13, 3, [])
     lines = gzip.decompress(target.read_bytes()).splitlines()
     assert json.loads(lines[-1])["sha256"] == end["sha256"]
+
+
+def test_flags_that_are_not_bools_and_text_streams_are_invalid_arguments(tmp_path, namespace):
+    """``merge="no"`` is true in Python: taken as given it would skip the guard it asks
+    for. Such a flag, and a text stream, are refused before anything is read or written."""
+    source, other = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    with sessionstore.connect(source, namespace) as store:
+        store.session("A", "b", "c", "1h").set_data(1, 1)
+    with sessionstore.connect(other, namespace) as store:
+        store.session("X", "b", "c", "1h").set_data(2, 1)
+    for flags in ({"merge": "no"}, {"verify": "no"}, {"merge": 0}):
+        with pytest.raises(sessionstore.InvalidArgumentError, match="must be True or False"):
+            sessionstore.copy(source, other, namespace, **flags)
+    with pytest.raises(sessionstore.InvalidArgumentError, match="merge must be True or False"):
+        sessionstore.transfer.verify(source, other, namespace, merge="no")
+    with pytest.raises(sessionstore.InvalidArgumentError, match="out must be a binary stream"):
+        export_archive(source, namespace, io.StringIO())
+    archive = io.BytesIO()
+    export_archive(source, namespace, archive)
+    with pytest.raises(sessionstore.InvalidArgumentError, match="source must be a binary"):
+        import_archive(other, namespace, io.StringIO(archive.getvalue().decode()), merge=True)
+    with pytest.raises(sessionstore.InvalidArgumentError, match="merge must be True or False"):
+        import_archive(other, namespace, io.BytesIO(archive.getvalue()), merge="yes")
+    with sessionstore.connect(other, namespace) as store:
+        assert [ref.symbol for ref in store.list_values()] == ["X"]

@@ -40,6 +40,7 @@ from typing import IO, Any
 
 import orjson
 
+from ..arguments import check_binary_stream, check_flag
 from ..contracts import Stored
 from ..errors import SessionStoreError
 from ..eventlog import event_text
@@ -355,6 +356,7 @@ def export_archive(
     """Write the archive of ``namespace`` of the store ``url`` to ``out`` (see the
     module docstring); returns the counts of its end record and ``live``, the sessions
     that had a live writer (exported up to their committed events)."""
+    check_binary_stream("out", out, "write")
     source = opened(url, namespace, timeout, source=True)
     live: list[str] = []
     end: dict[str, Any] = {}
@@ -387,6 +389,8 @@ def import_archive(
     written. A namespace holding sessions or values the archive does not raises
     :class:`~.copying.NamespaceNotEmptyError` unless ``merge``. An import interrupted
     and run again goes on where it stopped, as a copy does."""
+    check_binary_stream("source", source, "read")
+    merge = check_flag("merge", merge)
     with opened_lines(source) as lines:
         sessions, values = check(lines)
         with connect(url, namespace, timeout=timeout) as store:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..arguments import check_flag
 from ..connection import check_exists, resolve_url
 from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
 from ..store import Store, connect
@@ -114,6 +115,7 @@ def copy(
     With ``verify``, both sides are then compared (:func:`verify`); the differences
     are in the report. Memory: one page of events, plus the listings of the two
     namespaces (one header or key per session or value)."""
+    merge, verify = check_flag("merge", merge), check_flag("verify", verify)
     target = namespace if to_namespace is None else to_namespace
     if resolve_url(from_url) == resolve_url(to_url) and target == namespace:
         raise InvalidArgumentError(f"namespace {namespace!r} would be copied onto itself")
@@ -268,6 +270,7 @@ def verify(
 ) -> list[str]:
     """:func:`compare` of ``namespace`` of ``from_url`` with ``to_namespace`` (default:
     the same) of ``to_url``: an empty list when both hold the same."""
+    merge = check_flag("merge", merge)
     with _pair(from_url, to_url, namespace, to_namespace, timeout) as (source, destination):
         return compare(source, destination, merge=merge)
 
