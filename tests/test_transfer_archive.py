@@ -163,3 +163,21 @@ def test_flags_that_are_not_bools_and_text_streams_are_invalid_arguments(tmp_pat
         import_archive(other, namespace, io.BytesIO(archive.getvalue()), merge="yes")
     with sessionstore.connect(other, namespace) as store:
         assert [ref.symbol for ref in store.list_values()] == ["X"]
+
+
+def test_a_value_expired_by_the_time_it_is_imported_is_left_out_and_reported(tmp_path, namespace):
+    import time
+
+    source, target = (tmp_path / "a").as_uri(), (tmp_path / "b").as_uri()
+    with sessionstore.connect(source, namespace) as store:
+        store.session("A", "b", "c", "1h", ttl=0.2).set_data(1, 1)
+        store.session("K", "b", "c", "1h").set_data(2, 1)
+    archive = io.BytesIO()
+    export_archive(source, namespace, archive)
+    time.sleep(0.3)
+    report = import_archive(target, namespace, io.BytesIO(archive.getvalue()))
+    assert report.counts.values == 1
+    assert report.counts.expired_values == ["A/b/c/1h/backtest"]
+    with sessionstore.connect(target, namespace) as store:
+        assert [ref.symbol for ref in store.list_values()] == ["K"]
+        assert store.session("A", "b", "c", "1h").get_data(5) is None

@@ -103,6 +103,7 @@ def report_lines(report: CopyReport, done: str = "copied") -> list[str]:
         for session_id, seq in sorted(counts.live.items())
     ]
     lines += [f"session {session_id!r} had expired: left out" for session_id in counts.expired]
+    lines += [f"value {name!r} had expired: left out" for name in counts.expired_values]
     lines += [f"not {done}: {problem}" for problem in report.problems]
     if report.differences is not None:
         lines += [f"differs: {difference}" for difference in report.differences]
@@ -127,7 +128,8 @@ def copy(
     writer is copied up to the events committed when its turn came, and reported. A
     destination namespace holding other data is refused unless --merge. Exit 1 when
     something could not be copied or --verify found a difference. --json: one object
-    {"sessions", "events", "present", "values", "live", "problems", "differences"}."""
+    {"sessions", "events", "present", "values", "live", "expired", "expired_values",
+    "problems", "differences"}."""
     source, destination = resolve_url(from_url), resolve_url(to_url)
     try:
         with library_notices():

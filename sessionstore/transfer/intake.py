@@ -67,6 +67,8 @@ class Counts:
     #: Sessions left out because they had expired (a local store lists them until
     #: ``prune`` removes them).
     expired: list[str] = field(default_factory=list)
+    #: Values left out because they had expired (named as ``symbol/strategy/...``).
+    expired_values: list[str] = field(default_factory=list)
 
 
 class _Open:
@@ -225,6 +227,9 @@ class NamespaceWriter:
         self.finish()
         ref = item.ref
         where = label_of(ref[:5])
+        if item.expires_at is not None and item.expires_at <= now_ms():
+            self.counts.expired_values.append(where)
+            return
         try:
             conflict = _conflict(item, value_item(self.store, ref), where)
             if conflict is not None:
