@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 
 import pytest
 from support.namespace_data import contents, events, seed, url_of
@@ -181,3 +182,51 @@ def test_a_value_expired_by_the_time_it_is_imported_is_left_out_and_reported(tmp
     with sessionstore.connect(target, namespace) as store:
         assert [ref.symbol for ref in store.list_values()] == ["K"]
         assert store.session("A", "b", "c", "1h").get_data(5) is None
+
+
+#: Data nested deeper than an append takes (a JSON parser takes it).
+DEEP = b'{"x":' + b"[" * 300 + b"]" * 300 + b"}"
+
+
+def resealed(archive: bytes, line: int, edit) -> bytes:  # noqa: ANN001
+    """``archive`` with ``line`` edited and its end record made to match again (as an
+    archive edited by hand with jq, its digest recomputed, would)."""
+    import hashlib
+
+    lines = archive.splitlines(keepends=True)
+    lines[line - 1] = edit(lines[line - 1])
+    body = lines[:-1]
+    end = json.loads(lines[-1])
+    end["sha256"] = hashlib.sha256(b"".join(body[1:])).hexdigest()
+    return b"".join(body) + json.dumps(end).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("edited", "edit", "detail"),
+    [
+        (3, lambda text: text.replace(b'"data":{"turn":1}', b'"data":[1]', 1), "data"),
+        (
+            6,
+            lambda text: text.replace(b'"data":{"turn":1}', b'"data":' + DEEP, 1),
+            "not lossless JSON",
+        ),
+        (11, lambda text: text.replace(b'"mode":"backtest"', b'"mode":"paper"'), "mode"),
+        (
+            13,
+            lambda text: re.sub(rb'"payload":"[^"]*"', b'"payload":"wcE="', text, count=1),
+            "msgpack",
+        ),
+    ],
+)
+def test_an_archive_edited_with_its_digest_made_again_is_refused_whole(
+    tmp_path, namespace, edited, edit, detail
+):
+    """The digest proves an archive unaltered, not sound: what a write would refuse is
+    refused while the archive is read, naming the line, before anything is written."""
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    archive = resealed(archive_of(url, namespace), edited, edit)
+    with pytest.raises(ArchiveError, match=f"archive line {edited}: .*{detail}") as refused:
+        import_archive(url, "target", io.BytesIO(archive))
+    assert refused.value.line == edited
+    assert [usage.name for usage in sessionstore.namespaces(url)] == [namespace]

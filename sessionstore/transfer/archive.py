@@ -40,10 +40,12 @@ from typing import IO, Any
 
 import orjson
 
-from ..arguments import check_binary_stream, check_flag
+from ..arguments import check_binary_stream, check_flag, value_key
+from ..codec import load_value
 from ..contracts import Stored
 from ..errors import SessionStoreError
-from ..eventlog import event_text
+from ..eventlog import encode_batch, event_text
+from ..keys import label_of
 from ..models import SessionEvent, SessionHeader
 from ..results import ValueRef
 from ..store import Store, connect
@@ -155,7 +157,7 @@ class _Reader:
             return self._record(obj, text)
         except ArchiveError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, SessionStoreError) as exc:
             detail = str(exc)[:200] or type(exc).__name__
             raise self.fail(
                 f"a malformed {obj.get('type', 'record')!s:.40} record ({detail})"
@@ -192,6 +194,9 @@ class _Reader:
                 if event.seq != self.seen:
                     raise self.fail(f"event seq {event.seq} where {self.seen} was due")
                 self.seen += 1
+            # What an append would refuse (data that is not a lossless object, a harness
+            # event's fields) is refused here, before anything is written.
+            encode_batch(session.header.id, events)
             if self.seen > session.next_seq:
                 raise self.fail(f"more events than the {session.next_seq} announced")
             self.counts["events"] += len(events)
@@ -209,8 +214,12 @@ class _Reader:
             parts = [symbol, strategy, exchange, frame, mode]
             if not all(isinstance(part, str) for part in parts):
                 raise self.fail("a value key part that is not a string")
+            value_key("archive", *parts)  # the key's parts and mode, as a write checks them
             plain = _stored(obj["plain"], plain=True)
             versions = [_version(version) for version in obj["versions"]]
+            for stored in (plain, *versions):
+                if stored is not None and stored.payload is not None:
+                    load_value(stored.payload, label_of(parts))  # msgpack a read can load
             self.counts["values"] += 1
             ref = ValueRef(symbol, strategy, exchange, frame, mode, bool(versions) and not plain)
             return rec.ValueItem(ref, plain, versions, _optional_int(obj["expires_at"]))
