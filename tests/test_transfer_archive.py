@@ -230,3 +230,24 @@ def test_an_archive_edited_with_its_digest_made_again_is_refused_whole(
         import_archive(url, "target", io.BytesIO(archive))
     assert refused.value.line == edited
     assert [usage.name for usage in sessionstore.namespaces(url)] == [namespace]
+
+
+def test_a_destination_that_cannot_make_appends_durable_is_refused_before_any_write(
+    tmp_path, namespace
+):
+    import redis
+    from support.redis_server import RedisServer
+
+    source = (tmp_path / "store").as_uri()
+    seed(source, namespace)
+    archive = archive_of(source, namespace)
+    with RedisServer(durable=False) as server:
+        with pytest.raises(sessionstore.DurabilityError):
+            sessionstore.copy(source, server.url, namespace)
+        with pytest.raises(sessionstore.DurabilityError):
+            import_archive(server.url, namespace, io.BytesIO(archive))
+        client = redis.Redis(port=server.port)
+        try:
+            assert client.dbsize() == 0
+        finally:
+            client.close()

@@ -407,6 +407,8 @@ def import_archive(
                 found = other_data(store, sessions, values)
                 if any(found):
                     raise NamespaceNotEmptyError(namespace, *found)
+            if sessions:
+                store.check_durable()  # before any write, not at the first session
             writer = NamespaceWriter(store)
             write_all(read_records(lines), writer, on_record)
     return CopyReport(writer.counts, writer.problems)

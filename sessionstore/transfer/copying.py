@@ -122,6 +122,8 @@ def copy(
     with _pair(from_url, to_url, namespace, to_namespace, timeout) as (source, destination):
         if not merge:
             refuse_other_data(source, destination)
+        if source.events.list():
+            destination.check_durable()  # before any write, not at the first session
         writer = NamespaceWriter(destination)
         write_all(read_namespace(source), writer, on_record)
         report = CopyReport(writer.counts, writer.problems)
