@@ -83,6 +83,30 @@ def test_a_lapsed_thread_written_again_is_a_new_log_with_the_ttl(
     assert latest is not None and latest.checkpoint["id"] != known
 
 
+def test_a_thread_past_its_expiry_is_gone_for_every_saver_whatever_its_own_ttl(
+    store: sessionstore.Store,
+) -> None:
+    """The expiry stored with a thread counts, not the ttl of the saver reading it: one
+    that another saver (or an operator's ``sessions expire``) set lapses for every saver,
+    one that read the thread before included, and a write after it starts afresh."""
+    creator = SessionStoreSaver(store, ttl=0.2)
+    others = [SessionStoreSaver(store), SessionStoreSaver(store, ttl=3600)]
+    put(creator, "made", None)
+    put(others[0], "expired", None)
+    for saver in others:
+        assert saver.get_tuple(thread("made")) is not None
+        assert saver.get_tuple(thread("expired")) is not None
+    store.events.set_ttl(session_id("expired"), 0.2)  # as `sessions expire --ttl` does
+    time.sleep(0.45)
+    for saver in [*others, creator]:  # the creator last: its own ttl would prune
+        assert saver.get_tuple(thread("made")) is None
+        assert saver.get_tuple(thread("expired")) is None
+        assert list(saver.list(None)) == []
+    assert store.events.list() == []
+    again = put(others[1], "expired", None)
+    assert creator.get_tuple(thread("expired")).checkpoint["id"] == again
+
+
 def test_a_run_whose_thread_lapses_under_it_never_brings_it_back(
     store: sessionstore.Store,
 ) -> None:

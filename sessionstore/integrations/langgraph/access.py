@@ -24,6 +24,7 @@ from sessionstore import (
     SessionEvent,
     SessionExistsError,
     SessionHeader,
+    SessionInfo,
     SessionNotFoundError,
     SessionStoreError,
 )
@@ -119,24 +120,20 @@ class Threads:
         self.stale_seal = STALE_SEAL
         #: The threads read last, as folded (log id -> thread), the least recent first.
         self._known: OrderedDict[str, Thread] = OrderedDict()
+        #: The expiry (epoch ms, None: none) each of those logs' metadata last told,
+        #: before the events kept were read (a write since moves it later).
+        self._expiry: dict[str, int | None] = {}
         self._lock = threading.Lock()
 
     def read(self, thread_id: str, *, refresh: bool = False) -> Flow[Thread]:
-        """The thread as stored now. A thread read before is brought up to date with
-        the events appended since, once its last known event is found where it was (the
-        log was not deleted and written again meanwhile); else it is read whole. A
-        thread past its ttl is removed first where the store leaves that to a prune
-        (memory, files, SQLite). With ``refresh`` (a read by the saver's user when it
-        was made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now.
-        A thread whose compaction was abandoned (sealed for :attr:`stale_seal` seconds)
-        is recovered first (:attr:`recover`), and the copy that a compaction whose
-        process died at its very end left behind is deleted (see :mod:`.compaction`)."""
+        """The thread as stored now (see :meth:`_fetch`: a thread past its expiry is
+        gone, whoever set it). With ``refresh`` (a read by the saver's user when it was
+        made with ``refresh_on_read``) the thread's expiry moves to ``ttl`` from now. A
+        thread whose compaction was abandoned (sealed for :attr:`stale_seal` seconds) is
+        recovered first (:attr:`recover`), and the copy that a compaction whose process
+        died at its very end left behind is deleted (see :mod:`.compaction`)."""
         sid = session_id(thread_id)
         thread = yield from self._fetch(thread_id)
-        if self.ttl is not None and thread.next_seq and self._lapsed(thread):
-            # The store decides: its prune removes the log only when it has expired.
-            yield Call("prune")
-            thread = yield from self._fetch(thread_id)
         if thread.sealed and self.recover is not None and self.abandoned(thread):
             yield from self.recover(self, thread_id)
             thread = yield from self._fetch(thread_id)
@@ -164,23 +161,45 @@ class Threads:
                 yield Call("delete", (backup,), {"last": last})
         return self.keep(session_id(thread_id), dataclasses.replace(thread, reopened=None))
 
-    def _lapsed(self, thread: Thread) -> bool:
-        assert self.ttl is not None
-        return thread.last_time + self.ttl * 1000 < now_ms()
-
     def _fetch(self, thread_id: str) -> Flow[Thread]:
-        """The log as stored; while a compaction has deleted it and not yet written it
-        anew, the sealed log it keeps meanwhile (see :mod:`.compaction`)."""
+        """The log as stored, its metadata (``info``) read first: a thread read before
+        is kept as it is while the log has the same header and length, and brought up to
+        date with the events appended since when it only grew (its last known event
+        found where it was); else it is read whole. A log past the expiry stored with it
+        (set by whichever saver or command) is gone: on memory, files and SQLite, which
+        leave that to a prune, the store's prune removes it first. While a compaction has
+        deleted the log and not yet written it anew, the sealed log it keeps meanwhile
+        (see :mod:`.compaction`)."""
         sid = session_id(thread_id)
+        for attempt in range(2):
+            try:
+                info = yield Call("info", (sid,))
+            except SessionNotFoundError:
+                break
+            if info.expires_at is None or info.expires_at > now_ms() or attempt:
+                with contextlib.suppress(SessionNotFoundError):
+                    return (yield from self._read_log(sid, info))
+                break  # deleted since its info was read
+            # The store decides: its prune removes the log only when it has expired.
+            yield Call("prune")
+        events = yield from self.events(thread_id)
+        return self.keep(sid, Thread().extended(events))
+
+    def _read_log(self, sid: str, info: SessionInfo) -> Flow[Thread]:
+        """The log ``sid`` whose metadata is ``info`` (see :meth:`_fetch`), kept with its
+        header; its expiry is noted (:meth:`_writable`)."""
         with self._lock:
             known = self._known.get(sid)
-        if known is not None and known.next_seq > 0:
-            with contextlib.suppress(SessionNotFoundError):
+            self._expiry[sid] = info.expires_at
+        if known is not None and known.header == info.header and known.next_seq > 0:
+            if known.next_seq == info.next_seq:
+                return self.keep(sid, known)
+            if known.next_seq < info.next_seq:
                 events = yield Call("read_from", (sid, known.next_seq - 1))
                 if events and known.continued_by(events[0]):
                     return self.keep(sid, known.extended(events[1:]))
-        events = yield from self.events(thread_id)
-        return self.keep(sid, Thread().extended(events))
+        events = yield Call("read_from", (sid, 0))
+        return self.keep(sid, Thread(header=info.header).extended(events))
 
     def events(self, thread_id: str) -> Flow[list[SessionEvent]]:
         """Every event of the thread's log (none when there is no log); while a
@@ -202,8 +221,15 @@ class Threads:
             self._known[sid] = thread
             self._known.move_to_end(sid)
             while len(self._known) > THREADS_KEPT:
-                self._known.popitem(last=False)
+                self._expiry.pop(self._known.popitem(last=False)[0], None)
         return thread
+
+    def _expired(self, sid: str) -> bool:
+        """Whether the expiry last read of log ``sid`` has passed (a write since may have
+        moved it: only a read tells)."""
+        with self._lock:
+            expires_at = self._expiry.get(sid)
+        return expires_at is not None and expires_at <= now_ms()
 
     def create(
         self, sid: str, replacing: SessionHeader | None = None
@@ -251,9 +277,6 @@ class Threads:
                 return landed
         created: SessionHeader | None = None  # the header of the log this call created
         for attempt in range(1, WRITE_ATTEMPTS + 1):
-            # A log created and not yet written (the store writes it with its first
-            # events) has no header to read: the one it was created with is named.
-            header = (yield from self._header(sid)) or created
             thread = yield from self.read(thread_id)
             if thread.sealed:
                 yield from backoff(attempt, eager=0)
@@ -261,11 +284,12 @@ class Threads:
             made = entries(thread)
             if not made:
                 return []
-            if not thread.next_seq:
-                # Only this call's own create writes a log anew: a header read from a log
-                # since gone (lapsed and pruned, deleted) would bring that log back.
-                header = created
-            if thread.header != header and (header is not None or not thread.next_seq):
+            # A log created and not yet written (the store writes it with its first
+            # events) has no header to read: only this call's own create writes a log
+            # anew (a header read from a log since gone, lapsed and pruned or deleted,
+            # would bring that log back); the read names the header of a stored one.
+            header = thread.header if thread.next_seq else created
+            if thread.header != header:
                 thread = self.keep(sid, dataclasses.replace(thread, header=header))
             batch = _after(thread, made)
             try:
@@ -293,7 +317,8 @@ class Threads:
     def _writable(self, sid: str) -> Thread | None:
         """The thread of log ``sid`` as last seen, when it may be written to without
         reading it first: its header known, not empty, not sealed, no compaction copy
-        to drop, not past its ttl."""
+        to drop, not past the expiry last read nor (written since) past the saver's ttl
+        after its last event."""
         with self._lock:
             known = self._known.get(sid)
         if (
@@ -302,7 +327,8 @@ class Threads:
             or not known.next_seq
             or known.sealed
             or known.reopened is not None
-            or (self.ttl is not None and self._lapsed(known))
+            or self._expired(sid)
+            or (self.ttl is not None and known.last_time + self.ttl * 1000 < now_ms())
         ):
             return None
         return known
@@ -330,15 +356,6 @@ class Threads:
         self.keep(sid, known.extended(batch))
         return batch
 
-    def _header(self, sid: str) -> Flow[SessionHeader | None]:
-        """The header of log ``sid`` (None when it is not stored)."""
-        try:
-            info = yield Call("info", (sid,))
-        except SessionNotFoundError:
-            return None
-        header: SessionHeader = info.header
-        return header
-
     def header_of(self, sid: str) -> SessionHeader | None:
         """The header of the thread kept for log ``sid`` (None when none is known)."""
         with self._lock:
@@ -349,6 +366,7 @@ class Threads:
         """Forget the thread kept for log ``sid``: its next read reads it whole."""
         with self._lock:
             self._known.pop(sid, None)
+            self._expiry.pop(sid, None)
 
     def names(self, thread_id: str | None) -> Flow[Names]:
         """``[thread_id]``, or every thread of the namespace when it is None."""
