@@ -4,10 +4,11 @@ with one parse and stored as it is, without the round trip Python data needs.
 The text must hold what data given as Python objects must be (see
 :func:`sessionstore.jsondata.dump_lossless`): a JSON object, no NaN or Infinity,
 integers within 64 bits, strings of valid Unicode, nested no deeper than Python data
-may be, and no key twice in one object (one of its values would be lost). Text in
-canonical form (what ``orjson.dumps`` writes: no spaces, keys in the order given) is
-stored byte for byte; any other valid text is stored in canonical form, so the same
-data is stored as the same bytes whichever way it came.
+may be. Text in canonical form (what ``orjson.dumps`` writes: no spaces, keys in the
+order given) is stored byte for byte; any other valid text is stored in canonical form,
+so the same data is stored as the same bytes whichever way it came. A key given twice in
+one object keeps its last value, as JSON parsers read it (a model's output may hold
+one: it is taken, as what every reader of that text would find).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from .jsondata import MAX_DEPTH, JSONLossError, dump_lossless, short_repr
+from .jsondata import MAX_DEPTH, JSONLossError, dump_lossless
 from .models import MSGSPEC_RECURSION_LIMIT
 
 
@@ -129,37 +130,6 @@ def _checked_text(index: int, text: bytes) -> tuple[bytes, dict[str, Any]]:
         with contextlib.suppress(RecursionError):  # too deep to keep in any case
             data = json.loads(text)
     try:
-        canonical = dump_lossless(data).encode()
+        return dump_lossless(data).encode(), data
     except JSONLossError as exc:
         raise IndexedLossError(index, exc.path, exc.reason) from None
-    # Parsed, an object keeps one value of a key given twice: a text that is its
-    # canonical form but for spaces cannot have given one twice.
-    if canonical != text and msgspec.json.format(text, indent=-1) != canonical:
-        _check_unique_keys(index, text)
-    return canonical, data
-
-
-class _TwiceGiven(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found = dict(pairs)
-    if len(found) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _TwiceGiven(key)
-            seen.add(key)
-    return found
-
-
-def _check_unique_keys(index: int, text: bytes) -> None:
-    """Raise :class:`IndexedLossError` when an object of the JSON ``text`` gives a key
-    twice."""
-    try:
-        json.loads(text, object_pairs_hook=_unique_pairs)
-    except _TwiceGiven as twice:
-        reason = f"the key {short_repr(twice.key)} is given twice in one object"
-        raise IndexedLossError(index, "$", reason + ": one of its values would be lost") from None
