@@ -11,6 +11,9 @@ from .arguments import check_seconds
 DEFAULT_LEASE = 10.0
 #: The namespace of a store opened without one.
 DEFAULT_NAMESPACE = "default"
+#: How far (s) behind the server a store's cache (``?cache=yes``) may answer a value read
+#: (see :mod:`sessionstore.redis.tracking`).
+CACHE_STALENESS_BOUND = 0.1
 #: How long (s) a ``get_or_compute`` waiter waits when neither it nor ``connect`` named a
 #: timeout.
 DEFAULT_COMPUTE_TIMEOUT = 30.0

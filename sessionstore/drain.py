@@ -134,9 +134,14 @@ class OpenWriters:
 
     def opened(self, writer: Any) -> None:
         self._open[writer] = os.getpid()
+        # Held while a writer is open: a store dropped without closing its writers is not
+        # collected before the exit handler closes them (or reports their loss).
+        _HELD.add(self)
 
     def forget(self, writer: Any) -> None:
         self._open.pop(writer, None)
+        if not self._open:
+            _HELD.discard(self)
 
     def open_writers(self) -> list[Any]:
         """The writers this process opened that are open now, in no particular order (in
@@ -417,6 +422,8 @@ class _LoopDrain:
 EXIT_WAIT = 10.0
 #: Every store's open writers, for the exit handler.
 _LIVE: weakref.WeakSet[OpenWriters] = weakref.WeakSet()
+#: Those that have an open writer, held (see :meth:`OpenWriters.opened`).
+_HELD: set[OpenWriters] = set()
 
 
 def _close_at_exit() -> None:

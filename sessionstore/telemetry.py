@@ -36,6 +36,7 @@ from contextvars import ContextVar
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
+from .defaults import CACHE_STALENESS_BOUND
 from .leases import TakenOver
 from .version import __version__
 
@@ -526,8 +527,6 @@ def _staleness_bounds(meter_provider: Any, options: Any) -> Iterator[Any]:
     records metrics with ``meter_provider``."""
     from opentelemetry.metrics import Observation
 
-    from .redis.tracking import BOUND
-
     found = current
     if not found or found.meter_provider is not meter_provider:
         return
@@ -536,7 +535,7 @@ def _staleness_bounds(meter_provider: Any, options: Any) -> Iterator[Any]:
         attributes = scope.attributes()
         if (scope.system, scope.namespace) not in seen:
             seen.add((scope.system, scope.namespace))
-            yield Observation(BOUND, attributes)
+            yield Observation(CACHE_STALENESS_BOUND, attributes)
 
 
 #: The operation running in this thread or task, on a Redis backend (where resends and

@@ -384,5 +384,5 @@ def test_the_facades_call_only_what_the_contracts_declare():
             if isinstance(node, ast.Attribute) and ast.unparse(node.value) in receivers:
                 called.add(node.attr)
     declared = set(dir(ValueBackend)) | set(dir(EventBackend))
-    assert {"cached_read", "scan", "locate"} <= called
+    assert {"cached_read", "locate"} <= called
     assert called - declared == set()

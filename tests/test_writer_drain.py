@@ -411,23 +411,29 @@ else:
         for n in range(10):
             writer.emit("note", {"n": n})
     asyncio.run(main())
+if sys.argv[4] == "dropped":  # nothing holds the store or its writer any more
+    import gc
+    store = writer = None
+    gc.collect()
 print("exiting without closing")
 """
 
 
 @pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])
 @pytest.mark.parametrize("api", ["sync", "async"])
+@pytest.mark.parametrize("held", ["held", "dropped"])
 def test_a_process_exiting_with_a_writer_open_stores_or_reports_what_it_queued(
-    backend, api, request, tmp_path
+    backend, api, held, request, tmp_path
 ):
     """At a normal exit, a sync writer left open is closed (what it queued is stored);
-    an async one cannot be (no loop runs then): its loss is logged, naming it."""
+    an async one cannot be (no loop runs then): its loss is logged, naming it. Also
+    when nothing held the store any more (it was collected)."""
     import subprocess
     import sys
 
     url, namespace = url_for(backend, request, tmp_path), f"exiting-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT, url, api, namespace],
+        [sys.executable, "-c", EXIT_SCRIPT, url, api, namespace, held],
         capture_output=True,
         text=True,
         timeout=120,

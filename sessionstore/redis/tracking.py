@@ -68,13 +68,14 @@ from typing import Any
 import redis
 
 from .. import forksafe, telemetry
+from ..defaults import CACHE_STALENESS_BOUND
 from .compat import socket_of
 from .replies import text
 from .retry import RETRIES, retry_delay
 
 CHANNEL = b"__redis__:invalidate"
 #: Seconds a served reply may be behind the server (see the module doc).
-BOUND = 0.1
+BOUND = CACHE_STALENESS_BOUND
 #: Replies kept at most; the cache is emptied when full.
 MAX_ENTRIES = 100_000
 #: Seconds an unanswered PING is waited for when the connection has no timeout.
