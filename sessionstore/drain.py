@@ -130,18 +130,22 @@ class OpenWriters:
 
     def __init__(self) -> None:
         self._open: dict[Any, int] = {}
+        self._holding = threading.Lock()
+        forksafe.renew_locks(self, "_holding")
         _LIVE.add(self)
 
     def opened(self, writer: Any) -> None:
-        self._open[writer] = os.getpid()
         # Held while a writer is open: a store dropped without closing its writers is not
         # collected before the exit handler closes them (or reports their loss).
-        _HELD.add(self)
+        with self._holding:
+            self._open[writer] = os.getpid()
+            _HELD.add(self)
 
     def forget(self, writer: Any) -> None:
-        self._open.pop(writer, None)
-        if not self._open:
-            _HELD.discard(self)
+        with self._holding:
+            self._open.pop(writer, None)
+            if not self._open:
+                _HELD.discard(self)
 
     def open_writers(self) -> list[Any]:
         """The writers this process opened that are open now, in no particular order (in
@@ -291,6 +295,12 @@ class AsyncDrain(OpenWriters):
         self._lock = threading.Lock()
         self._closed = False
         forksafe.renew_locks(self, "_lock")
+        forksafe.at_fork(self, "_forget_parents")
+
+    def _forget_parents(self) -> None:
+        """In a forked child: the writers open are the parent's (they refuse to work
+        here); none is kept."""
+        self._open = {}
 
     def schedule(self, writer: AsyncServed, due: float) -> None:
         if self._closed:
@@ -422,8 +432,10 @@ class _LoopDrain:
 EXIT_WAIT = 10.0
 #: Every store's open writers, for the exit handler.
 _LIVE: weakref.WeakSet[OpenWriters] = weakref.WeakSet()
-#: Those that have an open writer, held (see :meth:`OpenWriters.opened`).
+#: Those that have an open writer, held (see :meth:`OpenWriters.opened`); a forked
+#: child holds none of its parent's (their writers are not its own).
 _HELD: set[OpenWriters] = set()
+os.register_at_fork(after_in_child=_HELD.clear)
 
 
 def _close_at_exit() -> None:

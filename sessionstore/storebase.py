@@ -137,6 +137,7 @@ class StoreBase(ABC, Generic[_Session, _Events]):
         self._scope = telemetry.scope_for(
             backends.display_url, namespace, args is not None and args.cache
         )
+        self._scope.lifecycle = self._lifecycle
         telemetry.bind(self._scope, backends.values, backends.events)
         self.events: _Events = self._start(ttl_ms)
 

@@ -163,12 +163,22 @@ class Scope:
     """Where a backend's operations happen: ``db.system.name``, ``db.namespace`` and
     whether its value reads may be answered from a cache (``?cache=yes``)."""
 
-    __slots__ = ("system", "namespace", "caches", "_attributes", "_operations", "__weakref__")
+    __slots__ = (
+        "system",
+        "namespace",
+        "caches",
+        "lifecycle",
+        "_attributes",
+        "_operations",
+        "__weakref__",
+    )
 
     def __init__(self, system: str, namespace: str, caches: bool = False) -> None:
         self.system = system
         self.namespace = namespace
         self.caches = caches
+        #: The closed flag of the store working here (a store sets it), if any.
+        self.lifecycle: Any = None
         self._attributes = {"db.system.name": system, "db.namespace": namespace}
         self._operations: dict[str, Operation] = {}
 
@@ -357,10 +367,9 @@ def cache_invalidated(count: int) -> None:
 
 def track_writer(buffer: Any, backend: object) -> None:
     """Count ``buffer``'s queued events in ``sessionstore.writer.queue.depth`` while it
-    lives (read when the metrics are collected: nothing per emit)."""
-    found = current
-    if found:
-        found.track_writer(buffer, backend)  # type: ignore[union-attr]
+    lives (read when the metrics are collected: nothing per emit), telemetry on now or
+    only later."""
+    _writers[buffer] = getattr(backend, SCOPE_ATTR, _UNBOUND)
 
 
 class Telemetry:
@@ -492,10 +501,6 @@ class Telemetry:
         if watch is not None and watch.span is not None:
             watch.span.add_event("connection wait", {"sessionstore.wait.seconds": seconds})
 
-    def track_writer(self, buffer: Any, backend: object) -> None:
-        if self.metered:
-            _writers[buffer] = getattr(backend, SCOPE_ATTR, _UNBOUND)
-
 
 #: The write-behind writers open in this process (while telemetry records metrics), by
 #: their store's scope: kept across :func:`configure` and :func:`reset`.
@@ -532,6 +537,8 @@ def _staleness_bounds(meter_provider: Any, options: Any) -> Iterator[Any]:
         return
     seen = set()
     for scope in list(_caching):
+        if scope.lifecycle is not None and scope.lifecycle.closed:
+            continue  # a closed store has no cache any more
         attributes = scope.attributes()
         if (scope.system, scope.namespace) not in seen:
             seen.add((scope.system, scope.namespace))

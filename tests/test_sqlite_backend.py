@@ -635,6 +635,13 @@ def test_a_stored_header_that_is_not_utf8_is_corruption_and_list_skips_it(events
         events.info("s-1")
     assert events.list() == [kept]
     assert [info.header for info in events.list_info()] == [kept]
+    # A blob where text belongs is refused alike, whether or not a row beside it holds
+    # text that is not UTF-8 (which makes the driver read the statement again).
+    started(events, "s-3", 1)
+    raw(db_path, "UPDATE log_sessions SET cwd = X'2F77' WHERE id = 's-3'")
+    assert events.list() == [kept]
+    raw(db_path, "UPDATE log_sessions SET cwd = '/w' WHERE id = 's-1'")
+    assert sorted(header.id for header in events.list()) == ["s-1", "s-2"]
 
 
 def test_list_reads_the_session_rows_of_the_namespace(events, database, db_path):

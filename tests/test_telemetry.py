@@ -422,6 +422,21 @@ def test_the_queue_depth_is_reported_again_after_telemetry_is_turned_off_and_on(
             assert recorded.points("sessionstore.writer.queue.depth") == []
 
 
+def test_a_writer_opened_before_telemetry_is_on_is_counted_once_it_is(namespace: str) -> None:
+    telemetry.configure(enabled=False)
+    try:
+        with sessionstore.connect("memory://", namespace) as store:
+            writer = store.events.writer(_header(), window=60)
+            writer.emit("user", {"n": 0})
+            writer.emit("user", {"n": 1})
+            recorded = _recorder()
+            [depth] = recorded.points("sessionstore.writer.queue.depth")
+            assert depth.value == 2
+            writer.close()
+    finally:
+        telemetry.reset()
+
+
 def _lease_outcomes(recorded: Recorded, attribute: str, value: str) -> dict[str, int]:
     """Lease acquisitions by outcome, of the points whose ``attribute`` is ``value``."""
     return {
@@ -616,6 +631,7 @@ def test_cache_invalidations_and_the_staleness_bound_are_reported(
         assert bound.value == BOUND
         assert bound.attributes == {"db.system.name": "redis", "db.namespace": "cached"}
         assert recorded.metric_units()["sessionstore.cache.staleness_bound"] == "s"
+    assert recorded.points("sessionstore.cache.staleness_bound") == []  # closed: no cache
     invalidated = recorded.points("sessionstore.cache.invalidations")
     assert sum(point.value for point in invalidated) >= 1
     assert recorded.metric_units()["sessionstore.cache.invalidations"] == "{entry}"

@@ -202,7 +202,7 @@ def resealed(archive: bytes) -> bytes:
     lines = archive.splitlines(keepends=True)
     body = lines[:-1]
     end = json.loads(lines[-1])
-    end["sha256"] = hashlib.sha256(b"".join(body[1:])).hexdigest()
+    end["sha256"] = hashlib.sha256(b"".join(body)).hexdigest()
     return b"".join(body) + json.dumps(end).encode() + b"\n"
 
 
@@ -237,12 +237,20 @@ def test_an_archive_edited_with_its_digest_made_again_is_refused_whole(
 def test_a_destination_that_cannot_make_appends_durable_is_refused_before_any_write(
     tmp_path, namespace
 ):
+    import time
+
     import redis
     from support.redis_server import RedisServer
 
     source = (tmp_path / "store").as_uri()
     seed(source, namespace)
     archive = archive_of(source, namespace)
+    values_only = (tmp_path / "values-only").as_uri()
+    with sessionstore.connect(values_only, namespace) as store:
+        store.session("A", "b", "c", "1h").set_data(1, 1)
+        store.events.create(SessionHeader(id="lapsed"), ttl=0.1)
+        store.events.append("lapsed", [{"seq": 0, "type": "note", "time": 1, "data": {}}])
+    time.sleep(0.2)
     with RedisServer(durable=False) as server:
         with pytest.raises(sessionstore.DurabilityError):
             sessionstore.copy(source, server.url, namespace)
@@ -253,3 +261,33 @@ def test_a_destination_that_cannot_make_appends_durable_is_refused_before_any_wr
             assert client.dbsize() == 0
         finally:
             client.close()
+        # Only values to write (the one session has expired): no append is made.
+        copied = sessionstore.copy(values_only, server.url, namespace)
+        assert (copied.counts.values, copied.counts.expired) == (1, ["lapsed"])
+        imported = import_archive(
+            server.url, namespace + "-2", io.BytesIO(archive_of(values_only, namespace))
+        )
+        assert (imported.counts.values, imported.counts.expired) == (1, ["lapsed"])
+
+
+def test_a_harness_event_older_than_its_check_is_reported_not_refusing_the_archive(
+    tmp_path, namespace
+):
+    """A log written before the harness fields were checked still loads: its archive
+    imports the rest, and that session is reported as a copy reports it."""
+    url = (tmp_path / "store").as_uri()
+    seed(url, namespace)
+    old = b'"type":"tool/call","time":1718000000000,"data":{"call_id":7}'
+    archive = resealed(
+        damaged(
+            archive_of(url, namespace),
+            6,
+            lambda text: text.replace(
+                b'"type":"turn/start","time":1718000000000,"data":{"turn":1}', old
+            ),
+        )
+    )
+    report = import_archive(url, "target", io.BytesIO(archive))
+    assert report.counts.sessions == 2 and report.counts.values == 3
+    [problem] = report.problems
+    assert problem.startswith("session 'short-lived': HarnessFieldError")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import threading
 import time
 import uuid
@@ -491,3 +492,36 @@ os.kill(int(sys.argv[2]), signal.SIGSTOP)
     assert took < 2 + 10, took
     for n in range(3):
         assert f"writer of session 's{n}' left open at exit was not closed" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_forked_child_holds_none_of_its_parents_stores(api, tmp_path):
+    """A store is held while it has an open writer (so the exit handler finds it); a
+    forked child's writers are not its own: it holds none of them."""
+    from sessionstore import drain
+
+    url = (tmp_path / "store").as_uri()
+    if api == "sync":
+        store = sessionstore.connect(url, "forked")
+        writer = store.events.writer(SessionHeader(id="f", created_at=1), window=60)
+    else:
+        loop = asyncio.new_event_loop()
+        store = aio.connect(url, "forked")
+        writer = loop.run_until_complete(
+            store.events.writer(SessionHeader(id="f", created_at=1), window=60)
+        )
+    assert store._drain in drain._HELD
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if not drain._HELD and not store._drain.open_writers() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    if api == "sync":
+        writer.close()
+        store.close()
+    else:
+        loop.run_until_complete(writer.close())
+        loop.run_until_complete(store.close())
+        loop.close()
+    assert store._drain not in drain._HELD

@@ -28,23 +28,23 @@ class NotUTF8(bytes):
 
 def fetch_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
     """Every row of ``sql``. The driver fails a whole statement on one text value that
-    is not UTF-8; that statement is run again reading text as bytes, and such a value
-    comes back as :class:`NotUTF8` (the others decoded), for the row's checks to
-    refuse naming the row, as any other damage."""
+    is not UTF-8; that statement is run again with each text value decoded here, and
+    such a value comes back as :class:`NotUTF8` (a blob stays bytes), for the row's
+    checks to refuse naming the row, as any other damage."""
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
         if not str(exc).startswith("Could not decode to UTF-8"):
             raise
-    conn.text_factory = bytes
+    conn.text_factory = _text
     try:
-        rows = conn.execute(sql, params).fetchall()
+        return conn.execute(sql, params).fetchall()
     finally:
         conn.text_factory = str
-    return [tuple(_text(value) if type(value) is bytes else value for value in row) for row in rows]
 
 
 def _text(value: bytes) -> str | NotUTF8:
+    """A stored text value (the driver hands its bytes), decoded."""
     try:
         return value.decode()
     except UnicodeDecodeError:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..arguments import check_flag
 from ..connection import check_exists, resolve_url
 from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
+from ..models import SessionInfo
 from ..store import Store, connect
 from ..when import now_ms
 from .intake import Counts, NamespaceWriter, label
@@ -122,7 +123,7 @@ def copy(
     with _pair(from_url, to_url, namespace, to_namespace, timeout) as (source, destination):
         if not merge:
             refuse_other_data(source, destination)
-        if source.events.list():
+        if _any_live(source.events.list_info()):
             destination.check_durable()  # before any write, not at the first session
         writer = NamespaceWriter(destination)
         write_all(read_namespace(source), writer, on_record)
@@ -130,6 +131,13 @@ def copy(
         if verify:
             report.differences = compare(source, destination, merge=merge)
     return report
+
+
+def _any_live(infos: Iterable[SessionInfo]) -> bool:
+    """Whether any of the sessions ``infos`` describe has not expired (and so is to be
+    written: an expired one is left out)."""
+    now = now_ms()
+    return any(info.expires_at is None or info.expires_at > now for info in infos)
 
 
 def opened(
