@@ -107,6 +107,27 @@ def test_a_thread_past_its_expiry_is_gone_for_every_saver_whatever_its_own_ttl(
     assert creator.get_tuple(thread("expired")).checkpoint["id"] == again
 
 
+def test_a_thread_restored_from_a_backup_under_its_old_header_is_read_anew(
+    store: sessionstore.Store,
+) -> None:
+    """A log deleted and written again with the header it had (a restore from an
+    archive), then grown back to the length a saver last read: that saver reads what is
+    stored now, and its write made from what it had read is refused."""
+    a, b = SessionStoreSaver(store), SessionStoreSaver(store)
+    root = put(a, "t", None)
+    backup = store.events.load(session_id("t"))
+    stale = put(a, "t", root)
+    assert a.get_tuple(thread("t")).checkpoint["id"] == stale
+    store.events.delete(session_id("t"))  # restored: the same header, the first event
+    store.events.create(backup.header)
+    store.events.append(session_id("t"), backup.events[:1])
+    other = put(b, "t", root)
+    assert a.get_tuple(thread("t")).checkpoint["id"] == other
+    with pytest.raises(ThreadDeletedError):
+        put(a, "t", stale)
+    assert [t.checkpoint["id"] for t in b.list(thread("t"))] == [other, root]
+
+
 def test_a_run_whose_thread_lapses_under_it_never_brings_it_back(
     store: sessionstore.Store,
 ) -> None:

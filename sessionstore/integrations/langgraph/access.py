@@ -118,6 +118,9 @@ class Threads:
         self.recover = recover
         #: Seconds after which a compaction's seal is taken for abandoned.
         self.stale_seal = STALE_SEAL
+        #: Whether the store leaves an expired log to a prune (memory, files, SQLite):
+        #: a read then asks for its expiry first. Redis drops it by itself.
+        self.prunes = True
         #: The threads read last, as folded (log id -> thread), the least recent first.
         self._known: OrderedDict[str, Thread] = OrderedDict()
         #: The expiry (epoch ms, None: none) each of those logs' metadata last told,
@@ -162,42 +165,49 @@ class Threads:
         return self.keep(session_id(thread_id), dataclasses.replace(thread, reopened=None))
 
     def _fetch(self, thread_id: str) -> Flow[Thread]:
-        """The log as stored, its metadata (``info``) read first: a thread read before
-        is kept as it is while the log has the same header and length, and brought up to
-        date with the events appended since when it only grew (its last known event
-        found where it was); else it is read whole. A log past the expiry stored with it
-        (set by whichever saver or command) is gone: on memory, files and SQLite, which
-        leave that to a prune, the store's prune removes it first. While a compaction has
-        deleted the log and not yet written it anew, the sealed log it keeps meanwhile
-        (see :mod:`.compaction`)."""
+        """The log as stored: a thread read before is brought up to date with the events
+        appended since, once its last known event is found where it was (the log was not
+        deleted and written again meanwhile, at whatever length); else it is read whole,
+        its header (``info``) read first. A log past the expiry stored with it (set by
+        whichever saver or command) is gone: on memory, files and SQLite, which leave
+        that to a prune (:attr:`prunes`), its metadata is read first and the store's
+        prune removes it. While a compaction has deleted the log and not yet written it
+        anew, the sealed log it keeps meanwhile (see :mod:`.compaction`)."""
         sid = session_id(thread_id)
         for attempt in range(2):
-            try:
-                info = yield Call("info", (sid,))
-            except SessionNotFoundError:
-                break
-            if info.expires_at is None or info.expires_at > now_ms() or attempt:
+            info: SessionInfo | None = None
+            if self.prunes:
+                try:
+                    info = yield Call("info", (sid,))
+                except SessionNotFoundError:
+                    break
+            if info is None or info.expires_at is None or info.expires_at > now_ms() or attempt:
                 with contextlib.suppress(SessionNotFoundError):
                     return (yield from self._read_log(sid, info))
-                break  # deleted since its info was read
+                break  # deleted since
             # The store decides: its prune removes the log only when it has expired.
             yield Call("prune")
         events = yield from self.events(thread_id)
         return self.keep(sid, Thread().extended(events))
 
-    def _read_log(self, sid: str, info: SessionInfo) -> Flow[Thread]:
-        """The log ``sid`` whose metadata is ``info`` (see :meth:`_fetch`), kept with its
-        header; its expiry is noted (:meth:`_writable`)."""
+    def _read_log(self, sid: str, info: SessionInfo | None) -> Flow[Thread]:
+        """The log ``sid`` (see :meth:`_fetch`; ``info``: its metadata, when read), kept
+        with its header; its expiry is noted (:meth:`_writable`)."""
         with self._lock:
             known = self._known.get(sid)
-            self._expiry[sid] = info.expires_at
-        if known is not None and known.header == info.header and known.next_seq > 0:
-            if known.next_seq == info.next_seq:
-                return self.keep(sid, known)
-            if known.next_seq < info.next_seq:
-                events = yield Call("read_from", (sid, known.next_seq - 1))
-                if events and known.continued_by(events[0]):
-                    return self.keep(sid, known.extended(events[1:]))
+            if info is not None:
+                self._expiry[sid] = info.expires_at
+        if (
+            known is not None
+            and known.next_seq > 0
+            and known.header is not None
+            and (info is None or (known.header == info.header and known.next_seq <= info.next_seq))
+        ):
+            events = yield Call("read_from", (sid, known.next_seq - 1))
+            if events and known.continued_by(events[0]):
+                return self.keep(sid, known.extended(events[1:]))
+        if info is None:
+            info = yield Call("info", (sid,))
         events = yield Call("read_from", (sid, 0))
         return self.keep(sid, Thread(header=info.header).extended(events))
 

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
 import sessionstore
 from sessionstore import InvalidArgumentError, Store, aio
 from sessionstore.arguments import check_ttl
+from sessionstore.connection import REDIS_SCHEMES, scheme_of
 
 from . import compaction, listing, ownership, retention
 from .access import Call, Flow, Threads
@@ -101,6 +102,9 @@ class SessionStoreSaver(BaseCheckpointSaver[str]):
             bool(refresh_on_read),
             lambda threads, thread_id: compaction.recover(threads, codec, thread_id),
         )
+        store = self._sync or self._async
+        assert store is not None
+        self._threads.prunes = scheme_of(store.url) not in REDIS_SCHEMES
 
     # --- the flows each method runs -----------------------------------------------------
 
