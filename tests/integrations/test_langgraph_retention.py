@@ -84,11 +84,15 @@ def test_a_lapsed_thread_written_again_is_a_new_log_with_the_ttl(
 
 
 def test_a_thread_past_its_expiry_is_gone_for_every_saver_whatever_its_own_ttl(
-    store: sessionstore.Store,
+    store: sessionstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The expiry stored with a thread counts, not the ttl of the saver reading it: one
     that another saver (or an operator's ``sessions expire``) set lapses for every saver,
-    one that read the thread before included, and a write after it starts afresh."""
+    one that read the thread before included (within ``EXPIRY_FRESH`` of its last read
+    of the expiry), and a write after it starts afresh."""
+    from sessionstore.integrations.langgraph import access
+
+    monkeypatch.setattr(access, "EXPIRY_FRESH", 0.3)
     creator = SessionStoreSaver(store, ttl=0.2)
     others = [SessionStoreSaver(store), SessionStoreSaver(store, ttl=3600)]
     put(creator, "made", None)
@@ -98,9 +102,10 @@ def test_a_thread_past_its_expiry_is_gone_for_every_saver_whatever_its_own_ttl(
         assert saver.get_tuple(thread("expired")) is not None
     store.events.set_ttl(session_id("expired"), 0.2)  # as `sessions expire --ttl` does
     time.sleep(0.45)
+    # "expired" first: a read of "made" past its known expiry would prune both.
     for saver in [*others, creator]:  # the creator last: its own ttl would prune
-        assert saver.get_tuple(thread("made")) is None
         assert saver.get_tuple(thread("expired")) is None
+        assert saver.get_tuple(thread("made")) is None
         assert list(saver.list(None)) == []
     assert store.events.list() == []
     again = put(others[1], "expired", None)

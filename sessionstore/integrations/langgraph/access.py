@@ -56,6 +56,10 @@ _EAGER_RETRIES = 3
 THREADS_KEPT = 64
 #: The pseudo call that makes a flow wait (seconds), between retries.
 SLEEP = "_sleep"
+#: Seconds a log's expiry, once read, is trusted by the reads of a store that leaves
+#: expired logs to a prune (an expiry made shorter since by someone else is seen within
+#: that long; one this saver knows of, when it passes).
+EXPIRY_FRESH = 1.0
 #: Seconds after its ``seal`` (by the seal's time) a compaction is taken for abandoned
 #: (its process died): the next read of the thread finishes it (see :mod:`.compaction`).
 STALE_SEAL = 15.0
@@ -119,13 +123,14 @@ class Threads:
         #: Seconds after which a compaction's seal is taken for abandoned.
         self.stale_seal = STALE_SEAL
         #: Whether the store leaves an expired log to a prune (memory, files, SQLite):
-        #: a read then asks for its expiry first. Redis drops it by itself.
+        #: a read then asks for its expiry (see :meth:`_fetch`). Redis drops it itself.
         self.prunes = True
         #: The threads read last, as folded (log id -> thread), the least recent first.
         self._known: OrderedDict[str, Thread] = OrderedDict()
         #: The expiry (epoch ms, None: none) each of those logs' metadata last told,
-        #: before the events kept were read (a write since moves it later).
-        self._expiry: dict[str, int | None] = {}
+        #: before the events kept were read (a write since moves it later), and when
+        #: it was read (epoch ms).
+        self._expiry: dict[str, tuple[int | None, int]] = {}
         self._lock = threading.Lock()
 
     def read(self, thread_id: str, *, refresh: bool = False) -> Flow[Thread]:
@@ -170,13 +175,14 @@ class Threads:
         deleted and written again meanwhile, at whatever length); else it is read whole,
         its header (``info``) read first. A log past the expiry stored with it (set by
         whichever saver or command) is gone: on memory, files and SQLite, which leave
-        that to a prune (:attr:`prunes`), its metadata is read first and the store's
-        prune removes it. While a compaction has deleted the log and not yet written it
-        anew, the sealed log it keeps meanwhile (see :mod:`.compaction`)."""
+        that to a prune (:attr:`prunes`), its metadata is read first (unless read less
+        than :data:`EXPIRY_FRESH` ago and not passed) and the store's prune removes it.
+        While a compaction has deleted the log and not yet written it anew, the sealed
+        log it keeps meanwhile (see :mod:`.compaction`)."""
         sid = session_id(thread_id)
         for attempt in range(2):
             info: SessionInfo | None = None
-            if self.prunes:
+            if self.prunes and not self._expiry_known(sid):
                 try:
                     info = yield Call("info", (sid,))
                 except SessionNotFoundError:
@@ -196,7 +202,7 @@ class Threads:
         with self._lock:
             known = self._known.get(sid)
             if info is not None:
-                self._expiry[sid] = info.expires_at
+                self._expiry[sid] = (info.expires_at, now_ms())
         if (
             known is not None
             and known.next_seq > 0
@@ -238,8 +244,20 @@ class Threads:
         """Whether the expiry last read of log ``sid`` has passed (a write since may have
         moved it: only a read tells)."""
         with self._lock:
-            expires_at = self._expiry.get(sid)
+            expires_at = self._expiry.get(sid, (None, 0))[0]
         return expires_at is not None and expires_at <= now_ms()
+
+    def _expiry_known(self, sid: str) -> bool:
+        """Whether the expiry of log ``sid`` was read less than :data:`EXPIRY_FRESH`
+        seconds ago and has not passed: a read may go without asking it again."""
+        now = now_ms()
+        with self._lock:
+            expires_at, read_at = self._expiry.get(sid, (None, None))
+        return (
+            read_at is not None
+            and now - read_at < EXPIRY_FRESH * 1000
+            and (expires_at is None or expires_at > now)
+        )
 
     def create(
         self, sid: str, replacing: SessionHeader | None = None
