@@ -386,27 +386,26 @@ written was searched for), so what remains is the backend's lock and checks and
 A step of ours is three store calls: `put` and `put_writes` append to the thread as the
 saver last read it, naming the log's header (the store refuses the append if the log
 moved on or was made again, and the saver then reads it and tries again), and
-`get_tuple` asks for the log's metadata (its header, length and expiry: a thread lapsed
-by whatever saver's ttl is gone for all) and reads the log only when it changed: 9 SQL
-statements and two durable commits, as `SqliteSaver`'s two. Until the appends named the
-header each `put` and `put_writes` read the thread first (five calls, 11 statements),
-and each step copied the thread's tables (O(checkpoints): 22 us a fold at 1,000
-checkpoints, 4 us since they are immutable maps). Measured apart from this group, 1,000
-steps over three runs each: ours at 0.57-0.63x `SqliteSaver`'s rate before both,
-0.72-0.76x after. What remains is the Python of both layers, not SQL. The SQL of one
-append run alone from a raw connection (`BEGIN IMMEDIATE`, the `next_seq` update, the
-insert, `COMMIT`) costs what `SqliteSaver`'s insert and commit cost: 220 against 216 us
-a durable commit, 119 us of CPU each; 36 against 30 us without fsync. With the commits
-made non-durable on both sides, a step of a 1,000-step thread takes about 330 us of CPU
-of ours against 150 of theirs; timed inside that loop, the store's calls alone (two
-appends at 72-77 us, one `read_from` at 39-40, as `get_tuple` read before it asked for
-the metadata instead) take more than `SqliteSaver`'s whole step, and the saver adds
-about 57 us to `put` (the event built and chained, the thread folded, the ownership
-checks, the flow), 24 to `put_writes` and 24 to `get_tuple`. Timed in a loop of their
-own, the same calls cost about a third less (an append 52 us, a `read_from` 19): the
-step's calls share the caches with LangGraph's own objects. No single part is above
-10 us. Between its two commits ours still works past the 50 us where a commit slows
-down.""",
+`get_tuple` reads the log from the last event it knows (on memory, files and SQLite also
+the log's expiry, at most once a second: a thread lapsed by whatever saver's ttl is gone
+for all): 9 SQL statements and two durable commits, as `SqliteSaver`'s two. Until the
+appends named the header each `put` and `put_writes` read the thread first (five calls,
+11 statements), and each step copied the thread's tables (O(checkpoints): 22 us a fold
+at 1,000 checkpoints, 4 us since they are immutable maps). Measured apart from this
+group, 1,000 steps over three runs each: ours at 0.57-0.63x `SqliteSaver`'s rate before
+both, 0.72-0.76x after. What remains is the Python of both layers, not SQL. The SQL of
+one append run alone from a raw connection (`BEGIN IMMEDIATE`, the `next_seq` update,
+the insert, `COMMIT`) costs what `SqliteSaver`'s insert and commit cost: 220 against 216
+us a durable commit, 119 us of CPU each; 36 against 30 us without fsync. With the
+commits made non-durable on both sides, a step of a 1,000-step thread takes about 330 us
+of CPU of ours against 150 of theirs; timed inside that loop, the store's calls alone
+(two appends at 72-77 us, one `read_from` at 39-40) take more than `SqliteSaver`'s whole
+step, and the saver adds about 57 us to `put` (the event built and chained, the thread
+folded, the ownership checks, the flow), 24 to `put_writes` and 24 to `get_tuple`. Timed
+in a loop of their own, the same calls cost about a third less (an append 52 us, a
+`read_from` 19): the step's calls share the caches with LangGraph's own objects. No
+single part is above 10 us. Between its two commits ours still works past the 50 us
+where a commit slows down.""",
     "LangGraph checkpointers: SQLite: 3-node graph run, 1,000 steps": """\
 Each graph step writes and reads the thread as the step row's calls do, and pays the
 same price for its commits (see "LangGraph checkpointers: SQLite: put + put_writes +
