@@ -26,7 +26,7 @@ from google.adk.agents.invocation_context import InvocationContext  # noqa: E402
 from google.adk.errors._stale_session_error import StaleSessionError as AdkStale  # noqa: E402
 from google.adk.events import Event, EventActions  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
-from google.adk.sessions import BaseSessionService, DatabaseSessionService, InMemorySessionService  # noqa: E402
+from google.adk.sessions import BaseSessionService, InMemorySessionService  # noqa: E402
 from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
 from google.genai import types  # noqa: E402
 from support.redis_sentinel import SentinelSetup  # noqa: E402
@@ -312,6 +312,8 @@ def test_state_values_not_made_for_json_are_kept_as_adks_database_service_keeps_
         calls = await service.get_session(app_name=APP, user_id=USER, session_id="c")
         assert found is not None and calls is not None
         return found.state, {key: type(calls.state[key]) for key in ("f", "g")}
+
+    from google.adk.sessions import DatabaseSessionService  # needs SQLAlchemy
 
     async def theirs() -> Any:
         service = DatabaseSessionService(f"sqlite+aiosqlite:///{tmp_path / 'adk.db'}")
