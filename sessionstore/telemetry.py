@@ -502,8 +502,8 @@ class Telemetry:
             watch.span.add_event("connection wait", {"sessionstore.wait.seconds": seconds})
 
 
-#: The write-behind writers open in this process (while telemetry records metrics), by
-#: their store's scope: kept across :func:`configure` and :func:`reset`.
+#: The write-behind writers open in this process, by their store's scope (tracked
+#: whether telemetry is on or not: it may be turned on while they are open).
 _writers: weakref.WeakKeyDictionary[Any, Scope] = weakref.WeakKeyDictionary()
 #: The meter providers given a queue-depth gauge (a provider is held for good: one per
 #: configuration a process makes).
@@ -511,13 +511,19 @@ _GAUGED: list[Any] = []
 _looking_gauges = threading.Lock()
 
 
+def _records_with(meter_provider: Any) -> bool:
+    """Whether telemetry records metrics with ``meter_provider`` now (a gauge made for
+    it reports nothing once another one, or none, is configured)."""
+    found = current
+    return bool(found) and found.meter_provider is meter_provider  # type: ignore[union-attr]
+
+
 def _queue_depths(meter_provider: Any, options: Any) -> Iterator[Any]:
     """The queue depth of every open writer, by scope, while telemetry records metrics
     with ``meter_provider``."""
     from opentelemetry.metrics import Observation
 
-    found = current
-    if not found or found.meter_provider is not meter_provider:
+    if not _records_with(meter_provider):
         return
     depths: dict[Scope, int] = {}
     for buffer, scope in list(_writers.items()):
@@ -532,8 +538,7 @@ def _staleness_bounds(meter_provider: Any, options: Any) -> Iterator[Any]:
     records metrics with ``meter_provider``."""
     from opentelemetry.metrics import Observation
 
-    found = current
-    if not found or found.meter_provider is not meter_provider:
+    if not _records_with(meter_provider):
         return
     seen = set()
     for scope in list(_caching):

@@ -40,3 +40,9 @@ def to_epoch_ms(when: object) -> int:
 def now_ms() -> int:
     """The wall clock as integer epoch milliseconds (exact: no float rounding)."""
     return time.time_ns() // 1_000_000
+
+
+def expired(expires_at: int | None, now: int | None = None) -> bool:
+    """Whether the expiry ``expires_at`` (epoch ms; None: never) has passed by ``now``
+    (epoch ms; default: the wall clock now)."""
+    return expires_at is not None and expires_at <= (now_ms() if now is None else now)

@@ -50,7 +50,7 @@ from ..keys import label_of
 from ..models import SessionEvent, SessionHeader
 from ..results import ValueRef
 from ..store import Store, connect
-from ..when import now_ms
+from ..when import expired, now_ms
 from . import records as rec
 from .copying import CopyReport, NamespaceNotEmptyError, opened, write_all
 from .intake import NamespaceWriter
@@ -318,7 +318,7 @@ def check(lines: Iterable[bytes]) -> tuple[set[str], set[ValueRef], bool]:
     for record in read_records(lines):
         if isinstance(record, rec.SessionStart):
             sessions.add(record.header.id)
-            live = live or record.expires_at is None or record.expires_at > now
+            live = live or not expired(record.expires_at, now)
         elif isinstance(record, rec.ValueItem):
             values.add(record.ref)
     return sessions, values, live

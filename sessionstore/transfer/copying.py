@@ -13,7 +13,7 @@ from ..connection import check_exists, resolve_url
 from ..errors import InvalidArgumentError, SessionNotFoundError, SessionStoreError
 from ..models import SessionInfo
 from ..store import Store, connect
-from ..when import now_ms
+from ..when import expired, now_ms
 from .intake import Counts, NamespaceWriter, label
 from .records import (
     DAMAGE,
@@ -137,7 +137,7 @@ def _any_live(infos: Iterable[SessionInfo]) -> bool:
     """Whether any of the sessions ``infos`` describe has not expired (and so is to be
     written: an expired one is left out)."""
     now = now_ms()
-    return any(info.expires_at is None or info.expires_at > now for info in infos)
+    return any(not expired(info.expires_at, now) for info in infos)
 
 
 def opened(
@@ -188,7 +188,7 @@ def session_summary(store: Store, session_id: str) -> Summary | None:
         info = store.events.info(session_id)
     except SessionNotFoundError:
         return None
-    if info.expires_at is not None and info.expires_at <= now_ms():
+    if expired(info.expires_at):
         return None
     digest = Digest()
     digest.header(info.header)

@@ -36,7 +36,7 @@ from ..keys import label_of
 from ..models import SessionEvent
 from ..results import ValueRef
 from ..store import Store
-from ..when import now_ms
+from ..when import expired, now_ms
 from .records import (
     PAGE,
     EventPage,
@@ -134,7 +134,7 @@ class NamespaceWriter:
         self.finish()
         events = self.store.events
         header = start.header
-        if start.expires_at is not None and start.expires_at <= now_ms():
+        if expired(start.expires_at):
             self._open = _Open(start, 0)
             self._open.skipped = True
             self.counts.expired.append(header.id)
@@ -227,7 +227,7 @@ class NamespaceWriter:
         self.finish()
         ref = item.ref
         where = label_of(ref[:5])
-        if item.expires_at is not None and item.expires_at <= now_ms():
+        if expired(item.expires_at):
             self.counts.expired_values.append(where)
             return
         try:

@@ -28,6 +28,7 @@ from sessionstore import (
     SessionNotFoundError,
     SessionStoreError,
 )
+from sessionstore.when import expired
 
 from .layout import (
     AFTER,
@@ -187,7 +188,7 @@ class Threads:
                     info = yield Call("info", (sid,))
                 except SessionNotFoundError:
                     break
-            if info is None or info.expires_at is None or info.expires_at > now_ms() or attempt:
+            if info is None or not expired(info.expires_at) or attempt:
                 with contextlib.suppress(SessionNotFoundError):
                     return (yield from self._read_log(sid, info))
                 break  # deleted since
@@ -245,7 +246,7 @@ class Threads:
         moved it: only a read tells)."""
         with self._lock:
             expires_at = self._expiry.get(sid, (None, 0))[0]
-        return expires_at is not None and expires_at <= now_ms()
+        return expired(expires_at)
 
     def _expiry_known(self, sid: str) -> bool:
         """Whether the expiry of log ``sid`` was read less than :data:`EXPIRY_FRESH`
@@ -256,7 +257,7 @@ class Threads:
         return (
             read_at is not None
             and now - read_at < EXPIRY_FRESH * 1000
-            and (expires_at is None or expires_at > now)
+            and not expired(expires_at, now)
         )
 
     def create(
